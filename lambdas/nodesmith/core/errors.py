@@ -1,0 +1,89 @@
+"""Typed errors of the core. Adapters translate client errors (botocore ``ClientError``,
+Kubernetes ``ApiException``) into these so services can decide: retry, fall back or report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ConflictError",
+    "InsufficientCapacityError",
+    "KubernetesError",
+    "LaunchError",
+    "ManifestError",
+    "NodeClassNotReadyError",
+    "NodesmithError",
+    "NotFoundError",
+    "UnavailableOffering",
+]
+
+
+class NodesmithError(Exception):
+    """Base class of every error Nodesmith raises on purpose."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnavailableOffering:
+    """One (instance type, zone, capacity type) that EC2 could not fill, with the EC2 error code."""
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    code: str
+
+
+class InsufficientCapacityError(NodesmithError):
+    """CreateFleet filled nothing because every override hit a capacity error.
+
+    ``offerings`` lists the (type, zone, capacity type, code) that failed, so the caller can mark
+    them unavailable (Karpenter's 3-minute unavailable-offerings cache) and fall back.
+    """
+
+    def __init__(self, message: str, *, offerings: tuple[UnavailableOffering, ...] = ()) -> None:
+        super().__init__(message)
+        self.offerings = offerings
+
+
+class LaunchError(NodesmithError):
+    """A launch failed for a reason other than capacity (``code`` is the EC2 error code)."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class NodeClassNotReadyError(NodesmithError):
+    """The EC2NodeClass did not resolve: no subnet, security group or AMI matched its selector terms."""
+
+
+class KubernetesError(NodesmithError):
+    """A Kubernetes API call failed (``status`` is the HTTP status, 0 when unknown)."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NotFoundError(KubernetesError):
+    """The Kubernetes object does not exist (HTTP 404)."""
+
+
+class ConflictError(KubernetesError):
+    """The Kubernetes object changed or already exists (HTTP 409)."""
+
+
+class ManifestError(NodesmithError):
+    """A manifest is invalid. The whole file is rejected.
+
+    The message names the file, the document (1-based), the kind/name when known, the field path
+    and the reason, for example::
+
+        nodepool.yaml: document 2 (NodePool default): spec.disruption.budgets[0].nodes: must match ...
+    """
+
+    def __init__(self, message: str, *, path: str = "", document: int = 0, field: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.document = document
+        self.field = field

@@ -1,0 +1,225 @@
+"""Ports: what services need from the outside world, as Protocols.
+
+Adapters implement them (``nodesmith.adapters.aws`` for :class:`CloudProvider`,
+``nodesmith.adapters.kube`` for :class:`Cluster`); tests implement them with fakes. Every method
+takes keyword-only arguments. Errors raised are those of :mod:`nodesmith.core.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from nodesmith.core.model import (
+    DaemonSet,
+    InstanceType,
+    Node,
+    Pod,
+    PodDisruptionBudget,
+    Taint,
+)
+
+if TYPE_CHECKING:
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.api.nodepool import NodePool
+
+__all__ = [
+    "Cluster",
+    "CloudProvider",
+    "EvictionOutcome",
+    "Instance",
+    "LaunchRequest",
+    "LaunchResult",
+    "ObjectRef",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Everything needed to launch one NodeClaim's instance with CreateFleet.
+
+    ``instance_types`` are cheapest first and carry their offerings; only offerings whose zone is
+    in ``zones`` and capacity type in ``capacity_types`` may be used. ``labels`` and ``taints``
+    are registered by the kubelet through user data. ``client_token`` makes the CreateFleet call
+    idempotent (derived from the NodeClaim).
+    """
+
+    nodeclaim_name: str
+    nodepool_name: str
+    nodeclass: EC2NodeClass
+    instance_types: tuple[InstanceType, ...]
+    capacity_types: frozenset[str]
+    zones: frozenset[str]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    startup_taints: tuple[Taint, ...] = ()
+    client_token: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    """The instance CreateFleet started: id, type, zone, capacity type, AMI and its price (USD/hour)."""
+
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    image_id: str
+    price: float
+    launch_template_name: str = ""
+
+    @property
+    def provider_id(self) -> str:
+        """Kubernetes providerID of the instance: ``aws:///<zone>/<instance-id>``."""
+        return f"aws:///{self.zone}/{self.instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """An EC2 instance as listed by the cloud provider (only instances tagged for our cluster).
+
+    ``state`` is the EC2 state name (pending, running, shutting-down, terminated, stopping,
+    stopped); ``launch_time`` is epoch seconds; ``tags`` are all instance tags.
+    """
+
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    state: str
+    launch_time: float
+    private_dns_name: str = ""
+    image_id: str = ""
+    subnet_id: str = ""
+    security_group_ids: tuple[str, ...] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def provider_id(self) -> str:
+        """Kubernetes providerID of the instance: ``aws:///<zone>/<instance-id>``."""
+        return f"aws:///{self.zone}/{self.instance_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """A reference to a Kubernetes object, for Events (``kind`` Pod, Node, NodeClaim, ...)."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+    api_version: str = "v1"
+
+
+EvictionOutcome = Literal["evicted", "blocked", "gone"]
+"""Result of one eviction: accepted (201), refused by a PodDisruptionBudget (429), or already gone (404)."""
+
+
+class CloudProvider(Protocol):
+    """The EC2 side: catalogue, launch, list and terminate instances (Karpenter's CloudProvider)."""
+
+    def instance_types(self, *, nodeclass: EC2NodeClass | None = None) -> list[InstanceType]:
+        """All instance types with offerings (prices in USD/hour, availability per zone).
+
+        Returns every type, even those with no available offering (Karpenter contract).
+        """
+        ...
+
+    def create(self, *, request: LaunchRequest) -> LaunchResult:
+        """Launch one instance for a NodeClaim with CreateFleet ``instant``.
+
+        Raises ``InsufficientCapacityError`` when every override hit a capacity error,
+        ``NodeClassNotReadyError`` when the EC2NodeClass does not resolve, ``LaunchError`` otherwise.
+        """
+        ...
+
+    def list_instances(self) -> list[Instance]:
+        """Instances tagged for this cluster that are not terminated."""
+        ...
+
+    def get_instance(self, *, instance_id: str) -> Instance | None:
+        """One instance by id (any tags), or None when EC2 does not know it."""
+        ...
+
+    def terminate(self, *, instance_ids: Sequence[str]) -> None:
+        """Terminate instances; already-terminated or unknown ids are not an error."""
+        ...
+
+
+class Cluster(Protocol):
+    """The Kubernetes side: read a snapshot, manage NodeClaims, cordon, taint, evict, delete."""
+
+    def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
+        """All pods, or only those bound to ``node_name`` (field selector ``spec.nodeName``)."""
+        ...
+
+    def list_nodes(self) -> list[Node]:
+        """All nodes."""
+        ...
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        """All DaemonSets, each as a template pod."""
+        ...
+
+    def list_pdbs(self) -> list[PodDisruptionBudget]:
+        """All PodDisruptionBudgets."""
+        ...
+
+    def list_nodepools(self) -> list[NodePool]:
+        """All ``karpenter.sh/v1`` NodePools."""
+        ...
+
+    def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
+        """All ``karpenter.k8s.aws/v1`` EC2NodeClasses."""
+        ...
+
+    def list_nodeclaims(self) -> list[NodeClaim]:
+        """All ``karpenter.sh/v1`` NodeClaims."""
+        ...
+
+    def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        """Create a NodeClaim; raises ``ConflictError`` if it exists."""
+        ...
+
+    def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        """Write ``nodeclaim.status`` through the status subresource."""
+        ...
+
+    def delete_nodeclaim(self, *, name: str) -> None:
+        """Delete a NodeClaim (its finalizers removed); a missing one is not an error."""
+        ...
+
+    def get_node(self, *, name: str) -> Node | None:
+        """One node by name, or None."""
+        ...
+
+    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
+        """The node whose ``spec.providerID`` equals ``provider_id``, or None."""
+        ...
+
+    def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
+        """Add ``taint`` and set ``spec.unschedulable``; idempotent. Returns False if the node is gone."""
+        ...
+
+    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
+        """Merge ``labels`` into the node's labels."""
+        ...
+
+    def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> EvictionOutcome:
+        """Evict through the Eviction API (policy/v1): 'evicted', 'blocked' on 429 (PDB), 'gone' on 404."""
+        ...
+
+    def delete_pod(self, *, pod: Pod, grace_period_seconds: int | None = None) -> None:
+        """Delete a pod directly (bypasses PodDisruptionBudgets): only for deadlines."""
+        ...
+
+    def delete_node(self, *, name: str) -> None:
+        """Delete a Node object; a missing one is not an error."""
+        ...
+
+    def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
+        """Post a Kubernetes Event on ``ref`` (best effort: failures are logged, not raised)."""
+        ...

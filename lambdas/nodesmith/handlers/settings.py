@@ -1,0 +1,103 @@
+"""Lambda configuration, read from environment variables into validated pydantic models.
+
+This module imports pydantic only, so ``infra`` can import the variable names from here and the
+stack can never drift from what the handlers read. Nothing is read at import time: call
+:func:`load_settings` (cached per container by the wiring).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "ENV",
+    "Settings",
+    "SettingsError",
+    "load_settings",
+]
+
+
+class ENV:
+    """Environment variable names shared by the handlers and the CDK stack."""
+
+    CLUSTER_NAME = "NODESMITH_CLUSTER_NAME"
+    CLUSTER_ENDPOINT = "NODESMITH_CLUSTER_ENDPOINT"
+    CLUSTER_CA_DATA = "NODESMITH_CLUSTER_CA_DATA"
+    KUBE_AUTH = "NODESMITH_KUBE_AUTH"
+    KUBE_TOKEN = "NODESMITH_KUBE_TOKEN"
+    INTERRUPTION_QUEUE_URL = "NODESMITH_INTERRUPTION_QUEUE_URL"
+    STATE_TABLE = "NODESMITH_STATE_TABLE"
+    PRICE_TABLE = "NODESMITH_PRICE_TABLE"
+    REBALANCE_ACTION = "NODESMITH_REBALANCE_ACTION"
+    NODE_ROLE_ARN = "NODESMITH_NODE_ROLE_ARN"
+    DRAIN_TIMEOUT_SECONDS = "NODESMITH_DRAIN_TIMEOUT_SECONDS"
+
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+class Settings(BaseModel):
+    """Validated configuration of one Nodesmith Lambda.
+
+    ``kube_auth`` selects how the Kubernetes client authenticates: ``eks`` mints a token like
+    ``aws eks get-token`` (presigned STS GetCallerIdentity), ``token`` uses ``kube_token`` as a
+    bearer token, ``none`` sends no credentials (the embedded emulator).
+    ``drain_timeout_seconds`` bounds the drain work of one invocation (seconds).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    cluster_name: NonEmpty
+    cluster_endpoint: NonEmpty
+    cluster_ca_data: str = ""
+    kube_auth: Literal["eks", "token", "none"] = "eks"
+    kube_token: str = ""
+    interruption_queue_url: str = ""
+    state_table: str = ""
+    price_table: str = ""
+    rebalance_action: Literal["ignore", "event", "cordon", "drain"] = "cordon"
+    node_role_arn: str = ""
+    drain_timeout_seconds: Annotated[int, Field(ge=1, le=900)] = 60
+
+
+class SettingsError(ValueError):
+    """The Lambda's environment is missing or has an invalid variable (named in the message)."""
+
+
+_FIELDS = {
+    "cluster_name": ENV.CLUSTER_NAME,
+    "cluster_endpoint": ENV.CLUSTER_ENDPOINT,
+    "cluster_ca_data": ENV.CLUSTER_CA_DATA,
+    "kube_auth": ENV.KUBE_AUTH,
+    "kube_token": ENV.KUBE_TOKEN,
+    "interruption_queue_url": ENV.INTERRUPTION_QUEUE_URL,
+    "state_table": ENV.STATE_TABLE,
+    "price_table": ENV.PRICE_TABLE,
+    "rebalance_action": ENV.REBALANCE_ACTION,
+    "node_role_arn": ENV.NODE_ROLE_ARN,
+    "drain_timeout_seconds": ENV.DRAIN_TIMEOUT_SECONDS,
+}
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build :class:`Settings` from ``environ`` (default ``os.environ``).
+
+    Raises
+    ------
+    SettingsError
+        Naming the environment variable that is missing or invalid.
+    """
+    env = os.environ if environ is None else environ
+    raw = {field: env[var] for field, var in _FIELDS.items() if var in env and env[var] != ""}
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            field = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"{_FIELDS.get(field, field)}: {err['msg']}")
+        raise SettingsError("invalid Nodesmith environment: " + "; ".join(problems)) from exc
