@@ -1,0 +1,60 @@
+# Nodesmith developer entry points. `make demo` and `make test` work on a fresh machine with
+# Python 3.11, node and npm: each creates (or reuses) .venv and installs what it needs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help install demo test lint format typecheck arch unit synth cdk-cli bench clean
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+install: $(STAMP)  ## Create .venv and install the pinned dependencies
+
+node_modules/.installed: package.json package-lock.json
+	@npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+cdk-cli: node_modules/.installed  ## Install the pinned CDK CLI (npm)
+
+demo: install  ## Run the end-to-end demo on the embedded AWS and Kubernetes
+	$(BIN)/nodesmith demo
+
+lint: install  ## ruff
+	$(BIN)/ruff check lambdas infra tests bench app.py
+
+format: install
+	$(BIN)/ruff check --fix lambdas infra tests bench app.py
+	$(BIN)/ruff format lambdas infra tests bench app.py
+
+typecheck: install  ## mypy (strict on the core)
+	$(BIN)/mypy
+
+arch: install  ## import-linter layer contracts
+	$(BIN)/lint-imports
+
+unit: install cdk-cli  ## pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+test: lint typecheck arch unit  ## Everything CI runs
+
+synth: install cdk-cli  ## Synthesize the CloudFormation template with the pinned CDK CLI
+	npx cdk synth -q
+
+bench: install  ## Benchmarks (JSON lines)
+	$(BIN)/python bench/scheduling.py --pods 5000 --json
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,64 @@
+"""The ``nodesmith`` command line (typer).
+
+Commands import their dependencies lazily so ``nodesmith --help`` stays fast.
+Exit codes: 0 success, 1 a step failed, 2 bad input (invalid manifests or arguments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="nodesmith",
+    help="Karpenter, serverless: simulate provisioning decisions and run the embedded demo.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def simulate(
+    files: Annotated[
+        list[Path],
+        typer.Option("-f", "--filename", help="Manifest file (multi-document YAML); repeatable."),
+    ],
+    region: Annotated[str, typer.Option(help="AWS region of the instance catalogue.")] = "us-east-1",
+    price_table: Annotated[
+        Path | None,
+        typer.Option(help="JSON price table {'prices': {type: USD/hour}}; else Pricing API or labelled estimates."),
+    ] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="json or table.")] = "table",
+    use_aws: Annotated[bool, typer.Option("--aws", help="Read the catalogue from real AWS, not the embedded one.")] = False,
+) -> None:
+    """Print what Nodesmith would launch for the given manifests, launching nothing."""
+    from nodesmith.cli.simulate import run_simulate
+
+    raise typer.Exit(
+        run_simulate(files=files, region=region, price_table=price_table, output=output, use_aws=use_aws)
+    )
+
+
+@app.command()
+def demo(
+    report: Annotated[Path | None, typer.Option(help="Also write a self-contained HTML report here.")] = None,
+    quiet: Annotated[bool, typer.Option(help="Print only the final JSON summary.")] = False,
+) -> None:
+    """Run the end-to-end demo on the embedded AWS (moto) and Kubernetes emulator."""
+    from nodesmith.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(report=report, quiet=quiet))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
