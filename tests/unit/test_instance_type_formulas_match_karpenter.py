@@ -48,7 +48,9 @@ def info(
             "Ipv4AddressesPerInterface": ips,
             "MaximumNetworkInterfaces": enis,
             "DefaultNetworkCardIndex": 0,
-            "NetworkCards": [{"NetworkCardIndex": 0, "MaximumNetworkInterfaces": enis, "BaselineBandwidthInGbps": 0.75}],
+            "NetworkCards": [
+                {"NetworkCardIndex": 0, "MaximumNetworkInterfaces": enis, "BaselineBandwidthInGbps": 0.75},
+            ],
             "EncryptionInTransitSupported": False,
         },
         "SupportedUsageClasses": ["on-demand", "spot"],
