@@ -41,6 +41,7 @@ __all__ = [
     "Duration",
     "KubeModel",
     "NillableDuration",
+    "NodeClassReference",
     "NodeSelectorRequirementWithMinValues",
     "ObjectMeta",
     "OwnerReference",
@@ -303,6 +304,17 @@ class Taint(SpecModel):
     def to_core(self) -> core_model.Taint:
         """This taint as a :class:`nodesmith.core.model.Taint`."""
         return core_model.Taint(key=self.key, effect=self.effect, value=self.value or "")
+
+
+class NodeClassReference(SpecModel):
+    """Reference to the provider node class (``{group: karpenter.k8s.aws, kind: EC2NodeClass, name}``).
+
+    All three fields are required and non-empty; ``group`` contains no ``/``.
+    """
+
+    group: Annotated[str, StringConstraints(min_length=1, pattern=r"^[^/]*$")]
+    kind: Annotated[str, StringConstraints(min_length=1)]
+    name: Annotated[str, StringConstraints(min_length=1)]
 
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"]

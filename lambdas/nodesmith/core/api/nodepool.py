@@ -20,6 +20,7 @@ from nodesmith.core.api.common import (
     Duration,
     KubeModel,
     NillableDuration,
+    NodeClassReference,
     NodeSelectorRequirementWithMinValues,
     ObjectMeta,
     Quantity,
@@ -49,17 +50,6 @@ __all__ = [
 
 API_VERSION: Final = "karpenter.sh/v1"
 KIND: Final = "NodePool"
-
-
-class NodeClassReference(SpecModel):
-    """Reference to the provider node class (``{group: karpenter.k8s.aws, kind: EC2NodeClass, name}``).
-
-    All three fields are required and non-empty; ``group`` contains no ``/``.
-    """
-
-    group: Annotated[str, StringConstraints(min_length=1, pattern=r"^[^/]*$")]
-    kind: Annotated[str, StringConstraints(min_length=1)]
-    name: Annotated[str, StringConstraints(min_length=1)]
 
 
 class NodeClaimTemplateMetadata(SpecModel):
