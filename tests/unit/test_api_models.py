@@ -1,0 +1,440 @@
+"""The CRD models apply Karpenter's v1 defaults and reject what Karpenter's CRDs and webhooks reject.
+
+Rules come from the generated CRDs in aws/karpenter-provider-aws v1.14.1
+(``pkg/apis/crds/*.yaml``) and ``[core]:pkg/apis/v1/*_validation.go``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from nodesmith.core.api.common import format_loc, is_restricted_label, parse_duration
+from nodesmith.core.api.ec2nodeclass import EC2NodeClass, default_block_device_mappings
+from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.api.nodepool import NodePool
+from nodesmith.core.model import NodeSelectorRequirement, Taint
+
+
+def nodepool_doc(**spec_overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "requirements": [
+                        {"key": "karpenter.k8s.aws/instance-category", "operator": "In", "values": ["c", "m", "r"]},
+                        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                    ],
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                }
+            }
+        },
+    }
+    doc["spec"].update(spec_overrides)
+    return doc
+
+
+def with_requirement(req: dict[str, Any]) -> dict[str, Any]:
+    doc = nodepool_doc()
+    doc["spec"]["template"]["spec"]["requirements"] = [req]
+    return doc
+
+
+def errors(exc: pytest.ExceptionInfo[ValidationError]) -> list[tuple[str, str]]:
+    return [(format_loc(tuple(e["loc"])), e["msg"]) for e in exc.value.errors()]
+
+
+# --- NodePool defaults ----------------------------------------------------------------------------
+
+
+def test_nodepool_gets_karpenter_defaults() -> None:
+    np = NodePool.model_validate(nodepool_doc())
+
+    assert np.spec.template.spec.expire_after == "720h"
+    assert np.expire_after_seconds() == 720 * 3600
+    assert np.spec.disruption.consolidation_policy == "WhenEmptyOrUnderutilized"
+    assert np.spec.disruption.consolidate_after == "0s"
+    assert [b.nodes for b in np.spec.disruption.budgets] == ["10%"]
+    assert np.spec.weight is None and np.weight_or_zero == 0
+    assert np.termination_grace_period_seconds() is None
+
+
+def test_nodepool_round_trips_through_dump() -> None:
+    doc = nodepool_doc(
+        limits={"cpu": "1000", "memory": "1000Gi"},
+        weight=50,
+        disruption={
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "1m",
+            "budgets": [{"nodes": "0", "schedule": "@daily", "duration": "10m", "reasons": ["Drifted"]}],
+        },
+    )
+    doc["spec"]["template"]["metadata"] = {"labels": {"team": "a"}, "annotations": {"x": "y"}}
+    doc["spec"]["template"]["spec"]["taints"] = [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+    doc["spec"]["template"]["spec"]["expireAfter"] = "Never"
+    doc["spec"]["template"]["spec"]["terminationGracePeriod"] = "1h30m"
+
+    dumped = NodePool.model_validate(copy.deepcopy(doc)).model_dump(by_alias=True, exclude_none=True)
+
+    assert dumped == doc
+    assert NodePool.model_validate(dumped) == NodePool.model_validate(doc)
+
+
+def test_nodepool_helpers_convert_to_core_types() -> None:
+    doc = nodepool_doc(limits={"cpu": 100, "memory": "64Gi", "nodes": "10"})
+    reqs = doc["spec"]["template"]["spec"]["requirements"]
+    reqs.append({"key": "beta.kubernetes.io/arch", "operator": "In", "values": ["arm64"], "minValues": 1})
+    startup = [{"key": "node.cilium.io/agent-not-ready", "effect": "NoExecute"}]
+    doc["spec"]["template"]["spec"]["startupTaints"] = startup
+    np = NodePool.model_validate(doc)
+
+    assert np.requirements_core()[-1] == NodeSelectorRequirement(
+        key="kubernetes.io/arch", operator="In", values=("arm64",), min_values=1
+    )
+    assert np.startup_taints_core() == (Taint(key="node.cilium.io/agent-not-ready", effect="NoExecute"),)
+    assert np.taints_core() == ()
+    assert np.limits_core() == {"cpu": 100_000, "memory": 64 * 2**30, "nodes": 10}
+    assert np.spec.limits == {"cpu": "100", "memory": "64Gi", "nodes": "10"}
+
+
+# --- NodePool validation --------------------------------------------------------------------------
+
+
+def test_typo_in_template_spec_is_rejected_with_its_path() -> None:
+    doc = nodepool_doc()
+    tspec = doc["spec"]["template"]["spec"]
+    tspec["requirments"] = tspec.pop("requirements")
+
+    with pytest.raises(ValidationError) as exc:
+        NodePool.model_validate(doc)
+
+    assert ("spec.template.spec.requirments", "Extra inputs are not permitted") in errors(exc)
+
+
+@pytest.mark.parametrize(
+    ("requirement", "path", "fragment"),
+    [
+        ({"key": "a.io/b", "operator": "Inn", "values": ["x"]}, "requirements[0].operator", "Input should be"),
+        ({"key": "a.io/b", "operator": "In", "values": []}, "requirements[0]", "must have a value defined"),
+        ({"key": "a.io/b", "operator": "Gt", "values": ["1", "2"]}, "requirements[0]", "single non-negative integer"),
+        ({"key": "a.io/b", "operator": "Lt", "values": ["1.5"]}, "requirements[0]", "single non-negative integer"),
+        ({"key": "a.io/b", "operator": "Gte", "values": ["x"]}, "requirements[0]", "single non-negative integer"),
+        ({"key": "a.io/b", "operator": "In", "values": ["x"], "minValues": 2}, "requirements[0]", "at least that many"),
+        ({"key": "a.io/b", "operator": "Exists", "minValues": 51}, "requirements[0].minValues", "less than or equal"),
+        ({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n"]}, "requirements[0].key", "restricted"),
+        ({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}, "requirements", "restricted"),
+        ({"key": "karpenter.sh/custom", "operator": "Exists"}, "requirements[0].key", "karpenter.sh"),
+        ({"key": "karpenter.k8s.aws/instance-pods", "operator": "Exists"}, "requirements[0].key", "karpenter.k8s.aws"),
+        ({"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["cheap"]}, "requirements[0]", "spot"),
+        ({"key": "bad key!", "operator": "Exists"}, "requirements[0].key", "pattern"),
+    ],
+)
+def test_invalid_requirements_are_rejected(requirement: dict[str, Any], path: str, fragment: str) -> None:
+    with pytest.raises(ValidationError) as exc:
+        NodePool.model_validate(with_requirement(requirement))
+
+    found = errors(exc)
+    assert any(loc == f"spec.template.spec.{path}" and fragment in msg for loc, msg in found), found
+
+
+@pytest.mark.parametrize(
+    "requirement",
+    [
+        {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["2"]},
+        {"key": "karpenter.k8s.aws/instance-cpu", "operator": "Lte", "values": ["64"]},
+        {"key": "karpenter.k8s.aws/instance-family", "operator": "Exists", "minValues": 5},
+        {"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["us-east-1e"]},
+        {"key": "node.kubernetes.io/instance-type", "operator": "DoesNotExist"},
+        {"key": "example.com/team", "operator": "In", "values": ["a", "b"]},
+    ],
+)
+def test_valid_requirements_are_accepted(requirement: dict[str, Any]) -> None:
+    NodePool.model_validate(with_requirement(requirement))
+
+
+@pytest.mark.parametrize(
+    ("labels", "fragment"),
+    [
+        ({"karpenter.sh/nodepool": "x"}, "karpenter.sh/nodepool"),
+        ({"kubernetes.io/hostname": "x"}, "kubernetes.io/hostname"),
+        ({"karpenter.sh/anything": "x"}, "karpenter.sh"),
+        ({"team": "not a label value"}, "not a valid label value"),
+    ],
+)
+def test_restricted_template_labels_are_rejected(labels: dict[str, str], fragment: str) -> None:
+    doc = nodepool_doc()
+    doc["spec"]["template"]["metadata"] = {"labels": labels}
+
+    with pytest.raises(ValidationError) as exc:
+        NodePool.model_validate(doc)
+
+    assert any(loc == "spec.template.metadata.labels" and fragment in msg for loc, msg in errors(exc))
+
+
+@pytest.mark.parametrize(
+    ("budget", "fragment"),
+    [
+        ({"nodes": "101%"}, "pattern"),
+        ({"nodes": "ten"}, "pattern"),
+        ({"nodes": "10%", "schedule": "@daily"}, "'schedule' must be set with 'duration'"),
+        ({"nodes": "10%", "duration": "1h"}, "'schedule' must be set with 'duration'"),
+        ({"nodes": "10%", "schedule": "@daily", "duration": "30s"}, "pattern"),
+        ({"nodes": "10%", "reasons": ["Expired"]}, "Input should be"),
+    ],
+)
+def test_invalid_budgets_are_rejected(budget: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ValidationError) as exc:
+        NodePool.model_validate(nodepool_doc(disruption={"budgets": [budget]}))
+
+    assert any(loc.startswith("spec.disruption.budgets[0]") and fragment in msg for loc, msg in errors(exc))
+
+
+def test_budget_nodes_may_be_a_count_or_percent() -> None:
+    np = NodePool.model_validate(nodepool_doc(disruption={"budgets": [{"nodes": 5}, {"nodes": "100%"}]}))
+
+    assert [b.nodes for b in np.spec.disruption.budgets] == ["5", "100%"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path"),
+    [
+        ({"weight": 0}, "spec.weight"),
+        ({"weight": 101}, "spec.weight"),
+        ({"limits": {"cpu": "lots"}}, "spec.limits.cpu"),
+        ({"replicas": 3, "limits": {"cpu": "10"}}, "spec"),
+        ({"disruption": {"consolidateAfter": "5 minutes"}}, "spec.disruption.consolidateAfter"),
+        ({"disruption": {"consolidationPolicy": "WhenUnderutilized"}}, "spec.disruption.consolidationPolicy"),
+    ],
+)
+def test_invalid_spec_fields_are_rejected(overrides: dict[str, Any], path: str) -> None:
+    with pytest.raises(ValidationError) as exc:
+        NodePool.model_validate(nodepool_doc(**overrides))
+
+    assert path in [loc for loc, _ in errors(exc)]
+
+
+def test_duplicate_taint_key_effect_across_taints_and_startup_taints_is_rejected() -> None:
+    doc = nodepool_doc()
+    doc["spec"]["template"]["spec"]["taints"] = [{"key": "a", "effect": "NoSchedule"}]
+    doc["spec"]["template"]["spec"]["startupTaints"] = [{"key": "a", "value": "x", "effect": "NoSchedule"}]
+
+    with pytest.raises(ValidationError, match="duplicate taint"):
+        NodePool.model_validate(doc)
+
+
+def test_expire_after_accepts_never_and_rejects_days() -> None:
+    doc = nodepool_doc()
+    doc["spec"]["template"]["spec"]["expireAfter"] = "Never"
+    assert NodePool.model_validate(doc).expire_after_seconds() is None
+
+    doc["spec"]["template"]["spec"]["expireAfter"] = "30d"
+    with pytest.raises(ValidationError):
+        NodePool.model_validate(doc)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("720h", 2_592_000.0), ("1h30m", 5400.0), ("30s", 30.0), ("0s", 0.0), ("0", 0.0), ("1.5s", 1.5), ("500ms", 0.5)],
+)
+def test_parse_duration_reads_go_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_parse_duration_never_and_garbage() -> None:
+    assert parse_duration("Never") is None
+    for bad in ("", "5", "1d", "h", "1h 30m"):
+        with pytest.raises(ValueError, match="not a duration"):
+            parse_duration(bad)
+
+
+def test_restricted_labels_follow_karpenter() -> None:
+    assert is_restricted_label("kubernetes.io/hostname")
+    assert is_restricted_label("sub.karpenter.sh/x")
+    assert is_restricted_label("karpenter.k8s.aws/whatever")
+    assert is_restricted_label("karpenter.sh/capacity-type") is None
+    assert is_restricted_label("karpenter.k8s.aws/instance-family") is None
+    assert is_restricted_label("node.kubernetes.io/instance-type") is None
+    assert is_restricted_label("example.com/team") is None
+
+
+# --- NodeClaim ------------------------------------------------------------------------------------
+
+
+def nodeclaim_doc() -> dict[str, Any]:
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {"name": "default-x7k2p", "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "requirements": [
+                {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["default"]},
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "c5.large"]},
+            ],
+            "resources": {"requests": {"cpu": "1500m", "memory": "2Gi", "pods": "3"}},
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+        },
+        "status": {
+            "providerID": "aws:///us-east-1a/i-0abc",
+            "imageID": "ami-123",
+            "allocatable": {"cpu": "1930m", "memory": "7Gi"},
+            "managedByController": "ignored",
+        },
+    }
+
+
+def test_nodeclaim_accepts_nodepool_requirement_and_dumps_for_the_api() -> None:
+    nc = NodeClaim.model_validate(nodeclaim_doc())
+
+    assert nc.nodepool_name == "default"
+    assert nc.status.provider_id == "aws:///us-east-1a/i-0abc"
+    assert nc.requests_core() == {"cpu": 1500, "memory": 2 * 2**30, "pods": 3}
+    assert nc.allocatable_core() == {"cpu": 1930, "memory": 7 * 2**30}
+    dumped = nc.model_dump_k8s()
+    assert dumped["status"] == {
+        "providerID": "aws:///us-east-1a/i-0abc",
+        "imageID": "ami-123",
+        "allocatable": {"cpu": "1930m", "memory": "7Gi"},
+    }
+    assert dumped["spec"]["expireAfter"] == "720h"
+    assert NodeClaim.model_validate(dumped) == nc
+
+
+def test_nodeclaim_conditions_roll_up_into_ready() -> None:
+    nc = NodeClaim.model_validate(nodeclaim_doc())
+    t0, t1, t2 = "2024-01-01T00:00:00Z", "2024-01-01T00:01:00Z", "2024-01-01T00:02:00Z"
+
+    assert nc.set_condition("Launched", "True", "Launched", "", t0)
+    assert not nc.set_condition("Launched", "True", "Launched", "", t1)  # unchanged: keeps t0
+    nc.set_condition("Registered", "True", "Registered", "", t1)
+    ready = nc.condition("Ready")
+    assert ready is not None and ready.status == "Unknown"
+
+    nc.set_condition("Initialized", "True", "Initialized", "", t2)
+
+    ready = nc.condition("Ready")
+    launched = nc.condition("Launched")
+    assert ready is not None and ready.status == "True" and ready.last_transition_time == t2
+    assert launched is not None and launched.last_transition_time == t0
+    assert nc.is_true("Ready")
+
+
+def test_nodeclaim_spec_rejects_unknown_fields() -> None:
+    doc = nodeclaim_doc()
+    doc["spec"]["resource"] = doc["spec"].pop("resources")
+
+    with pytest.raises(ValidationError) as exc:
+        NodeClaim.model_validate(doc)
+
+    assert "spec.resource" in [loc for loc, _ in errors(exc)]
+
+
+# --- EC2NodeClass ---------------------------------------------------------------------------------
+
+
+def nodeclass_doc(**spec: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": "KarpenterNodeRole-demo",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+        },
+    }
+    doc["spec"].update(spec)
+    return doc
+
+
+def test_nodeclass_defaults_and_inferred_family() -> None:
+    nc = EC2NodeClass.model_validate(nodeclass_doc())
+
+    assert nc.ami_family == "AL2023"
+    assert nc.alias == ("al2023", "latest")
+    opts = nc.model_dump(by_alias=True, exclude_none=True)["spec"]["metadataOptions"]
+    assert opts == {
+        "httpEndpoint": "enabled",
+        "httpProtocolIPv6": "disabled",
+        "httpPutResponseHopLimit": 1,
+        "httpTokens": "required",
+    }
+    [root] = nc.effective_block_device_mappings()
+    assert root.device_name == "/dev/xvda"
+    assert root.ebs is not None and root.ebs.volume_size_bytes() == 20 * 2**30
+    assert root.ebs.volume_type == "gp3" and root.ebs.encrypted is True
+
+
+def test_default_block_devices_per_family() -> None:
+    assert [m.device_name for m in default_block_device_mappings("Bottlerocket")] == ["/dev/xvda", "/dev/xvdb"]
+    [windows_root] = default_block_device_mappings("Windows2022")
+    assert windows_root.ebs is not None and windows_root.ebs.volume_size == "50Gi"
+    assert default_block_device_mappings("Custom") == []
+
+
+def test_nodeclass_round_trips_with_kubelet_and_block_devices() -> None:
+    doc = nodeclass_doc(
+        kubelet={
+            "maxPods": 58,
+            "systemReserved": {"cpu": "100m", "memory": "100Mi"},
+            "evictionSoft": {"memory.available": "5%"},
+            "evictionSoftGracePeriod": {"memory.available": "1m"},
+            "clusterDNS": ["10.100.0.10"],
+            "containerLogMaxSize": "50Mi",
+        },
+        blockDeviceMappings=[
+            {"deviceName": "/dev/xvda", "rootVolume": True, "ebs": {"volumeSize": "100Gi", "volumeType": "gp3"}}
+        ],
+        associatePublicIPAddress=False,
+        tags={"team": "platform"},
+    )
+    nc = EC2NodeClass.model_validate(copy.deepcopy(doc))
+    dumped = nc.model_dump(by_alias=True, exclude_none=True)
+    dumped["spec"].pop("metadataOptions")  # default added
+
+    assert dumped == doc
+    assert nc.spec.kubelet is not None and nc.spec.kubelet.max_pods == 58
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragment"),
+    [
+        ({"instanceProfile": "x"}, "exactly one of ['role', 'instanceProfile']"),
+        ({"amiSelectorTerms": [{"alias": "al2023@latest"}, {"id": "ami-1"}]}, "mutually exclusive"),
+        ({"amiSelectorTerms": [{"alias": "ubuntu@latest"}]}, "not supported"),
+        ({"amiSelectorTerms": [{"alias": "windows2022@v1"}]}, "only specify version 'latest'"),
+        ({"amiSelectorTerms": [{"id": "ami-1", "name": "x"}]}, "mutually exclusive"),
+        ({"amiSelectorTerms": [{"tags": {"a": "b"}}]}, "must specify amiFamily"),
+        ({"amiFamily": "AL2"}, "amiFamily must be 'AL2023' or 'Custom'"),
+        ({"subnetSelectorTerms": []}, "at least 1 item"),
+        ({"subnetSelectorTerms": [{"id": "subnet-1", "tags": {"a": "b"}}]}, "mutually exclusive"),
+        ({"securityGroupSelectorTerms": [{"tags": {"a": ""}}]}, "empty tag"),
+        ({"tags": {"kubernetes.io/cluster/demo": "owned"}}, "restricted tag"),
+        ({"tags": {"karpenter.sh/nodepool": "x"}}, "restricted tag"),
+        ({"kubelet": {"evictionSoft": {"memory.available": "5%"}}}, "evictionSoftGracePeriod"),
+        ({"kubelet": {"kubeReserved": {"gpu": "1"}}}, "reservable"),
+        ({"kubelet": {"evictionHard": {"memory.free": "1Gi"}}}, "eviction signal"),
+        ({"kubelet": {"maxPod": 10}}, "unknown field"),
+        ({"kubelet": {"registerWithTaints": []}}, "Karpenter sets it"),
+        ({"kubelet": {"imageGCHighThresholdPercent": 50, "imageGCLowThresholdPercent": 60}}, "greater than"),
+        ({"metadataOptions": {"httpPutResponseHopLimit": 65}}, "less than or equal"),
+        ({"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeType": "gp3"}}]}, "volumeSize"),
+        ({"userdata": "#!/bin/bash"}, "Extra inputs"),
+    ],
+)
+def test_invalid_nodeclasses_are_rejected(spec: dict[str, Any], fragment: str) -> None:
+    doc = nodeclass_doc(**spec)
+
+    with pytest.raises(ValidationError) as exc:
+        EC2NodeClass.model_validate(doc)
+
+    assert any(fragment in msg for _, msg in errors(exc)), errors(exc)
