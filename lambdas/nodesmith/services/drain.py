@@ -1,0 +1,215 @@
+"""Drain a node through the Eviction API within a time budget (shared by interruption and disruption).
+
+The caller cordons and taints the node first (:func:`cordon_node`). :func:`drain_node` then loops:
+list the node's pods, plan with :func:`nodesmith.core.drain.plan_drain`, force-delete what the
+deadline requires, evict the current tier, and wait, until the node is drained or the budget is
+spent. An eviction refused by a PodDisruptionBudget (HTTP 429) is retried per pod with exponential
+backoff from 100 ms, doubling, capped at 5 s (Karpenter retries 100 ms..10 s; kubectl waits a flat
+5 s; ``karpenter-v1.md`` §3.7, ``interruption-peers.md`` §1.3). 404 and 409 on eviction mean the pod
+is gone or was replaced: done, as in Karpenter. Other Kubernetes errors on one pod are retried the
+same way and counted, so one flaky call does not abandon the rest of the node.
+
+Time: ``clock`` is a monotonic clock in seconds and ``sleep`` waits; both are injectable so tests
+run instantly. Wall time inside the loop is ``now + (clock() - start)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.drain import DISRUPTED_TAINT, DrainPlan, plan_drain
+from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.core.model import Node, Pod
+    from nodesmith.core.ports import Cluster
+
+__all__ = [
+    "BACKOFF_CAP_SECONDS",
+    "BACKOFF_INITIAL_SECONDS",
+    "DrainResult",
+    "backoff_seconds",
+    "cordon_node",
+    "drain_node",
+]
+
+BACKOFF_INITIAL_SECONDS = 0.1
+BACKOFF_CAP_SECONDS = 5.0
+POLL_SECONDS = 1.0
+"""How often the drain re-lists pods while waiting for terminating pods to go (kubectl polls every 1 s)."""
+_MAX_NAMED_PODS = 20  # pods named in a result, so one log line stays readable
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Delay before retry number ``attempt`` (1-based): 0.1 s doubling, capped at 5 s."""
+    return min(BACKOFF_CAP_SECONDS, BACKOFF_INITIAL_SECONDS * 2.0 ** max(0, attempt - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class DrainResult:
+    """What one :func:`drain_node` call did. Counts are pods; times are seconds.
+
+    ``complete`` is True when no pod that must leave the node is left (the plan is drained).
+    ``evicted`` counts pods whose eviction was accepted (or that were already gone);
+    ``blocked`` pods answered 429 at least once (``blocked_responses`` counts the answers);
+    ``force_deleted`` pods were deleted directly because of the deadline; ``remaining`` pods still
+    have to leave when the call returned, ``waiting`` of them because of do-not-disrupt;
+    ``skipped`` pods are left alone (DaemonSet, mirror, terminal, ...). ``errors`` counts other
+    failed Kubernetes calls. ``blocked_pods``/``waiting_pods``/``remaining_pods`` name (up to 20)
+    ``namespace/name`` for logs, so an operator can see which pod held the node (NTH #535).
+    """
+
+    node_name: str
+    complete: bool
+    duration_seconds: float
+    evicted: int = 0
+    blocked: int = 0
+    blocked_responses: int = 0
+    force_deleted: int = 0
+    remaining: int = 0
+    waiting: int = 0
+    skipped: int = 0
+    errors: int = 0
+    reason: str = ""
+    blocked_pods: tuple[str, ...] = ()
+    waiting_pods: tuple[str, ...] = ()
+    remaining_pods: tuple[str, ...] = ()
+    last_error: str = ""
+
+
+def cordon_node(*, cluster: Cluster, node_name: str) -> bool:
+    """Taint ``karpenter.sh/disrupted:NoSchedule`` and cordon (idempotent). False when the node is gone.
+
+    Raises :class:`~nodesmith.core.errors.KubernetesError` when the API call fails.
+    """
+    return cluster.taint_and_cordon(node_name=node_name, taint=DISRUPTED_TAINT)
+
+
+@dataclass(slots=True)
+class _State:
+    evicted: set[str] = field(default_factory=set)
+    blocked: set[str] = field(default_factory=set)
+    force_deleted: dict[str, int] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    next_try: dict[str, float] = field(default_factory=dict)
+    blocked_responses: int = 0
+    errors: int = 0
+    last_error: str = ""
+
+
+def _pod_id(pod: Pod) -> str:
+    return pod.uid or pod.key
+
+
+def _retry_later(state: _State, pid: str, t: float) -> None:
+    attempt = state.attempts.get(pid, 0) + 1
+    state.attempts[pid] = attempt
+    state.next_try[pid] = t + backoff_seconds(attempt)
+
+
+def _force_delete(cluster: Cluster, plan: DrainPlan, state: _State) -> None:
+    for item in plan.force_delete:
+        pid = _pod_id(item.pod)
+        if state.force_deleted.get(pid) == item.grace_period_seconds:
+            continue  # already asked with this grace; the API server only shortens it
+        with contextlib.suppress(NotFoundError):
+            cluster.delete_pod(pod=item.pod, grace_period_seconds=item.grace_period_seconds)
+        state.force_deleted[pid] = item.grace_period_seconds
+
+
+def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float) -> None:
+    for pod in plan.evict:
+        pid = _pod_id(pod)
+        if state.next_try.get(pid, 0.0) > t:
+            continue
+        try:
+            outcome = cluster.evict(pod=pod)
+        except (NotFoundError, ConflictError):
+            outcome = "gone"
+        except KubernetesError as exc:
+            state.errors += 1
+            state.last_error = f"evict {pod.key}: {exc}"
+            _retry_later(state, pid, t)
+            continue
+        if outcome == "blocked":
+            state.blocked.add(pid)
+            state.blocked_responses += 1
+            _retry_later(state, pid, t)
+        else:
+            state.evicted.add(pid)
+            state.next_try.pop(pid, None)
+
+
+def _result(*, node: Node, plan: DrainPlan, state: _State, duration: float, reason: str) -> DrainResult:
+    still_blocked = [p.key for p in plan.evict if _pod_id(p) in state.blocked]
+    remaining = [p.key for p in (*plan.evict, *plan.later, *plan.terminating)]
+    remaining += [f.pod.key for f in plan.force_delete] + [w.pod.key for w in plan.waiting]
+    return DrainResult(
+        node_name=node.name,
+        complete=plan.drained,
+        duration_seconds=duration,
+        evicted=len(state.evicted),
+        blocked=len(state.blocked),
+        blocked_responses=state.blocked_responses,
+        force_deleted=len(state.force_deleted),
+        remaining=plan.remaining,
+        waiting=len(plan.waiting),
+        skipped=len(plan.skipped),
+        errors=state.errors,
+        reason=reason,
+        blocked_pods=tuple(still_blocked[:_MAX_NAMED_PODS]),
+        waiting_pods=tuple(w.pod.key for w in plan.waiting[:_MAX_NAMED_PODS]),
+        remaining_pods=tuple(sorted(remaining)[:_MAX_NAMED_PODS]),
+        last_error=state.last_error,
+    )
+
+
+def drain_node(
+    *,
+    cluster: Cluster,
+    node: Node,
+    now: float,
+    deadline: float | None,
+    budget_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    poll_seconds: float = POLL_SECONDS,
+) -> DrainResult:
+    """Evict the pods of an already cordoned ``node`` until it is drained or ``budget_seconds`` pass.
+
+    ``now`` (epoch seconds) is the wall time at the call, ``deadline`` (epoch seconds or None) when
+    the node goes away; see :func:`nodesmith.core.drain.plan_drain` for which pods are evicted,
+    force-deleted, waited for or left. The loop always lists and plans once, so a zero budget still
+    reports the node's state. Returns a :class:`DrainResult`; ``complete`` False with a ``reason``
+    when the budget ran out.
+
+    Raises :class:`~nodesmith.core.errors.KubernetesError` when listing pods or deleting a pod
+    fails (the caller retries the whole message); eviction errors are retried within the budget.
+    """
+    start = clock()
+    end = start + max(0.0, budget_seconds)
+    state = _State()
+    while True:
+        t = clock()
+        plan = plan_drain(
+            node=node, pods=cluster.list_pods(node_name=node.name), now=now + (t - start), deadline=deadline
+        )
+        if plan.drained:
+            return _result(node=node, plan=plan, state=state, duration=t - start, reason="")
+        if t >= end:
+            reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
+            return _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
+        _force_delete(cluster, plan, state)
+        _evict(cluster, plan, state, t)
+        wake = t + poll_seconds
+        retries = [state.next_try[_pod_id(p)] for p in plan.evict if _pod_id(p) in state.next_try]
+        if retries:
+            wake = min(wake, *retries)
+        delay = min(wake, end) - clock()
+        if delay > 0:
+            sleep(delay)
