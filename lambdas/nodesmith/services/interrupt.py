@@ -1,0 +1,475 @@
+"""Act on one interruption message: find our instance and node, taint and cordon, post Events, drain, clean up.
+
+Karpenter's interruption controller (``karpenter-v1.md`` §4.3, ``[aws]:pkg/controllers/interruption/
+controller.go``) deletes the NodeClaim, which runs the termination flow (taint, drain, terminate,
+remove the node). Without a controller in the cluster we do that flow here, per instance named by
+the message:
+
+1. ``cloud.get_instance``. An instance without the tag ``kubernetes.io/cluster/<cluster_name>`` is
+   not ours: ignored ("foreign"), because EC2 events carry no cluster identity and an account-wide
+   rule reaches every cluster's queue (NTH #787). An instance EC2 no longer knows is looked up among
+   our nodes by instance id; not found -> ignored ("unknown instance").
+2. The node by providerID (``aws:///<zone>/<instance-id>``). No node -> nothing to drain.
+3. Events on the node (or the NodeClaim): ``SpotInterrupted``, ``SpotRebalanceRecommendation``,
+   ``InstanceStopping``, ``InstanceTerminating``, ``InstanceUnhealthy`` (scheduled change), plus
+   ``TerminatingOnInterruption`` when the node will be removed (Karpenter
+   ``[aws]:pkg/controllers/interruption/events/events.go``).
+4. Taint ``karpenter.sh/disrupted:NoSchedule`` and cordon (idempotent).
+5. Drain (:func:`nodesmith.services.drain.drain_node`), except for a shutting-down/terminated
+   instance, whose pods are already dying: its Node and NodeClaim are deleted straight away and the
+   pod garbage collector removes the pods, so their controllers replace them at once (Karpenter
+   removes the finalizer immediately when the instance is gone).
+6. Once drained, an instance that Nodesmith (or Karpenter) launched -- tagged ``karpenter.sh/nodepool``
+   or ``karpenter.sh/nodeclaim`` -- is terminated and its Node and NodeClaim deleted, as Karpenter's
+   NodeClaim deletion does. Other instances of the cluster (managed node groups) are drained only.
+
+Rebalance recommendations follow the ``rebalance_action`` setting (see
+:func:`nodesmith.core.interruption.action_for`) and never terminate the instance.
+
+Everything is idempotent, so a redelivered or duplicate message is harmless. A drain that does not
+finish within the budget sets :attr:`InterruptionOutcome.needs_retry`; the handler then fails the
+SQS record so the message comes back and the drain resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum, unique
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.errors import KubernetesError, UnavailableOffering
+from nodesmith.core.interruption import Action, InterruptionMessage, MessageKind, RebalanceAction, action_for
+from nodesmith.core.model import CAPACITY_TYPE_SPOT
+from nodesmith.core.ports import ObjectRef
+from nodesmith.services.drain import DrainResult, cordon_node, drain_node
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.core.model import Node
+    from nodesmith.core.ports import CloudProvider, Cluster, Instance
+
+__all__ = [
+    "EVENT_REASONS",
+    "NODECLAIM_TAG",
+    "NODEPOOL_TAG",
+    "TERMINATING_ON_INTERRUPTION",
+    "InstanceOutcome",
+    "InstanceStatus",
+    "InterruptionOutcome",
+    "Outcome",
+    "cluster_tag",
+    "handle_interruption",
+]
+
+NODEPOOL_TAG = "karpenter.sh/nodepool"
+NODECLAIM_TAG = "karpenter.sh/nodeclaim"
+TERMINATING_ON_INTERRUPTION = "TerminatingOnInterruption"
+
+EVENT_REASONS: dict[MessageKind, tuple[str, str]] = {
+    MessageKind.SPOT_INTERRUPTED: ("SpotInterrupted", "Warning"),
+    MessageKind.REBALANCE_RECOMMENDATION: ("SpotRebalanceRecommendation", "Normal"),
+    MessageKind.INSTANCE_STOPPING: ("InstanceStopping", "Warning"),
+    MessageKind.INSTANCE_TERMINATING: ("InstanceTerminating", "Warning"),
+    MessageKind.SCHEDULED_CHANGE: ("InstanceUnhealthy", "Warning"),
+}
+"""Kubernetes Event reason and type per message kind (Karpenter's interruption event reasons)."""
+
+_REMOVING_KINDS = frozenset(
+    {
+        MessageKind.SPOT_INTERRUPTED,
+        MessageKind.SCHEDULED_CHANGE,
+        MessageKind.INSTANCE_STOPPING,
+        MessageKind.INSTANCE_TERMINATING,
+    }
+)
+"""Kinds after which the instance is not coming back: drain, then terminate and remove the node."""
+_GONE_STATES = frozenset({"shutting-down", "terminated"})
+
+
+def cluster_tag(cluster_name: str) -> str:
+    """The EC2 tag key marking an instance as part of ``cluster_name`` (EKS / Kubernetes cloud provider)."""
+    return f"kubernetes.io/cluster/{cluster_name}"
+
+
+@unique
+class InstanceStatus(StrEnum):
+    """What happened to one instance of a message."""
+
+    IGNORED = "ignored"  # the action is NONE
+    FOREIGN = "foreign"  # not tagged for this cluster
+    UNKNOWN_INSTANCE = "unknown_instance"  # EC2 does not know it and no node has it
+    NO_NODE = "no_node"  # ours, but no Node (not registered yet, or already removed)
+    EVENT_ONLY = "event_only"
+    CORDONED = "cordoned"
+    DRAINED = "drained"  # drained; not terminated (not launched by us, or a rebalance)
+    DRAIN_INCOMPLETE = "drain_incomplete"  # budget spent: retry
+    REMOVED = "removed"  # node (and instance / NodeClaim when ours) removed
+
+
+_IGNORED_STATUSES = frozenset({InstanceStatus.IGNORED, InstanceStatus.FOREIGN, InstanceStatus.UNKNOWN_INSTANCE})
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceOutcome:
+    """The result for one instance: ``status`` and ``detail`` (words), and what was done.
+
+    ``events`` lists the Event reasons posted. ``interrupted_offering`` is the (type, zone, spot)
+    offering to mark unavailable after a spot interruption (Karpenter keeps it out for 3 minutes).
+    """
+
+    instance_id: str
+    status: InstanceStatus
+    detail: str = ""
+    node_name: str | None = None
+    nodeclaim_name: str | None = None
+    cordoned: bool = False
+    events: tuple[str, ...] = ()
+    drain: DrainResult | None = None
+    instance_terminated: bool = False
+    node_deleted: bool = False
+    nodeclaim_deleted: bool = False
+    interrupted_offering: UnavailableOffering | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionOutcome:
+    """Everything the handler needs for logs and metrics about one message.
+
+    Aggregates are over the message's instances: counts of nodes and pods; ``drain_seconds`` is the
+    total drain time in seconds.
+    """
+
+    event_id: str
+    kind: MessageKind
+    action: Action
+    instances: tuple[InstanceOutcome, ...] = ()
+    reason: str = ""
+
+    @property
+    def ignored(self) -> bool:
+        """True when nothing was done for any instance (no-op, action NONE, foreign or unknown)."""
+        return all(i.status in _IGNORED_STATUSES for i in self.instances)
+
+    @property
+    def ignore_reason(self) -> str:
+        """A low-cardinality reason for an ignored message (metric dimension), else ''."""
+        if not self.ignored:
+            return ""
+        if self.reason:
+            return self.reason
+        statuses = {i.status for i in self.instances}
+        return next(iter(statuses)).value if len(statuses) == 1 else "mixed"
+
+    @property
+    def needs_retry(self) -> bool:
+        """True when a drain did not finish: the message should come back."""
+        return any(i.status is InstanceStatus.DRAIN_INCOMPLETE for i in self.instances)
+
+    @property
+    def nodes_cordoned(self) -> int:
+        """Nodes tainted and cordoned."""
+        return sum(1 for i in self.instances if i.cordoned)
+
+    @property
+    def pods_evicted(self) -> int:
+        """Pods whose eviction was accepted."""
+        return sum(i.drain.evicted for i in self.instances if i.drain)
+
+    @property
+    def pods_blocked_by_pdb(self) -> int:
+        """Pods whose eviction a PodDisruptionBudget refused (429) at least once."""
+        return sum(i.drain.blocked for i in self.instances if i.drain)
+
+    @property
+    def pods_force_deleted(self) -> int:
+        """Pods deleted directly because of the deadline."""
+        return sum(i.drain.force_deleted for i in self.instances if i.drain)
+
+    @property
+    def pods_remaining(self) -> int:
+        """Pods still to leave their nodes."""
+        return sum(i.drain.remaining for i in self.instances if i.drain)
+
+    @property
+    def drain_seconds(self) -> float:
+        """Seconds spent draining."""
+        return sum(i.drain.duration_seconds for i in self.instances if i.drain)
+
+    @property
+    def nodeclaims_terminated(self) -> int:
+        """NodeClaims deleted."""
+        return sum(1 for i in self.instances if i.nodeclaim_deleted)
+
+    def as_log(self) -> dict[str, Any]:
+        """A JSON-ready summary for one structured log line."""
+        return {
+            "event_id": self.event_id,
+            "kind": self.kind.value,
+            "action": self.action.value,
+            "reason": self.reason,
+            "needs_retry": self.needs_retry,
+            "instances": [asdict(i) for i in self.instances],
+        }
+
+
+Outcome = InterruptionOutcome
+
+
+def _iso(epoch: float) -> str:
+    try:
+        return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, ValueError, OSError):
+        return f"{epoch:.0f}"
+
+
+def _event_message(message: InterruptionMessage, instance_id: str) -> str:
+    kind = message.kind
+    if kind is MessageKind.SPOT_INTERRUPTED:
+        when = _iso(message.deadline) if message.deadline is not None else "soon"
+        action = f" ({message.instance_action})" if message.instance_action else ""
+        return f"Spot interruption warning for {instance_id}: EC2 reclaims it at {when}{action}"
+    if kind is MessageKind.REBALANCE_RECOMMENDATION:
+        return f"EC2 rebalance recommendation for {instance_id}: elevated risk of spot interruption"
+    if kind is MessageKind.SCHEDULED_CHANGE:
+        code = message.event_type_code or "scheduled change"
+        return f"AWS Health scheduled change for {instance_id}: {code}"
+    return f"Instance {instance_id} is {message.state or kind.value}"
+
+
+@dataclass(slots=True)
+class _Case:
+    """What is known about one instance while it is handled."""
+
+    instance_id: str
+    instance: Instance | None = None
+    node: Node | None = None
+    nodeclaim_name: str | None = None
+    launched_by_us: bool = False
+    gone: bool = False
+    offering: UnavailableOffering | None = None
+    cordoned: bool = False
+    drain: DrainResult | None = None
+    events: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def ref(self) -> ObjectRef | None:
+        """Where Events go: the Node, else the NodeClaim, else nowhere."""
+        if self.node is not None:
+            return ObjectRef(kind="Node", name=self.node.name)
+        if self.nodeclaim_name:
+            return ObjectRef(kind="NodeClaim", name=self.nodeclaim_name, api_version="karpenter.sh/v1")
+        return None
+
+    def outcome(self, status: InstanceStatus, detail: str, **removed: bool) -> InstanceOutcome:
+        """Freeze into an :class:`InstanceOutcome`."""
+        return InstanceOutcome(
+            instance_id=self.instance_id,
+            status=status,
+            detail=detail,
+            node_name=self.node.name if self.node is not None else None,
+            nodeclaim_name=self.nodeclaim_name,
+            cordoned=self.cordoned,
+            events=tuple(self.events),
+            drain=self.drain,
+            interrupted_offering=self.offering,
+            warnings=tuple(self.warnings),
+            **removed,
+        )
+
+
+class _Run:
+    """One message's work: the ports, the clock and the drain budget shared by its instances."""
+
+    def __init__(
+        self,
+        *,
+        message: InterruptionMessage,
+        cluster: Cluster,
+        cloud: CloudProvider,
+        cluster_name: str,
+        action: Action,
+        now: float,
+        drain_budget_seconds: float,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.message = message
+        self.cluster = cluster
+        self.cloud = cloud
+        self.cluster_name = cluster_name
+        self.action = action
+        self.now = now
+        self.sleep = sleep
+        self.clock = clock
+        self.start = clock()
+        self.budget_end = self.start + max(0.0, drain_budget_seconds)
+        self.removing = action is Action.CORDON_AND_DRAIN and message.kind in _REMOVING_KINDS
+        self.text = ""
+
+    def post(self, case: _Case, reason: str, type_: str) -> None:
+        """Post an Event on the case's node or NodeClaim; failures become warnings (Events are best effort)."""
+        ref = case.ref()
+        if ref is None:
+            return
+        try:
+            self.cluster.record_event(ref=ref, reason=reason, message=self.text, type_=type_)
+        except KubernetesError as exc:
+            case.warnings.append(f"event {reason} on {ref.kind}/{ref.name}: {exc}")
+            return
+        case.events.append(reason)
+
+    def locate(self, instance_id: str) -> _Case | InstanceOutcome:
+        """Find the instance and its node; an :class:`InstanceOutcome` when the instance is not ours."""
+        case = _Case(instance_id=instance_id)
+        instance = self.cloud.get_instance(instance_id=instance_id)
+        if instance is None:
+            case.node = next((n for n in self.cluster.list_nodes() if n.instance_id == instance_id), None)
+            if case.node is None:
+                return case.outcome(
+                    InstanceStatus.UNKNOWN_INSTANCE, "EC2 does not know the instance and no node has it"
+                )
+            case.gone = True  # EC2 no longer lists it: it is long gone
+            return case
+        tag = cluster_tag(self.cluster_name)
+        if tag not in instance.tags:
+            return case.outcome(InstanceStatus.FOREIGN, f"instance is not tagged {tag}")
+        case.instance = instance
+        case.launched_by_us = NODEPOOL_TAG in instance.tags or NODECLAIM_TAG in instance.tags
+        case.nodeclaim_name = instance.tags.get(NODECLAIM_TAG) or None
+        case.gone = self.message.kind is MessageKind.INSTANCE_TERMINATING or instance.state in _GONE_STATES
+        if self.message.kind is MessageKind.SPOT_INTERRUPTED:
+            case.offering = UnavailableOffering(
+                instance_type=instance.instance_type,
+                zone=instance.zone,
+                capacity_type=CAPACITY_TYPE_SPOT,
+                code="SpotInterruption",
+            )
+        case.node = self.cluster.find_node_by_provider_id(provider_id=instance.provider_id)
+        return case
+
+    def handle(self, instance_id: str) -> InstanceOutcome:
+        """Locate, post the Event, cordon, then drain and remove as the action says."""
+        located = self.locate(instance_id)
+        if isinstance(located, InstanceOutcome):
+            return located
+        case = located
+        reason, type_ = EVENT_REASONS[self.message.kind]
+        self.text = _event_message(self.message, instance_id)
+        self.post(case, reason, type_)
+        if self.action is Action.EVENT_ONLY:
+            return case.outcome(InstanceStatus.EVENT_ONLY, "event posted")
+        if case.node is not None:
+            case.cordoned = cordon_node(cluster=self.cluster, node_name=case.node.name)
+            if not case.cordoned:
+                case.node = None  # deleted meanwhile
+        if case.node is None:
+            if self.removing and (case.gone or case.launched_by_us):
+                return self.remove(case)  # Karpenter deletes the NodeClaim whether or not a node registered
+            return case.outcome(InstanceStatus.NO_NODE, "no node for the instance")
+        if self.action is Action.CORDON:
+            return case.outcome(InstanceStatus.CORDONED, "tainted and cordoned")
+        return self.drain(case, case.node)
+
+    def drain(self, case: _Case, node: Node) -> InstanceOutcome:
+        """Drain the cordoned node; remove it afterwards when the instance is not coming back."""
+        if self.removing:
+            self.post(case, TERMINATING_ON_INTERRUPTION, "Warning")
+            if case.gone:
+                # The instance is already going and its pods with it: remove the node so they are replaced now.
+                return self.remove(case)
+        case.drain = drain_node(
+            cluster=self.cluster,
+            node=node,
+            now=self.now + (self.clock() - self.start),
+            deadline=self.message.deadline,
+            budget_seconds=max(0.0, self.budget_end - self.clock()),
+            sleep=self.sleep,
+            clock=self.clock,
+        )
+        if not case.drain.complete:
+            return case.outcome(InstanceStatus.DRAIN_INCOMPLETE, case.drain.reason)
+        if self.removing and case.launched_by_us:
+            return self.remove(case)
+        detail = "drained" if case.launched_by_us else "drained; not launched by Nodesmith, left to its owner"
+        return case.outcome(InstanceStatus.DRAINED, detail)
+
+    def remove(self, case: _Case) -> InstanceOutcome:
+        """Terminate the instance (when ours and still up), delete the Node and the NodeClaim."""
+        terminated = node_deleted = nodeclaim_deleted = False
+        if case.instance is not None and case.launched_by_us and case.instance.state not in _GONE_STATES:
+            self.cloud.terminate(instance_ids=[case.instance_id])
+            terminated = True
+        if case.node is not None:
+            self.cluster.delete_node(name=case.node.name)
+            node_deleted = True
+        if case.nodeclaim_name:
+            self.cluster.delete_nodeclaim(name=case.nodeclaim_name)
+            nodeclaim_deleted = True
+        done = [
+            what
+            for what, flag in (
+                ("instance terminated", terminated),
+                ("node deleted", node_deleted),
+                ("nodeclaim deleted", nodeclaim_deleted),
+            )
+            if flag
+        ]
+        return case.outcome(
+            InstanceStatus.REMOVED,
+            ", ".join(done) or "nothing left to remove",
+            instance_terminated=terminated,
+            node_deleted=node_deleted,
+            nodeclaim_deleted=nodeclaim_deleted,
+        )
+
+
+def handle_interruption(
+    *,
+    message: InterruptionMessage,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    cluster_name: str,
+    rebalance_action: RebalanceAction,
+    now: float,
+    drain_budget_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> InterruptionOutcome:
+    """Act on ``message`` for every instance it names; see the module docstring for the flow.
+
+    ``now`` is the wall time in epoch seconds; ``drain_budget_seconds`` bounds the time spent
+    draining all the message's nodes together (seconds); ``sleep`` and ``clock`` (monotonic seconds)
+    are injectable for tests. A NO_OP message or an action of NONE touches nothing.
+
+    Raises :class:`~nodesmith.core.errors.KubernetesError` (or the cloud provider's errors) when a
+    call that must succeed fails -- taint/cordon, listing, deleting, terminating -- so the message is
+    retried; Event failures and per-pod eviction errors are reported, not raised.
+    """
+    action = action_for(message.kind, rebalance_action=rebalance_action)
+    if message.kind is MessageKind.NO_OP:
+        return InterruptionOutcome(event_id=message.event_id, kind=message.kind, action=action, reason=message.reason)
+    if action is Action.NONE:
+        ignored = tuple(
+            InstanceOutcome(iid, InstanceStatus.IGNORED, f"{message.kind.value} is configured to be ignored")
+            for iid in message.instance_ids
+        )
+        return InterruptionOutcome(
+            event_id=message.event_id, kind=message.kind, action=action, instances=ignored, reason="action_none"
+        )
+    run = _Run(
+        message=message,
+        cluster=cluster,
+        cloud=cloud,
+        cluster_name=cluster_name,
+        action=action,
+        now=now,
+        drain_budget_seconds=drain_budget_seconds,
+        sleep=sleep,
+        clock=clock,
+    )
+    results = tuple(run.handle(iid) for iid in message.instance_ids)
+    return InterruptionOutcome(event_id=message.event_id, kind=message.kind, action=action, instances=results)
