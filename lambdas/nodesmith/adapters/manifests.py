@@ -24,6 +24,7 @@ whose message names the file, the 1-based document number, the kind/name when kn
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import uuid
@@ -237,16 +238,23 @@ def _add(bundle: ManifestBundle, doc: Mapping[str, Any], source: str, number: in
 
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
+    """The most telling error: an unknown field first (it usually explains a "missing" one)."""
     errors = exc.errors(include_url=False)
+    errors.sort(key=lambda e: e.get("type") != "extra_forbidden")
     first = errors[0]
+    loc = tuple(first.get("loc", ()))
     reason = str(first.get("msg", "invalid"))
     for prefix in ("Value error, ", "Assertion failed, "):
         reason = reason.removeprefix(prefix)
     if first.get("type") == "extra_forbidden":
         reason = "unknown field (not in the CRD schema)"
+        missing = [str(e["loc"][-1]) for e in errors if e.get("type") == "missing" and tuple(e["loc"][:-1]) == loc[:-1]]
+        close = difflib.get_close_matches(str(loc[-1]), missing, n=1) if loc else []
+        if close:
+            reason += f"; did you mean {close[0]!r}?"
     if len(errors) > 1:
         reason += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
-    return format_loc(tuple(first.get("loc", ()))), reason
+    return format_loc(loc), reason
 
 
 def _check_duplicates(bundle: ManifestBundle) -> None:
