@@ -252,6 +252,7 @@ def _first_error(exc: ValidationError) -> tuple[str, str]:
         close = difflib.get_close_matches(str(loc[-1]), missing, n=1) if loc else []
         if close:
             reason += f"; did you mean {close[0]!r}?"
+            errors = [e for e in errors if tuple(e["loc"]) != (*loc[:-1], close[0])]
     if len(errors) > 1:
         reason += f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
     return format_loc(loc), reason
