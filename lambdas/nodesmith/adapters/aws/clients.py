@@ -1,0 +1,83 @@
+"""boto3 clients for the EC2 side, created lazily and cached per process (one per service x region).
+
+Every client shares one botocore ``Config``: adaptive retry mode (client-side rate limiting on
+throttles, up to 8 attempts), 5 s connect / 30 s read timeouts, and a ``nodesmith`` user agent.
+``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_<SERVICE>`` are honoured by botocore itself, which is
+how the embedded AWS (moto server) is reached without any code path of its own.
+
+Nothing here runs at import time: the first call creates the boto3 session.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "SERVICE_CONFIG",
+    "client",
+    "pricing_region",
+    "reset_clients",
+]
+
+_LOCK = threading.Lock()
+_CLIENTS: dict[tuple[str, str | None], Any] = {}
+_SESSION: Any = None
+
+DEFAULT_CONFIG: dict[str, Any] = {
+    "retries": {"mode": "adaptive", "max_attempts": 8},
+    "connect_timeout": 5,
+    "read_timeout": 30,
+    "user_agent_extra": "nodesmith",
+    "tcp_keepalive": True,
+}
+"""Keyword arguments of the shared ``botocore.config.Config`` (seconds for timeouts)."""
+
+SERVICE_CONFIG: dict[str, dict[str, Any]] = {
+    # Prices have fallbacks (price table, estimates): fail fast rather than retry for seconds.
+    "pricing": {"retries": {"mode": "standard", "max_attempts": 2}, "read_timeout": 15},
+}
+"""Per-service overrides of :data:`DEFAULT_CONFIG`."""
+
+
+def pricing_region(region: str) -> str:
+    """Region of the AWS Pricing API endpoint serving ``region``.
+
+    The Pricing API is only in us-east-1, eu-central-1 and ap-south-1 (and cn-northwest-1 for the
+    China partition); us-east-1 serves every commercial region.
+    """
+    return "cn-northwest-1" if region.startswith("cn-") else "us-east-1"
+
+
+def client(service: str, *, region: str | None = None) -> Any:
+    """The cached boto3 client for ``service`` in ``region`` (None: the session's default region).
+
+    Thread-safe; clients themselves are thread-safe in boto3. Credentials come from the standard
+    chain (Lambda role, environment, profile).
+    """
+    key = (service, region)
+    cached = _CLIENTS.get(key)
+    if cached is not None:
+        return cached
+    with _LOCK:
+        cached = _CLIENTS.get(key)
+        if cached is None:
+            import boto3
+            from botocore.config import Config
+
+            global _SESSION  # noqa: PLW0603 - one session per process, created on first use
+            if _SESSION is None:
+                _SESSION = boto3.session.Session()
+            config = Config(**{**DEFAULT_CONFIG, **SERVICE_CONFIG.get(service, {})})
+            cached = _SESSION.client(service, region_name=region, config=config)
+            _CLIENTS[key] = cached
+    return cached
+
+
+def reset_clients() -> None:
+    """Forget every cached client and the session (tests switching endpoints or credentials)."""
+    global _SESSION  # noqa: PLW0603
+    with _LOCK:
+        _CLIENTS.clear()
+        _SESSION = None
