@@ -1,0 +1,502 @@
+"""Resolve an EC2NodeClass against EC2: subnets, security groups, AMIs and the instance profile.
+
+Semantics follow Karpenter's AWS provider (``pkg/providers/subnet``, ``securitygroup``,
+``amifamily/ami.go``, ``al2023.go``, ``instanceprofile``):
+
+* selector terms are ORed; inside a term every tag must match (ANDed); a tag value ``"*"`` only
+  requires the key; ``id`` (and ``name`` for security groups) select exactly.
+* per zone the subnet with the most available IPv4 addresses is used (ties: lowest id).
+* AMIs: ``alias: al2023@latest`` / ``al2023@v20240625`` reads the EKS-published SSM parameters
+  ``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/<x86_64|arm64>/<variant>/recommended/image_id``
+  (pinned: ``.../<variant>/amazon-eks-node-al2023-<arch>-<variant>-<k8s>-<version>/image_id``) for
+  the ``standard``, ``nvidia`` (x86_64, arm64) and ``neuron`` (x86_64) variants; other terms
+  (``id``, ``tags``, ``name``, ``owner``, ``ssmParameter``) go through DescribeImages/GetParameter
+  and the newest image per architecture wins.
+* instance profile: ``spec.instanceProfile`` as is; with ``spec.role``, the provider's configured
+  profile, else one created for the role (``nodesmith_<cluster>_<hash>``).
+
+Results are cached per EC2NodeClass spec for ``ttl_seconds`` (60 s, Karpenter's discovery refresh).
+Whatever does not resolve is named in one :class:`NodeClassNotReadyError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.errors import NodeClassNotReadyError
+from nodesmith.core.instancetypes import NEURON, KubeletSettings
+from nodesmith.core.resources import GPU_NVIDIA, QuantityError, parse_quantity
+
+if TYPE_CHECKING:
+    from nodesmith.core.model import InstanceType
+
+__all__ = [
+    "AmiCompatibility",
+    "Image",
+    "NodeClassResolver",
+    "ResolvedNodeClass",
+    "SecurityGroup",
+    "Subnet",
+    "block_device_mappings",
+    "field_value",
+    "nodeclass_json",
+    "required_variant",
+    "root_volume_bytes",
+    "ssm_alias_parameter",
+]
+
+LOG = logging.getLogger(__name__)
+
+GIB = 2**30
+_ARCH_TO_EC2 = {"amd64": "x86_64", "arm64": "arm64"}
+_EC2_TO_ARCH = {v: k for k, v in _ARCH_TO_EC2.items()}
+_ALIAS_VARIANTS = {"x86_64": ("standard", "nvidia", "neuron"), "arm64": ("standard", "nvidia")}
+_DEFAULT_ROOT_VOLUME = {
+    "deviceName": "/dev/xvda",
+    "rootVolume": True,
+    "ebs": {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": True},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Subnet:
+    """A subnet the node class selected: id, zone, zone id and free IPv4 addresses."""
+
+    id: str
+    zone: str
+    zone_id: str
+    available_ips: int
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityGroup:
+    """A security group the node class selected."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An AMI: ``arch`` is the Kubernetes name (amd64/arm64); ``variant`` is standard/nvidia/neuron for
+    alias-resolved EKS AMIs and ``""`` for user-selected AMIs (usable by every type of that arch).
+    """
+
+    id: str
+    arch: str
+    variant: str = ""
+    name: str = ""
+    creation_date: str = ""
+
+
+def required_variant(instance_type: InstanceType) -> str:
+    """EKS AMI variant an instance type needs: ``nvidia`` with NVIDIA GPUs, ``neuron`` with Neuron devices."""
+    if instance_type.capacity.get(GPU_NVIDIA, 0) > 0:
+        return "nvidia"
+    if instance_type.capacity.get(NEURON, 0) > 0:
+        return "neuron"
+    return "standard"
+
+
+@dataclass(frozen=True, slots=True)
+class AmiCompatibility:
+    """Hashable predicate: does the node class have an AMI for this instance type (arch and variant)?"""
+
+    images: tuple[Image, ...]
+
+    def image_for(self, instance_type: InstanceType) -> Image | None:
+        """The AMI to launch ``instance_type`` with, or None (Karpenter drops such types from a launch)."""
+        arch = instance_type.labels.get("kubernetes.io/arch", "")
+        variant = required_variant(instance_type)
+        for image in self.images:
+            if image.arch == arch and image.variant in ("", variant):
+                return image
+        return None
+
+    def __call__(self, instance_type: InstanceType) -> bool:
+        return self.image_for(instance_type) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedNodeClass:
+    """An EC2NodeClass resolved against EC2.
+
+    ``subnets`` maps zone -> the subnet launches use there; ``spec`` is the node class spec as
+    Karpenter JSON (camelCase) for the launch template; ``root_volume_bytes`` the root EBS size.
+    """
+
+    name: str
+    subnets: Mapping[str, Subnet]
+    security_groups: tuple[SecurityGroup, ...]
+    images: tuple[Image, ...]
+    instance_profile: str
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    kubelet: KubeletSettings | None = None
+    root_volume_bytes: int = 20 * GIB
+
+    @property
+    def compatibility(self) -> AmiCompatibility:
+        """The AMI predicate for the catalogue and launches."""
+        return AmiCompatibility(self.images)
+
+    @property
+    def zones(self) -> frozenset[str]:
+        """Zones the node class has a subnet in."""
+        return frozenset(self.subnets)
+
+    @property
+    def instance_store_policy(self) -> str | None:
+        """``spec.instanceStorePolicy`` (``RAID0``) or None."""
+        value = self.spec.get("instanceStorePolicy")
+        return str(value) if value else None
+
+
+def nodeclass_json(nodeclass: Any) -> tuple[str, dict[str, Any]]:
+    """``(name, spec as Karpenter JSON)`` of an EC2NodeClass model, or of a manifest dict.
+
+    Accepts the pydantic ``nodesmith.core.api.ec2nodeclass.EC2NodeClass`` (dumped by alias) or a
+    ``{"metadata": {"name"}, "spec": {...}}`` dict.
+    """
+    if isinstance(nodeclass, Mapping):
+        return str((nodeclass.get("metadata") or {}).get("name", "")), dict(nodeclass.get("spec") or {})
+    name = str(getattr(getattr(nodeclass, "metadata", None), "name", "") or "")
+    spec: Any = getattr(nodeclass, "spec", None)
+    if hasattr(spec, "model_dump"):
+        return name, dict(spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    return name, dict(spec or {})
+
+
+def field_value(obj: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """``obj[key]`` with a case-insensitive fallback (``httpProtocolIPv6`` vs ``httpProtocolIpv6``)."""
+    if key in obj:
+        return obj[key]
+    lowered = key.lower()
+    for k, v in obj.items():
+        if k.lower() == lowered:
+            return v
+    return default
+
+
+def ssm_alias_parameter(*, k8s_version: str, arch: str, variant: str, version: str) -> str:
+    """SSM parameter of an EKS AL2023 AMI (Karpenter ``AL2023.resolvePath``); ``arch`` is x86_64/arm64."""
+    leaf = "recommended" if version == "latest" else f"amazon-eks-node-al2023-{arch}-{variant}-{k8s_version}-{version}"
+    return f"/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
+
+
+def _tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
+    return [
+        {"Name": "tag-key", "Values": [k]} if v == "*" else {"Name": f"tag:{k}", "Values": [v]}
+        for k, v in sorted(tags.items())
+    ]
+
+
+def _terms_text(terms: Sequence[Mapping[str, Any]]) -> str:
+    return json.dumps(list(terms), sort_keys=True, separators=(",", ":"))
+
+
+def _code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+class NodeClassResolver:
+    """Resolve EC2NodeClasses with boto3 clients (``ec2``, ``ssm``; ``iam`` for role-based profiles).
+
+    ``kubernetes_version`` (``"1.31"`` or a callable returning it) selects alias AMIs;
+    ``instance_profile`` is used for node classes whose ``role`` is ``role_for_profile`` (name or
+    ARN; None: any role); ``clock`` returns monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        ec2: Any,
+        ssm: Any,
+        cluster_name: str,
+        kubernetes_version: str | Callable[[], str],
+        iam: Any | None = None,
+        instance_profile: str | None = None,
+        role_for_profile: str | None = None,
+        ttl_seconds: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._ec2 = ec2
+        self._ssm = ssm
+        self._iam = iam
+        self._cluster = cluster_name
+        self._k8s_version = kubernetes_version
+        self._instance_profile = instance_profile
+        self._profile_role = role_for_profile.rsplit("/", 1)[-1] if role_for_profile else None
+        self._ttl = ttl_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[float, ResolvedNodeClass]] = {}
+        self._profiles: dict[str, str] = {}
+
+    def kubernetes_version(self) -> str:
+        """The cluster's Kubernetes minor version (``"1.31"``)."""
+        return self._k8s_version() if callable(self._k8s_version) else self._k8s_version
+
+    def resolve(self, *, nodeclass: Any) -> ResolvedNodeClass:
+        """Resolve ``nodeclass`` (model or manifest dict); cached per spec for the TTL.
+
+        Raises ``NodeClassNotReadyError`` naming every selector that matched nothing, and
+        ``QuantityError`` for an invalid volume size.
+        """
+        name, spec = nodeclass_json(nodeclass)
+        key = name + "\x00" + json.dumps(spec, sort_keys=True, default=str)
+        now = self._clock()
+        hit = self._cache.get(key)
+        if hit and now < hit[0]:
+            return hit[1]
+        resolved = self._resolve(name, spec)
+        with self._lock:
+            self._cache = {k: v for k, v in self._cache.items() if now < v[0]}
+            self._cache[key] = (now + self._ttl, resolved)
+        return resolved
+
+    def invalidate(self) -> None:
+        """Forget cached resolutions (after a launch failed on a stale subnet or AMI)."""
+        with self._lock:
+            self._cache.clear()
+
+    def _resolve(self, name: str, spec: Mapping[str, Any]) -> ResolvedNodeClass:
+        problems: list[str] = []
+        subnet_terms = list(field_value(spec, "subnetSelectorTerms") or [])
+        sg_terms = list(field_value(spec, "securityGroupSelectorTerms") or [])
+        ami_terms = list(field_value(spec, "amiSelectorTerms") or [])
+        subnets = self.subnets(subnet_terms) if subnet_terms else []
+        if not subnets:
+            problems.append(f"no subnet matched subnetSelectorTerms {_terms_text(subnet_terms)}")
+        groups = self.security_groups(sg_terms) if sg_terms else []
+        if not groups:
+            problems.append(f"no security group matched securityGroupSelectorTerms {_terms_text(sg_terms)}")
+        images: list[Image] = []
+        if ami_terms:
+            try:
+                images = self.images(ami_terms)
+            except NodeClassNotReadyError as exc:
+                problems.append(str(exc))
+        if not images and not any("amiSelectorTerms" in p for p in problems):
+            problems.append(f"no AMI matched amiSelectorTerms {_terms_text(ami_terms)}")
+        profile = ""
+        try:
+            profile = self.instance_profile(spec)
+        except NodeClassNotReadyError as exc:
+            problems.append(str(exc))
+        if problems:
+            raise NodeClassNotReadyError(f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(problems))
+        by_zone: dict[str, Subnet] = {}
+        for subnet in sorted(subnets, key=lambda s: (-s.available_ips, s.id)):
+            by_zone.setdefault(subnet.zone, subnet)
+        return ResolvedNodeClass(
+            name=name,
+            subnets=by_zone,
+            security_groups=tuple(groups),
+            images=tuple(images),
+            instance_profile=profile,
+            spec=dict(spec),
+            kubelet=KubeletSettings.from_kubelet(field_value(spec, "kubelet")),
+            root_volume_bytes=root_volume_bytes(spec),
+        )
+
+    # -- subnets and security groups -------------------------------------------------------------
+
+    def subnets(self, terms: Sequence[Mapping[str, Any]]) -> list[Subnet]:
+        """Every available subnet matching any term (DescribeSubnets once per term)."""
+        found: dict[str, Subnet] = {}
+        for term in terms:
+            filters: list[dict[str, Any]] = [{"Name": "state", "Values": ["available"]}]
+            if term_id := field_value(term, "id"):
+                filters.append({"Name": "subnet-id", "Values": [term_id]})
+            filters += _tag_filters(field_value(term, "tags") or {})
+            for page in self._ec2.get_paginator("describe_subnets").paginate(Filters=filters):
+                for s in page.get("Subnets", []):
+                    found[s["SubnetId"]] = Subnet(
+                        id=s["SubnetId"],
+                        zone=s["AvailabilityZone"],
+                        zone_id=s.get("AvailabilityZoneId", ""),
+                        available_ips=int(s.get("AvailableIpAddressCount", 0)),
+                    )
+        return list(found.values())
+
+    def security_groups(self, terms: Sequence[Mapping[str, Any]]) -> list[SecurityGroup]:
+        """Every security group matching any term (by id, name or tags)."""
+        found: dict[str, SecurityGroup] = {}
+        for term in terms:
+            filters: list[dict[str, Any]] = []
+            if term_id := field_value(term, "id"):
+                filters.append({"Name": "group-id", "Values": [term_id]})
+            if term_name := field_value(term, "name"):
+                filters.append({"Name": "group-name", "Values": [term_name]})
+            filters += _tag_filters(field_value(term, "tags") or {})
+            if not filters:
+                continue
+            for page in self._ec2.get_paginator("describe_security_groups").paginate(Filters=filters):
+                for g in page.get("SecurityGroups", []):
+                    found[g["GroupId"]] = SecurityGroup(id=g["GroupId"], name=g.get("GroupName", ""))
+        return sorted(found.values(), key=lambda g: g.id)
+
+    # -- AMIs ------------------------------------------------------------------------------------
+
+    def images(self, terms: Sequence[Mapping[str, Any]]) -> list[Image]:
+        """AMIs for the terms: alias -> EKS SSM parameters; otherwise the newest match per arch."""
+        aliases = [field_value(t, "alias") for t in terms if field_value(t, "alias")]
+        if aliases:
+            return self._alias_images(str(aliases[0]))
+        candidates: dict[str, Image] = {}
+        for term in terms:
+            for image in self._term_images(term):
+                candidates[image.id] = image
+        newest: dict[str, Image] = {}
+        for image in sorted(candidates.values(), key=lambda i: (i.creation_date, i.id), reverse=True):
+            newest.setdefault(image.arch, image)
+        return [newest[a] for a in sorted(newest)]
+
+    def _alias_images(self, alias: str) -> list[Image]:
+        family, _, version = alias.partition("@")
+        if family.lower() != "al2023" or not version:
+            raise NodeClassNotReadyError(f"amiSelectorTerms alias {alias!r}: only al2023@latest or al2023@vYYYYMMDD")
+        k8s = self.kubernetes_version()
+        images: list[Image] = []
+        tried: list[str] = []
+        for arch, variants in _ALIAS_VARIANTS.items():
+            for variant in variants:
+                parameter = ssm_alias_parameter(k8s_version=k8s, arch=arch, variant=variant, version=version)
+                tried.append(parameter)
+                try:
+                    image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+                except Exception as exc:  # ParameterNotFound for variants EKS does not publish
+                    if _code(exc) not in ("ParameterNotFound", "ParameterVersionNotFound"):
+                        LOG.warning("SSM %s: %s", parameter, exc)
+                    continue
+                images.append(Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant, name=alias))
+        if not images:
+            raise NodeClassNotReadyError(
+                f"amiSelectorTerms alias {alias!r}: no SSM parameter for Kubernetes {k8s} "
+                f"(tried {tried[0]} and {len(tried) - 1} more)"
+            )
+        return images
+
+    def _term_images(self, term: Mapping[str, Any]) -> list[Image]:
+        if parameter := field_value(term, "ssmParameter"):
+            try:
+                image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+            except Exception as exc:
+                LOG.warning("SSM parameter %s: %s", parameter, exc)
+                return []
+            return self._describe_images(ImageIds=[str(image_id)])
+        kwargs: dict[str, Any] = {}
+        filters: list[dict[str, Any]] = []
+        if term_id := field_value(term, "id"):
+            filters.append({"Name": "image-id", "Values": [term_id]})
+        if term_name := field_value(term, "name"):
+            filters.append({"Name": "name", "Values": [term_name]})
+            if not field_value(term, "owner"):
+                kwargs["Owners"] = ["self", "amazon"]  # Karpenter's default owners for name terms
+        if owner := field_value(term, "owner"):
+            kwargs["Owners"] = [owner]
+        filters += _tag_filters(field_value(term, "tags") or {})
+        if not filters and not kwargs:
+            return []
+        return self._describe_images(Filters=filters, **kwargs)
+
+    def _describe_images(self, **kwargs: Any) -> list[Image]:
+        try:
+            response = self._ec2.describe_images(**kwargs)
+        except Exception as exc:
+            if _code(exc).startswith("InvalidAMIID"):
+                return []
+            raise
+        out = []
+        for image in response.get("Images", []):
+            if image.get("State", "available") != "available":
+                continue
+            arch = _EC2_TO_ARCH.get(str(image.get("Architecture", "")))
+            if arch is None:
+                continue
+            out.append(
+                Image(
+                    id=image["ImageId"],
+                    arch=arch,
+                    name=image.get("Name", ""),
+                    creation_date=str(image.get("CreationDate", "")),
+                )
+            )
+        return out
+
+    # -- instance profile ------------------------------------------------------------------------
+
+    def instance_profile(self, spec: Mapping[str, Any]) -> str:
+        """Instance profile name for the node class (see the module docstring)."""
+        if profile := field_value(spec, "instanceProfile"):
+            return str(profile)
+        role = field_value(spec, "role")
+        if not role:
+            raise NodeClassNotReadyError("neither spec.role nor spec.instanceProfile is set")
+        if self._instance_profile and self._profile_role in (None, str(role).rsplit("/", 1)[-1]):
+            return self._instance_profile
+        if self._iam is None:
+            raise NodeClassNotReadyError(f"spec.role {role!r}: no instance profile configured and no IAM client")
+        with self._lock:
+            if role in self._profiles:
+                return self._profiles[role]
+            name = self._ensure_profile(str(role))
+            self._profiles[role] = name
+            return name
+
+    def _ensure_profile(self, role: str) -> str:
+        role_name = role.rsplit("/", 1)[-1]
+        digest = hashlib.sha256(f"{self._cluster}/{role_name}".encode()).hexdigest()[:16]
+        name = f"nodesmith_{self._cluster}_{digest}"[:128]
+        assert self._iam is not None
+        try:
+            self._iam.create_instance_profile(
+                InstanceProfileName=name,
+                Tags=[{"Key": f"kubernetes.io/cluster/{self._cluster}", "Value": "owned"}],
+            )
+        except Exception as exc:
+            if _code(exc) != "EntityAlreadyExists":
+                raise NodeClassNotReadyError(f"spec.role {role!r}: cannot create instance profile: {exc}") from exc
+        profile = self._iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
+        if role_name not in [r["RoleName"] for r in profile.get("Roles", [])]:
+            for existing in profile.get("Roles", []):
+                self._iam.remove_role_from_instance_profile(InstanceProfileName=name, RoleName=existing["RoleName"])
+            try:
+                self._iam.add_role_to_instance_profile(InstanceProfileName=name, RoleName=role_name)
+            except Exception as exc:
+                raise NodeClassNotReadyError(
+                    f"spec.role {role!r}: cannot add it to instance profile {name}: {exc}"
+                ) from exc
+        return name
+
+
+def root_volume_bytes(spec: Mapping[str, Any]) -> int:
+    """Root EBS volume size in bytes: the ``rootVolume`` mapping, else ``/dev/xvda``, else 20 GiB (AL2023).
+
+    Raises ``QuantityError`` naming ``blockDeviceMappings[i].ebs.volumeSize`` when it is invalid.
+    """
+    mappings = list(field_value(spec, "blockDeviceMappings") or [])
+    chosen = next((m for m in mappings if field_value(m, "rootVolume")), None)
+    if chosen is None:
+        chosen = next((m for m in mappings if field_value(m, "deviceName") == "/dev/xvda"), None)
+    size = field_value(field_value(chosen, "ebs") or {}, "volumeSize") if chosen else None
+    if size is None:
+        return 20 * GIB
+    try:
+        return parse_quantity(size, resource="ephemeral-storage")
+    except QuantityError as exc:
+        index = mappings.index(chosen)
+        raise QuantityError(f"blockDeviceMappings[{index}].ebs.volumeSize: {exc}") from exc
+
+
+def block_device_mappings(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The node class's block device mappings (Karpenter JSON), or the AL2023 default root volume."""
+    mappings = list(field_value(spec, "blockDeviceMappings") or [])
+    return mappings or [_DEFAULT_ROOT_VOLUME]
