@@ -1,0 +1,144 @@
+"""List, get and terminate the cluster's EC2 instances, as core :class:`~nodesmith.core.ports.Instance`.
+
+"Ours" follows Karpenter ``pkg/providers/instance/instance.go`` ``List``: tagged
+``kubernetes.io/cluster/<cluster>=owned`` **and** carrying the ``karpenter.sh/nodepool`` and
+``karpenter.k8s.aws/ec2nodeclass`` tag keys, so managed node groups (which also carry the cluster
+tag) are never listed, hence never garbage-collected. Terminated instances are left out of lists.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.errors import LaunchError
+from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT
+from nodesmith.core.ports import Instance
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = [
+    "LIVE_STATES",
+    "NODECLASS_TAG",
+    "NODEPOOL_TAG",
+    "Instances",
+    "instance_from_ec2",
+]
+
+LOG = logging.getLogger(__name__)
+
+NODEPOOL_TAG = "karpenter.sh/nodepool"
+NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
+LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+_TERMINATE_BATCH = 1000  # TerminateInstances accepts at most 1000 ids per call
+_DESCRIBE_BATCH = 200
+
+
+def _code(exc: Exception) -> str:
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def instance_from_ec2(item: Mapping[str, Any]) -> Instance:
+    """Convert one DescribeInstances ``Instance`` (boto3 dict) to a core :class:`Instance`.
+
+    Capacity type is ``spot`` when EC2 reports ``InstanceLifecycle=spot`` or a spot request id
+    (Karpenter ``capacityTypeFromInstance``); launch time becomes epoch seconds.
+    """
+    launch = item.get("LaunchTime")
+    launch_time = launch.timestamp() if isinstance(launch, datetime) else float(launch or 0.0)
+    spot = item.get("InstanceLifecycle") == "spot" or bool(item.get("SpotInstanceRequestId"))
+    return Instance(
+        instance_id=str(item["InstanceId"]),
+        instance_type=str(item.get("InstanceType", "")),
+        zone=str((item.get("Placement") or {}).get("AvailabilityZone", "")),
+        capacity_type=CAPACITY_TYPE_SPOT if spot else CAPACITY_TYPE_ON_DEMAND,
+        state=str((item.get("State") or {}).get("Name", "")),
+        launch_time=launch_time,
+        private_dns_name=str(item.get("PrivateDnsName", "")),
+        image_id=str(item.get("ImageId", "")),
+        subnet_id=str(item.get("SubnetId", "")),
+        security_group_ids=tuple(str(g["GroupId"]) for g in item.get("SecurityGroups") or [] if "GroupId" in g),
+        tags={str(t["Key"]): str(t.get("Value", "")) for t in item.get("Tags") or []},
+    )
+
+
+def _instances(pages: Iterable[Mapping[str, Any]]) -> list[Instance]:
+    out: list[Instance] = []
+    for page in pages:
+        for reservation in page.get("Reservations", []):
+            out.extend(instance_from_ec2(i) for i in reservation.get("Instances", []))
+    return out
+
+
+class Instances:
+    """EC2 instance operations for ``cluster_name`` with the boto3 EC2 client ``ec2``."""
+
+    def __init__(self, *, ec2: Any, cluster_name: str) -> None:
+        self._ec2 = ec2
+        self._cluster = cluster_name
+
+    def list_all(self) -> list[Instance]:
+        """Our instances that are not terminated (paginated DescribeInstances, tag and state filters)."""
+        paginator = self._ec2.get_paginator("describe_instances")
+        pages = paginator.paginate(
+            Filters=[
+                {"Name": f"tag:kubernetes.io/cluster/{self._cluster}", "Values": ["owned"]},
+                {"Name": "tag-key", "Values": [NODEPOOL_TAG]},
+                {"Name": "tag-key", "Values": [NODECLASS_TAG]},
+                {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
+            ],
+            PaginationConfig={"PageSize": 1000},
+        )
+        return sorted(_instances(pages), key=lambda i: i.instance_id)
+
+    def get(self, *, instance_id: str) -> Instance | None:
+        """One instance by id, whatever its tags or state; None when EC2 does not know the id."""
+        try:
+            response = self._ec2.describe_instances(InstanceIds=[instance_id])
+        except Exception as exc:
+            if _code(exc) in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+                return None
+            raise
+        found = _instances([response])
+        return found[0] if found else None
+
+    def describe(self, *, instance_ids: Sequence[str]) -> list[Instance]:
+        """Several instances by id (unknown ids are skipped)."""
+        out: list[Instance] = []
+        ids = list(dict.fromkeys(instance_ids))
+        for start in range(0, len(ids), _DESCRIBE_BATCH):
+            batch = ids[start : start + _DESCRIBE_BATCH]
+            try:
+                out += _instances([self._ec2.describe_instances(InstanceIds=batch)])
+            except Exception as exc:
+                if _code(exc) != "InvalidInstanceID.NotFound":
+                    raise
+                out += [i for i in (self.get(instance_id=x) for x in batch) if i is not None]
+        return out
+
+    def terminate(self, *, instance_ids: Sequence[str]) -> list[str]:
+        """Terminate instances in batches; ids EC2 does not know (or cannot parse) are skipped.
+
+        Returns the ids EC2 accepted. Raises ``LaunchError`` (code = EC2 error) on other failures.
+        """
+        ids = list(dict.fromkeys(i for i in instance_ids if i))
+        accepted: list[str] = []
+        for start in range(0, len(ids), _TERMINATE_BATCH):
+            accepted += self._terminate_batch(ids[start : start + _TERMINATE_BATCH])
+        return accepted
+
+    def _terminate_batch(self, batch: list[str]) -> list[str]:
+        try:
+            response = self._ec2.terminate_instances(InstanceIds=batch)
+        except Exception as exc:
+            code = _code(exc)
+            if code in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed") and len(batch) > 1:
+                # One bad id fails the whole call: retry one by one so the others still terminate.
+                return [i for single in batch for i in self._terminate_batch([single])]
+            if code in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+                LOG.info("instance %s is already gone (%s)", batch[0], code)
+                return []
+            raise LaunchError(f"TerminateInstances failed: {exc}", code=code) from exc
+        return [str(i["InstanceId"]) for i in response.get("TerminatingInstances", [])]
