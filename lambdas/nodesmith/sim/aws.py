@@ -1,0 +1,387 @@
+"""The embedded AWS: a moto server in this process, seeded like an EKS cluster's VPC for Karpenter.
+
+``start()`` runs ``moto.server.ThreadedMotoServer`` on 127.0.0.1 (a free port) and points boto3 at
+it through ``AWS_ENDPOINT_URL`` with fake credentials; the real ``~/.aws`` files are never read
+(``AWS_CONFIG_FILE`` / ``AWS_SHARED_CREDENTIALS_FILE`` point to an empty file). The adapters need no
+special code path: they simply talk to that endpoint.
+
+``seed()`` creates what an EC2NodeClass with ``karpenter.sh/discovery: <cluster>`` selectors and
+``alias: al2023@latest`` resolves against: a VPC with one subnet per zone (us-east-1a/b/c), a
+security group, AL2023 EKS AMIs for amd64/arm64 (standard, nvidia, neuron) published under the
+EKS SSM parameter names (moto has none; they are written into moto's SSM store directly because
+the public API refuses ``/aws/`` names), a node role + instance profile, and an EKS cluster record
+(version, service CIDR) for DescribeCluster.
+
+Spot prices cannot be written into moto (its DescribeSpotPriceHistory answers a 0.00001 placeholder
+for everything), so :func:`write_price_table` writes a price table with per-zone ``spot`` overrides
+that the pricing adapter prefers (``NODESMITH_PRICE_TABLE``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+__all__ = [
+    "DEFAULT_PRICE_TABLE",
+    "EmbeddedAws",
+    "SeededAws",
+    "create_interruption_plumbing",
+    "seed",
+    "start",
+    "write_price_table",
+]
+
+LOG = logging.getLogger(__name__)
+
+ACCOUNT_ID = "123456789012"  # moto's default account
+DEFAULT_ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
+DEFAULT_PRICE_TABLE = (
+    Path(__file__).resolve().parents[3].parent / "shared" / "data" / "ec2-ondemand-prices-us-east-1.json"
+)
+"""The reference on-demand table next to the project (``../shared/data``); absent on a user's machine."""
+
+_ENV_KEYS = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_PROFILE",
+    "AWS_EC2_METADATA_DISABLED",
+    "AWS_ENDPOINT_URL_PRICING",
+)
+
+# (source, detail-type) of the interruption rules; Karpenter's CloudFormation adds a fifth for
+# capacity reservations ("EC2 Capacity Reservation Instance Interruption Warning"), not used here.
+INTERRUPTION_RULES = (
+    ("SpotInterruption", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    ("Rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    ("InstanceStateChange", "aws.ec2", "EC2 Instance State-change Notification"),
+    ("ScheduledChange", "aws.health", "AWS Health Event"),
+)
+
+
+@dataclass
+class EmbeddedAws:
+    """A running embedded AWS: ``endpoint_url``, ``region`` and the environment it set."""
+
+    endpoint_url: str
+    region: str
+    environ: dict[str, str]
+    _server: Any = field(repr=False, default=None)
+    _saved: dict[str, str | None] = field(repr=False, default_factory=dict)
+    _empty_file: str = field(repr=False, default="")
+
+    def client(self, service: str) -> Any:
+        """A boto3 client for ``service`` against this endpoint (fake credentials)."""
+        import boto3
+
+        return boto3.client(
+            service,
+            region_name=self.region,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def reset(self) -> None:
+        """Wipe every moto backend (POST /moto-api/reset)."""
+        import urllib.request
+
+        req = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+
+    def stop(self) -> None:
+        """Stop the server and restore the environment variables ``start`` changed."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+        for key, value in self._saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved = {}
+        if self._empty_file:
+            Path(self._empty_file).unlink(missing_ok=True)
+            self._empty_file = ""
+        _reset_adapter_clients()
+
+    def __enter__(self) -> EmbeddedAws:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def _reset_adapter_clients() -> None:
+    from nodesmith.adapters.aws.clients import reset_clients
+
+    reset_clients()
+
+
+def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws:
+    """Start moto on 127.0.0.1 at a free port; with ``set_environ`` point boto3 at it (fake credentials).
+
+    Takes well under 2 s (moto import + server thread). Call ``stop()`` (or use ``with``) to end it
+    and restore the environment.
+    """
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per AWS call otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    fd, empty = tempfile.mkstemp(prefix="nodesmith-aws-", suffix=".ini")
+    os.close(fd)
+    environ = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": region,
+        "AWS_REGION": region,
+        "AWS_CONFIG_FILE": empty,
+        "AWS_SHARED_CREDENTIALS_FILE": empty,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        # moto has no Pricing API: a closed port fails fast, and the adapter falls back to its
+        # price table instead of moto logging a 500 per call.
+        "AWS_ENDPOINT_URL_PRICING": "http://127.0.0.1:9",
+    }
+    embedded = EmbeddedAws(endpoint_url=endpoint, region=region, environ=environ, _server=server, _empty_file=empty)
+    if set_environ:
+        embedded._saved = {key: os.environ.get(key) for key in _ENV_KEYS}
+        os.environ.pop("AWS_PROFILE", None)
+        os.environ.update(environ)
+        _reset_adapter_clients()
+    LOG.info("embedded AWS listening on %s", endpoint)
+    return embedded
+
+
+@dataclass(frozen=True)
+class SeededAws:
+    """What :func:`seed` created (ids by zone / (arch, variant))."""
+
+    cluster_name: str
+    region: str
+    vpc_id: str
+    subnets: Mapping[str, str]
+    security_group_id: str
+    images: Mapping[tuple[str, str], str]
+    kubernetes_version: str
+    cluster_cidr: str
+    cluster_endpoint: str
+    cluster_ca: str
+    node_role_arn: str
+    instance_profile: str
+
+
+def _put_public_parameter(*, region: str, name: str, value: str) -> None:
+    """Write an ``/aws/service/...`` SSM parameter into moto's store (its API rejects the prefix)."""
+    from moto.ssm.models import Parameter, ssm_backends
+
+    store = ssm_backends[ACCOUNT_ID][region]._parameters
+    store[name].append(
+        Parameter(  # type: ignore[abstract]  # moto's CloudFormation hooks are unused here
+            account_id=ACCOUNT_ID,
+            name=name,
+            value=value,
+            parameter_type="String",
+            description=None,
+            allowed_pattern=None,
+            keyid=None,
+            last_modified_date=datetime.now(UTC),
+            version=len(store[name]) + 1,
+            data_type="aws:ec2:image",
+        )
+    )
+
+
+def _register_image(*, region: str, name: str, arch: str) -> str:
+    from moto.ec2.models import ec2_backends
+
+    ami = ec2_backends[ACCOUNT_ID][region].register_image(name=name, description=f"EKS AL2023 node ({arch})")
+    ami.architecture = arch
+    ami.owner_alias = "amazon"
+    return str(ami.id)
+
+
+def seed(
+    *,
+    cluster_name: str,
+    region: str = "us-east-1",
+    zones: Sequence[str] = DEFAULT_ZONES,
+    kubernetes_version: str = "1.31",
+    ami_version: str = "v20260101",
+    cluster_cidr: str = "172.20.0.0/16",
+    cluster_endpoint: str = "https://127.0.0.1:6443",
+    cluster_ca: str = "",
+    endpoint_url: str | None = None,
+) -> SeededAws:
+    """Create the VPC, subnets, security group, AMIs + SSM parameters, IAM role/profile and EKS cluster.
+
+    Resources are tagged ``karpenter.sh/discovery=<cluster_name>``. The AMIs are published under
+    both ``.../recommended/image_id`` (alias ``al2023@latest``) and the pinned
+    ``amazon-eks-node-al2023-<arch>-<variant>-<k8s>-<ami_version>`` name. ``endpoint_url`` defaults
+    to ``AWS_ENDPOINT_URL``.
+    """
+    import boto3
+
+    from nodesmith.adapters.aws.nodeclass import ssm_alias_parameter
+
+    def aws(service: str) -> Any:
+        return boto3.client(
+            service, region_name=region, endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+        )
+
+    ec2, iam, eks = aws("ec2"), aws("iam"), aws("eks")
+    discovery = [{"Key": "karpenter.sh/discovery", "Value": cluster_name}]
+    vpc_id = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    ec2.create_tags(Resources=[vpc_id], Tags=[*discovery, {"Key": "Name", "Value": f"{cluster_name}-vpc"}])
+    subnets: dict[str, str] = {}
+    for index, zone in enumerate(zones):
+        subnet = ec2.create_subnet(VpcId=vpc_id, CidrBlock=f"10.0.{index * 64}.0/18", AvailabilityZone=zone)["Subnet"]
+        subnets[zone] = subnet["SubnetId"]
+        ec2.create_tags(
+            Resources=[subnet["SubnetId"]], Tags=[*discovery, {"Key": "Name", "Value": f"{cluster_name}-{zone}"}]
+        )
+    sg_id = ec2.create_security_group(GroupName=f"{cluster_name}-node", Description="Nodesmith nodes", VpcId=vpc_id)[
+        "GroupId"
+    ]
+    ec2.create_tags(Resources=[sg_id], Tags=discovery)
+    images: dict[tuple[str, str], str] = {}
+    for arch, variants in (("x86_64", ("standard", "nvidia", "neuron")), ("arm64", ("standard", "nvidia"))):
+        for variant in variants:
+            name = f"amazon-eks-node-al2023-{arch}-{variant}-{kubernetes_version}-{ami_version}"
+            image_id = _register_image(region=region, name=name, arch=arch)
+            images[(arch, variant)] = image_id
+            for version in ("latest", ami_version):
+                parameter = ssm_alias_parameter(
+                    k8s_version=kubernetes_version, arch=arch, variant=variant, version=version
+                )
+                _put_public_parameter(region=region, name=parameter, value=image_id)
+    role_name = f"KarpenterNodeRole-{cluster_name}"
+    trust = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+    }
+    role_arn = iam.create_role(RoleName=role_name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    iam.create_instance_profile(InstanceProfileName=role_name)
+    iam.add_role_to_instance_profile(InstanceProfileName=role_name, RoleName=role_name)
+    cluster_role = iam.create_role(RoleName=f"{cluster_name}-cluster", AssumeRolePolicyDocument=json.dumps(trust))[
+        "Role"
+    ]["Arn"]
+    eks.create_cluster(
+        name=cluster_name,
+        version=kubernetes_version,
+        roleArn=cluster_role,
+        resourcesVpcConfig={"subnetIds": list(subnets.values()), "securityGroupIds": [sg_id]},
+        kubernetesNetworkConfig={"serviceIpv4Cidr": cluster_cidr},
+    )
+    return SeededAws(
+        cluster_name=cluster_name,
+        region=region,
+        vpc_id=vpc_id,
+        subnets=subnets,
+        security_group_id=sg_id,
+        images=images,
+        kubernetes_version=kubernetes_version,
+        cluster_cidr=cluster_cidr,
+        cluster_endpoint=cluster_endpoint,
+        cluster_ca=cluster_ca,
+        node_role_arn=role_arn,
+        instance_profile=role_name,
+    )
+
+
+def write_price_table(
+    *,
+    path: str | Path,
+    source: str | Path | None = DEFAULT_PRICE_TABLE,
+    region: str = "us-east-1",
+    zones: Sequence[str] = DEFAULT_ZONES,
+    spot_ratio: float = 0.35,
+) -> Path:
+    """Write a price table with on-demand prices from ``source`` and per-zone spot overrides.
+
+    Spot = on-demand x ``spot_ratio`` x a fixed per-zone factor (1.00, 1.04, 0.97, ...) so zones
+    differ deterministically; types without an on-demand price get spot = on-demand estimate x
+    ``spot_ratio`` (the table's ``spot_ratio``). When ``source`` is missing the table has no prices
+    (a warning says so): the adapter then estimates them, labelled as estimates.
+    """
+    prices: dict[str, float] = {}
+    if source is not None and Path(source).is_file():
+        prices = {str(k): float(v) for k, v in json.loads(Path(source).read_text(encoding="utf-8"))["prices"].items()}
+    else:
+        LOG.warning(
+            "price table %s not found: on-demand and spot prices will be estimates (set NODESMITH_PRICE_TABLE)", source
+        )
+    factors = (1.0, 1.04, 0.97, 1.02, 0.99, 1.05)
+    spot = {
+        name: {zone: round(price * spot_ratio * factors[i % len(factors)], 6) for i, zone in enumerate(zones)}
+        for name, price in prices.items()
+    }
+    out = Path(path)
+    out.write_text(
+        json.dumps(
+            {"currency": "USD", "region": region, "prices": prices, "spot": spot, "spot_ratio": spot_ratio},
+            indent=1,
+            sort_keys=True,
+        ),
+        encoding="utf-8",
+    )
+    return out
+
+
+def create_interruption_plumbing(
+    *, cluster_name: str, endpoint_url: str | None = None, region: str = "us-east-1"
+) -> str:
+    """Create the interruption SQS queue and the EventBridge rules that feed it; returns the queue URL.
+
+    Queue named after the cluster, 300 s retention, SQS-managed encryption, a policy allowing
+    ``events.amazonaws.com`` / ``sqs.amazonaws.com`` to send; one rule per (source, detail-type) of
+    :data:`INTERRUPTION_RULES` on the default bus, each targeting the queue (Karpenter's
+    ``cloudformation.yaml``).
+    """
+    import boto3
+
+    url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    sqs = boto3.client("sqs", region_name=region, endpoint_url=url)
+    events = boto3.client("events", region_name=region, endpoint_url=url)
+    queue_url = sqs.create_queue(
+        QueueName=cluster_name,
+        Attributes={"MessageRetentionPeriod": "300", "SqsManagedSseEnabled": "true"},
+    )["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Effect": "Allow",
+                "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                "Action": "sqs:SendMessage",
+                "Resource": queue_arn,
+            }
+        ],
+    }
+    sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"Policy": json.dumps(policy)})
+    for name, source, detail_type in INTERRUPTION_RULES:
+        rule = f"{cluster_name}-{name}"
+        events.put_rule(Name=rule, EventPattern=json.dumps({"source": [source], "detail-type": [detail_type]}))
+        events.put_targets(Rule=rule, Targets=[{"Id": "interruption-queue", "Arn": queue_arn}])
+    return str(queue_url)
