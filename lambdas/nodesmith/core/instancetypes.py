@@ -135,7 +135,8 @@ class KubeletSettings:
 
         Attribute names are the snake_case ones of ``nodesmith.core.api.ec2nodeclass``
         (``max_pods``, ``pods_per_core``, ``system_reserved``, ``kube_reserved``, ``eviction_hard``);
-        a dict may use those or the camelCase JSON names.
+        a dict may use those or the camelCase JSON names. A ``maxPods`` CEL expression (a string,
+        Karpenter's NodeClassCEL gate) is not evaluated here and counts as unset.
         """
         if kubelet is None:
             return None
@@ -151,7 +152,7 @@ class KubeletSettings:
         max_pods = get("max_pods", "maxPods")
         pods_per_core = get("pods_per_core", "podsPerCore")
         return cls(
-            max_pods=None if max_pods is None else int(max_pods),
+            max_pods=max_pods if isinstance(max_pods, int) and not isinstance(max_pods, bool) else None,
             pods_per_core=None if pods_per_core is None else int(pods_per_core),
             system_reserved=as_map(get("system_reserved", "systemReserved")),
             kube_reserved=as_map(get("kube_reserved", "kubeReserved")),
