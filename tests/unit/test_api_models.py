@@ -438,3 +438,14 @@ def test_invalid_nodeclasses_are_rejected(spec: dict[str, Any], fragment: str) -
         EC2NodeClass.model_validate(doc)
 
     assert any(fragment in msg for _, msg in errors(exc)), errors(exc)
+
+
+def test_nodepool_and_nodeclass_need_a_name() -> None:
+    pool = nodepool_doc()
+    pool["metadata"] = {"labels": {"a": "b"}}
+    nodeclass = nodeclass_doc()
+    nodeclass["metadata"] = {"name": ""}
+
+    for model, doc in ((NodePool, pool), (EC2NodeClass, nodeclass)):
+        with pytest.raises(ValidationError, match="'name' is required"):
+            model.model_validate(doc)

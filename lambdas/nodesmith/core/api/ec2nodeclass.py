@@ -327,6 +327,13 @@ class EC2NodeClass(KubeModel):
     spec: EC2NodeClassSpec
     status: EC2NodeClassStatus | None = None
 
+    @field_validator("metadata")
+    @classmethod
+    def _named(cls, metadata: ObjectMeta) -> ObjectMeta:
+        if not metadata.name:
+            raise ValueError("'name' is required")
+        return metadata
+
     @property
     def name(self) -> str:
         """``metadata.name``."""

@@ -231,6 +231,13 @@ class NodePool(KubeModel):
     spec: NodePoolSpec
     status: NodePoolStatus | None = None
 
+    @field_validator("metadata")
+    @classmethod
+    def _named(cls, metadata: ObjectMeta) -> ObjectMeta:
+        if not metadata.name:
+            raise ValueError("'name' is required")
+        return metadata
+
     @property
     def name(self) -> str:
         """``metadata.name``."""
