@@ -1,0 +1,292 @@
+"""The reconcile pass's view of the cluster: pending pods, existing and in-flight capacity, usage, cost.
+
+Karpenter builds this from its in-memory cluster state (``[core]:pkg/controllers/state/cluster.go``);
+a Lambda has no long-lived informer, so every pass lists the objects once and derives:
+
+* **pending pods** — ``is_provisionable`` (``[core]:pkg/utils/pod/scheduling.go``: marked
+  ``PodScheduled=False, reason=Unschedulable``, no ``nodeName``, no ``nominatedNodeName``, not a
+  DaemonSet or mirror pod) and not terminating;
+* **existing capacity** — registered Nodes with the pods bound to them, plus NodeClaims that are
+  launched (or being launched) but not registered yet. Karpenter models those in-flight NodeClaims
+  as state nodes (``existingnode.go``) so pods that are pending for them fit there and trigger no
+  second launch;
+* **NodePool usage** for ``limits`` — summed NodeClaim capacity (``nodes`` counts NodeClaims),
+  as ``cluster.NodePoolResourcesFor`` does;
+* **cost** — the hourly price of every launched NodeClaim's offering (``karpenter_nodepools_cost_total``).
+
+Everything here is pure: the caller passes the listed objects and the catalogue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from nodesmith.core.requirements import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_HOSTNAME,
+    LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+    LABEL_ZONE,
+)
+from nodesmith.core.resources import Resources, parse_resource_list
+from nodesmith.core.scheduling.pods import is_provisionable
+from nodesmith.core.scheduling.types import ExistingNode
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import InstanceType, Node, Pod, Taint
+    from nodesmith.core.ports import Instance
+
+__all__ = [
+    "DISRUPTED_TAINT_KEY",
+    "UNREGISTERED_TAINT_KEY",
+    "existing_capacity",
+    "from_rfc3339",
+    "inflight_node",
+    "instance_id_of",
+    "leaving_node_names",
+    "nodepool_usage",
+    "offering_price",
+    "pending_pods",
+    "reschedulable_pods",
+    "to_rfc3339",
+]
+
+DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
+"""Taint put on nodes being disrupted/drained (``[core]:pkg/apis/v1/taints.go``)."""
+
+UNREGISTERED_TAINT_KEY = "karpenter.sh/unregistered"
+"""Taint a Karpenter node carries from launch until registration (``NoExecute``)."""
+
+
+def to_rfc3339(now: float) -> str:
+    """Epoch seconds -> RFC 3339 UTC string with second precision (``2026-01-02T03:04:05Z``)."""
+    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def from_rfc3339(value: str | None) -> float | None:
+    """RFC 3339 string (as the API server writes timestamps) -> epoch seconds; None when absent or unparseable."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.timestamp()
+
+
+def instance_id_of(provider_id: str | None) -> str | None:
+    """The EC2 instance id in a providerID (``aws:///us-east-1a/i-0abc`` -> ``i-0abc``), or None."""
+    if not provider_id or not provider_id.startswith("aws://"):
+        return None
+    tail = provider_id.rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
+def pending_pods(pods: Sequence[Pod]) -> list[Pod]:
+    """Pods Nodesmith provisions for: provisionable (Karpenter's rule) and not terminating or finished."""
+    return [p for p in pods if is_provisionable(p) and p.deletion_timestamp is None and not p.is_terminal]
+
+
+def leaving_node_names(nodes: Sequence[Node], *, deleted: Collection[str] = ()) -> set[str]:
+    """Nodes going away: deleted in this pass, marked for deletion, or tainted ``karpenter.sh/disrupted``."""
+    return {
+        n.name
+        for n in nodes
+        if n.name in deleted or n.deletion_timestamp is not None or any(t.key == DISRUPTED_TAINT_KEY for t in n.taints)
+    }
+
+
+def reschedulable_pods(pods: Sequence[Pod], *, leaving: Collection[str]) -> list[Pod]:
+    """Pods on nodes that are going away, as pending pods to provision for ahead of their eviction.
+
+    Karpenter adds these to every provisioning pass (``provisioner.go GetPendingPods`` with
+    ``IsReschedulable``): not terminal, not DaemonSet or mirror pods, and not terminating unless
+    owned by a StatefulSet (whose replacement keeps the name). Returned unbound and Unschedulable.
+    """
+    out: list[Pod] = []
+    for pod in pods:
+        if not pod.node_name or pod.node_name not in leaving:
+            continue
+        if pod.is_terminal or pod.is_daemonset or pod.is_mirror or pod.owner_kind == "Node":
+            continue
+        if pod.deletion_timestamp is not None and pod.owner_kind != "StatefulSet":
+            continue
+        out.append(replace(pod, node_name=None, nominated_node_name=None, unschedulable=True))
+    return out
+
+
+def offering_price(
+    catalogue: Mapping[str, InstanceType], *, instance_type: str, zone: str, capacity_type: str
+) -> float:
+    """Hourly price (USD) of ``(instance_type, zone, capacity_type)``; falls back to the type's
+    cheapest offering of that capacity type, then 0.0 when the type is unknown."""
+    it = catalogue.get(instance_type)
+    if it is None:
+        return 0.0
+    same_type = [o for o in it.offerings if o.capacity_type == capacity_type]
+    for o in same_type:
+        if o.zone == zone:
+            return o.price
+    return min((o.price for o in same_type), default=0.0)
+
+
+def _instance_labels(
+    catalogue: Mapping[str, InstanceType], *, instance_type: str, zone: str, capacity_type: str
+) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    it = catalogue.get(instance_type)
+    if it is not None:
+        labels.update(it.labels)
+    labels[LABEL_INSTANCE_TYPE] = instance_type
+    if zone:
+        labels[LABEL_ZONE] = zone
+    if capacity_type:
+        labels[LABEL_CAPACITY_TYPE] = capacity_type
+    return labels
+
+
+def inflight_node(
+    nodeclaim: NodeClaim,
+    *,
+    catalogue: Mapping[str, InstanceType],
+    instance: Instance | None,
+) -> ExistingNode:
+    """An in-flight NodeClaim (launched or launching, no Node yet) as scheduler capacity.
+
+    Labels: the NodeClaim's labels, the launched instance's well-known labels (type, zone,
+    capacity type, from ``instance`` and the catalogue) and ``kubernetes.io/hostname`` = the
+    NodeClaim name (Karpenter uses the NodeClaim name as the hostname placeholder before
+    registration). Allocatable is ``status.allocatable`` (filled at launch from the catalogue);
+    before launch it is the NodeClaim's ``resources.requests`` so its planned pods still count.
+    Startup taints are ignored until initialized (``initialized=False``).
+    """
+    labels = dict(nodeclaim.metadata.labels)
+    if instance is not None:
+        labels.update(
+            _instance_labels(
+                catalogue,
+                instance_type=instance.instance_type,
+                zone=instance.zone,
+                capacity_type=instance.capacity_type,
+            )
+        )
+    labels.setdefault(LABEL_HOSTNAME, nodeclaim.name)
+    allocatable = nodeclaim.allocatable_core() or nodeclaim.requests_core()
+    price = _price(instance, catalogue)
+    return ExistingNode(
+        name=nodeclaim.name,
+        labels=labels,
+        taints=nodeclaim.taints_core(),
+        allocatable=allocatable,
+        pods=(),
+        nodepool=nodeclaim.nodepool_name,
+        initialized=False,
+        startup_taints=nodeclaim.startup_taints_core(),
+        price=price,
+    )
+
+
+def _price(instance: Instance | None, catalogue: Mapping[str, InstanceType]) -> float:
+    if instance is None:
+        return 0.0
+    return offering_price(
+        catalogue, instance_type=instance.instance_type, zone=instance.zone, capacity_type=instance.capacity_type
+    )
+
+
+def _registered_node(
+    node: Node, *, nodeclaim: NodeClaim | None, pods: Sequence[Pod], price: float
+) -> ExistingNode | None:
+    """A registered Node as capacity, or None when it takes no new pods (cordoned, deleting, disrupted)."""
+    if node.unschedulable or node.deletion_timestamp is not None:
+        return None
+    if any(t.key == DISRUPTED_TAINT_KEY for t in node.taints):
+        return None
+    initialized = True
+    startup: tuple[Taint, ...] = ()
+    if nodeclaim is not None and not nodeclaim.is_true("Initialized"):
+        initialized = False
+        startup = nodeclaim.startup_taints_core()
+    return ExistingNode(
+        name=node.name,
+        labels=dict(node.labels),
+        taints=node.taints,
+        allocatable=dict(node.allocatable),
+        pods=tuple(pods),
+        nodepool=node.labels.get(LABEL_NODEPOOL),
+        initialized=initialized,
+        unschedulable=node.unschedulable,
+        startup_taints=startup,
+        price=price,
+    )
+
+
+def existing_capacity(
+    *,
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    nodeclaims: Sequence[NodeClaim],
+    instances: Mapping[str, Instance],
+    catalogue: Mapping[str, InstanceType],
+) -> list[ExistingNode]:
+    """Registered nodes and in-flight NodeClaims as :class:`ExistingNode` capacity.
+
+    Nodes that are cordoned, deleting, or carry the ``karpenter.sh/disrupted`` taint are left out
+    (they are going away; their pods get rescheduled). A node backed by a NodeClaim that is not
+    ``Initialized`` yet keeps ``initialized=False`` with that NodeClaim's startup taints. Bound pods
+    that are terminal or terminating do not count. NodeClaims that are deleting are left out; the
+    others whose Node is not registered yet become in-flight capacity (:func:`inflight_node`).
+    ``instances`` maps instance id to the instance listed by the cloud provider.
+    """
+    by_node: dict[str, list[Pod]] = {}
+    for pod in pods:
+        if pod.node_name and not pod.is_terminal and pod.deletion_timestamp is None:
+            by_node.setdefault(pod.node_name, []).append(pod)
+    claim_by_provider = {nc.status.provider_id: nc for nc in nodeclaims if nc.status.provider_id}
+    out: list[ExistingNode] = []
+    registered: set[str] = set()
+    for node in nodes:
+        claim = claim_by_provider.get(node.provider_id) if node.provider_id else None
+        if claim is not None:
+            registered.add(claim.name)
+        price = _price(instances.get(node.instance_id or ""), catalogue)
+        entry = _registered_node(node, nodeclaim=claim, pods=by_node.get(node.name, ()), price=price)
+        if entry is not None:
+            out.append(entry)
+    for nc in nodeclaims:
+        if nc.name in registered or nc.metadata.deletion_timestamp or nc.status.node_name:
+            continue  # registered, deleting, or registered with its Node gone (cleanup decides)
+        instance = instances.get(instance_id_of(nc.status.provider_id) or "")
+        out.append(inflight_node(nc, catalogue=catalogue, instance=instance))
+    return out
+
+
+def nodepool_usage(
+    nodeclaims: Sequence[NodeClaim],
+) -> dict[str, Resources]:
+    """Resources each NodePool already holds, for ``spec.limits``: summed ``status.capacity`` of its
+    NodeClaims (``resources.requests`` before launch), plus ``nodes`` = NodeClaim count.
+
+    Deleting NodeClaims still count (their capacity exists until the instance is gone), as
+    Karpenter's ``NodePoolResourcesFor`` does. cpu in millicores, memory in bytes.
+    """
+    usage: dict[str, Resources] = {}
+    for nc in nodeclaims:
+        pool = nc.nodepool_name
+        if not pool:
+            continue
+        held = parse_resource_list(nc.status.capacity) if nc.status.capacity else nc.requests_core()
+        acc = usage.setdefault(pool, {})
+        for name, amount in held.items():
+            if name == "nodes":
+                continue
+            acc[name] = acc.get(name, 0) + amount
+        acc["nodes"] = acc.get("nodes", 0) + 1
+    return usage

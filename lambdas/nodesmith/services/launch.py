@@ -1,0 +1,165 @@
+"""Launch one NodeClaim: CreateFleet through the cloud port, then write the result to its status.
+
+Follows Karpenter's launch lifecycle (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go``):
+
+* an instance already tagged with the NodeClaim's name (a previous pass launched it but died before
+  writing the status) is adopted instead of launching a second one;
+* success -> ``status.providerID/imageID/capacity/allocatable`` and ``Launched=True``, a
+  ``Launched`` Event on the NodeClaim;
+* :class:`~nodesmith.core.errors.InsufficientCapacityError` -> the failed offerings are remembered
+  for the rest of the pass (the provider also caches them for 3 minutes), the NodeClaim is deleted
+  and the caller re-solves its pods;
+* any other launch error (``LaunchError``, ``NodeClassNotReadyError``) -> the NodeClaim is deleted
+  and its pods are reported unschedulable with the error.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.errors import InsufficientCapacityError, KubernetesError, LaunchError, NodeClassNotReadyError
+from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
+
+from .capacity import offering_price
+from .lifecycle import nodeclaim_ref
+from .nodeclaims import TAG_NODECLAIM, launch_request, mark_launched
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import InstanceType
+
+__all__ = ["LaunchOutcome", "Launcher"]
+
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+"""Failure code when a capacity error names no offering (or no offering was left to try)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOutcome:
+    """One launch: the NodeClaim with its status written and the result, or why it failed.
+
+    ``capacity_error`` is True when the pods should be solved again (offerings exhausted);
+    ``message`` says why a failed launch failed.
+    """
+
+    nodeclaim: NodeClaim | None
+    result: LaunchResult | None = None
+    capacity_error: bool = False
+    message: str = ""
+
+
+@dataclass(slots=True)
+class Launcher:
+    """Launches NodeClaims for one pass and keeps its tallies.
+
+    ``catalogues`` are instance types by name per EC2NodeClass name; ``instances`` our live
+    instances by id (to adopt an instance launched by an interrupted pass). ``unavailable`` collects
+    ``(instance type, zone, capacity type)`` that hit capacity errors; ``failures`` counts failed
+    launches by EC2 error code.
+    """
+
+    cluster: Cluster
+    cloud: CloudProvider
+    cluster_name: str
+    now: float
+    nodeclasses: Mapping[str, EC2NodeClass]
+    catalogues: Mapping[str, Mapping[str, InstanceType]]
+    instances: Mapping[str, Instance]
+    unavailable: set[tuple[str, str, str]] = field(default_factory=set)
+    failures: Counter[str] = field(default_factory=Counter)
+    launched: int = 0
+    launched_names: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def _adoptable(self, nodeclaim: NodeClaim) -> LaunchResult | None:
+        for inst in self.instances.values():
+            if inst.tags.get(TAG_NODECLAIM) == nodeclaim.name and inst.state in ("pending", "running"):
+                catalogue = self.catalogues.get(nodeclaim.spec.node_class_ref.name, {})
+                return LaunchResult(
+                    instance_id=inst.instance_id,
+                    instance_type=inst.instance_type,
+                    zone=inst.zone,
+                    capacity_type=inst.capacity_type,
+                    image_id=inst.image_id,
+                    price=offering_price(
+                        catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
+                    ),
+                )
+        return None
+
+    def _delete(self, nodeclaim: NodeClaim) -> None:
+        try:
+            self.cluster.delete_nodeclaim(name=nodeclaim.name)
+        except KubernetesError as exc:
+            self.errors.append(f"delete NodeClaim {nodeclaim.name} after a failed launch: {exc}")
+
+    def _fail(self, nodeclaim: NodeClaim, code: str, message: str, *, capacity: bool) -> LaunchOutcome:
+        self.failures[code] += 1
+        self.cluster.record_event(
+            ref=nodeclaim_ref(nodeclaim),
+            reason="InsufficientCapacityError" if capacity else "FailedLaunch",
+            message=message,
+            type_="Warning",
+        )
+        self._delete(nodeclaim)
+        return LaunchOutcome(nodeclaim=None, capacity_error=capacity, message=message)
+
+    def launch(self, nodeclaim: NodeClaim) -> LaunchOutcome:
+        """Launch (or adopt) the instance of ``nodeclaim`` and write its status; never raises for launch errors."""
+        nodeclass_name = nodeclaim.spec.node_class_ref.name
+        nodeclass = self.nodeclasses.get(nodeclass_name)
+        catalogue = self.catalogues.get(nodeclass_name)
+        if nodeclass is None or catalogue is None:
+            return self._fail(
+                nodeclaim,
+                "NodeClassNotReady",
+                f'EC2NodeClass "{nodeclass_name}" not found or not ready',
+                capacity=False,
+            )
+        result = self._adoptable(nodeclaim)
+        if result is None:
+            try:
+                request = launch_request(
+                    nodeclaim=nodeclaim,
+                    nodeclass=nodeclass,
+                    catalogue=catalogue,
+                    cluster_name=self.cluster_name,
+                    unavailable=self.unavailable,
+                )
+                result = self.cloud.create(request=request)
+            except InsufficientCapacityError as exc:
+                for off in exc.offerings:
+                    self.unavailable.add((off.instance_type, off.zone, off.capacity_type))
+                codes = Counter(off.code for off in exc.offerings if off.code)
+                code = codes.most_common(1)[0][0] if codes else INSUFFICIENT_CAPACITY
+                return self._fail(nodeclaim, code, f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=True)
+            except NodeClassNotReadyError as exc:
+                return self._fail(
+                    nodeclaim, "NodeClassNotReady", f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=False
+                )
+            except LaunchError as exc:
+                return self._fail(
+                    nodeclaim, exc.code or "LaunchError", f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=False
+                )
+        updated = mark_launched(nodeclaim=nodeclaim, result=result, catalogue=catalogue, now=self.now)
+        try:
+            updated = self.cluster.update_nodeclaim_status(nodeclaim=updated)
+        except KubernetesError as exc:
+            # The instance runs and carries the NodeClaim's name: the next pass adopts it.
+            self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
+        self.launched += 1
+        self.launched_names.append(nodeclaim.name)
+        self.cluster.record_event(
+            ref=nodeclaim_ref(updated),
+            reason="Launched",
+            message=(
+                f"Status condition transitioned, Type: Launched, Status: True, instance {result.instance_id} "
+                f"({result.instance_type}, {result.zone}, {result.capacity_type}, ${result.price:.4f}/h)"
+            ),
+        )
+        return LaunchOutcome(nodeclaim=updated, result=result)

@@ -1,0 +1,286 @@
+"""NodeClaim lifecycle after launch: registration, initialization, liveness and garbage collection.
+
+Karpenter runs these as separate controllers; a reconcile pass runs them in one go, before it
+schedules, so the capacity it plans against is current:
+
+* **registration** (``[core]:pkg/controllers/nodeclaim/lifecycle/registration.go``): the Node whose
+  ``spec.providerID`` equals the NodeClaim's gets linked (``status.nodeName``, ``Registered=True``)
+  and labelled with the NodeClaim's labels and ``karpenter.sh/registered=true``;
+* **initialization** (``initialization.go``): Node ``Ready``, the NodeClaim's startup taints and the
+  known ephemeral taints gone, requested extended resources registered -> ``Initialized=True`` and
+  ``karpenter.sh/initialized=true`` on the Node;
+* **liveness** (``liveness.go``): not Launched within 5 minutes, or not Registered within 15
+  minutes of the ``Registered`` condition's last transition (creation before launch) -> delete the
+  NodeClaim and terminate its instance;
+* **instance gone** (``[core]:pkg/controllers/nodeclaim/garbagecollection``): a launched NodeClaim
+  whose instance no longer exists (or is shutting down / terminated) is deleted with its Node;
+* **orphans** (``[aws]:pkg/controllers/nodeclaim/garbagecollection/controller.go``): our instances
+  that no NodeClaim claims, launched more than 30 seconds ago, are terminated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED, CONDITION_LAUNCHED, CONDITION_REGISTERED
+from nodesmith.core.errors import KubernetesError, LaunchError
+from nodesmith.core.ports import CloudProvider, Cluster, Instance, ObjectRef
+from nodesmith.core.requirements import LABEL_INITIALIZED, LABEL_REGISTERED
+from nodesmith.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
+
+from .capacity import UNREGISTERED_TAINT_KEY, from_rfc3339, instance_id_of, to_rfc3339
+from .nodeclaims import TAG_NODECLAIM
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import Node
+
+__all__ = [
+    "EPHEMERAL_TAINT_KEYS",
+    "GONE_STATES",
+    "LAUNCH_TTL_SECONDS",
+    "ORPHAN_GRACE_SECONDS",
+    "REGISTRATION_TTL_SECONDS",
+    "LifecycleOutcome",
+    "collect_garbage",
+    "link_nodes",
+    "nodeclaim_ref",
+]
+
+LAUNCH_TTL_SECONDS = 5 * 60.0
+"""A NodeClaim not Launched this long after creation is deleted (``launchTTL``, liveness.go)."""
+
+REGISTRATION_TTL_SECONDS = 15 * 60.0
+"""A launched NodeClaim not Registered this long is deleted (``registrationTTL``, liveness.go)."""
+
+ORPHAN_GRACE_SECONDS = 30.0
+"""An instance with no NodeClaim younger than this is left alone (AWS garbagecollection controller)."""
+
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+"""EC2 states in which an instance counts as gone for its NodeClaim."""
+
+EPHEMERAL_TAINT_KEYS = frozenset(
+    {
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.cloudprovider.kubernetes.io/uninitialized",
+        UNREGISTERED_TAINT_KEY,
+    }
+)
+"""Taints that must be gone before a node is Initialized (Karpenter ``KnownEphemeralTaints``)."""
+
+_BASE_RESOURCES = frozenset({CPU, MEMORY, PODS, EPHEMERAL_STORAGE})
+
+
+@dataclass(slots=True)
+class LifecycleOutcome:
+    """What the lifecycle step did: counts, the NodeClaims and Nodes deleted (by name) and errors met."""
+
+    registered: int = 0
+    initialized: int = 0
+    terminated: int = 0
+    orphans_terminated: int = 0
+    deleted: set[str] = field(default_factory=set)
+    deleted_nodes: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+
+def nodeclaim_ref(nodeclaim: NodeClaim) -> ObjectRef:
+    """Event target for a NodeClaim (cluster-scoped, ``karpenter.sh/v1``)."""
+    return ObjectRef(
+        kind="NodeClaim", name=nodeclaim.name, uid=nodeclaim.metadata.uid or "", api_version="karpenter.sh/v1"
+    )
+
+
+def _initialization_blocker(nodeclaim: NodeClaim, node: Node) -> str | None:
+    """Why the Node is not initialized yet, or None (``initialization.go``)."""
+    if not node.ready:
+        return "node not ready"
+    startup = {(t.key, t.effect) for t in nodeclaim.startup_taints_core()}
+    for taint in node.taints:
+        if (taint.key, taint.effect) in startup or taint.key in EPHEMERAL_TAINT_KEYS:
+            return f"taint {taint.key}:{taint.effect} still present"
+    for name in nodeclaim.requests_core():
+        if name not in _BASE_RESOURCES and node.allocatable.get(name, 0) <= 0:
+            return f"resource {name} not registered"
+    return None
+
+
+def link_nodes(
+    *,
+    cluster: Cluster,
+    nodeclaims: Sequence[NodeClaim],
+    nodes: Sequence[Node],
+    now: float,
+    outcome: LifecycleOutcome,
+) -> list[NodeClaim]:
+    """Register and initialize launched NodeClaims whose Node has appeared; returns the NodeClaims
+    with their updated status (unchanged ones as given). Status writes that fail are reported in
+    ``outcome.errors`` and retried next pass.
+    """
+    by_provider = {n.provider_id: n for n in nodes if n.provider_id}
+    stamp = to_rfc3339(now)
+    out: list[NodeClaim] = []
+    for nc in nodeclaims:
+        node = by_provider.get(nc.status.provider_id or "")
+        if nc.metadata.deletion_timestamp or node is None:
+            out.append(nc)
+            continue
+        updated = nc.model_copy(deep=True)
+        changed = False
+        try:
+            if not updated.is_true(CONDITION_REGISTERED):
+                labels = dict(updated.metadata.labels)
+                labels[LABEL_REGISTERED] = "true"
+                cluster.label_node(node_name=node.name, labels=labels)
+                updated.status.node_name = node.name
+                updated.set_condition(CONDITION_REGISTERED, "True", "Registered", "", stamp)
+                changed = True
+                outcome.registered += 1
+                cluster.record_event(
+                    ref=nodeclaim_ref(updated),
+                    reason="Registered",
+                    message=f"Status condition transitioned, Type: Registered, Status: True, node {node.name}",
+                )
+            if not updated.is_true(CONDITION_INITIALIZED):
+                blocker = _initialization_blocker(updated, node)
+                if blocker is None:
+                    cluster.label_node(node_name=node.name, labels={LABEL_INITIALIZED: "true"})
+                    updated.set_condition(CONDITION_INITIALIZED, "True", "Initialized", "", stamp)
+                    outcome.initialized += 1
+                    changed = True
+                else:
+                    changed = (
+                        updated.set_condition(CONDITION_INITIALIZED, "Unknown", "NotInitialized", blocker, stamp)
+                        or changed
+                    )
+            if changed:
+                updated = cluster.update_nodeclaim_status(nodeclaim=updated)
+        except KubernetesError as exc:
+            outcome.errors.append(f"link NodeClaim {nc.name} to node {node.name}: {exc}")
+            out.append(nc)
+            continue
+        out.append(updated)
+    return out
+
+
+def _delete_claim(
+    *,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    nodeclaim: NodeClaim,
+    node_name: str | None,
+    instance_ids: Sequence[str],
+    reason: str,
+    message: str,
+    outcome: LifecycleOutcome,
+) -> None:
+    try:
+        if instance_ids:
+            cloud.terminate(instance_ids=instance_ids)
+        if node_name:
+            cluster.delete_node(name=node_name)
+        cluster.delete_nodeclaim(name=nodeclaim.name)
+    except (KubernetesError, LaunchError) as exc:
+        outcome.errors.append(f"delete NodeClaim {nodeclaim.name} ({reason}): {exc}")
+        return
+    cluster.record_event(ref=nodeclaim_ref(nodeclaim), reason=reason, message=message, type_="Warning")
+    outcome.deleted.add(nodeclaim.name)
+    if node_name:
+        outcome.deleted_nodes.add(node_name)
+    outcome.terminated += 1
+
+
+def _liveness_expired(nodeclaim: NodeClaim, *, now: float, launch_ttl: float, registration_ttl: float) -> str | None:
+    """Why liveness deletes this NodeClaim now, or None (``liveness.go``)."""
+    if nodeclaim.is_true(CONDITION_REGISTERED):
+        return None
+    created = from_rfc3339(nodeclaim.metadata.creation_timestamp)
+    if not nodeclaim.is_true(CONDITION_LAUNCHED):
+        if created is not None and now - created >= launch_ttl:
+            return f"not launched within {launch_ttl:.0f}s of creation"
+        return None
+    registered = nodeclaim.condition(CONDITION_REGISTERED)
+    since = from_rfc3339(registered.last_transition_time) if registered is not None else None
+    since = since if since is not None else created
+    if since is not None and now - since >= registration_ttl:
+        return f"not registered within {registration_ttl:.0f}s of launch"
+    return None
+
+
+def collect_garbage(
+    *,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    nodeclaims: Sequence[NodeClaim],
+    nodes: Sequence[Node],
+    instances: Mapping[str, Instance],
+    now: float,
+    outcome: LifecycleOutcome,
+    launch_ttl_seconds: float = LAUNCH_TTL_SECONDS,
+    registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS,
+    orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS,
+    get_instance: Callable[[str], Instance | None] | None = None,
+) -> None:
+    """Delete NodeClaims whose instance is gone or whose liveness expired; terminate orphan instances.
+
+    ``instances`` are our live instances by id (``cloud.list_instances()``); an instance missing
+    there is confirmed with ``cloud.get_instance`` before its NodeClaim is deleted. Times in epoch
+    seconds. Deleted NodeClaim names land in ``outcome.deleted``.
+    """
+    lookup = get_instance or (lambda iid: cloud.get_instance(instance_id=iid))
+    node_by_provider = {n.provider_id: n.name for n in nodes if n.provider_id}
+    for nc in nodeclaims:
+        if nc.metadata.deletion_timestamp:
+            continue
+        iid = instance_id_of(nc.status.provider_id)
+        node_name = nc.status.node_name or node_by_provider.get(nc.status.provider_id or "")
+        if iid is not None:
+            inst = instances.get(iid)
+            if inst is None:
+                inst = lookup(iid)
+            if inst is None or inst.state in GONE_STATES:
+                state = "gone" if inst is None else inst.state
+                _delete_claim(
+                    cluster=cluster,
+                    cloud=cloud,
+                    nodeclaim=nc,
+                    node_name=node_name,
+                    instance_ids=(),
+                    reason="InstanceTerminated",
+                    message=f"Instance {iid} is {state}; deleting NodeClaim",
+                    outcome=outcome,
+                )
+                continue
+        why = _liveness_expired(nc, now=now, launch_ttl=launch_ttl_seconds, registration_ttl=registration_ttl_seconds)
+        if why is not None:
+            ids = [iid] if iid else [i.instance_id for i in instances.values() if i.tags.get(TAG_NODECLAIM) == nc.name]
+            _delete_claim(
+                cluster=cluster,
+                cloud=cloud,
+                nodeclaim=nc,
+                node_name=node_name,
+                instance_ids=ids,
+                reason="LivenessExpired",
+                message=f"NodeClaim {why}; deleting it and terminating its instance",
+                outcome=outcome,
+            )
+    claimed_ids = {instance_id_of(nc.status.provider_id) for nc in nodeclaims if nc.name not in outcome.deleted}
+    claimed_names = {nc.name for nc in nodeclaims if nc.name not in outcome.deleted and not nc.status.provider_id}
+    orphans = [
+        i.instance_id
+        for i in instances.values()
+        if i.instance_id not in claimed_ids
+        and i.tags.get(TAG_NODECLAIM) not in claimed_names
+        and i.state not in GONE_STATES
+        and now - i.launch_time >= orphan_grace_seconds
+    ]
+    if orphans:
+        try:
+            cloud.terminate(instance_ids=orphans)
+            outcome.orphans_terminated += len(orphans)
+        except LaunchError as exc:
+            outcome.errors.append(f"terminate orphan instances {orphans}: {exc}")

@@ -1,0 +1,494 @@
+"""The reconcile use case: one pass of Karpenter's provisioning loop, run from a schedule.
+
+``reconcile`` snapshots the cluster (Nodes before Pods, as Karpenter does, so capacity is never
+over-estimated), brings launched NodeClaims up to date (registration, initialization, liveness,
+garbage collection, ``nodeclaims`` lifecycle), solves the pending pods against existing and
+in-flight capacity, creates and launches a NodeClaim per plan, and reports what it did.
+
+Capacity errors: when CreateFleet can fill none of a NodeClaim's offerings, the provider marks them
+unavailable (Karpenter's 3-minute unavailable-offerings cache, ``karpenter-v1.md`` §2.5) and raises
+:class:`~nodesmith.core.errors.InsufficientCapacityError`. Karpenter deletes the NodeClaim and
+re-simulates in its next batch; a Lambda pass may be a minute apart, so here the affected pods are
+solved again within the same call (bounded by ``max_solve_attempts``) against a catalogue with
+those offerings unavailable, falling back to other types, zones, on-demand or the next NodePool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from nodesmith.core.errors import (
+    ConflictError,
+    KubernetesError,
+    NodeClassNotReadyError,
+)
+from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult, ObjectRef
+from nodesmith.core.scheduling import solve
+from nodesmith.core.scheduling.types import ExistingNode, NodeClaimPlan, SchedulingInput, SchedulingResult
+
+from .capacity import (
+    existing_capacity,
+    inflight_node,
+    leaving_node_names,
+    nodepool_usage,
+    offering_price,
+    pending_pods,
+    reschedulable_pods,
+)
+from .launch import Launcher, LaunchOutcome
+from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
+from .nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+
+if TYPE_CHECKING:
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
+    from nodesmith.core.resources import Resources
+
+__all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOutcome", "reconcile"]
+
+MAX_SOLVE_ATTEMPTS = 6
+"""Solves per pass: the first, plus re-solves after capacity errors. Each re-solve sees strictly
+fewer available offerings, so the loop ends anyway; the bound caps CreateFleet calls per pass."""
+
+MAX_POD_EVENTS = 100
+"""At most this many pod Events (FailedScheduling, Nominated) per pass, to bound API calls."""
+
+Solver = Callable[[SchedulingInput], SchedulingResult]
+
+
+@dataclass(slots=True)
+class ReconcileOutcome:
+    """What one reconcile pass saw and did (the handler turns it into metrics and a log line).
+
+    Counts are per pass. ``pods_pending`` counts pods Nodesmith provisions for at the snapshot;
+    ``oldest_pending_age_seconds`` is the age of the oldest of them (0 when none);
+    ``pods_scheduled`` are pods nominated to NodeClaims launched in this pass;
+    ``pods_awaiting_capacity`` fit existing or in-flight capacity (kube-scheduler binds them once
+    the node is Ready); ``pods_rescheduled`` are pods on nodes going away (deleted, deleting or
+    tainted ``karpenter.sh/disrupted``) that were provisioned for ahead of their eviction.
+    ``launch_failures`` maps an EC2 error code (or ``NodeClassNotReady``) to failed launches.
+    ``cost_per_hour`` is the price of every launched NodeClaim after the pass (USD/hour),
+    ``new_cost_per_hour`` that of the ones launched now. ``scheduling_duration_seconds`` sums the
+    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason.
+    """
+
+    pods_pending: int = 0
+    oldest_pending_age_seconds: float = 0.0
+    pods_scheduled: int = 0
+    pods_awaiting_capacity: int = 0
+    pods_rescheduled: int = 0
+    nodeclaims_created: int = 0
+    nodeclaims_launched: int = 0
+    nodeclaims_registered: int = 0
+    nodeclaims_initialized: int = 0
+    nodeclaims_terminated: int = 0
+    orphans_terminated: int = 0
+    launch_failures: dict[str, int] = field(default_factory=dict)
+    offerings_marked_unavailable: int = 0
+    cost_per_hour: float = 0.0
+    new_cost_per_hour: float = 0.0
+    scheduling_duration_seconds: float = 0.0
+    solve_attempts: int = 0
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    launched: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def unschedulable_reasons(self) -> dict[str, int]:
+        """Distinct unschedulable reasons with how many pods gave each."""
+        return dict(Counter(self.unschedulable.values()))
+
+
+@dataclass(slots=True)
+class _Snapshot:
+    nodes: list[Node]
+    pods: list[Pod]
+    daemonsets: list[DaemonSet]
+    nodepools: list[NodePool]
+    nodeclasses: dict[str, EC2NodeClass]
+    nodeclaims: list[NodeClaim]
+    instances: dict[str, Instance]
+
+
+def _snapshot(*, cluster: Cluster, cloud: CloudProvider) -> _Snapshot:
+    nodes = cluster.list_nodes()  # before pods: a pod bound meanwhile is seen bound, never double-counted
+    pods = cluster.list_pods()
+    return _Snapshot(
+        nodes=nodes,
+        pods=pods,
+        daemonsets=cluster.list_daemonsets(),
+        nodepools=cluster.list_nodepools(),
+        nodeclasses={nc.name: nc for nc in cluster.list_ec2nodeclasses()},
+        nodeclaims=cluster.list_nodeclaims(),
+        instances={i.instance_id: i for i in cloud.list_instances()},
+    )
+
+
+def _catalogues(
+    *, cloud: CloudProvider, nodeclasses: Mapping[str, EC2NodeClass], wanted: set[str], out: ReconcileOutcome
+) -> dict[str, dict[str, InstanceType]]:
+    """Instance types per EC2NodeClass name; a NodeClass that does not resolve is reported and left out."""
+    catalogues: dict[str, dict[str, InstanceType]] = {}
+    for name in sorted(wanted):
+        nodeclass = nodeclasses.get(name)
+        if nodeclass is None:
+            continue
+        try:
+            catalogues[name] = {it.name: it for it in cloud.instance_types(nodeclass=nodeclass)}
+        except NodeClassNotReadyError as exc:
+            out.errors.append(f"EC2NodeClass {name}: {exc}")
+    return catalogues
+
+
+def _merged(catalogues: Mapping[str, Mapping[str, InstanceType]]) -> dict[str, InstanceType]:
+    """One catalogue for the solver: by type name, the first NodeClass (by name) wins."""
+    merged: dict[str, InstanceType] = {}
+    for name in sorted(catalogues):
+        for type_name, it in catalogues[name].items():
+            merged.setdefault(type_name, it)
+    return merged
+
+
+def _without(catalogue: Mapping[str, InstanceType], unavailable: set[tuple[str, str, str]]) -> list[InstanceType]:
+    """The catalogue with the offerings that failed in this pass marked unavailable."""
+    if not unavailable:
+        return list(catalogue.values())
+    out: list[InstanceType] = []
+    for it in catalogue.values():
+        if not any((it.name, o.zone, o.capacity_type) in unavailable for o in it.offerings):
+            out.append(it)
+            continue
+        offerings = tuple(
+            replace(o, available=False) if (it.name, o.zone, o.capacity_type) in unavailable else o
+            for o in it.offerings
+        )
+        out.append(replace(it, offerings=offerings))
+    return out
+
+
+def _usable_pools(snap: _Snapshot, catalogues: Mapping[str, object], out: ReconcileOutcome) -> list[NodePool]:
+    pools: list[NodePool] = []
+    for np in snap.nodepools:
+        ref = np.spec.template.spec.node_class_ref
+        if np.metadata.deletion_timestamp or np.spec.replicas is not None:
+            continue
+        if ref.name not in catalogues:
+            out.errors.append(f'NodePool {np.name}: EC2NodeClass "{ref.name}" not found or not ready')
+            continue
+        pools.append(np)
+    return pools
+
+
+def _pod_ref(pod: Pod) -> ObjectRef:
+    return ObjectRef(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid)
+
+
+class _Pass:
+    """State of one reconcile pass (the steps of :func:`reconcile`, split for readability)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        cloud: CloudProvider,
+        cluster_name: str,
+        now: float,
+        solver: Solver,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cluster = cluster
+        self.cloud = cloud
+        self.cluster_name = cluster_name
+        self.now = now
+        self.solver = solver
+        self.clock = clock
+        self.out = ReconcileOutcome()
+        self.snap = _snapshot(cluster=cluster, cloud=cloud)
+        self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
+        self.nodes: list[Node] = list(self.snap.nodes)
+        self.leaving: set[str] = set()
+        self.nominated: list[tuple[Pod, str]] = []
+
+    def lifecycle(self) -> None:
+        """(e) + (f): registration, initialization, liveness and garbage collection."""
+        snap, out = self.snap, self.out
+        life = LifecycleOutcome()
+        claims = link_nodes(cluster=self.cluster, nodeclaims=self.claims, nodes=snap.nodes, now=self.now, outcome=life)
+        collect_garbage(
+            cluster=self.cluster,
+            cloud=self.cloud,
+            nodeclaims=claims,
+            nodes=snap.nodes,
+            instances=snap.instances,
+            now=self.now,
+            outcome=life,
+        )
+        self.claims = [nc for nc in claims if nc.name not in life.deleted]
+        self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
+        self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes)
+        out.nodeclaims_registered = life.registered
+        out.nodeclaims_initialized = life.initialized
+        out.nodeclaims_terminated = life.terminated
+        out.orphans_terminated = life.orphans_terminated
+        out.errors.extend(life.errors)
+
+    def prepare(self) -> None:
+        """(b): catalogues per EC2NodeClass, the NodePools that can provision, the launcher."""
+        snap = self.snap
+        wanted = {np.spec.template.spec.node_class_ref.name for np in snap.nodepools}
+        wanted |= {nc.spec.node_class_ref.name for nc in self.claims}
+        self.catalogues = _catalogues(cloud=self.cloud, nodeclasses=snap.nodeclasses, wanted=wanted, out=self.out)
+        self.merged = _merged(self.catalogues)
+        self.pools = _usable_pools(snap, self.catalogues, self.out)
+        self.launcher = Launcher(
+            cluster=self.cluster,
+            cloud=self.cloud,
+            cluster_name=self.cluster_name,
+            now=self.now,
+            nodeclasses=snap.nodeclasses,
+            catalogues=self.catalogues,
+            instances=snap.instances,
+        )
+
+    def launch_leftovers(self) -> None:
+        """NodeClaims created but never launched (a pass that died half-way): adopt or launch them."""
+        kept: list[NodeClaim] = []
+        for nc in self.claims:
+            if nc.status.provider_id or nc.metadata.deletion_timestamp:
+                kept.append(nc)
+                continue
+            result = self.launcher.launch(nc)
+            if result.nodeclaim is not None:
+                kept.append(result.nodeclaim)
+        self.claims = kept
+
+    def provision(self, *, max_solve_attempts: int) -> None:
+        """(a), (c), (d): solve pending pods, create and launch NodeClaims, re-solve after capacity errors."""
+        snap, out = self.snap, self.out
+        self.pending = pending_pods(snap.pods)
+        out.pods_pending = len(self.pending)
+        ages = [self.now - p.creation_timestamp for p in self.pending if p.creation_timestamp > 0]
+        out.oldest_pending_age_seconds = max(0.0, max(ages, default=0.0))
+        moving = reschedulable_pods(snap.pods, leaving=self.leaving)
+        out.pods_rescheduled = len(moving)
+        capacity = existing_capacity(
+            nodes=self.nodes, pods=snap.pods, nodeclaims=self.claims, instances=snap.instances, catalogue=self.merged
+        )
+        self.existing: dict[str, ExistingNode] = {n.name: n for n in capacity}
+        self.usage = nodepool_usage(self.claims)
+        self.taken = {nc.name for nc in self.claims}
+        if not self.pools:
+            for pod in self.pending:
+                out.unschedulable[pod.key] = "no NodePool with a ready EC2NodeClass"
+            return
+        to_solve: list[Pod] = [*self.pending, *moving]
+        while to_solve:
+            out.solve_attempts += 1
+            retry = self._solve_once(to_solve)
+            if not retry:
+                break
+            if out.solve_attempts >= max_solve_attempts:
+                for pod in retry:
+                    out.unschedulable[pod.key] = f"insufficient capacity after {out.solve_attempts} attempts"
+                break
+            to_solve = retry
+        for pod, _ in self.nominated:
+            out.unschedulable.pop(pod.key, None)
+
+    def _solve_once(self, pods: list[Pod]) -> list[Pod]:
+        """One solve and its launches; returns the pods whose NodeClaim hit a capacity error."""
+        out = self.out
+        inp = SchedulingInput(
+            pods=pods,
+            nodepools=self.pools,
+            instance_types=_without(self.merged, self.launcher.unavailable),
+            existing_nodes=list(self.existing.values()),
+            daemonsets=self.snap.daemonsets,
+            nodepool_usage=self.usage,
+        )
+        started = self.clock()
+        result = self.solver(inp)
+        out.scheduling_duration_seconds += self.clock() - started
+        for node_name, placed in result.existing.items():
+            node = self.existing.get(node_name)
+            if node is not None:
+                self.existing[node_name] = replace(node, pods=(*node.pods, *placed))
+            out.pods_awaiting_capacity += len(placed)
+        out.unschedulable.update(result.unschedulable)
+        retry: list[Pod] = []
+        for index, plan in enumerate(result.nodeclaims):
+            launched = self._create_and_launch(plan=plan, index=index)
+            if launched is None:
+                continue
+            if launched.nodeclaim is not None and launched.result is not None:
+                self._account(plan, launched.nodeclaim, launched.result)
+            elif launched.capacity_error:
+                retry.extend(plan.pods)
+            else:
+                for pod in plan.pods:
+                    out.unschedulable[pod.key] = launched.message
+        return retry
+
+    def _account(self, plan: NodeClaimPlan, claim: NodeClaim, result: LaunchResult) -> None:
+        node = inflight_node(claim, catalogue=self.merged, instance=_as_instance(result))
+        self.existing[claim.name] = replace(node, pods=plan.pods)
+        _charge(self.usage, claim)
+        self.out.pods_scheduled += len(plan.pods)
+        self.out.new_cost_per_hour += result.price
+        self.nominated.extend((p, claim.name) for p in plan.pods)
+
+    def _create_and_launch(self, *, plan: NodeClaimPlan, index: int) -> LaunchOutcome | None:
+        """Create the NodeClaim for ``plan`` and launch it; None when it could not even be created."""
+        out = self.out
+        pool = next((p for p in self.pools if p.name == plan.nodepool), None)
+        if pool is None:
+            return None
+        if not _viable(plan, self.launcher.unavailable):
+            # An earlier launch in this pass exhausted these offerings: re-solve without a NodeClaim.
+            return LaunchOutcome(nodeclaim=None, capacity_error=True, message="offerings failed in this pass")
+        seed = plan_seed(plan, now=self.now, index=index) + f"|{out.solve_attempts}"
+        for _ in range(3):
+            name = nodeclaim_name(nodepool=plan.nodepool, seed=seed, taken=self.taken)
+            self.taken.add(name)
+            try:
+                draft = build_nodeclaim(plan=plan, nodepool=pool, name=name)
+            except ValidationError as exc:
+                out.errors.append(f"NodePool {plan.nodepool}: cannot build a NodeClaim: {exc}")
+                return None
+            try:
+                created = self.cluster.create_nodeclaim(nodeclaim=draft)
+            except ConflictError:
+                continue
+            except KubernetesError as exc:
+                out.errors.append(f"create NodeClaim {name}: {exc}")
+                return None
+            out.nodeclaims_created += 1
+            return self.launcher.launch(created)
+        out.errors.append(f"NodePool {plan.nodepool}: no free NodeClaim name after 3 tries")
+        return None
+
+    def finish(self, *, max_pod_events: int) -> ReconcileOutcome:
+        """Tallies, cost and (g) the pod Events."""
+        out, launcher = self.out, self.launcher
+        out.launch_failures = dict(launcher.failures)
+        out.offerings_marked_unavailable = len(launcher.unavailable)
+        out.nodeclaims_launched = launcher.launched
+        out.launched = list(launcher.launched_names)
+        out.errors.extend(launcher.errors)
+        out.cost_per_hour = _cost(self.claims, self.snap.instances, self.merged) + out.new_cost_per_hour
+        _pod_events(cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events)
+        return out
+
+
+def reconcile(
+    *,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    cluster_name: str,
+    now: float,
+    max_solve_attempts: int = MAX_SOLVE_ATTEMPTS,
+    max_pod_events: int = MAX_POD_EVENTS,
+    solver: Solver = solve,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ReconcileOutcome:
+    """Run one provisioning pass and return what it did.
+
+    Steps: snapshot (Nodes, Pods, DaemonSets, NodePools, EC2NodeClasses, NodeClaims, our
+    instances); link NodeClaims to their Nodes and garbage-collect (liveness, instance gone,
+    orphans); load each EC2NodeClass's catalogue; launch NodeClaims left unlaunched by an earlier
+    pass; solve the pending pods against registered nodes and in-flight NodeClaims; create and
+    launch a NodeClaim per plan, re-solving pods after capacity errors; post Events.
+
+    ``now`` is the pass time in epoch seconds (liveness, orphan grace, timestamps, names);
+    ``clock`` only measures the solver's duration (seconds). ``solver`` defaults to the core
+    scheduler. Kubernetes and EC2 errors on one object are reported in ``outcome.errors`` and do
+    not stop the pass; errors while listing (the snapshot) propagate.
+    """
+    run = _Pass(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=now, solver=solver, clock=clock)
+    run.lifecycle()
+    run.prepare()
+    run.launch_leftovers()
+    run.provision(max_solve_attempts=max_solve_attempts)
+    return run.finish(max_pod_events=max_pod_events)
+
+
+def _viable(plan: NodeClaimPlan, unavailable: set[tuple[str, str, str]]) -> bool:
+    """True when some offering of the plan has not failed in this pass."""
+    for it in plan.instance_types:
+        for o in it.offerings:
+            if not o.available or (it.name, o.zone, o.capacity_type) in unavailable:
+                continue
+            if (not plan.zones or o.zone in plan.zones) and (
+                not plan.capacity_types or o.capacity_type in plan.capacity_types
+            ):
+                return True
+    return False
+
+
+def _as_instance(result: LaunchResult) -> Instance:
+    return Instance(
+        instance_id=result.instance_id,
+        instance_type=result.instance_type,
+        zone=result.zone,
+        capacity_type=result.capacity_type,
+        state="pending",
+        launch_time=0.0,
+        image_id=result.image_id,
+    )
+
+
+def _charge(usage: dict[str, Resources], nodeclaim: NodeClaim) -> None:
+    for pool, held in nodepool_usage([nodeclaim]).items():
+        acc = usage.setdefault(pool, {})
+        for name, amount in held.items():
+            acc[name] = acc.get(name, 0) + amount
+
+
+def _cost(
+    claims: Sequence[NodeClaim], instances: Mapping[str, Instance], catalogue: Mapping[str, InstanceType]
+) -> float:
+    """Hourly price (USD) of the instances behind the given NodeClaims."""
+    total = 0.0
+    for nc in claims:
+        provider_id = nc.status.provider_id or ""
+        inst = instances.get(provider_id.rsplit("/", 1)[-1]) if provider_id else None
+        if inst is not None:
+            total += offering_price(
+                catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
+            )
+    return total
+
+
+def _pod_events(
+    *, cluster: Cluster, pending: Sequence[Pod], nominated: Sequence[tuple[Pod, str]], out: ReconcileOutcome, limit: int
+) -> None:
+    sent = 0
+    for pod, claim in nominated:
+        if sent >= limit:
+            return
+        cluster.record_event(
+            ref=_pod_ref(pod), reason="Nominated", message=f"Pod should schedule on: nodeclaim/{claim}"
+        )
+        sent += 1
+    by_key = {p.key: p for p in pending}
+    for key, reason in sorted(out.unschedulable.items()):
+        if sent >= limit:
+            return
+        target = by_key.get(key)
+        if target is None:
+            continue
+        cluster.record_event(
+            ref=_pod_ref(target),
+            reason="FailedScheduling",
+            message=f"Failed to schedule pod, {reason}",
+            type_="Warning",
+        )
+        sent += 1
