@@ -1,0 +1,324 @@
+"""In-memory Cluster and CloudProvider for the reconcile service tests, plus small factories.
+
+The fakes follow the ports' contracts (``nodesmith.core.ports``): the cluster stores NodeClaims
+like the API server (uid and creationTimestamp on create, status written separately), the cloud
+picks the cheapest allowed offering like CreateFleet ``lowest-price`` and raises
+``InsufficientCapacityError`` naming the offerings it could not fill (marking them unavailable, as
+the AWS provider's unavailable-offerings cache does).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+from nodesmith.core.api.nodepool import NodePool
+from nodesmith.core.errors import InsufficientCapacityError, UnavailableOffering
+from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
+from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef
+from nodesmith.core.resources import parse_quantity
+from nodesmith.services.capacity import to_rfc3339
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+
+GIB = 2**30
+ZONES = ("us-east-1a", "us-east-1b")
+
+
+def make_type(name: str, vcpus: int, memory_gib: int, od_price: float, *, pods: int = 29) -> InstanceType:
+    """An EC2-like instance type with spot (30% of on-demand) and on-demand offerings in two zones."""
+    family, size = name.split(".", 1)
+    labels = {
+        "node.kubernetes.io/instance-type": name,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/os": "linux",
+        "karpenter.k8s.aws/instance-category": family[0],
+        "karpenter.k8s.aws/instance-family": family,
+        "karpenter.k8s.aws/instance-generation": family[1],
+        "karpenter.k8s.aws/instance-size": size,
+        "karpenter.k8s.aws/instance-cpu": str(vcpus),
+    }
+    offerings = []
+    for i, zone in enumerate(ZONES):
+        offerings.append(Offering(zone=zone, capacity_type="spot", price=round(od_price * 0.3 + 0.001 * i, 5)))
+        offerings.append(Offering(zone=zone, capacity_type="on-demand", price=od_price))
+    return InstanceType(
+        name=name,
+        labels=labels,
+        capacity={"cpu": vcpus * 1000, "memory": memory_gib * GIB, "pods": pods},
+        overhead={"cpu": 100, "memory": GIB // 2},
+        offerings=tuple(offerings),
+    )
+
+
+def catalogue() -> list[InstanceType]:
+    """Four types: c5.large < m5.large < c5.xlarge < m5.xlarge by price."""
+    return [
+        make_type("c5.large", 2, 4, 0.085),
+        make_type("m5.large", 2, 8, 0.096),
+        make_type("c5.xlarge", 4, 8, 0.17),
+        make_type("m5.xlarge", 4, 16, 0.192),
+    ]
+
+
+def make_nodepool(
+    name: str = "default",
+    *,
+    requirements: list[dict[str, Any]] | None = None,
+    weight: int | None = None,
+    limits: dict[str, str] | None = None,
+    startup_taints: list[dict[str, str]] | None = None,
+    labels: dict[str, str] | None = None,
+) -> NodePool:
+    """A validated NodePool on EC2NodeClass ``default`` (spot and on-demand, linux)."""
+    spec: dict[str, Any] = {
+        "template": {
+            "metadata": {"labels": labels or {"team": "platform"}},
+            "spec": {
+                "requirements": requirements
+                or [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                ],
+                "startupTaints": startup_taints or [],
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            },
+        }
+    }
+    if weight is not None:
+        spec["weight"] = weight
+    if limits is not None:
+        spec["limits"] = limits
+    return NodePool.model_validate(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": name, "uid": f"uid-{name}"},
+            "spec": spec,
+        }
+    )
+
+
+def make_nodeclass(name: str = "default") -> EC2NodeClass:
+    """A validated EC2NodeClass (al2023 alias, discovery tags)."""
+    return EC2NodeClass.model_validate(
+        {
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": name},
+            "spec": {
+                "role": "KarpenterNodeRole-test",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "test"}}],
+            },
+        }
+    )
+
+
+_seq = itertools.count(1)
+
+
+def make_pod(name: str, *, cpu: str = "1", memory: str = "1Gi", created: float = 900.0, **kwargs: Any) -> Pod:
+    """A pending pod that kube-scheduler marked Unschedulable (requests include ``pods: 1``)."""
+    return Pod(
+        namespace="default",
+        name=name,
+        uid=f"uid-{name}",
+        requests={
+            "cpu": parse_quantity(cpu, resource="cpu"),
+            "memory": parse_quantity(memory, resource="memory"),
+            "pods": 1,
+        },
+        creation_timestamp=created,
+        **{"unschedulable": True, "owner_kind": "ReplicaSet", "owner_name": "inflate-abc", **kwargs},
+    )
+
+
+@dataclass
+class FakeCluster:
+    """The Cluster port over plain lists; ``now`` (epoch seconds) stamps created NodeClaims."""
+
+    now: float = 1000.0
+    nodes: list[Node] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)
+    daemonsets: list[DaemonSet] = field(default_factory=list)
+    nodepools: list[NodePool] = field(default_factory=list)
+    nodeclasses: list[EC2NodeClass] = field(default_factory=list)
+    nodeclaims: dict[str, NodeClaim] = field(default_factory=dict)
+    events: list[tuple[str, str, str, str]] = field(default_factory=list)
+    created: list[str] = field(default_factory=list)
+    deleted_nodeclaims: list[str] = field(default_factory=list)
+    deleted_nodes: list[str] = field(default_factory=list)
+
+    def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
+        return [p for p in self.pods if node_name is None or p.node_name == node_name]
+
+    def list_nodes(self) -> list[Node]:
+        return list(self.nodes)
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        return list(self.daemonsets)
+
+    def list_pdbs(self) -> list[PodDisruptionBudget]:
+        return []
+
+    def list_nodepools(self) -> list[NodePool]:
+        return list(self.nodepools)
+
+    def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
+        return list(self.nodeclasses)
+
+    def list_nodeclaims(self) -> list[NodeClaim]:
+        return [nc.model_copy(deep=True) for nc in self.nodeclaims.values()]
+
+    def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        from nodesmith.core.errors import ConflictError
+
+        if nodeclaim.name in self.nodeclaims:
+            raise ConflictError(f"nodeclaim {nodeclaim.name} exists", status=409)
+        stored = nodeclaim.model_copy(deep=True)
+        stored.metadata.uid = f"uid-{next(_seq)}"
+        stored.metadata.creation_timestamp = to_rfc3339(self.now)
+        stored.status = type(stored.status)()  # the status subresource is not written on create
+        self.nodeclaims[stored.name] = stored
+        self.created.append(stored.name)
+        return stored.model_copy(deep=True)
+
+    def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        stored = self.nodeclaims[nodeclaim.name]
+        stored.status = nodeclaim.status.model_copy(deep=True)
+        return stored.model_copy(deep=True)
+
+    def delete_nodeclaim(self, *, name: str) -> None:
+        if self.nodeclaims.pop(name, None) is not None:
+            self.deleted_nodeclaims.append(name)
+
+    def get_node(self, *, name: str) -> Node | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
+        return next((n for n in self.nodes if n.provider_id == provider_id), None)
+
+    def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
+        raise NotImplementedError
+
+    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
+        self.nodes = [replace(n, labels={**n.labels, **labels}) if n.name == node_name else n for n in self.nodes]
+
+    def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> str:
+        raise NotImplementedError
+
+    def delete_pod(self, *, pod: Pod, grace_period_seconds: int | None = None) -> None:
+        raise NotImplementedError
+
+    def delete_node(self, *, name: str) -> None:
+        self.nodes = [n for n in self.nodes if n.name != name]
+        self.deleted_nodes.append(name)
+
+    def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
+        self.events.append((ref.kind, ref.name, reason, message))
+
+    def reasons(self, kind: str) -> list[str]:
+        """Event reasons posted on objects of ``kind``."""
+        return [reason for k, _, reason, _ in self.events if k == kind]
+
+
+@dataclass
+class FakeCloud:
+    """The CloudProvider port: picks the cheapest allowed offering (spot first when allowed).
+
+    ``ice`` holds ``(type, zone, capacity type)`` that always answer InsufficientInstanceCapacity.
+    """
+
+    types: list[InstanceType] = field(default_factory=catalogue)
+    ice: set[tuple[str, str, str]] = field(default_factory=set)
+    now: float = 1000.0
+    cluster_name: str = "test"
+    instances: dict[str, Instance] = field(default_factory=dict)
+    requests: list[LaunchRequest] = field(default_factory=list)
+    terminated: list[str] = field(default_factory=list)
+    marked: set[tuple[str, str, str]] = field(default_factory=set)
+
+    def instance_types(self, *, nodeclass: EC2NodeClass | None = None) -> list[InstanceType]:
+        out = []
+        for it in self.types:
+            offerings = tuple(
+                replace(o, available=False) if (it.name, o.zone, o.capacity_type) in self.marked else o
+                for o in it.offerings
+            )
+            out.append(replace(it, offerings=offerings))
+        return out
+
+    def create(self, *, request: LaunchRequest) -> LaunchResult:
+        self.requests.append(request)
+        spot = "spot" in request.capacity_types and any(
+            o.capacity_type == "spot" and o.available and o.zone in request.zones
+            for it in request.instance_types
+            for o in it.offerings
+        )
+        ct = "spot" if spot else "on-demand"
+        candidates = sorted(
+            (o.price, it.name, o.zone)
+            for it in request.instance_types
+            for o in it.offerings
+            if o.capacity_type == ct
+            and o.zone in request.zones
+            and o.available
+            and (it.name, o.zone, ct) not in self.marked
+        )
+        failed = []
+        for price, name, zone in candidates:
+            if (name, zone, ct) in self.ice:
+                failed.append(UnavailableOffering(name, zone, ct, "InsufficientInstanceCapacity"))
+                continue
+            iid = f"i-{len(self.instances) + 1:017x}"
+            self.instances[iid] = Instance(
+                instance_id=iid,
+                instance_type=name,
+                zone=zone,
+                capacity_type=ct,
+                state="running",
+                launch_time=self.now,
+                private_dns_name=f"ip-10-0-0-{len(self.instances) + 1}.ec2.internal",
+                image_id="ami-123",
+                tags=dict(request.tags),
+            )
+            return LaunchResult(iid, name, zone, ct, "ami-123", price)
+        self.marked.update((f.instance_type, f.zone, f.capacity_type) for f in failed)
+        raise InsufficientCapacityError("all offerings failed", offerings=tuple(failed))
+
+    def list_instances(self) -> list[Instance]:
+        return [i for i in self.instances.values() if i.state != "terminated"]
+
+    def get_instance(self, *, instance_id: str) -> Instance | None:
+        return self.instances.get(instance_id)
+
+    def terminate(self, *, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            if iid in self.instances:
+                self.instances[iid] = replace(self.instances[iid], state="terminated")
+                self.terminated.append(iid)
+
+
+def node_for(instance: Instance, nodeclaim: NodeClaim, *, ready: bool, taints: tuple[Taint, ...] = ()) -> Node:
+    """The Node a kubelet would register for ``instance`` (allocatable from the NodeClaim's status)."""
+    return Node(
+        name=instance.private_dns_name,
+        provider_id=instance.provider_id,
+        labels={
+            **nodeclaim.metadata.labels,
+            "node.kubernetes.io/instance-type": instance.instance_type,
+            "topology.kubernetes.io/zone": instance.zone,
+            "karpenter.sh/capacity-type": instance.capacity_type,
+            "kubernetes.io/hostname": instance.private_dns_name,
+        },
+        taints=taints,
+        allocatable=nodeclaim.allocatable_core(),
+        ready=ready,
+    )
