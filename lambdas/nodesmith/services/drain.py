@@ -204,8 +204,11 @@ def drain_node(
         if t >= end:
             reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
             return _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
+        done_before = len(state.evicted) + len(state.force_deleted)
         _force_delete(cluster, plan, state)
         _evict(cluster, plan, state, t)
+        if len(state.evicted) + len(state.force_deleted) > done_before:
+            continue  # progress: look again at once (pods with no grace are already gone)
         wake = t + poll_seconds
         retries = [state.next_try[_pod_id(p)] for p in plan.evict if _pod_id(p) in state.next_try]
         if retries:
