@@ -1,0 +1,118 @@
+"""Reconcile Lambda: one provisioning pass per EventBridge schedule tick (``rate(1 minute)``).
+
+The event's content is not used (any scheduled event, or ``{}`` when invoked by hand or by the
+embedded demo). The handler loads the settings, gets the ports from :mod:`~nodesmith.handlers.wiring`,
+runs :func:`nodesmith.services.reconcile.reconcile` and reports:
+
+* metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
+  ``OldestPendingPodAgeSeconds``, ``SchedulingDurationSeconds``, ``PodsScheduled``,
+  ``NodeClaimsCreated/Launched/Registered/Initialized/Terminated``, ``LaunchFailures`` by
+  ``ErrorCode``, ``OfferingsMarkedUnavailable``, ``ClusterCostUSDPerHour`` (unit None: USD/hour),
+  ``ReconcileDurationSeconds`` and ``ReconcileErrors`` (per-object errors the pass survived, or 1
+  when the pass itself failed);
+* one structured log line with the outcome.
+
+A failed pass is logged and re-raised so the invocation shows as an error; the schedule target has
+no retries (the next tick is a minute away), so nothing is replayed stale.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.handlers import wiring
+from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
+from nodesmith.services.reconcile import ReconcileOutcome, reconcile
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+__all__ = ["handler", "outcome_summary", "run_pass"]
+
+_MAX_LOGGED_REASONS = 20
+
+
+def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
+    """A JSON-safe summary of ``outcome`` for logs and the handler's return value.
+
+    Unschedulable pods are summarised by reason (at most 20 reasons, with pod counts).
+    """
+    reasons = sorted(outcome.unschedulable_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "pods_pending": outcome.pods_pending,
+        "oldest_pending_age_seconds": round(outcome.oldest_pending_age_seconds, 3),
+        "pods_scheduled": outcome.pods_scheduled,
+        "pods_awaiting_capacity": outcome.pods_awaiting_capacity,
+        "pods_rescheduled": outcome.pods_rescheduled,
+        "nodeclaims_created": outcome.nodeclaims_created,
+        "nodeclaims_launched": outcome.nodeclaims_launched,
+        "nodeclaims_registered": outcome.nodeclaims_registered,
+        "nodeclaims_initialized": outcome.nodeclaims_initialized,
+        "nodeclaims_terminated": outcome.nodeclaims_terminated,
+        "orphans_terminated": outcome.orphans_terminated,
+        "launched": list(outcome.launched),
+        "launch_failures": dict(outcome.launch_failures),
+        "offerings_marked_unavailable": outcome.offerings_marked_unavailable,
+        "cost_usd_per_hour": round(outcome.cost_per_hour, 6),
+        "new_cost_usd_per_hour": round(outcome.new_cost_per_hour, 6),
+        "scheduling_duration_seconds": round(outcome.scheduling_duration_seconds, 6),
+        "solve_attempts": outcome.solve_attempts,
+        "unschedulable": len(outcome.unschedulable),
+        "unschedulable_reasons": dict(reasons[:_MAX_LOGGED_REASONS]),
+        "errors": list(outcome.errors),
+    }
+
+
+def _emit(outcome: ReconcileOutcome) -> None:
+    add = metrics.add_metric
+    add(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods_pending)
+    add(name="OldestPendingPodAgeSeconds", unit=MetricUnit.Seconds, value=outcome.oldest_pending_age_seconds)
+    add(name="SchedulingDurationSeconds", unit=MetricUnit.Seconds, value=outcome.scheduling_duration_seconds)
+    add(name="PodsScheduled", unit=MetricUnit.Count, value=outcome.pods_scheduled)
+    add(name="NodeClaimsCreated", unit=MetricUnit.Count, value=outcome.nodeclaims_created)
+    add(name="NodeClaimsLaunched", unit=MetricUnit.Count, value=outcome.nodeclaims_launched)
+    add(name="NodeClaimsRegistered", unit=MetricUnit.Count, value=outcome.nodeclaims_registered)
+    add(name="NodeClaimsInitialized", unit=MetricUnit.Count, value=outcome.nodeclaims_initialized)
+    add(name="NodeClaimsTerminated", unit=MetricUnit.Count, value=outcome.nodeclaims_terminated)
+    add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
+    add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
+    add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
+    for code, count in sorted(outcome.launch_failures.items()):
+        count_by("LaunchFailures", dimension="ErrorCode", value=code, count=count)
+
+
+def run_pass(*, now: float | None = None) -> ReconcileOutcome:
+    """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds)."""
+    settings = wiring.get_settings()
+    return reconcile(
+        cluster=wiring.build_cluster(settings),
+        cloud=wiring.build_cloud(settings),
+        cluster_name=settings.cluster_name,
+        now=time.time() if now is None else now,
+    )
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
+    started = time.monotonic()
+    try:
+        outcome = run_pass()
+    except Exception:
+        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
+        logger.exception("reconcile pass failed")
+        raise
+    duration = time.monotonic() - started
+    _emit(outcome)
+    metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
+    summary = outcome_summary(outcome)
+    summary["duration_seconds"] = round(duration, 3)
+    if outcome.errors:
+        logger.warning("reconcile pass finished with errors", extra={"outcome": summary})
+    else:
+        logger.info("reconcile pass finished", extra={"outcome": summary})
+    return summary
