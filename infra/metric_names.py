@@ -1,0 +1,64 @@
+"""The one list of Nodesmith's CloudWatch metric names: the dashboard and alarms read only these.
+
+The Lambdas emit these as CloudWatch embedded metric format (Powertools ``Metrics``) in namespace
+:data:`NAMESPACE`. Keeping the names here lets a test compare them with what the code emits, so a
+renamed metric cannot silently leave a dashboard graph or an alarm empty.
+
+Dimension contract: the dashboard and alarms aggregate with CloudWatch Metrics Insights
+(``SELECT SUM(Name) FROM Nodesmith``), i.e. across every dimension set. Emit each data point under
+exactly one dimension set (``service`` plus any breakdown such as ``NodePool``, ``CapacityType``,
+``Zone``, ``Reason``, ``Decision``); emitting the same point twice would count it twice.
+
+Units follow the suffix: ``...Seconds`` in seconds, ``...USDPerHour`` in US dollars per hour,
+everything else a count. Karpenter's Prometheus counterpart is noted where there is one
+(``karpenter-v1.md`` §5).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum, unique
+
+__all__ = ["NAMESPACE", "MetricName"]
+
+NAMESPACE = "Nodesmith"
+"""CloudWatch namespace of every custom metric (Powertools ``POWERTOOLS_METRICS_NAMESPACE``)."""
+
+
+@unique
+class MetricName(StrEnum):
+    """Custom metric names, grouped as the dashboard shows them. Members compare equal to the name."""
+
+    # Capacity and cost
+    PODS_PENDING = "PodsPending"  # gauge; karpenter_scheduler_unschedulable_pods_count
+    OLDEST_PENDING_POD_AGE_SECONDS = "OldestPendingPodAgeSeconds"  # gauge; pods_unbound_time_seconds
+    PODS_SCHEDULED = "PodsScheduled"  # count of pods placed by a reconcile pass
+    CLUSTER_COST_USD_PER_HOUR = "ClusterCostUSDPerHour"  # gauge; karpenter_nodepools_cost_total
+
+    # Provisioning
+    SCHEDULING_DURATION_SECONDS = "SchedulingDurationSeconds"  # scheduler_scheduling_duration_seconds
+    NODECLAIMS_CREATED = "NodeClaimsCreated"  # nodeclaims_created_total
+    NODECLAIMS_LAUNCHED = "NodeClaimsLaunched"
+    NODECLAIMS_REGISTERED = "NodeClaimsRegistered"
+    NODECLAIMS_INITIALIZED = "NodeClaimsInitialized"
+    LAUNCH_FAILURES = "LaunchFailures"  # cloudprovider_instance_launch_failures_total
+    OFFERINGS_MARKED_UNAVAILABLE = "OfferingsMarkedUnavailable"  # ICE cache insertions
+
+    # Interruptions and drains
+    INTERRUPTION_MESSAGES_RECEIVED = "InterruptionMessagesReceived"  # interruption_received_messages_total
+    INTERRUPTION_MESSAGES_IGNORED = "InterruptionMessagesIgnored"  # not our instance, or no action
+    INTERRUPTION_MESSAGES_MALFORMED = "InterruptionMessagesMalformed"  # unparseable, acknowledged
+    INTERRUPTION_QUEUE_AGE_SECONDS = "InterruptionQueueAgeSeconds"  # interruption_message_queue_duration_seconds
+    NODES_CORDONED = "NodesCordoned"
+    PODS_EVICTED = "PodsEvicted"  # pods_drained_total
+    PODS_BLOCKED_BY_PDB = "PodsBlockedByPDB"  # eviction answered 429
+    PODS_FORCE_DELETED = "PodsForceDeleted"  # terminationGracePeriod expired
+    DRAIN_DURATION_SECONDS = "DrainDurationSeconds"  # nodes_termination_duration_seconds
+    NODECLAIMS_TERMINATED = "NodeClaimsTerminated"  # nodeclaims_terminated_total
+
+    # Disruption
+    DISRUPTION_DECISIONS = "DisruptionDecisions"  # voluntary_disruption_decisions_total
+    DISRUPTION_SAVINGS_USD_PER_HOUR = "DisruptionSavingsUSDPerHour"
+
+    # Controller health
+    RECONCILE_DURATION_SECONDS = "ReconcileDurationSeconds"
+    RECONCILE_ERRORS = "ReconcileErrors"
