@@ -1,0 +1,169 @@
+"""Interruption handling: EventBridge rules -> SQS queue (+ DLQ) -> the interruption Lambda.
+
+Mirrors Karpenter's interruption infrastructure (``karpenter-v1.md`` §4.1, from
+``karpenter-provider-aws`` ``cloudformation.yaml``): a queue keeping messages 300 s with SSE and a
+TLS-only policy, fed by rules for spot interruption warnings, rebalance recommendations, instance
+state changes and AWS Health scheduled changes. Unlike Karpenter the state-change and Health rules
+filter in EventBridge on what the controller acts on, so ignored events never cost an invocation.
+Karpenter's fifth rule (capacity reservation interruption) is left out until capacity
+reservations are supported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import Duration
+from aws_cdk import aws_cloudwatch as cloudwatch
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_lambda_event_sources as sources
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.constructs.function import NodesmithFunction
+from nodesmith.handlers.settings import ENV
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["INTERRUPTION_RULES", "QUEUE_RETENTION", "Interruption"]
+
+QUEUE_RETENTION = Duration.seconds(300)
+"""Karpenter's ``MessageRetentionPeriod``: an interruption notice older than this is moot."""
+
+_BATCH_SIZE = 10
+_BATCHING_WINDOW_SECONDS = 1
+_VISIBILITY_MULTIPLIER = 6  # Lambda developer guide: visibility timeout >= 6 x function timeout
+_DLQ_SAFETY_SECONDS = 30  # a failed message must be re-received this long before it would expire
+
+INTERRUPTION_RULES: Mapping[str, Mapping[str, Any]] = {
+    "SpotInterruptionRule": {
+        "source": ["aws.ec2"],
+        "detail_type": ["EC2 Spot Instance Interruption Warning"],
+    },
+    "RebalanceRule": {
+        "source": ["aws.ec2"],
+        "detail_type": ["EC2 Instance Rebalance Recommendation"],
+    },
+    "InstanceStateChangeRule": {
+        "source": ["aws.ec2"],
+        "detail_type": ["EC2 Instance State-change Notification"],
+        "detail": {"state": ["stopping", "stopped", "shutting-down", "terminated"]},
+    },
+    "ScheduledChangeRule": {
+        "source": ["aws.health"],
+        "detail_type": ["AWS Health Event"],
+        "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+    },
+}
+"""Construct id -> EventBridge pattern (``events.EventPattern`` keywords) of each interruption rule."""
+
+
+class Interruption(Construct):
+    """The interruption queue, its DLQ and alarm, the four EventBridge rules, and the consuming Lambda.
+
+    Props (keyword-only):
+
+    ``environment``
+        Nodesmith settings (``ENV`` names) for the Lambda; the queue URL is added here.
+    ``timeout``
+        Function timeout. The queue's visibility timeout is ``6 x timeout + batching window`` and
+        the DLQ ``maxReceiveCount`` is as large as still lets a failing message reach the DLQ within
+        the 300 s retention; a timeout leaving no such count raises ``ValueError``.
+    ``log_retention``
+        Retention of the function's log group.
+
+    Attributes: ``queue``, ``dead_letter_queue``, ``rules`` (id -> ``events.Rule``), ``handler``
+    (:class:`NodesmithFunction`), ``function``, ``dlq_alarm`` (DLQ has at least one message).
+
+    The event source uses ``ReportBatchItemFailures``: the handler returns the message ids to retry,
+    and every other message of the batch is deleted (Karpenter deletes even unparseable messages).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Mapping[str, str],
+        timeout: Duration,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        visibility_seconds = _VISIBILITY_MULTIPLIER * int(timeout.to_seconds()) + _BATCHING_WINDOW_SECONDS
+        max_receive_count = math.floor((QUEUE_RETENTION.to_seconds() - _DLQ_SAFETY_SECONDS) / visibility_seconds)
+        if max_receive_count < 1:
+            raise ValueError(
+                f"{self.node.path}: a {int(timeout.to_seconds())} s timeout needs a {visibility_seconds} s "
+                f"visibility timeout, so a failed message would expire (retention 300 s) before reaching the DLQ"
+            )
+
+        self.dead_letter_queue = sqs.Queue(
+            self,
+            "DeadLetterQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            # SQS-managed SSE, as Karpenter: EventBridge cannot write to a queue encrypted with the
+            # AWS-managed KMS key (aws/sqs), and a customer key would add cost and a key policy.
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=QUEUE_RETENTION,
+            visibility_timeout=Duration.seconds(visibility_seconds),
+            dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=max_receive_count),
+        )
+
+        self.rules: dict[str, events.Rule] = {}
+        for rule_id, pattern in INTERRUPTION_RULES.items():
+            rule = events.Rule(
+                self,
+                rule_id,
+                description=f"Nodesmith interruption: {pattern['source'][0]} {pattern['detail_type'][0]}",
+                event_pattern=events.EventPattern(**pattern),
+            )
+            rule.add_target(targets.SqsQueue(self.queue))
+            self.rules[rule_id] = rule
+
+        self.handler = NodesmithFunction(
+            self,
+            "Handler",
+            handler="nodesmith.handlers.interruption.handler",
+            service_name="nodesmith-interruption",
+            description="Nodesmith: cordon and drain nodes on EC2 interruption and health events",
+            timeout=timeout,
+            memory_size_mib=512,
+            environment={**environment, ENV.INTERRUPTION_QUEUE_URL: self.queue.queue_url},
+            log_retention=log_retention,
+        )
+        self.function = self.handler.function
+        self.function.add_event_source(
+            sources.SqsEventSource(
+                self.queue,
+                batch_size=_BATCH_SIZE,
+                max_batching_window=Duration.seconds(_BATCHING_WINDOW_SECONDS),
+                report_batch_item_failures=True,
+            )
+        )
+
+        self.dlq_alarm = cloudwatch.Alarm(
+            self,
+            "DeadLetterQueueNotEmpty",
+            alarm_description=(
+                "Interruption messages failed every retry and were dead-lettered: the nodes they name may "
+                "not have been drained. Inspect the DLQ, fix the cause, then redrive or purge."
+            ),
+            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(1), statistic="Maximum"
+            ),
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
