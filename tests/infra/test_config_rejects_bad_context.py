@@ -1,0 +1,79 @@
+"""CDK context -> NodesmithConfig: defaults synthesize, bad values fail synth naming the key.
+
+Pure Python (no jsii), so these run in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.config import PLACEHOLDER_ENDPOINT, ConfigError, NodesmithConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _config(**context: Any) -> NodesmithConfig:
+    values = {f"nodesmith:{key}": value for key, value in context.items()}
+    return NodesmithConfig.from_context(values.get)
+
+
+def test_cdk_json_defaults_build_a_config_with_a_placeholder_endpoint() -> None:
+    context = json.loads((REPO / "cdk.json").read_text())["context"]
+    config = NodesmithConfig.from_context(context.get)
+    assert config.cluster_name == "nodesmith"
+    assert config.uses_placeholder_endpoint and config.cluster_endpoint == PLACEHOLDER_ENDPOINT
+    assert config.node_role_arn is None  # derived from the account at deploy time
+    assert config.alarm_topic_arn is None
+
+
+def test_command_line_strings_are_parsed_as_integers() -> None:
+    config = _config(reconcileTimeoutSeconds="600", interruptionTimeoutSeconds=" 30 ", logRetentionDays="90")
+    assert (config.reconcile_timeout_seconds, config.interruption_timeout_seconds) == (600, 30)
+    assert config.log_retention_days == 90
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("clusterName", "-bad", "EKS cluster name"),
+        ("clusterEndpoint", "http://plain.example", "https://"),
+        ("nodeRoleArn", "arn:aws:iam::123:role/x", "IAM role ARN"),
+        ("reconcileMode", "watch", "planned"),
+        ("reconcileTimeoutSeconds", 901, "60..900"),
+        ("interruptionTimeoutSeconds", 45, "retention"),
+        ("interruptionTimeoutSeconds", "twenty", "integer"),
+        ("rebalanceAction", "reboot", "ignore, event, cordon, drain"),
+        ("alarmTopicArn", "arn:aws:sqs:eu-west-1:123456789012:q", "SNS topic ARN"),
+        ("pendingPodAgeAlarmSeconds", 30, "reconcile period"),
+        ("logRetentionDays", 31, "retention"),
+        ("clusterName", 7, "expected a string"),
+    ],
+)
+def test_bad_context_fails_synth_naming_the_key(key: str, value: Any, says: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        _config(**{key: value})
+    assert f"nodesmith:{key}" in str(error.value)
+    assert says in str(error.value)
+
+
+def test_rebalance_actions_follow_the_handlers_settings_model() -> None:
+    from typing import get_args
+
+    from nodesmith.handlers.settings import Settings
+
+    for action in get_args(Settings.model_fields["rebalance_action"].annotation):
+        assert _config(rebalanceAction=action).rebalance_action == action
+
+
+def test_every_allowed_log_retention_is_a_cdk_retention() -> None:
+    """The day -> RetentionDays name table matches aws-cdk-lib's enum (imports jsii, so a little slower)."""
+    from aws_cdk import aws_logs as logs
+
+    from infra.config import LOG_RETENTION_NAMES
+
+    members = {m.name for m in logs.RetentionDays} - {"INFINITE"}
+    assert set(LOG_RETENTION_NAMES.values()) == members

@@ -1,0 +1,502 @@
+"""The synthesized NodesmithStack: interruption pipeline, reconcile loop, least-privilege IAM,
+EKS access, dashboard and alarms, cdk-nag and cfn-lint clean.
+
+Synthesis through jsii takes seconds, so every test reads one module-scoped synthesis, and the
+module is pinned to one xdist worker (``make unit`` runs ``-n 2 --dist loadgroup``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.xdist_group("infra-synth")
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = "prod-euw1"
+NODE_ROLE = "arn:aws:iam::123456789012:role/NodesmithNodeRole"
+TOPIC = "arn:aws:sns:eu-west-1:123456789012:platform-alerts"
+CLUSTER_TAG = f"kubernetes.io/cluster/{CLUSTER}"
+
+
+class Synth:
+    """The stack, its template (as dict and as ``assertions.Template``) and its annotations."""
+
+    def __init__(self) -> None:
+        import aws_cdk as cdk
+        from aws_cdk.assertions import Annotations, Template
+
+        from infra.config import NodesmithConfig
+        from infra.stack import NodesmithStack
+
+        # The same context `npx cdk synth` reads (feature flags, defaults), plus a real-looking cluster.
+        context = json.loads((REPO / "cdk.json").read_text())["context"]
+        context |= {
+            "nodesmith:clusterName": CLUSTER,
+            "nodesmith:clusterEndpoint": "https://ABCDEF0123456789.gr7.eu-west-1.eks.amazonaws.com",
+            "nodesmith:nodeRoleArn": NODE_ROLE,
+            "nodesmith:alarmTopicArn": TOPIC,
+            "nodesmith:pendingPodAgeAlarmSeconds": "240",  # as `-c key=value` would pass it
+        }
+        app = cdk.App(context=context)
+        self.stack = NodesmithStack(
+            app, "NodesmithStack", config=NodesmithConfig.from_context(app.node.try_get_context)
+        )
+        self.template = Template.from_stack(self.stack)
+        self.json: dict[str, Any] = dict(self.template.to_json())
+        self.annotations = Annotations.from_stack(self.stack)
+
+    def resources(self, cfn_type: str) -> dict[str, dict[str, Any]]:
+        """Logical id -> Properties of every resource of ``cfn_type``."""
+        return {
+            logical_id: resource.get("Properties", {})
+            for logical_id, resource in self.json["Resources"].items()
+            if resource["Type"] == cfn_type
+        }
+
+    def one(self, cfn_type: str, predicate: Any) -> tuple[str, dict[str, Any]]:
+        """The single resource of ``cfn_type`` whose properties satisfy ``predicate``."""
+        found = [(lid, props) for lid, props in self.resources(cfn_type).items() if predicate(props)]
+        assert len(found) == 1, f"expected one {cfn_type}, found {[lid for lid, _ in found]}"
+        return found[0]
+
+
+@pytest.fixture(scope="module")
+def synth() -> Synth:
+    return Synth()
+
+
+def _function(synth: Synth, handler: str) -> tuple[str, dict[str, Any]]:
+    return synth.one("AWS::Lambda::Function", lambda p: p.get("Handler") == handler)
+
+
+def _interruption_queue(synth: Synth) -> tuple[str, dict[str, Any]]:
+    return synth.one("AWS::SQS::Queue", lambda p: "RedrivePolicy" in p)
+
+
+def _statements(synth: Synth) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(logical id of the identity policy, statement) for every IAM identity policy statement."""
+    for cfn_type in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+        for logical_id, props in synth.resources(cfn_type).items():
+            for statement in props["PolicyDocument"]["Statement"]:
+                yield logical_id, statement
+    for logical_id, props in synth.resources("AWS::IAM::Role").items():
+        for policy in props.get("Policies", []):
+            for statement in policy["PolicyDocument"]["Statement"]:
+                yield logical_id, statement
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _role_policy_statements(synth: Synth, role_logical_id: str) -> list[dict[str, Any]]:
+    """Every statement of every policy attached to the role."""
+    statements = []
+    for props in synth.resources("AWS::IAM::Policy").values():
+        if {"Ref": role_logical_id} in props["Roles"]:
+            statements.extend(props["PolicyDocument"]["Statement"])
+    return statements
+
+
+def _role_of(function_props: dict[str, Any]) -> str:
+    return str(function_props["Role"]["Fn::GetAtt"][0])
+
+
+# --- interruption queue ----------------------------------------------------------------------
+
+
+def test_interruption_queue_is_encrypted_short_lived_and_dead_lettered(synth: Synth) -> None:
+    _queue_id, queue = _interruption_queue(synth)
+    _, function = _function(synth, "nodesmith.handlers.interruption.handler")
+
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["MessageRetentionPeriod"] == 300
+    # Lambda's SQS guidance: visibility >= 6 x function timeout; and a failing message must reach
+    # the DLQ before the 300 s retention drops it.
+    assert queue["VisibilityTimeout"] >= 6 * function["Timeout"]
+    assert queue["VisibilityTimeout"] * queue["RedrivePolicy"]["maxReceiveCount"] < 300
+    dlq_id = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    dlq = synth.resources("AWS::SQS::Queue")[dlq_id]
+    assert dlq["SqsManagedSseEnabled"] is True
+    assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_both_queues_deny_requests_without_tls(synth: Synth) -> None:
+    queue_id, queue = _interruption_queue(synth)
+    dlq_id = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    tls_only = set()
+    for props in synth.resources("AWS::SQS::QueuePolicy").values():
+        for statement in props["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Deny" and statement.get("Condition") == {
+                "Bool": {"aws:SecureTransport": "false"}
+            }:
+                tls_only.add(statement["Resource"]["Fn::GetAtt"][0])
+    assert tls_only == {queue_id, dlq_id}
+
+
+def test_only_the_interruption_rules_may_send_to_the_queue(synth: Synth) -> None:
+    _queue_id, _ = _interruption_queue(synth)
+    rule_ids = {lid for lid, props in synth.resources("AWS::Events::Rule").items() if "EventPattern" in props}
+    senders = set()
+    for props in synth.resources("AWS::SQS::QueuePolicy").values():
+        for statement in props["PolicyDocument"]["Statement"]:
+            if statement["Effect"] == "Allow":
+                assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+                assert "sqs:*" not in _as_list(statement["Action"])
+                senders.add(statement["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0])
+    assert senders == rule_ids
+
+
+def test_exactly_the_four_interruption_rules_target_the_queue(synth: Synth) -> None:
+    queue_id, _ = _interruption_queue(synth)
+    patterns = []
+    for props in synth.resources("AWS::Events::Rule").values():
+        if "EventPattern" not in props:
+            continue
+        assert [t["Arn"] for t in props["Targets"]] == [{"Fn::GetAtt": [queue_id, "Arn"]}]
+        patterns.append(props["EventPattern"])
+
+    expected = [
+        {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]},
+        {"source": ["aws.ec2"], "detail-type": ["EC2 Instance Rebalance Recommendation"]},
+        {
+            "source": ["aws.ec2"],
+            "detail-type": ["EC2 Instance State-change Notification"],
+            "detail": {"state": ["stopping", "stopped", "shutting-down", "terminated"]},
+        },
+        {
+            "source": ["aws.health"],
+            "detail-type": ["AWS Health Event"],
+            "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
+        },
+    ]
+    key = lambda p: json.dumps(p, sort_keys=True)  # noqa: E731
+    assert sorted(patterns, key=key) == sorted(expected, key=key)
+
+
+def test_dead_letter_queue_alarm_fires_on_one_message(synth: Synth) -> None:
+    _queue_id, queue = _interruption_queue(synth)
+    dlq_id = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+    _, alarm = synth.one(
+        "AWS::CloudWatch::Alarm",
+        lambda p: p.get("Dimensions") == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq_id, "QueueName"]}}],
+    )
+    assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
+    assert alarm["Threshold"] == 1
+    assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+
+
+# --- functions -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("handler", ["nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler"])
+def test_functions_share_runtime_tracing_and_json_logs(synth: Synth, handler: str) -> None:
+    _, function = _function(synth, handler)
+    assert function["Runtime"] == "python3.11"
+    assert function["Architectures"] == ["arm64"]
+    assert function["TracingConfig"] == {"Mode": "Active"}
+    assert function["LoggingConfig"]["LogFormat"] == "JSON"
+    log_group = function["LoggingConfig"]["LogGroup"]["Ref"]
+    assert synth.resources("AWS::Logs::LogGroup")[log_group]["RetentionInDays"] == 30
+
+
+def test_functions_get_settings_under_the_handlers_env_names(synth: Synth) -> None:
+    from nodesmith.handlers.settings import ENV, load_settings
+
+    names = {value for key, value in vars(ENV).items() if key.isupper()}
+    for handler in ("nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler"):
+        _, function = _function(synth, handler)
+        variables = function["Environment"]["Variables"]
+        ours = {k for k in variables if k.startswith("NODESMITH_")}
+        assert ours <= names, ours - names
+        assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Nodesmith"
+        # The literal values parse with the handlers' own settings model.
+        literal = {k: v for k, v in variables.items() if isinstance(v, str)}
+        settings = load_settings(literal)
+        assert settings.cluster_name == CLUSTER
+        assert settings.node_role_arn == NODE_ROLE
+        assert settings.drain_timeout_seconds < function["Timeout"]
+        assert {ENV.STATE_TABLE} <= set(variables)
+
+
+def test_interruption_function_consumes_the_queue_with_partial_batch_failures(synth: Synth) -> None:
+    queue_id, _ = _interruption_queue(synth)
+    function_id, _ = _function(synth, "nodesmith.handlers.interruption.handler")
+    _, mapping = synth.one("AWS::Lambda::EventSourceMapping", lambda p: True)
+    assert mapping["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    assert mapping["FunctionName"] == {"Ref": function_id}
+    assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert mapping["BatchSize"] == 10
+    assert 0 < mapping["MaximumBatchingWindowInSeconds"] <= 5
+
+
+def test_reconcile_runs_every_minute_one_at_a_time_and_drops_stale_ticks(synth: Synth) -> None:
+    function_id, function = _function(synth, "nodesmith.handlers.reconcile.handler")
+    _, rule = synth.one("AWS::Events::Rule", lambda p: "ScheduleExpression" in p)
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert [t["Arn"] for t in rule["Targets"]] == [{"Fn::GetAtt": [function_id, "Arn"]}]
+    assert function["ReservedConcurrentExecutions"] == 1
+    assert function["Timeout"] == 900
+    _, invoke = synth.one("AWS::Lambda::EventInvokeConfig", lambda p: p["FunctionName"] == {"Ref": function_id})
+    assert invoke["MaximumRetryAttempts"] == 0
+
+
+def test_state_table_is_on_demand_recoverable_encrypted_with_ttl_and_shared(synth: Synth) -> None:
+    table_id, table = synth.one("AWS::DynamoDB::Table", lambda p: True)
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    assert table["SSESpecification"]["SSEEnabled"] is True
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    for handler in ("nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler"):
+        _, function = _function(synth, handler)
+        statements = _role_policy_statements(synth, _role_of(function))
+        writes = [s for s in statements if "dynamodb:PutItem" in _as_list(s["Action"])]
+        assert [s["Resource"] for s in writes] == [{"Fn::GetAtt": [table_id, "Arn"]}]
+
+
+def test_no_physical_names(synth: Synth) -> None:
+    names = {
+        "AWS::SQS::Queue": "QueueName",
+        "AWS::Lambda::Function": "FunctionName",
+        "AWS::DynamoDB::Table": "TableName",
+        "AWS::IAM::Role": "RoleName",
+        "AWS::Logs::LogGroup": "LogGroupName",
+        "AWS::Events::Rule": "Name",
+        "AWS::CloudWatch::Alarm": "AlarmName",
+        "AWS::CloudWatch::Dashboard": "DashboardName",
+    }
+    for cfn_type, prop in names.items():
+        for logical_id, props in synth.resources(cfn_type).items():
+            assert prop not in props, f"{logical_id} sets {prop}"
+
+
+# --- IAM -------------------------------------------------------------------------------------
+
+
+def test_no_allow_statement_has_a_wildcard_action(synth: Synth) -> None:
+    for policy, statement in _statements(synth):
+        for action in _as_list(statement["Action"]):
+            assert action != "*" and not action.endswith(":*"), f"{policy}: {action}"
+            assert "*" not in action, f"{policy}: {action}"
+
+
+def test_terminate_and_delete_only_act_on_resources_tagged_owned_by_the_cluster(synth: Synth) -> None:
+    seen = set()
+    for policy, statement in _statements(synth):
+        actions = set(_as_list(statement["Action"])) & {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"}
+        if actions:
+            seen |= actions
+            assert statement["Condition"] == {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": "owned"}}, policy
+    assert seen == {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"}
+
+
+def test_launch_creates_only_resources_tagged_owned_by_the_cluster(synth: Synth) -> None:
+    referenced_only = re.compile(r":(image|snapshot|subnet|security-group)/\*$")
+    creates = {"ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate", "ec2:CreateTags"}
+    for policy, statement in _statements(synth):
+        if not set(_as_list(statement["Action"])) & creates:
+            continue
+        tag_conditions = statement.get("Condition", {}).get("StringEquals", {})
+        if tag_conditions:
+            assert {f"aws:RequestTag/{CLUSTER_TAG}", f"aws:ResourceTag/{CLUSTER_TAG}"} & set(tag_conditions)
+            assert all(tag_conditions[k] == "owned" for k in tag_conditions if CLUSTER_TAG in k)
+        else:
+            # Unconditioned launch statements may only reference existing images, snapshots, subnets and SGs.
+            assert set(_as_list(statement["Action"])) <= {"ec2:CreateFleet", "ec2:RunInstances"}, policy
+            for resource in _as_list(statement["Resource"]):
+                tail = resource["Fn::Join"][1][-1]
+                assert referenced_only.search(tail), (policy, tail)
+
+
+def test_only_the_reconcile_role_may_pass_only_the_node_role_only_to_ec2(synth: Synth) -> None:
+    _, reconcile = _function(synth, "nodesmith.handlers.reconcile.handler")
+    reconcile_policies = {
+        lid
+        for lid, props in synth.resources("AWS::IAM::Policy").items()
+        if props["Roles"] == [{"Ref": _role_of(reconcile)}]
+    }
+    passes = [(p, s) for p, s in _statements(synth) if "iam:PassRole" in _as_list(s["Action"])]
+    assert len(passes) == 1
+    policy, statement = passes[0]
+    assert policy in reconcile_policies
+    assert statement["Resource"] == NODE_ROLE
+    assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+
+
+def test_interruption_role_can_neither_launch_nor_pass_roles(synth: Synth) -> None:
+    _, interruption = _function(synth, "nodesmith.handlers.interruption.handler")
+    actions = {a for s in _role_policy_statements(synth, _role_of(interruption)) for a in _as_list(s["Action"])}
+    assert "ec2:TerminateInstances" in actions
+    assert not actions & {
+        "ec2:CreateFleet",
+        "ec2:RunInstances",
+        "ec2:CreateLaunchTemplate",
+        "iam:PassRole",
+        "iam:CreateInstanceProfile",
+        "pricing:GetProducts",
+    }
+
+
+def test_wildcard_resources_are_only_where_aws_offers_no_resource_scope(synth: Synth) -> None:
+    allowed = {
+        "ec2:DescribeAvailabilityZones",
+        "ec2:DescribeImages",
+        "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypeOfferings",
+        "ec2:DescribeInstanceTypes",
+        "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeSecurityGroups",
+        "ec2:DescribeSpotPriceHistory",
+        "ec2:DescribeSubnets",
+        "pricing:GetProducts",
+        "xray:PutTelemetryRecords",
+        "xray:PutTraceSegments",
+    }
+    for policy, statement in _statements(synth):
+        if "*" in _as_list(statement["Resource"]):
+            assert set(_as_list(statement["Action"])) <= allowed, policy
+
+
+def test_cluster_scoped_reads(synth: Synth) -> None:
+    describe = [s for _, s in _statements(synth) if "eks:DescribeCluster" in _as_list(s["Action"])]
+    assert describe
+    for statement in describe:
+        assert statement["Resource"]["Fn::Join"][1][-1] == f":cluster/{CLUSTER}"
+    ssm = [s for _, s in _statements(synth) if "ssm:GetParameter" in _as_list(s["Action"])]
+    assert [s["Resource"]["Fn::Join"][1][-1] for s in ssm] == ["::parameter/aws/service/eks/optimized-ami/*"]
+
+
+# --- EKS access ------------------------------------------------------------------------------
+
+
+def test_both_lambda_roles_get_an_access_entry_bound_by_the_shipped_rbac(synth: Synth) -> None:
+    from infra.constructs.cluster_access import CLUSTER_ROLE_MANIFEST, KUBERNETES_GROUP
+
+    entries = synth.resources("AWS::EKS::AccessEntry").values()
+    roles = {
+        _role_of(_function(synth, h)[1])
+        for h in ("nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler")
+    }
+    assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in entries} == roles
+    assert all(e["ClusterName"] == CLUSTER and e["KubernetesGroups"] == [KUBERNETES_GROUP] for e in entries)
+    assert all("AccessPolicies" not in e for e in entries)  # RBAC alone decides what they may do
+
+    documents = list(yaml.safe_load_all(CLUSTER_ROLE_MANIFEST.read_text()))
+    role = next(d for d in documents if d["kind"] == "ClusterRole")
+    binding = next(d for d in documents if d["kind"] == "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}]
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+    grants = {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+    assert ("", "pods/eviction", "create") in grants
+    assert ("karpenter.sh", "nodeclaims/status", "patch") in grants
+    assert ("karpenter.sh", "nodepools", "update") not in grants  # users own NodePools
+
+
+# --- dashboard and alarms --------------------------------------------------------------------
+
+
+def _dashboard_body(synth: Synth) -> str:
+    _, dashboard = synth.one("AWS::CloudWatch::Dashboard", lambda p: True)
+    parts = dashboard["DashboardBody"]["Fn::Join"][1]
+    return "".join(p if isinstance(p, str) else "<token>" for p in parts)
+
+
+def test_dashboard_reads_every_named_metric_and_no_other(synth: Synth) -> None:
+    from infra.metric_names import NAMESPACE, MetricName
+
+    body = json.loads(_dashboard_body(synth))
+    expressions = [
+        item["expression"]
+        for widget in body["widgets"]
+        if widget["type"] == "metric"
+        for line in widget["properties"]["metrics"]
+        for item in line
+        if isinstance(item, dict) and "expression" in item
+    ]
+    read = set()
+    for expression in expressions:
+        assert f'Namespace="{NAMESPACE}"' in expression
+        read |= set(re.findall(r'MetricName="(\w+)"', expression))
+    assert read == {m.value for m in MetricName}
+
+
+def test_dashboard_is_grouped_for_a_platform_engineer(synth: Synth) -> None:
+    body = json.loads(_dashboard_body(synth))
+    headers = [w["properties"]["markdown"].splitlines()[0] for w in body["widgets"] if w["type"] == "text"]
+    assert headers == [
+        "## Capacity and cost",
+        "## Provisioning",
+        "## Interruptions and drains",
+        "## Disruption",
+        "## Controller health",
+    ]
+    assert any(w["type"] == "alarm" for w in body["widgets"])
+
+
+def test_alarms_on_pending_age_reconcile_errors_and_launch_failures_notify_the_topic(synth: Synth) -> None:
+    from infra.metric_names import MetricName
+
+    alarms = synth.resources("AWS::CloudWatch::Alarm").values()
+    queried = {}
+    for alarm in alarms:
+        assert alarm["AlarmActions"] == [TOPIC] and alarm["OKActions"] == [TOPIC]
+        for query in alarm.get("Metrics", []):
+            match = re.fullmatch(r"SELECT (SUM|MAX)\((\w+)\) FROM Nodesmith", query["Expression"])
+            assert match, query["Expression"]
+            queried[MetricName(match.group(2))] = alarm
+    assert set(queried) == {
+        MetricName.OLDEST_PENDING_POD_AGE_SECONDS,
+        MetricName.RECONCILE_ERRORS,
+        MetricName.LAUNCH_FAILURES,
+    }
+    assert queried[MetricName.OLDEST_PENDING_POD_AGE_SECONDS]["Threshold"] == 240
+    assert len(alarms) == 6  # + DLQ not empty, reconcile and interruption function errors
+
+
+# --- linters ---------------------------------------------------------------------------------
+
+
+def test_cdk_nag_aws_solutions_has_no_unsuppressed_findings(synth: Synth) -> None:
+    from aws_cdk.assertions import Match
+
+    findings = [
+        *synth.annotations.find_error("*", Match.string_like_regexp(r"AwsSolutions-.*")),
+        *synth.annotations.find_warning("*", Match.string_like_regexp(r"AwsSolutions-.*")),
+    ]
+    assert [f"{f.id}: {f.entry.data}" for f in findings] == []
+    # And nothing else warns either (e.g. the placeholder-endpoint warning is off with a real endpoint).
+    assert synth.annotations.find_warning("*", Match.any_value()) == []
+
+
+def test_cdk_nag_suppressions_all_give_a_reason(synth: Synth) -> None:
+    reasons = []
+    for resource in synth.json["Resources"].values():
+        for suppression in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", []):
+            reasons.append(suppression["reason"])
+    assert reasons
+    assert all(len(reason) >= 60 for reason in reasons), reasons
+
+
+def test_cfn_lint_finds_nothing(synth: Synth, tmp_path: Path) -> None:
+    template = tmp_path / "NodesmithStack.template.json"
+    template.write_text(json.dumps(synth.json))
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run(
+        [str(cfn_lint), "--format", "parseable", str(template)], capture_output=True, text=True, check=False
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
