@@ -1,0 +1,188 @@
+"""The interruption Lambda reports exactly the failing records to SQS, acknowledges malformed, no-op and
+foreign ones, emits the metrics the dashboard reads, and does not import kubernetes at import time."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from nodesmith.handlers import interruption, wiring
+from nodesmith.handlers.settings import Settings
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
+
+EVENTS = Path(__file__).resolve().parents[1] / "events"
+FAILING_MESSAGE_ID = "4d5c7f9b-0a1e-4e2f-9b3c-6d7e8f9a0b1c"
+
+
+def load_fakes() -> ModuleType:
+    name = "nodesmith_tests_interruption_fakes"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "services" / "interruption_fakes.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+fakes = load_fakes()
+
+
+@dataclass
+class Context:
+    """The attributes of a Lambda context that Powertools reads."""
+
+    function_name: str = "nodesmith-interruption"
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = "arn:aws:lambda:us-west-2:123456789012:function:nodesmith-interruption"
+    memory_limit_in_mb: int = 512
+    aws_request_id: str = "c6af9ac6-7b61-11e6-9a41-93e8deadbeef"
+    log_group_name: str = "/aws/lambda/nodesmith-interruption"
+    log_stream_name: str = "2026/11/22/[$LATEST]abcdef"
+    remaining_ms: int = 300_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+@dataclass
+class Ports:
+    cluster: Any
+    cloud: Any
+
+
+@pytest.fixture
+def ports() -> Iterator[Ports]:
+    clock = fakes.FakeClock()
+    cluster = fakes.FakeCluster(
+        clock=clock,
+        nodes=[fakes.make_node("node-a", "i-1234567890abcdef0"), fakes.make_node("node-bad", "i-0badc0ffee0000001")],
+        pods=[fakes.make_pod("web-1", grace=0), fakes.make_pod("web-2", node="node-bad", grace=0)],
+        instant_termination=True,
+        fail_nodes={"node-bad"},
+    )
+    cloud = fakes.FakeCloud(
+        [
+            fakes.make_instance("i-1234567890abcdef0"),
+            fakes.make_instance("i-0badc0ffee0000001", nodeclaim="default-bad"),
+            fakes.make_instance("i-0fedcba9876543210", ours=False),
+        ]
+    )
+    settings = Settings(
+        cluster_name=fakes.CLUSTER, cluster_endpoint="https://example.invalid", drain_timeout_seconds=30
+    )
+    wiring.reset()
+    wiring.set_ports(cluster=cluster, cloud=cloud, settings=settings)
+    yield Ports(cluster=cluster, cloud=cloud)
+    wiring.reset()
+
+
+def batch() -> dict[str, Any]:
+    """The golden SQS batch, its events stamped as just sent (the spot deadline is two minutes away)."""
+    event = json.loads((EVENTS / "sqs_batch.json").read_text())
+    now = time.time()
+    for record in event["Records"]:
+        record["attributes"]["SentTimestamp"] = str(int((now - 2) * 1000))
+        try:
+            body = json.loads(record["body"])
+        except ValueError:
+            continue
+        body["time"] = datetime.fromtimestamp(now - 3, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        record["body"] = json.dumps(body)
+    return event
+
+
+def emf_metrics(stdout: str) -> list[tuple[str, float, dict[str, str]]]:
+    """(name, value, dimensions) of every metric in the EMF documents printed to stdout."""
+    found = []
+    for line in stdout.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(doc, dict) or "_aws" not in doc:
+            continue
+        for directive in doc["_aws"]["CloudWatchMetrics"]:
+            dims = {d: doc[d] for group in directive["Dimensions"] for d in group}
+            for metric in directive["Metrics"]:
+                value = doc[metric["Name"]]
+                for v in value if isinstance(value, list) else [value]:
+                    found.append((metric["Name"], float(v), dims))
+    return found
+
+
+def total(metrics: list[tuple[str, float, dict[str, str]]], name: str, **dims: str) -> float:
+    return sum(v for n, v, d in metrics if n == name and all(d.get(k) == val for k, val in dims.items()))
+
+
+def test_batch_reports_exactly_the_failing_record(ports: Ports, capsys: pytest.CaptureFixture[str]) -> None:
+    response = interruption.handler(batch(), Context())
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": FAILING_MESSAGE_ID}]}
+    # the good record did its work; the foreign one touched nothing
+    assert ports.cluster.args("evict") == ["default/web-1"]
+    assert ("terminate", ("i-1234567890abcdef0",)) in ports.cloud.calls
+    assert "node-a" not in ports.cluster.nodes
+    assert ports.cluster.args("taint_and_cordon") == ["node-a", "node-bad"]
+
+    metrics = emf_metrics(capsys.readouterr().out)
+    assert total(metrics, "InterruptionMessagesMalformed") == 1
+    assert total(metrics, "InterruptionMessagesReceived", MessageType="spot_interrupted") == 3
+    assert total(metrics, "InterruptionMessagesReceived", MessageType="no_op") == 1
+    assert total(metrics, "InterruptionMessagesIgnored", Reason="unhandled_state") == 1
+    assert total(metrics, "InterruptionMessagesIgnored", Reason="foreign") == 1
+    assert total(metrics, "NodesCordoned") == 1
+    assert total(metrics, "PodsEvicted") == 1
+    assert total(metrics, "NodeClaimsTerminated") == 1
+    assert [n for n, _, _ in metrics].count("InterruptionQueueAgeSeconds") == 5
+    assert [n for n, _, _ in metrics].count("DrainDurationSeconds") == 1
+
+
+def test_a_batch_of_only_malformed_and_ignored_records_acknowledges_everything(ports: Ports) -> None:
+    event = batch()
+    # the broken body, the foreign instance and the 'running' state change
+    event["Records"] = [r for r in event["Records"] if r["messageId"].startswith(("2e14", "3c4b", "5e6d"))]
+    assert len(event["Records"]) == 3
+    assert interruption.handler(event, Context()) == {"batchItemFailures": []}
+    assert ports.cluster.count("evict") == 0
+
+
+def test_when_every_record_fails_each_is_reported_without_raising(ports: Ports) -> None:
+    event = batch()
+    event["Records"] = [r for r in event["Records"] if r["messageId"] == FAILING_MESSAGE_ID] * 2
+    event["Records"][1] = {**event["Records"][1], "messageId": "second"}
+    response = interruption.handler(event, Context())
+    assert response == {"batchItemFailures": [{"itemIdentifier": FAILING_MESSAGE_ID}, {"itemIdentifier": "second"}]}
+
+
+def test_an_unfinished_drain_fails_the_record_so_sqs_delivers_it_again(ports: Ports) -> None:
+    ports.cluster.pdb_blocks["default/web-1"] = -1
+    event = batch()
+    event["Records"] = [event["Records"][0]]
+    response = interruption.handler(event, Context(remaining_ms=10_500))  # 0.5 s of budget left after the margin
+    assert response == {"batchItemFailures": [{"itemIdentifier": event["Records"][0]["messageId"]}]}
+    assert "node-a" in ports.cluster.nodes  # not removed while pods remain
+
+
+def test_importing_the_handler_does_not_import_kubernetes() -> None:
+    code = (
+        "import sys, nodesmith.handlers.interruption as h; "
+        "assert callable(h.handler); "
+        "bad = [m for m in ('kubernetes', 'boto3', 'nodesmith.adapters.kube.cluster') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
