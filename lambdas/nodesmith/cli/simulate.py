@@ -1,0 +1,542 @@
+"""``nodesmith simulate``: what Nodesmith would launch for a set of manifests, launching nothing.
+
+Steps, each with its exit code on failure (0 success, 1 a step failed, 2 bad input):
+
+1. **Manifests** (:func:`nodesmith.adapters.manifests.load_manifests`): NodePools, EC2NodeClasses,
+   Pods (workloads expanded), DaemonSets, Nodes, PDBs. Invalid manifests or missing files -> 2,
+   with the file, document, field path and reason on stderr.
+2. **Instance catalogue** (:func:`load_catalogue`): the embedded AWS by default — moto's copy of
+   the real EC2 catalogue, served in-process under ``moto.mock_aws`` (no network, no credentials,
+   no moto state left behind) — or real AWS with ``--aws`` (boto3's default credential chain).
+   Every zone of the region is offered (the simulation does not resolve EC2NodeClass subnets or
+   AMIs); when all NodePools use one EC2NodeClass, its kubelet settings, root volume and
+   ``instanceStorePolicy`` shape the types' allocatable as in Karpenter.
+3. **Prices** (:class:`nodesmith.adapters.aws.pricing.PricingProvider`): ``--price-table`` or
+   ``$NODESMITH_PRICE_TABLE`` (on-demand USD/hour by type), the Pricing API with ``--aws``, else
+   estimates. Estimated prices are labelled: a note on stderr, and in the table's caption.
+4. **Scheduling input** (:func:`build_scheduling_input`): pending pods = pods without
+   ``spec.nodeName`` that are not DaemonSet, mirror or finished pods (all treated as marked
+   Unschedulable, as kube-scheduler would); existing nodes = Node manifests with the pods bound to
+   them plus the DaemonSet pods that would run there; NodePool usage (for ``limits``) = the
+   capacity of the pool's existing nodes plus ``nodes: <count>``.
+5. **Solve** (:func:`nodesmith.core.scheduling.solve`) and print (:mod:`nodesmith.cli.output`):
+   ``-o json`` prints exactly one JSON object on stdout; everything else goes to stderr.
+
+Embedded catalogue cache: moto takes several seconds to answer ``DescribeInstanceTypes``, so its
+answers (and those of ``DescribeInstanceTypeOfferings`` and ``DescribeAvailabilityZones``) are
+cached on disk per moto version and region in
+``${XDG_CACHE_HOME:-~/.cache}/nodesmith/ec2-catalogue-moto-<version>-<region>.json`` (never in the
+repository). The file holds moto's static responses only (~4 MB); delete it at will, it is
+rebuilt on the next run. ``--aws`` never uses it. The
+embedded AWS has no spot prices (moto answers a placeholder that pricing ignores), so its
+``DescribeSpotPriceHistory`` is answered empty and spot prices are labelled estimates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.errors import ManifestError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from nodesmith.adapters.manifests import ManifestBundle
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
+    from nodesmith.core.resources import Resources
+    from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput, SchedulingResult
+
+__all__ = [
+    "CACHED_OPERATIONS",
+    "PRICE_TABLE_ENV",
+    "build_scheduling_input",
+    "catalogue_cache_path",
+    "load_catalogue",
+    "run_simulate",
+]
+
+LOG = logging.getLogger(__name__)
+
+PRICE_TABLE_ENV = "NODESMITH_PRICE_TABLE"
+"""Environment variable naming the price table used when ``--price-table`` is not given."""
+
+OUTPUTS = ("json", "table")
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+CACHED_OPERATIONS = frozenset({"DescribeInstanceTypes", "DescribeInstanceTypeOfferings", "DescribeAvailabilityZones"})
+"""Embedded-AWS (moto) operations whose answers are static per moto version and region, hence cached on disk."""
+
+_CACHE_FORMAT = 1
+_LABEL_NODEPOOL = "karpenter.sh/nodepool"
+_LABEL_INITIALIZED = "karpenter.sh/initialized"
+_LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+_LABEL_ZONE = "topology.kubernetes.io/zone"
+_LABEL_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+_LABEL_HOSTNAME = "kubernetes.io/hostname"
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def run_simulate(
+    *,
+    files: Sequence[Path],
+    region: str = "us-east-1",
+    price_table: Path | None = None,
+    output: str = "table",
+    use_aws: bool = False,
+    instance_types: Sequence[InstanceType] | None = None,
+) -> int:
+    """Run the simulation and print the plan; returns the process exit code (0, 1 or 2).
+
+    ``files`` are manifest files (multi-document YAML); ``price_table`` a JSON price table
+    (``$NODESMITH_PRICE_TABLE`` when None); ``output`` ``json`` or ``table``; ``use_aws`` reads
+    the catalogue from real AWS. ``instance_types`` skips the catalogue step (tests share one
+    catalogue across many runs). Pods that cannot be placed are part of the plan, not an error.
+    """
+    out = sys.stdout
+    table = price_table if price_table is not None else _env_price_table()
+    try:
+        _check_arguments(files=files, output=output, price_table=table)
+        # Only the final result may reach stdout: anything a library prints goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            result = _plan(
+                files=files, region=region, price_table=table, use_aws=use_aws, instance_types=instance_types
+            )
+    except _BadInput as exc:
+        _err(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    except _StepFailed as exc:
+        _err(f"error: {exc}")
+        return EXIT_FAILED
+
+    from nodesmith.cli import output as render
+
+    note = render.price_note(result)
+    if output == "json":
+        if note:
+            _err(f"note: {note}")
+        out.write(json.dumps(render.result_to_json(result)) + "\n")
+        out.flush()
+    else:
+        render.print_table(result, file=out, note=note)
+    return EXIT_OK
+
+
+class _BadInput(Exception):
+    """Input the user can fix (manifests, arguments, price table, node class): exit 2."""
+
+
+class _StepFailed(Exception):
+    """A step failed for another reason (AWS unreachable, no credentials): exit 1."""
+
+
+def _check_arguments(*, files: Sequence[Path], output: str, price_table: Path | None) -> None:
+    """Raise ``_BadInput`` for an unknown output format, no or missing manifest files, a missing price table."""
+    if output not in OUTPUTS:
+        raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    if not files:
+        raise _BadInput("no manifest file given (use -f FILE, repeatable)")
+    missing = [str(f) for f in files if not Path(f).exists()]
+    if missing:
+        raise _BadInput(f"manifest file not found: {', '.join(missing)}")
+    if price_table is not None and not Path(price_table).is_file():
+        raise _BadInput(f"price table not found: {price_table}")
+
+
+def _plan(
+    *,
+    files: Sequence[Path],
+    region: str,
+    price_table: Path | None,
+    use_aws: bool,
+    instance_types: Sequence[InstanceType] | None,
+) -> SchedulingResult:
+    """Load, build the catalogue (unless given), solve. Raises ``_BadInput`` or ``_StepFailed``."""
+    from nodesmith.adapters.manifests import load_manifests
+    from nodesmith.core.scheduling import solve
+
+    try:
+        bundle = load_manifests([Path(f) for f in files])
+    except ManifestError as exc:
+        raise _BadInput(str(exc)) from exc
+    except OSError as exc:
+        raise _BadInput(f"cannot read manifests: {exc}") from exc
+    if instance_types is None:
+        try:
+            instance_types = load_catalogue(
+                region=region, price_table=price_table, use_aws=use_aws, nodeclass=_shared_nodeclass(bundle)
+            )
+        except _BadInput:
+            raise
+        except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
+            raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+    return solve(build_scheduling_input(bundle, instance_types))
+
+
+def _env_price_table() -> Path | None:
+    value = os.environ.get(PRICE_TABLE_ENV, "").strip()
+    return Path(value) if value else None
+
+
+# --------------------------------------------------------------------------------------- catalogue
+
+
+def load_catalogue(
+    *, region: str, price_table: Path | None, use_aws: bool, nodeclass: EC2NodeClass | None = None
+) -> list[InstanceType]:
+    """Every instance type of ``region`` with priced offerings in every zone of the region.
+
+    Embedded (``use_aws=False``): moto in-process under ``mock_aws`` with throwaway credentials;
+    moto's static answers are cached on disk (see the module docstring); nothing of moto stays
+    active afterwards. ``use_aws=True``: boto3's default credentials, the Pricing API for
+    on-demand prices, ``DescribeSpotPriceHistory`` for spot. ``nodeclass``: its ``kubelet``
+    (maxPods, podsPerCore, reserved, eviction), root volume size and ``instanceStorePolicy`` shape
+    the types' capacity and overhead as Karpenter computes them; None means Karpenter's defaults.
+
+    Raises ``_BadInput`` for a malformed price table or node class, and botocore/moto errors for
+    AWS failures.
+    """
+    from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
+    from nodesmith.adapters.aws.pricing import PriceTableError, PricingProvider
+
+    settings = _nodeclass_settings(nodeclass)
+    if use_aws:
+        from nodesmith.adapters.aws.clients import client, pricing_region
+
+        ec2 = client("ec2", region=region)
+        try:
+            pricing = PricingProvider(
+                ec2=ec2,
+                region=region,
+                pricing=client("pricing", region=pricing_region(region)),
+                price_table_path=price_table,
+            )
+        except PriceTableError as exc:
+            raise _BadInput(str(exc)) from exc
+        return InstanceTypeCatalog(ec2=ec2, pricing=pricing, region=region).instance_types(**settings)
+
+    with _embedded_ec2(region) as ec2:
+        try:
+            pricing = PricingProvider(ec2=ec2, region=region, pricing=None, price_table_path=price_table)
+        except PriceTableError as exc:
+            raise _BadInput(str(exc)) from exc
+        if price_table is None:
+            LOG.warning("no price table (--price-table or $%s): on-demand prices are estimates", PRICE_TABLE_ENV)
+        return InstanceTypeCatalog(ec2=ec2, pricing=pricing, region=region).instance_types(**settings)
+
+
+def _shared_nodeclass(bundle: ManifestBundle) -> EC2NodeClass | None:
+    """The one EC2NodeClass every NodePool uses, or None (none, or several: defaults apply, with a warning).
+
+    The scheduler takes one catalogue for all NodePools, so per-node-class capacity settings can
+    only be honoured when the NodePools agree on the node class.
+    """
+    classes = {nc.name: nc for nc in bundle.ec2nodeclasses}
+    used = sorted({np.spec.template.spec.node_class_ref.name for np in bundle.nodepools})
+    found = [classes[name] for name in used if name in classes]
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        LOG.warning(
+            "NodePools use several EC2NodeClasses (%s): their kubelet and block-device settings are not "
+            "applied; instance capacity follows Karpenter's defaults",
+            ", ".join(used),
+        )
+    return None
+
+
+def _nodeclass_settings(nodeclass: EC2NodeClass | None) -> dict[str, Any]:
+    """Keyword arguments of ``InstanceTypeCatalog.instance_types`` taken from ``nodeclass``."""
+    if nodeclass is None:
+        return {}
+    from nodesmith.adapters.aws.nodeclass import root_volume_bytes
+    from nodesmith.core.instancetypes import KubeletSettings
+    from nodesmith.core.resources import QuantityError
+
+    spec = nodeclass.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    try:
+        return {
+            "kubelet": KubeletSettings.from_kubelet(nodeclass.spec.kubelet),
+            "root_volume_bytes": root_volume_bytes(spec),
+            "instance_store_policy": nodeclass.spec.instance_store_policy,
+        }
+    except (QuantityError, ValueError) as exc:
+        raise _BadInput(f"EC2NodeClass {nodeclass.name}: {exc}") from exc
+
+
+@contextlib.contextmanager
+def _embedded_ec2(region: str) -> Iterator[Any]:
+    """An EC2 client answered in-process by moto, with the on-disk response cache attached.
+
+    The user's AWS environment (``AWS_*`` variables: profile, endpoint overrides, credentials) and
+    AWS config files are hidden for the duration, so nothing can route a call past moto to the
+    network or fail on a missing profile; everything is restored on exit.
+    """
+    from unittest import mock
+
+    import boto3
+    import moto
+    from moto import mock_aws
+
+    cache = _ResponseCache(catalogue_cache_path(moto_version=moto.__version__, region=region))
+    isolated = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    isolated.update(AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull)
+    with mock.patch.dict(os.environ, isolated, clear=True), mock_aws():
+        session = boto3.session.Session(
+            aws_access_key_id="nodesmith-simulate", aws_secret_access_key="nodesmith-simulate", region_name=region
+        )
+        ec2 = session.client("ec2", region_name=region)
+        cache.attach(ec2)
+        ec2.meta.events.register("before-call.ec2.DescribeSpotPriceHistory", _no_spot_history)
+        yield ec2
+    cache.save()
+
+
+def catalogue_cache_path(*, moto_version: str, region: str) -> Path:
+    """``${XDG_CACHE_HOME:-~/.cache}/nodesmith/ec2-catalogue-moto-<version>-<region>.json``."""
+    base = os.environ.get("XDG_CACHE_HOME", "").strip()
+    root = Path(base) if base else Path.home() / ".cache"
+    return root / "nodesmith" / f"ec2-catalogue-moto-{moto_version}-{region}.json"
+
+
+def _fake_response(parsed: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    from botocore.awsrequest import AWSResponse
+
+    body = dict(parsed)
+    body["ResponseMetadata"] = {"HTTPStatusCode": 200, "HTTPHeaders": {}, "RetryAttempts": 0}
+    return AWSResponse("https://ec2.embedded.invalid/", 200, {}, None), body
+
+
+def _no_spot_history(**_: Any) -> tuple[Any, dict[str, Any]]:
+    """``before-call`` hook: the embedded AWS has no spot prices (moto's placeholder is ignored anyway)."""
+    return _fake_response({"SpotPriceHistory": []})
+
+
+class _ResponseCache:
+    """Disk cache of moto's answers to :data:`CACHED_OPERATIONS`, keyed by the serialized request.
+
+    Attached to a client through botocore's ``before-call`` (answer from the cache) and
+    ``after-call`` (remember moto's answer) events, so it works whatever the catalogue adapter
+    asks and in what order. A missing, stale-format or unreadable file is ignored and rewritten.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._responses: dict[str, Any] = self._read()
+        self._dirty = False
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            raw = json.loads(self._path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if (
+            not isinstance(raw, dict)
+            or raw.get("format") != _CACHE_FORMAT
+            or not isinstance(raw.get("responses"), dict)
+        ):
+            return {}
+        return dict(raw["responses"])
+
+    @staticmethod
+    def _key(model: Any, params: Mapping[str, Any]) -> str | None:
+        if model.name not in CACHED_OPERATIONS:
+            return None
+        return f"{model.name} {json.dumps(params.get('body'), sort_keys=True, default=str)}"
+
+    def attach(self, client: Any) -> None:
+        """Register the cache's hooks on ``client`` (a botocore/boto3 EC2 client)."""
+        client.meta.events.register("before-call.ec2", self._before_call)
+        client.meta.events.register("after-call.ec2", self._after_call)
+
+    def _before_call(self, *, model: Any, params: Mapping[str, Any], context: dict[str, Any], **_: Any) -> Any:
+        key = self._key(model, params)
+        if key is None:
+            return None
+        if key not in self._responses:
+            context["nodesmith_cache_key"] = key  # moto answers; after-call remembers it
+            return None
+        return _fake_response(copy.deepcopy(self._responses[key]))
+
+    def _after_call(
+        self, *, http_response: Any, parsed: Mapping[str, Any], context: Mapping[str, Any], **_: Any
+    ) -> None:
+        key = context.get("nodesmith_cache_key")
+        if key is None or getattr(http_response, "status_code", 0) != 200:
+            return
+        body = {k: v for k, v in parsed.items() if k != "ResponseMetadata"}
+        try:
+            self._responses[key] = json.loads(json.dumps(body))
+        except (TypeError, ValueError):  # not JSON-able (timestamps): simply not cached
+            return
+        self._dirty = True
+
+    def save(self) -> None:
+        """Write the cache atomically if anything new was learnt; failures are logged, never raised."""
+        if not self._dirty:
+            return
+        payload = {"format": _CACHE_FORMAT, "responses": self._responses}
+        tmp: Path | None = None
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=".catalogue-", suffix=".tmp", dir=self._path.parent)
+            tmp = Path(name)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(payload, fh, separators=(",", ":"))
+            tmp.replace(self._path)  # atomic: concurrent runs never read a half-written file
+        except OSError as exc:
+            LOG.warning("could not write the catalogue cache %s: %s", self._path, exc)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            return
+        self._dirty = False
+        LOG.info("cached the embedded EC2 catalogue in %s", self._path)
+
+
+# ------------------------------------------------------------------------------- scheduling input
+
+
+def build_scheduling_input(bundle: ManifestBundle, instance_types: Sequence[InstanceType]) -> SchedulingInput:
+    """Turn loaded manifests and a catalogue into the scheduler's input (rules in the module docstring)."""
+    from nodesmith.core.scheduling.types import SchedulingInput
+
+    pending = [
+        replace(p, unschedulable=True)
+        for p in bundle.pods
+        if not p.node_name
+        and not p.is_daemonset
+        and not p.is_mirror
+        and not p.is_terminal
+        and p.deletion_timestamp is None
+    ]
+    existing, usage = _existing_nodes(bundle, instance_types)
+    return SchedulingInput(
+        pods=pending,
+        nodepools=list(bundle.nodepools),
+        instance_types=list(instance_types),
+        existing_nodes=existing,
+        daemonsets=list(bundle.daemonsets),
+        nodepool_usage=usage,
+    )
+
+
+def _existing_nodes(
+    bundle: ManifestBundle, instance_types: Sequence[InstanceType]
+) -> tuple[list[ExistingNode], dict[str, Resources]]:
+    from nodesmith.core.resources import add
+    from nodesmith.core.scheduling.instancetypes import NODES
+    from nodesmith.core.scheduling.types import ExistingNode
+
+    node_names = {n.name for n in bundle.nodes}
+    bound: dict[str, list[Pod]] = defaultdict(list)
+    for pod in bundle.pods:
+        if not pod.node_name or pod.is_terminal:
+            continue
+        if pod.node_name in node_names:
+            bound[pod.node_name].append(pod)
+        else:
+            LOG.warning("pod %s is bound to node %s, which no manifest defines: ignored", pod.key, pod.node_name)
+    pools = {np.name: np for np in bundle.nodepools}
+    prices = {it.name: it for it in instance_types}
+    usage: dict[str, Resources] = {}
+    existing: list[ExistingNode] = []
+    for node in sorted(bundle.nodes, key=lambda n: n.name):
+        labels = dict(node.labels)
+        labels.setdefault(_LABEL_HOSTNAME, node.name)
+        pool_name = labels.get(_LABEL_NODEPOOL)
+        pool = pools.get(pool_name) if pool_name else None
+        pods = bound.get(node.name, [])
+        pods = pods + _daemon_pods(node, labels, pods, bundle.daemonsets)
+        existing.append(
+            ExistingNode(
+                name=node.name,
+                labels=labels,
+                taints=node.taints,
+                allocatable=dict(node.allocatable),
+                pods=tuple(pods),
+                nodepool=pool_name,
+                # Nodes Karpenter does not manage are initialized; its own ones once labelled so.
+                initialized=pool_name is None or labels.get(_LABEL_INITIALIZED) == "true",
+                unschedulable=node.unschedulable or node.deletion_timestamp is not None,
+                startup_taints=pool.startup_taints_core() if pool is not None else (),
+                price=_node_price(labels, prices),
+            )
+        )
+        if pool_name:
+            # Karpenter's NodePool status.resources: the summed capacity of the pool's nodes.
+            capacity = dict(node.capacity or node.allocatable)
+            capacity[NODES] = 1
+            usage[pool_name] = add(usage.get(pool_name, {}), capacity)
+    return existing, usage
+
+
+def _daemon_pods(
+    node: Node, labels: Mapping[str, str], bound: Sequence[Pod], daemonsets: Sequence[DaemonSet]
+) -> list[Pod]:
+    """Pods of the DaemonSets that would run on ``node`` and have no pod bound there yet.
+
+    A DaemonSet runs on a node when its pod template tolerates every node taint and one of its
+    node-selection terms is compatible with the node's labels (the scheduler's own rule,
+    :func:`nodesmith.core.scheduling.daemonsets.daemon_infos`).
+    """
+    from nodesmith.core.requirements import Requirements
+    from nodesmith.core.scheduling.daemonsets import daemon_infos
+    from nodesmith.core.scheduling.taints import first_untolerated
+
+    present = {(p.namespace, p.owner_name) for p in bound if p.is_daemonset}
+    node_reqs = Requirements.from_labels(labels)
+    out: list[Pod] = []
+    for ds in daemonsets:
+        if (ds.namespace, ds.name) in present:
+            continue
+        infos = daemon_infos([ds])
+        if not infos:  # a DaemonSet whose affinity cannot be parsed lands nowhere
+            continue
+        info = infos[0]
+        if first_untolerated(node.taints, info.tolerations) is not None:  # type: ignore[arg-type]
+            continue
+        if not any(node_reqs.compatible(term) is None for term in info.terms):
+            continue
+        out.append(
+            replace(
+                ds.pod,
+                namespace=ds.namespace,
+                name=f"{ds.name}-{node.name}",
+                uid="",
+                node_name=node.name,
+                owner_kind="DaemonSet",
+                owner_name=ds.name,
+                phase="Running",
+                unschedulable=False,
+            )
+        )
+    return out
+
+
+def _node_price(labels: Mapping[str, str], catalogue: Mapping[str, InstanceType]) -> float:
+    """USD/hour of an existing node from its instance-type, zone and capacity-type labels (0.0 when unknown)."""
+    it = catalogue.get(labels.get(_LABEL_INSTANCE_TYPE, ""))
+    if it is None:
+        return 0.0
+    zone = labels.get(_LABEL_ZONE)
+    capacity_type = labels.get(_LABEL_CAPACITY_TYPE)
+    for offering in it.offerings:
+        if (zone is None or offering.zone == zone) and (
+            capacity_type is None or offering.capacity_type == capacity_type
+        ):
+            return offering.price
+    return 0.0
