@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from infra.metric_names import MetricName
 from nodesmith.handlers import interruption, wiring
 from nodesmith.handlers.settings import Settings
 
@@ -149,6 +150,8 @@ def test_batch_reports_exactly_the_failing_record(ports: Ports, capsys: pytest.C
     assert total(metrics, "NodeClaimsTerminated") == 1
     assert [n for n, _, _ in metrics].count("InterruptionQueueAgeSeconds") == 5
     assert [n for n, _, _ in metrics].count("DrainDurationSeconds") == 1
+    # the dashboard and alarms read only the names in infra/metric_names.py
+    assert {n for n, _, _ in metrics} <= {m.value for m in MetricName}
 
 
 def test_a_batch_of_only_malformed_and_ignored_records_acknowledges_everything(ports: Ports) -> None:
