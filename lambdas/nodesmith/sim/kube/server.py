@@ -1,0 +1,501 @@
+"""The Kubernetes API emulator over HTTP: what the official ``kubernetes`` client talks to, unchanged.
+
+Built on :class:`http.server.ThreadingHTTPServer` (one thread per connection, HTTP/1.1 keep-alive,
+chunked watch streams) over a :class:`~nodesmith.sim.kube.store.Store`. Routes:
+
+* discovery: ``/version``, ``/healthz``, ``/readyz``, ``/livez``, ``/api``, ``/api/v1``, ``/apis``,
+  ``/apis/<group>``, ``/apis/<group>/<version>``;
+* ``/api/v1/...`` and ``/apis/<group>/<version>/...`` for every registered resource, cluster-wide
+  (``/pods``) or per namespace (``/namespaces/<ns>/pods``), with ``/<name>``, ``/<name>/status``,
+  ``pods/<name>/eviction`` and ``pods/<name>/binding``;
+* verbs GET (one, list, ``watch=true``), POST, PUT, PATCH (merge, strategic merge, JSON patch),
+  DELETE (one or collection).
+
+Errors are ``meta/v1 Status`` bodies. Start it with :class:`KubeEmulator`::
+
+    with KubeEmulator() as kube:
+        api = build_api_client(endpoint=kube.endpoint, auth="none")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from nodesmith.sim.kube import errors
+from nodesmith.sim.kube.errors import ApiError, status_body
+from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
+from nodesmith.sim.kube.store import Store, Subscription, WatchEvent
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.sim.kube.registry import ResourceType
+
+__all__ = ["KubeEmulator"]
+
+_SUBRESOURCE_VERBS = {"status": ("GET", "PUT", "PATCH"), "eviction": ("POST",), "binding": ("POST",)}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], emulator: KubeEmulator) -> None:
+        self.emulator = emulator
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Ignore connections the client (or :meth:`KubeEmulator.stop`) closed; report anything else."""
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
+class _Route:
+    __slots__ = ("name", "namespace", "rt", "sub")
+
+    def __init__(self, rt: ResourceType, namespace: str | None, name: str | None, sub: str | None) -> None:
+        self.rt, self.namespace, self.name, self.sub = rt, namespace, name, sub
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    # -------------------------------------------------------------- plumbing
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence per-request logging."""
+
+    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Audit-Id", "nodesmith-emulator")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, code: int, obj: Any) -> None:
+        self._send(code, json.dumps(obj, separators=(",", ":")).encode())
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise errors.bad_request("the request body is not valid JSON") from None
+
+    def do_GET(self) -> None:
+        """Serve GET."""
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        """Serve POST."""
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        """Serve PUT."""
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        """Serve PATCH."""
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        """Serve DELETE."""
+        self._dispatch("DELETE")
+
+    # -------------------------------------------------------------- dispatch
+    def _dispatch(self, method: str) -> None:
+        emulator = self.server.emulator
+        emulator.requests += 1
+        try:
+            body = self._body()
+            if emulator.token is not None and self.headers.get("Authorization") != f"Bearer {emulator.token}":
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            emulator.last_authorization = self.headers.get("Authorization")
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            path = url.path.rstrip("/") or "/"
+            if method == "GET" and self._discovery(path):
+                return
+            route = self._route(path)
+            self._serve(method, route, query, body)
+        except ApiError as exc:
+            self._json(exc.code, exc.status())
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # an emulator bug must answer 500, not hang the client
+            self._json(500, status_body(code=500, reason="InternalError", message=f"emulator error: {exc!r}"))
+
+    def _discovery(self, path: str) -> bool:
+        registry = self.server.emulator.store.registry
+        if path in ("/healthz", "/readyz", "/livez"):
+            self._send(200, b"ok", "text/plain")
+            return True
+        doc: dict[str, Any] | None
+        if path == "/version":
+            doc = self.server.emulator.version_info()
+        elif path == "/api":
+            doc = registry.api_versions()
+        elif path == "/apis":
+            doc = registry.api_group_list()
+        else:
+            segs = path.strip("/").split("/")
+            if segs[0] == "api" and len(segs) == 2:
+                doc = registry.resource_list("", segs[1])
+            elif segs[0] == "apis" and len(segs) == 2:
+                doc = registry.api_group(segs[1])
+            elif segs[0] == "apis" and len(segs) == 3:
+                doc = registry.resource_list(segs[1], segs[2])
+            else:
+                return False
+            if doc is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        self._json(200, doc)
+        return True
+
+    def _route(self, path: str) -> _Route:
+        segs = path.strip("/").split("/")
+        not_found = ApiError(404, "NotFound", "the server could not find the requested resource")
+        if segs[0] == "api" and len(segs) >= 3:
+            group, version, rest = "", segs[1], segs[2:]
+        elif segs[0] == "apis" and len(segs) >= 4:
+            group, version, rest = segs[1], segs[2], segs[3:]
+        else:
+            raise not_found
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces" and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
+            namespace, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise not_found
+        rt = self.server.emulator.store.registry.by_rest(group, version, rest[0])
+        if rt is None:
+            raise not_found
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (not rt.namespaced and namespace is not None) or (rt.namespaced and name is not None and namespace is None):
+            raise not_found
+        if sub is not None and sub not in rt.subresources:
+            raise not_found
+        return _Route(rt, namespace, name, sub)
+
+    def _serve(self, method: str, route: _Route, query: dict[str, str], body: Any) -> None:
+        store = self.server.emulator.store
+        rt, ns, name, sub = route.rt, route.namespace, route.name, route.sub
+        if sub is not None and method not in _SUBRESOURCE_VERBS.get(sub, ()):
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}/{sub}")
+        if name is None:
+            self._collection(method, rt, ns, query, body)
+        elif method == "GET":
+            self._json(200, store.get(rt.key, name, namespace=ns))
+        elif method == "POST" and sub == "eviction":
+            options = (body or {}).get("deleteOptions") or {}
+            store.evict(
+                name,
+                namespace=ns or "",
+                grace_period_seconds=options.get("gracePeriodSeconds"),
+                preconditions=options.get("preconditions"),
+            )
+            self._json(201, status_body(code=201, success=True))
+        elif method == "POST" and sub == "binding":
+            target = (body or {}).get("target") or {}
+            store.bind(name, namespace=ns or "", node_name=str(target.get("name", "")))
+            # The API server answers a Status here, which the Python client cannot read as the
+            # V1Binding it expects (kubernetes-client/python#825); echo the Binding instead.
+            self._json(
+                201,
+                {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns}, "target": target},
+            )
+        elif method == "PUT":
+            obj = self._object(body)
+            if obj.setdefault("metadata", {}).get("name", name) != name:
+                raise errors.bad_request(
+                    f"the name of the object ({obj['metadata']['name']}) does not match the name on the URL ({name})"
+                )
+            obj["metadata"]["name"] = name
+            self._json(200, store.replace(rt.key, obj, namespace=ns, subresource=sub))
+        elif method == "PATCH":
+            ctype = self.headers.get("Content-Type") or "application/merge-patch+json"
+            self._json(200, store.patch(rt.key, name, body, namespace=ns, content_type=ctype, subresource=sub))
+        elif method == "DELETE":
+            options = body if isinstance(body, dict) else {}
+            grace = options.get("gracePeriodSeconds")
+            if "gracePeriodSeconds" in query:
+                grace = int(query["gracePeriodSeconds"])
+            self._json(
+                200,
+                store.delete(
+                    rt.key, name, namespace=ns, grace_period_seconds=grace, preconditions=options.get("preconditions")
+                ),
+            )
+        else:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}/{name}")
+
+    @staticmethod
+    def _object(body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        return body
+
+    def _collection(self, method: str, rt: ResourceType, ns: str | None, query: dict[str, str], body: Any) -> None:
+        store = self.server.emulator.store
+        selectors = {"label_selector": query.get("labelSelector"), "field_selector": query.get("fieldSelector")}
+        if method == "GET" and query.get("watch") in ("true", "1"):
+            self._watch(rt, ns, query)
+        elif method == "GET":
+            limit = int(query["limit"]) if query.get("limit") else None
+            self._send(
+                200,
+                store.list_json(rt.key, namespace=ns, limit=limit, continue_token=query.get("continue"), **selectors),
+            )
+        elif method == "POST":
+            if rt.namespaced and ns is None:
+                raise ApiError(405, "MethodNotAllowed", f"POST on all-namespaces {rt.plural} is not allowed")
+            self._json(201, store.create(rt.key, self._object(body), namespace=ns))
+        elif method == "DELETE":
+            deleted = store.delete_collection(rt.key, namespace=ns, **selectors)
+            self._json(
+                200,
+                {
+                    "kind": f"{rt.kind}List",
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(store.resource_version)},
+                    "items": deleted,
+                },
+            )
+        else:
+            raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on the {rt.plural} collection")
+
+    # -------------------------------------------------------------- watch
+    def _chunk(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def _subscribe(self, rt: ResourceType, query: dict[str, str]) -> Subscription | ApiError:
+        """The store subscription a watch starts from, or the 410 to report as an ERROR event."""
+        store = self.server.emulator.store
+        rv = query.get("resourceVersion", "")
+        if rv in ("", "0") or query.get("sendInitialEvents") == "true":
+            return store.subscribe(resources=[rt.key], initial=True)
+        try:
+            since = int(rv)
+        except ValueError:
+            raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
+        try:
+            return store.subscribe(resources=[rt.key], since=since)
+        except ApiError as exc:
+            if exc.code != 410:
+                raise
+            return exc
+
+    def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, str]) -> None:
+        """Stream watch events as chunked JSON lines until ``timeoutSeconds``, disconnect or stop."""
+        labels_ok = parse_label_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"), rt.selectable_fields)
+        opened = self._subscribe(rt, query)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        if isinstance(opened, ApiError):
+            self._chunk({"type": "ERROR", "object": opened.status()})
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        emulator = self.server.emulator
+        emulator.track(opened)
+        try:
+            self._stream(rt, opened, query, lambda e: self._translate(e, ns, labels_ok, fields))
+        except OSError:  # the client went away
+            self.close_connection = True
+            return
+        finally:
+            emulator.untrack(opened)
+            opened.close()
+        with contextlib.suppress(OSError):
+            self.wfile.write(b"0\r\n\r\n")
+
+    def _stream(
+        self,
+        rt: ResourceType,
+        sub: Subscription,
+        query: dict[str, str],
+        translate: Callable[[WatchEvent], dict[str, Any] | None],
+    ) -> None:
+        emulator = self.server.emulator
+        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bookmark = query.get("sendInitialEvents") == "true" and query.get("allowWatchBookmarks") == "true"
+        initial_left = len(sub.queue)
+        while not emulator.stopping:
+            if bookmark and initial_left == 0:
+                bookmark = False
+                meta = {"resourceVersion": str(sub.since), "annotations": {"k8s.io/initial-events-end": "true"}}
+                self._chunk(
+                    {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
+                )
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            event = sub.get(timeout=0.5 if remaining is None else min(remaining, 0.5))
+            if event is None:
+                continue
+            initial_left -= 1
+            out = translate(event)
+            if out is not None:
+                self._chunk(out)
+
+    @staticmethod
+    def _translate(event: WatchEvent, ns: str | None, labels_ok: Any, fields: Any) -> dict[str, Any] | None:
+        """Filter one store event for a watch; selector transitions become ADDED/DELETED as upstream."""
+
+        def matches(obj: dict[str, Any] | None) -> bool:
+            if obj is None:
+                return False
+            meta = obj.get("metadata") or {}
+            if ns and meta.get("namespace") != ns:
+                return False
+            return bool(labels_ok(meta.get("labels") or {})) and (not fields or fields_match(obj, fields))
+
+        now, before = matches(event.object), matches(event.old)
+        if event.type == "ADDED":
+            kind = "ADDED" if now else None
+        elif event.type == "DELETED":
+            kind = "DELETED" if before else None
+        elif now and before:
+            kind = "MODIFIED"
+        elif now:
+            kind = "ADDED"
+        elif before:
+            kind = "DELETED"
+        else:
+            kind = None
+        return None if kind is None else {"type": kind, "object": event.object}
+
+
+class KubeEmulator:
+    """A Kubernetes API server emulator on ``127.0.0.1`` (ephemeral port by default).
+
+    ``store`` holds the objects (a fresh :class:`Store` unless given; reach it as
+    ``emulator.store`` for in-process controllers). ``token``: require ``Authorization: Bearer
+    <token>`` (401 otherwise); None accepts any request. ``start()`` returns the endpoint
+    (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()`` ends watches and closes
+    connections. Usable as a context manager (starts on enter).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        version: str = "v1.33.0",
+    ) -> None:
+        self.store = store if store is not None else Store()
+        self.host, self.port = host, port
+        self.token = token
+        self.version = version
+        self.requests = 0
+        self.last_authorization: str | None = None
+        self.stopping = False
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._watches: set[Subscription] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def endpoint(self) -> str:
+        """``http://host:port`` of the running emulator; RuntimeError before ``start()``."""
+        if self._server is None:
+            raise RuntimeError("KubeEmulator is not started")
+        return f"http://{self.host}:{self._server.server_address[1]}"
+
+    def version_info(self) -> dict[str, str]:
+        """The ``/version`` document."""
+        major, minor, *_ = self.version.lstrip("v").split(".")
+        return {
+            "major": major,
+            "minor": minor,
+            "gitVersion": f"{self.version}-nodesmith-emulator",
+            "gitCommit": "",
+            "gitTreeState": "clean",
+            "buildDate": "",
+            "goVersion": "",
+            "compiler": "none",
+            "platform": "linux/amd64",
+        }
+
+    def start(self) -> str:
+        """Bind and serve in a daemon thread; returns the endpoint. Idempotent."""
+        if self._server is None:
+            self.stopping = False
+            self._server = _Server((self.host, self.port), self)
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="kube-emulator", daemon=True
+            )
+            self._thread.start()
+        return self.endpoint
+
+    def stop(self) -> None:
+        """Stop serving: end watch streams, close open connections, release the port. Idempotent."""
+        server = self._server
+        if server is None:
+            return
+        self.stopping = True
+        with self._lock:
+            watches = list(self._watches)
+        for sub in watches:
+            sub.close()
+        server.shutdown()
+        server.server_close()
+        with server.connections_lock:
+            open_connections = list(server.connections)
+        for conn in open_connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    def track(self, sub: Subscription) -> None:
+        """Remember a watch's subscription so :meth:`stop` can end it."""
+        with self._lock:
+            self._watches.add(sub)
+
+    def untrack(self, sub: Subscription) -> None:
+        """Forget a finished watch."""
+        with self._lock:
+            self._watches.discard(sub)
+
+    def __enter__(self) -> KubeEmulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
