@@ -1,0 +1,357 @@
+"""``KubeCluster``: the :class:`nodesmith.core.ports.Cluster` port over the official Kubernetes client.
+
+Calls go through :class:`~nodesmith.adapters.kube.calls.KubeRest` (the client's ``ApiClient``
+without its slow-to-import generated API classes). Reads parse raw JSON with the core parsers
+(:mod:`nodesmith.core.objects`, the CRD models of :mod:`nodesmith.core.api`); writes are JSON
+merge patches, guarded by ``resourceVersion`` where a whole list is replaced (taints). Every
+failure is a :mod:`nodesmith.core.errors` type.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, path
+from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.api.nodepool import NodePool
+from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
+from nodesmith.core.objects import ObjectParseError, daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from kubernetes.client import ApiClient
+
+    from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget, Taint
+    from nodesmith.core.ports import EvictionOutcome, ObjectRef
+
+__all__ = ["KubeCluster"]
+
+log = logging.getLogger(__name__)
+
+KARPENTER_GROUP = "karpenter.sh"
+KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
+CRD_VERSION = "v1"
+_SERVER_SET_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields")
+_EVENT_MESSAGE_MAX = 1024
+
+
+def _taint_dict(taint: Taint) -> dict[str, str]:
+    out = {"key": taint.key, "effect": taint.effect}
+    if taint.value:
+        out["value"] = taint.value
+    return out
+
+
+def _crd(group: str, plural: str, *rest: str) -> str:
+    return path("apis", group, CRD_VERSION, plural, *rest)
+
+
+class KubeCluster:
+    """The Kubernetes side of Nodesmith (implements :class:`nodesmith.core.ports.Cluster`).
+
+    ``api_client`` comes from :func:`nodesmith.adapters.kube.client.build_api_client`.
+    ``request_timeout`` is (connect, read) seconds per call; ``page_size`` bounds list pages;
+    ``component`` is the Event source; ``clock`` gives epoch seconds for Event timestamps.
+    All methods take keyword arguments and raise :mod:`nodesmith.core.errors` types.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_client: ApiClient,
+        request_timeout: tuple[float, float] = (5.0, 30.0),
+        page_size: int = 500,
+        component: str = "nodesmith",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.rest = KubeRest(api_client, timeout=request_timeout)
+        self.page_size = page_size
+        self.component = component
+        self.clock = clock
+        self._provider_id_selector: bool | None = None
+
+    # ----------------------------------------------------------------- snapshot reads
+    def _list(self, url_path: str, *, what: str, **query: Any) -> list[dict[str, Any]]:
+        return self.rest.list(url_path, what=what, page_size=self.page_size, **query)
+
+    @staticmethod
+    def _parse(parser: Callable[[Any], Any], item: Mapping[str, Any], kind: str) -> Any:
+        try:
+            return parser(item)
+        except (ObjectParseError, ValidationError) as exc:
+            meta = item.get("metadata") or {}
+            name = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
+            raise KubernetesError(f"{kind} {name}: cannot read: {exc}") from exc
+
+    def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
+        """All pods, or those bound to ``node_name`` (field selector ``spec.nodeName``)."""
+        selector = f"spec.nodeName={node_name}" if node_name else None
+        items = self._list(path("api", "v1", "pods"), what="list pods", fieldSelector=selector)
+        return [self._parse(pod_from_dict, i, "pod") for i in items]
+
+    def list_nodes(self) -> list[Node]:
+        """All nodes."""
+        items = self._list(path("api", "v1", "nodes"), what="list nodes")
+        return [self._parse(node_from_dict, i, "node") for i in items]
+
+    def list_daemonsets(self) -> list[DaemonSet]:
+        """All DaemonSets as template pods."""
+        items = self._list(path("apis", "apps", "v1", "daemonsets"), what="list daemonsets")
+        return [self._parse(daemonset_from_dict, i, "daemonset") for i in items]
+
+    def list_pdbs(self) -> list[PodDisruptionBudget]:
+        """All PodDisruptionBudgets (with ``status.disruptionsAllowed`` when the controller set it)."""
+        items = self._list(path("apis", "policy", "v1", "poddisruptionbudgets"), what="list poddisruptionbudgets")
+        return [self._parse(pdb_from_dict, i, "poddisruptionbudget") for i in items]
+
+    def _custom(self, group: str, plural: str) -> list[dict[str, Any]]:
+        return self._list(_crd(group, plural), what=f"list {plural}.{group}")
+
+    def list_nodepools(self) -> list[NodePool]:
+        """All NodePools. One that fails validation is logged and skipped, so the others still work."""
+        out: list[NodePool] = []
+        for item in self._custom(KARPENTER_GROUP, "nodepools"):
+            try:
+                out.append(NodePool.model_validate(item))
+            except ValidationError as exc:
+                log.warning("skipping invalid NodePool %s: %s", (item.get("metadata") or {}).get("name"), exc)
+        return out
+
+    def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
+        """All EC2NodeClasses. One that fails validation is logged and skipped."""
+        out: list[EC2NodeClass] = []
+        for item in self._custom(KARPENTER_AWS_GROUP, "ec2nodeclasses"):
+            try:
+                out.append(EC2NodeClass.model_validate(item))
+            except ValidationError as exc:
+                log.warning("skipping invalid EC2NodeClass %s: %s", (item.get("metadata") or {}).get("name"), exc)
+        return out
+
+    def list_nodeclaims(self) -> list[NodeClaim]:
+        """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""
+        items = self._custom(KARPENTER_GROUP, "nodeclaims")
+        return [self._parse(NodeClaim.model_validate, i, "nodeclaim") for i in items]
+
+    # ----------------------------------------------------------------- NodeClaims
+    def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        """Create ``nodeclaim`` (the API server drops its status); ``ConflictError`` if it exists."""
+        body = nodeclaim.model_dump_k8s()
+        meta = body.setdefault("metadata", {})
+        for key in _SERVER_SET_META:
+            meta.pop(key, None)
+        body.pop("status", None)
+        doc = self.rest.request(
+            "POST", _crd(KARPENTER_GROUP, "nodeclaims"), body=body, what=f"create nodeclaim {nodeclaim.name}"
+        )
+        return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
+
+    def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        """PUT ``nodeclaim.status`` on the status subresource.
+
+        The NodeClaim's ``resourceVersion`` (when set) is a precondition: ``ConflictError`` if it
+        changed since it was read; ``NotFoundError`` if it is gone.
+        """
+        doc = self.rest.request(
+            "PUT",
+            _crd(KARPENTER_GROUP, "nodeclaims", nodeclaim.name, "status"),
+            body=nodeclaim.model_dump_k8s(),
+            what=f"update nodeclaim {nodeclaim.name} status",
+        )
+        return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
+
+    def delete_nodeclaim(self, *, name: str) -> None:
+        """Remove the NodeClaim's finalizers, then delete it; already gone is fine."""
+        url = _crd(KARPENTER_GROUP, "nodeclaims", name)
+        try:
+            self.rest.request(
+                "PATCH",
+                url,
+                body={"metadata": {"finalizers": None}},
+                content_type=MERGE_PATCH,
+                what=f"remove finalizers of nodeclaim {name}",
+            )
+            self.rest.request("DELETE", url, what=f"delete nodeclaim {name}")
+        except NotFoundError:
+            return
+
+    # ----------------------------------------------------------------- nodes
+    def _node_json(self, name: str) -> dict[str, Any] | None:
+        try:
+            doc: dict[str, Any] = self.rest.request("GET", path("api", "v1", "nodes", name), what=f"get node {name}")
+        except NotFoundError:
+            return None
+        return doc
+
+    def get_node(self, *, name: str) -> Node | None:
+        """One node by name, or None."""
+        doc = self._node_json(name)
+        return None if doc is None else self._parse(node_from_dict, doc, "node")
+
+    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
+        """The node with ``spec.providerID == provider_id``, or None.
+
+        Tries the field selector once; API servers that refuse it (upstream nodes only select on
+        ``metadata.name`` and ``spec.unschedulable``) answer 400 and every later call scans.
+        """
+        if self._provider_id_selector is not False:
+            try:
+                items = self._list(
+                    path("api", "v1", "nodes"),
+                    what="find node by providerID",
+                    fieldSelector=f"spec.providerID={provider_id}",
+                )
+                self._provider_id_selector = True
+                return self._parse(node_from_dict, items[0], "node") if items else None
+            except KubernetesError as exc:
+                if exc.status != 400:
+                    raise
+                self._provider_id_selector = False
+        return next((n for n in self.list_nodes() if n.provider_id == provider_id), None)
+
+    def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
+        """Add ``taint`` (once: same key and effect) and set ``spec.unschedulable``; False if the node is gone.
+
+        The taints list is replaced by a merge patch guarded by the node's ``resourceVersion``, so
+        a concurrent change is retried instead of overwritten. Raises ``ConflictError`` after
+        repeated conflicts.
+        """
+        for _ in range(5):
+            doc = self._node_json(node_name)
+            if doc is None:
+                return False
+            spec = doc.get("spec") or {}
+            taints = list(spec.get("taints") or [])
+            present = any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints)
+            if present and spec.get("unschedulable") is True:
+                return True
+            if not present:
+                taints.append(_taint_dict(taint))
+            patch = {
+                "metadata": {"resourceVersion": (doc.get("metadata") or {}).get("resourceVersion")},
+                "spec": {"taints": taints, "unschedulable": True},
+            }
+            try:
+                self.rest.request(
+                    "PATCH",
+                    path("api", "v1", "nodes", node_name),
+                    body=patch,
+                    content_type=MERGE_PATCH,
+                    what=f"taint and cordon node {node_name}",
+                )
+                return True
+            except NotFoundError:
+                return False
+            except ConflictError:
+                continue
+        raise ConflictError(f"taint and cordon node {node_name}: kept conflicting", status=409)
+
+    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
+        """Merge ``labels`` into the node's labels; ``NotFoundError`` if the node is gone."""
+        self.rest.request(
+            "PATCH",
+            path("api", "v1", "nodes", node_name),
+            body={"metadata": {"labels": dict(labels)}},
+            content_type=MERGE_PATCH,
+            what=f"label node {node_name}",
+        )
+
+    def delete_node(self, *, name: str) -> None:
+        """Delete a Node object; already gone is fine."""
+        try:
+            self.rest.request("DELETE", path("api", "v1", "nodes", name), what=f"delete node {name}")
+        except NotFoundError:
+            return
+
+    # ----------------------------------------------------------------- pods
+    @staticmethod
+    def _delete_options(pod: Pod, grace_period_seconds: int | None) -> dict[str, Any]:
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if pod.uid:
+            options["preconditions"] = {"uid": pod.uid}
+        return options
+
+    def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> EvictionOutcome:
+        """Evict through ``policy/v1`` Eviction: 'evicted', 'blocked' (429, a PodDisruptionBudget), 'gone' (404).
+
+        The pod's uid is a precondition, so a same-named replacement (409) also counts as 'gone'.
+        Other failures (500 when several budgets select the pod) raise ``KubernetesError``.
+        """
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": self._delete_options(pod, grace_period_seconds),
+        }
+        try:
+            self.rest.request(
+                "POST",
+                path("api", "v1", "namespaces", pod.namespace, "pods", pod.name, "eviction"),
+                body=body,
+                what=f"evict pod {pod.key}",
+            )
+        except (NotFoundError, ConflictError):
+            return "gone"
+        except KubernetesError as exc:
+            if exc.status == 429:
+                return "blocked"
+            raise
+        return "evicted"
+
+    def delete_pod(self, *, pod: Pod, grace_period_seconds: int | None = None) -> None:
+        """Delete a pod directly (no PodDisruptionBudget check); gone or replaced is fine."""
+        try:
+            self.rest.request(
+                "DELETE",
+                path("api", "v1", "namespaces", pod.namespace, "pods", pod.name),
+                body=self._delete_options(pod, grace_period_seconds),
+                what=f"delete pod {pod.key}",
+            )
+        except (NotFoundError, ConflictError):
+            return
+
+    # ----------------------------------------------------------------- events
+    def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
+        """Post a ``core/v1`` Event about ``ref`` (in its namespace, ``default`` for cluster objects).
+
+        Best effort: a failure is logged, never raised.
+        """
+        namespace = ref.namespace or "default"
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        involved: dict[str, Any] = {"kind": ref.kind, "name": ref.name, "apiVersion": ref.api_version}
+        if ref.namespace:
+            involved["namespace"] = ref.namespace
+        if ref.uid:
+            involved["uid"] = ref.uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{ref.name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message[:_EVENT_MESSAGE_MAX],
+            "type": type_,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.component,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.rest.request(
+                "POST",
+                path("api", "v1", "namespaces", namespace, "events"),
+                body=body,
+                what=f"record event {reason} on {ref.kind} {ref.name}",
+            )
+        except KubernetesError as exc:
+            log.warning("event not recorded: %s", exc)

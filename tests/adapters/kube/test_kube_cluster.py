@@ -1,0 +1,296 @@
+"""KubeCluster (the Cluster port) end to end against the Kubernetes API emulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
+from nodesmith.core.model import Taint
+from nodesmith.core.ports import ObjectRef
+from nodesmith.sim.kube import KubeEmulator, Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+DISRUPTED = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
+MANIFESTS = Path(__file__).resolve().parents[3] / "lambdas" / "nodesmith" / "sim" / "manifests"
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeEmulator]:
+    with KubeEmulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def store(kube: KubeEmulator) -> Store:
+    return kube.store
+
+
+@pytest.fixture
+def cluster(kube: KubeEmulator) -> KubeCluster:
+    return KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"), page_size=2)
+
+
+def add_node(store: Store, name: str, *, instance: str = "i-1", taints: list[dict[str, str]] | None = None) -> None:
+    store.create(
+        "nodes",
+        {
+            "metadata": {"name": name},
+            "spec": {"providerID": f"aws:///us-east-1a/{instance}", "taints": taints or []},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+            },
+        },
+    )
+
+
+def add_pod(
+    store: Store, name: str, *, node: str | None = None, labels: dict[str, str] | None = None, cpu: str = "250m"
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    if node:
+        spec["nodeName"] = node
+    return store.create(
+        "pods",
+        {
+            "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+            "spec": spec,
+            "status": {"phase": "Running"},
+        },
+    )
+
+
+def nodeclaim(name: str) -> NodeClaim:
+    return NodeClaim.model_validate(
+        {
+            "metadata": {
+                "name": name,
+                "labels": {"karpenter.sh/nodepool": "default"},
+                "finalizers": ["karpenter.sh/termination"],
+            },
+            "spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}],
+            },
+        }
+    )
+
+
+def test_snapshot_reads_parse_into_core_types_across_pages(cluster: KubeCluster, store: Store) -> None:
+    add_node(store, "n1")
+    add_node(store, "n2", instance="i-2")
+    for i in range(3):
+        add_pod(store, f"on-n1-{i}", node="n1")
+    add_pod(store, "on-n2", node="n2", cpu="1")
+    add_pod(store, "pending")
+    store.create(
+        "daemonsets.apps",
+        {
+            "metadata": {"name": "agent", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {
+                    "metadata": {"labels": {"a": "b"}},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"memory": "64Mi"}}}]},
+                },
+            },
+        },
+    )
+    store.create(
+        "poddisruptionbudgets.policy",
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"maxUnavailable": "50%", "selector": {"matchLabels": {}}},
+        },
+    )
+
+    assert len(cluster.list_pods()) == 5  # page_size=2: three pages
+    on_n1 = cluster.list_pods(node_name="n1")
+    assert sorted(p.name for p in on_n1) == ["on-n1-0", "on-n1-1", "on-n1-2"]
+    assert on_n1[0].requests["cpu"] == 250 and on_n1[0].uid
+    nodes = {n.name: n for n in cluster.list_nodes()}
+    assert nodes["n2"].instance_id == "i-2" and nodes["n2"].allocatable["memory"] == 4 * 2**30 and nodes["n2"].ready
+    [daemonset] = cluster.list_daemonsets()
+    assert daemonset.pod.requests["memory"] == 64 * 2**20
+    [pdb] = cluster.list_pdbs()
+    assert pdb.max_unavailable == "50%" and pdb.disruptions_allowed is not None
+
+
+def test_karpenter_resources_from_the_demo_manifests(cluster: KubeCluster, store: Store) -> None:
+    for doc in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()):
+        store.apply(doc)
+    broken = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "broken"},
+        "spec": {"template": {"spec": {"requirments": []}}},
+    }
+    store.apply(broken)
+    assert [p.name for p in cluster.list_nodepools()] == ["default"]  # the invalid one is skipped
+    assert [c.name for c in cluster.list_ec2nodeclasses()] == ["default"]
+
+
+def test_get_and_find_node(cluster: KubeCluster, kube: KubeEmulator) -> None:
+    add_node(kube.store, "n1", instance="i-abc")
+    node = cluster.get_node(name="n1")
+    assert node is not None and node.provider_id == "aws:///us-east-1a/i-abc"
+    assert cluster.get_node(name="missing") is None
+
+    found = cluster.find_node_by_provider_id(provider_id="aws:///us-east-1a/i-abc")
+    assert found is not None and found.name == "n1"
+    before = kube.requests
+    assert cluster.find_node_by_provider_id(provider_id="aws:///us-east-1a/i-zzz") is None
+    assert kube.requests - before == 1  # the refused field selector is not retried
+
+
+def test_taint_and_cordon_is_idempotent_and_keeps_other_taints(cluster: KubeCluster, store: Store) -> None:
+    add_node(store, "n1", taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+    assert cluster.taint_and_cordon(node_name="n1", taint=DISRUPTED) is True
+    version = store.get("nodes", "n1")["metadata"]["resourceVersion"]
+    assert cluster.taint_and_cordon(node_name="n1", taint=DISRUPTED) is True
+    node = store.get("nodes", "n1")
+    assert node["metadata"]["resourceVersion"] == version  # nothing written the second time
+    assert node["spec"]["unschedulable"] is True
+    assert [(t["key"], t["effect"]) for t in node["spec"]["taints"]] == [
+        ("dedicated", "NoSchedule"),
+        ("karpenter.sh/disrupted", "NoSchedule"),
+    ]
+    assert cluster.taint_and_cordon(node_name="gone", taint=DISRUPTED) is False
+
+
+def test_taint_and_cordon_retries_instead_of_overwriting_a_concurrent_taint(cluster: KubeCluster, store: Store) -> None:
+    add_node(store, "n1")
+    real_request = cluster.rest.request
+    raced = []
+
+    def racing_request(method: str, url_path: str, **kwargs: Any) -> Any:
+        if method == "PATCH" and not raced:
+            raced.append(True)
+            store.mutate("nodes", "n1", lambda n: n["spec"]["taints"].append({"key": "other", "effect": "NoExecute"}))
+        return real_request(method, url_path, **kwargs)
+
+    cluster.rest.request = racing_request  # type: ignore[method-assign]
+    assert cluster.taint_and_cordon(node_name="n1", taint=DISRUPTED) is True
+    keys = sorted(t["key"] for t in store.get("nodes", "n1")["spec"]["taints"])
+    assert keys == ["karpenter.sh/disrupted", "other"]
+
+
+def test_label_node_merges_and_reports_a_missing_node(cluster: KubeCluster, store: Store) -> None:
+    store.create("nodes", {"metadata": {"name": "n1", "labels": {"keep": "me"}}})
+    cluster.label_node(node_name="n1", labels={"karpenter.sh/registered": "true"})
+    assert store.get("nodes", "n1")["metadata"]["labels"] == {"keep": "me", "karpenter.sh/registered": "true"}
+    with pytest.raises(NotFoundError):
+        cluster.label_node(node_name="missing", labels={"a": "b"})
+
+
+def test_evict_reports_evicted_blocked_and_gone(cluster: KubeCluster, store: Store) -> None:
+    for i in range(2):
+        add_pod(store, f"web-{i}", node="n1", labels={"app": "web"})
+    store.create(
+        "poddisruptionbudgets.policy",
+        {
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+        },
+    )
+    pods = {p.name: p for p in cluster.list_pods(node_name="n1")}
+    assert cluster.evict(pod=pods["web-0"]) == "evicted"
+    assert cluster.evict(pod=pods["web-1"]) == "blocked"
+    assert cluster.evict(pod=pods["web-0"]) == "gone"
+
+
+def test_evict_and_delete_leave_a_same_named_replacement_alone(cluster: KubeCluster, store: Store) -> None:
+    add_pod(store, "db-0", node="n1")
+    old = cluster.list_pods()[0]
+    store.delete("pods", "db-0", namespace="default")
+    add_pod(store, "db-0", node="n2")  # a StatefulSet recreated it
+    assert cluster.evict(pod=old) == "gone"
+    cluster.delete_pod(pod=old, grace_period_seconds=0)
+    assert store.get("pods", "db-0", namespace="default")["spec"]["nodeName"] == "n2"
+
+
+def test_delete_pod_bypasses_budgets_and_deletes_are_idempotent(cluster: KubeCluster, store: Store) -> None:
+    add_pod(store, "only", node="n1", labels={"app": "x"})
+    store.create(
+        "poddisruptionbudgets.policy",
+        {
+            "metadata": {"name": "x", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}},
+        },
+    )
+    [pod] = cluster.list_pods()
+    assert cluster.evict(pod=pod) == "blocked"
+    cluster.delete_pod(pod=pod, grace_period_seconds=0)
+    cluster.delete_pod(pod=pod)
+    assert cluster.list_pods() == []
+    add_node(store, "n1")
+    cluster.delete_node(name="n1")
+    cluster.delete_node(name="n1")
+    assert cluster.list_nodes() == []
+
+
+def test_nodeclaim_lifecycle(cluster: KubeCluster, store: Store) -> None:
+    created = cluster.create_nodeclaim(nodeclaim=nodeclaim("default-abcde"))
+    assert created.metadata.uid and created.metadata.resource_version
+    with pytest.raises(ConflictError):
+        cluster.create_nodeclaim(nodeclaim=nodeclaim("default-abcde"))
+
+    created.status.provider_id = "aws:///us-east-1a/i-1"
+    created.status.node_name = "n1"
+    updated = cluster.update_nodeclaim_status(nodeclaim=created)
+    assert updated.status.provider_id == "aws:///us-east-1a/i-1"
+    assert [c.status.node_name for c in cluster.list_nodeclaims()] == ["n1"]
+    with pytest.raises(ConflictError):
+        cluster.update_nodeclaim_status(nodeclaim=created)  # read before the last write
+
+    cluster.delete_nodeclaim(name="default-abcde")  # has a finalizer: removed first
+    assert cluster.list_nodeclaims() == []
+    cluster.delete_nodeclaim(name="default-abcde")
+    with pytest.raises(NotFoundError):
+        cluster.update_nodeclaim_status(nodeclaim=created)
+
+
+def test_record_event_posts_and_never_raises(cluster: KubeCluster, kube: KubeEmulator) -> None:
+    ref = ObjectRef(kind="NodeClaim", name="default-abcde", uid="u-1", api_version="karpenter.sh/v1")
+    cluster.record_event(ref=ref, reason="Launched", message="x" * 5000, type_="Normal")
+    [event] = kube.store.list("events", namespace="default").items
+    assert event["involvedObject"] == {
+        "kind": "NodeClaim",
+        "name": "default-abcde",
+        "uid": "u-1",
+        "apiVersion": "karpenter.sh/v1",
+    }
+    assert event["reason"] == "Launched" and len(event["message"]) == 1024
+    kube.stop()
+    cluster.record_event(ref=ref, reason="Launched", message="after stop")  # logged, not raised
+
+
+def test_unreachable_api_server_is_a_kubernetes_error_with_status_zero() -> None:
+    with KubeEmulator() as kube:
+        endpoint = kube.endpoint
+    cluster = KubeCluster(
+        api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", retries=0), request_timeout=(1.0, 1.0)
+    )
+    with pytest.raises(KubernetesError) as err:
+        cluster.list_nodes()
+    assert err.value.status == 0
+
+
+def test_bearer_token_auth(kube: KubeEmulator) -> None:
+    kube.token = "s3cret"
+    good = KubeCluster(
+        api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="token", kube_token="s3cret")
+    )
+    assert good.list_nodes() == []
+    bad = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="token", kube_token="nope"))
+    with pytest.raises(KubernetesError) as err:
+        bad.list_nodes()
+    assert err.value.status == 401
