@@ -10,7 +10,7 @@ STAMP  := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help install demo test lint format typecheck arch unit synth cdk-cli bench clean
+.PHONY: help install demo test lint format typecheck arch unit synth cdk-cli bench lambda-asset clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -52,6 +52,16 @@ test: lint typecheck arch unit  ## Everything CI runs
 
 synth: install cdk-cli  ## Synthesize the CloudFormation template with the pinned CDK CLI
 	npx cdk synth -q
+
+# The Lambda asset: runtime dependencies for Lambda's arm64 Python 3.11 plus the package. The
+# stack uses build/lambda when it exists (no Docker bundling needed).
+LAMBDA_DEPS := "aws-lambda-powertools[tracer]==3.37.0" "boto3==1.44.5" "kubernetes==37.0.1" "pydantic==2.14.3" "pyyaml==6.0.3"
+lambda-asset: install  ## Build build/lambda for `cdk deploy`
+	rm -rf build/lambda && mkdir -p build/lambda
+	$(BIN)/python -m pip install -q --disable-pip-version-check --target build/lambda \
+		--platform manylinux2014_aarch64 --implementation cp --python-version 3.11 --only-binary=:all: $(LAMBDA_DEPS)
+	cp -r lambdas/nodesmith build/lambda/
+	find build/lambda -name __pycache__ -prune -exec rm -rf {} +
 
 bench: install  ## Benchmarks (JSON lines)
 	$(BIN)/python bench/scheduling.py --pods 5000 --json
