@@ -1,0 +1,227 @@
+"""A simulated kube-scheduler (plus the kubelet's "start the containers"): binds pending pods to
+Nodes they fit and marks the others ``PodScheduled=False, reason=Unschedulable``.
+
+Filters, as the default scheduler profile's plugins do (``NodeUnschedulable``, ``TaintToleration``,
+``NodeAffinity``, ``NodeResourcesFit``; https://kubernetes.io/docs/reference/scheduling/config/):
+
+* the Node is Ready, not cordoned (``spec.unschedulable``) and not being deleted;
+* every ``NoSchedule``/``NoExecute`` taint is tolerated;
+* ``nodeSelector`` matches and, when set, one required node-affinity term matches;
+* requests (cpu millicores, memory bytes, ``pods: 1`` and extended resources) fit the Node's
+  allocatable minus what bound, non-terminal pods request.
+
+Pods are taken by priority (desc), then creation time, then name; Nodes are tried by name and the
+first that fits wins. A bound pod is then marked ``Running`` and ``Ready`` straight away (the images
+are assumed pulled). Not simulated: pod (anti-)affinity, topology spread, host ports, volumes,
+preemption; the unschedulable message mirrors kube-scheduler's ``0/N nodes are available: ...``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.objects import ObjectParseError, node_from_dict, pod_from_dict
+from nodesmith.core.requirements import Requirement
+from nodesmith.core.resources import add
+from nodesmith.sim.kube.errors import ApiError
+from nodesmith.sim.kube.timefmt import rfc3339
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from nodesmith.core.model import Node, NodeSelectorTerm, Pod
+    from nodesmith.core.resources import Resources
+    from nodesmith.sim.kube.store import Store
+
+__all__ = ["SimScheduler", "why_not"]
+
+LOG = logging.getLogger(__name__)
+
+_DEFAULT_SCHEDULER = "default-scheduler"
+
+
+def _term_matches(term: NodeSelectorTerm, labels: Mapping[str, str]) -> bool:
+    for expr in term.match_expressions:
+        try:
+            req = Requirement.new(expr.key, expr.operator, expr.values)
+        except ValueError:
+            return False
+        value = labels.get(req.key)
+        if value is None:
+            if expr.operator not in ("NotIn", "DoesNotExist"):
+                return False
+        elif not req.has(value):
+            return False
+    return True
+
+
+def why_not(pod: Pod, node: Node, used: Mapping[str, int]) -> str | None:
+    """Why ``pod`` cannot go on ``node`` (a kube-scheduler-style reason), or None when it fits.
+
+    ``used`` is what pods already bound to the node request (cpu millicores, memory bytes, pods).
+    """
+    if node.unschedulable:
+        return "node(s) were unschedulable"
+    for taint in node.taints:
+        if taint.effect == "PreferNoSchedule":
+            continue
+        if not any(t.tolerates(taint) for t in pod.tolerations):
+            value = f": {taint.value}" if taint.value else ""
+            return f"node(s) had untolerated taint {{{taint.key}{value}}}"
+    for key, value in pod.node_selector.items():
+        if node.labels.get(key) != value:
+            return "node(s) didn't match Pod's node affinity/selector"
+    if pod.required_node_affinity and not any(_term_matches(t, node.labels) for t in pod.required_node_affinity):
+        return "node(s) didn't match Pod's node affinity/selector"
+    for name, amount in sorted(pod.requests.items()):
+        if amount > 0 and used.get(name, 0) + amount > node.allocatable.get(name, 0):
+            return "Too many pods" if name == "pods" else f"Insufficient {name}"
+    return None
+
+
+class SimScheduler:
+    """Binds pending pods (``schedulerName`` default) to fitting Ready Nodes; see the module docstring."""
+
+    watch = ("pods", "nodes")
+
+    def __init__(self, *, store: Store) -> None:
+        self.store = store
+
+    def _ready_nodes(self) -> list[Node]:
+        nodes: list[Node] = []
+        for raw in self.store.objects("nodes"):
+            try:
+                node = node_from_dict(raw)
+            except ObjectParseError:
+                continue
+            if node.ready and node.deletion_timestamp is None:
+                nodes.append(node)
+        return sorted(nodes, key=lambda n: n.name)
+
+    def _pods(
+        self, ready: set[str]
+    ) -> tuple[dict[str, Resources], list[tuple[Pod, dict[str, Any]]], list[dict[str, Any]]]:
+        """(requests in use per node, pending pods for this scheduler, bound pods to start)."""
+        used: dict[str, Resources] = {}
+        pending: list[tuple[Pod, dict[str, Any]]] = []
+        starting: list[dict[str, Any]] = []
+        for raw in self.store.objects("pods"):
+            try:
+                pod = pod_from_dict(raw)
+            except ObjectParseError:
+                continue
+            if pod.is_terminal:
+                continue
+            if pod.node_name:
+                # Terminating pods hold their resources until the kubelet confirms they are gone.
+                used[pod.node_name] = add(used.get(pod.node_name, {}), pod.requests)
+                if pod.phase == "Pending" and pod.node_name in ready and pod.deletion_timestamp is None:
+                    starting.append(raw)
+                continue
+            spec = raw.get("spec") or {}
+            if pod.deletion_timestamp is None and spec.get("schedulerName", _DEFAULT_SCHEDULER) == _DEFAULT_SCHEDULER:
+                pending.append((pod, raw))
+        pending.sort(key=lambda item: (-item[0].priority, item[0].creation_timestamp, item[0].key))
+        return used, pending, starting
+
+    def step(self, now: float) -> int:
+        """Schedule what can be scheduled as of ``now`` (epoch seconds); returns how many pods were bound."""
+        nodes = self._ready_nodes()
+        used, pending, starting = self._pods({n.name for n in nodes})
+        for raw in starting:
+            self._run(raw, now)
+        bound = 0
+        for pod, raw in pending:
+            reasons: Counter[str] = Counter()
+            target: Node | None = None
+            for node in nodes:
+                reason = why_not(pod, node, used.get(node.name, {}))
+                if reason is None:
+                    target = node
+                    break
+                reasons[reason] += 1
+            if target is None:
+                self._unschedulable(raw, len(nodes), reasons, now)
+                continue
+            try:
+                self.store.bind(pod.name, namespace=pod.namespace, node_name=target.name)
+            except ApiError as exc:
+                LOG.debug("bind %s -> %s failed: %s", pod.key, target.name, exc)
+                continue
+            used[target.name] = add(used.get(target.name, {}), pod.requests)
+            bound += 1
+            self._run(self.store.find("pods", pod.name, namespace=pod.namespace) or raw, now)
+        return bound
+
+    def _run(self, raw: Mapping[str, Any], now: float) -> None:
+        """Mark a bound pod Running and Ready (containers started)."""
+        meta = raw["metadata"]
+        stamp = rfc3339(now)
+
+        def edit(obj: dict[str, Any]) -> None:
+            status = obj.setdefault("status", {})
+            kept = [c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"]
+            status["conditions"] = kept + [
+                {"type": t, "status": "True", "lastTransitionTime": stamp}
+                for t in ("Initialized", "ContainersReady", "Ready")
+            ]
+            status["phase"] = "Running"
+            status["startTime"] = status.get("startTime") or stamp
+            status["containerStatuses"] = [
+                {
+                    "name": c.get("name", ""),
+                    "image": c.get("image", ""),
+                    "ready": True,
+                    "started": True,
+                    "restartCount": 0,
+                    "state": {"running": {"startedAt": stamp}},
+                }
+                for c in (obj.get("spec") or {}).get("containers") or []
+            ]
+
+        try:
+            self.store.mutate("pods", meta["name"], edit, namespace=meta.get("namespace") or "default")
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+
+    def _unschedulable(self, raw: Mapping[str, Any], total: int, reasons: Counter[str], now: float) -> None:
+        """Set ``PodScheduled=False, reason=Unschedulable`` unless it already says the same."""
+        if total == 0:
+            message = "0/0 nodes are available: no nodes available to schedule pods."
+        else:
+            parts = ", ".join(f"{count} {reason}" for reason, count in sorted(reasons.items()))
+            message = f"0/{total} nodes are available: {parts}."
+        for cond in (raw.get("status") or {}).get("conditions") or []:
+            if (
+                cond.get("type") == "PodScheduled"
+                and cond.get("status") == "False"
+                and cond.get("reason") == "Unschedulable"
+                and cond.get("message") == message
+            ):
+                return
+        meta = raw["metadata"]
+        stamp = rfc3339(now)
+
+        def edit(obj: dict[str, Any]) -> None:
+            status = obj.setdefault("status", {})
+            kept = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            status["conditions"] = [
+                *kept,
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": stamp,
+                },
+            ]
+            status.setdefault("phase", "Pending")
+
+        try:
+            self.store.mutate("pods", meta["name"], edit, namespace=meta.get("namespace") or "default")
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
