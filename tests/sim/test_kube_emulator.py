@@ -402,3 +402,21 @@ def test_graceful_pod_deletion_waits_for_the_grace_period() -> None:
     now[0] += 31
     assert store.finish_graceful_deletions() == 1
     assert store.find("pods", "bound", namespace="default") is None
+
+
+def test_scale_subresource_sets_replicas_only(api: client.ApiClient) -> None:
+    apps = client.AppsV1Api(api)
+    body = {
+        "metadata": {"name": "inflate", "labels": {"keep": "me"}},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "inflate"}}, "template": {}},
+    }
+    apps.create_namespaced_deployment("default", body)
+    apps.patch_namespaced_deployment_scale("inflate", "default", {"spec": {"replicas": 5}})
+    scale = apps.read_namespaced_deployment_scale("inflate", "default")
+    assert (scale.spec.replicas, scale.status.selector) == (5, "app=inflate")
+    deployment = apps.read_namespaced_deployment("inflate", "default")
+    assert deployment.spec.replicas == 5 and deployment.metadata.labels == {"keep": "me"}
+    scale.metadata.resource_version = "1"  # stale
+    with pytest.raises(ApiException) as err:
+        apps.replace_namespaced_deployment_scale("inflate", "default", scale)
+    assert err.value.status == 409

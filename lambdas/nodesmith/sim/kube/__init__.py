@@ -6,9 +6,9 @@ client (and therefore :mod:`nodesmith.adapters.kube`) works against it unchanged
 simulated controllers (kubelet, kube-scheduler, ReplicaSets).
 """
 
+from nodesmith.sim.kube.emulator import KubeEmulator
 from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.registry import DEFAULT_RESOURCES, Registry, ResourceType
-from nodesmith.sim.kube.server import KubeEmulator
 from nodesmith.sim.kube.store import ListResult, Store, Subscription, WatchEvent
 
 __all__ = [

@@ -29,22 +29,30 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from nodesmith.sim.kube import errors
+from nodesmith.sim.kube import errors, scale
 from nodesmith.sim.kube.errors import ApiError, status_body
 from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
-from nodesmith.sim.kube.store import Store, Subscription, WatchEvent
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from nodesmith.sim.kube.emulator import KubeEmulator
     from nodesmith.sim.kube.registry import ResourceType
+    from nodesmith.sim.kube.store import Subscription, WatchEvent
 
-__all__ = ["KubeEmulator"]
+__all__ = ["EmulatorServer"]
 
-_SUBRESOURCE_VERBS = {"status": ("GET", "PUT", "PATCH"), "eviction": ("POST",), "binding": ("POST",)}
+_SUBRESOURCE_VERBS = {
+    "status": ("GET", "PUT", "PATCH"),
+    "scale": ("GET", "PUT", "PATCH"),
+    "eviction": ("POST",),
+    "binding": ("POST",),
+}
 
 
-class _Server(ThreadingHTTPServer):
+class EmulatorServer(ThreadingHTTPServer):
+    """A threading HTTP server bound to one :class:`~nodesmith.sim.kube.emulator.KubeEmulator`."""
+
     daemon_threads = True
     allow_reuse_address = True
 
@@ -70,7 +78,7 @@ class _Route:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    server: _Server
+    server: EmulatorServer
 
     # -------------------------------------------------------------- plumbing
     def setup(self) -> None:
@@ -211,6 +219,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}/{sub}")
         if name is None:
             self._collection(method, rt, ns, query, body)
+        elif sub == "scale":
+            self._scale(method, rt, name, ns, body)
         elif method == "GET":
             self._json(200, store.get(rt.key, name, namespace=ns))
         elif method == "POST" and sub == "eviction":
@@ -255,6 +265,16 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}/{name}")
+
+    def _scale(self, method: str, rt: ResourceType, name: str, ns: str | None, body: Any) -> None:
+        store = self.server.emulator.store
+        if method == "GET":
+            self._json(200, scale.read_scale(store, rt.key, name, namespace=ns))
+        elif method == "PUT":
+            self._json(200, scale.write_scale(store, rt.key, name, namespace=ns, scale=body))
+        else:
+            ctype = self.headers.get("Content-Type") or "application/merge-patch+json"
+            self._json(200, scale.patch_scale(store, rt.key, name, namespace=ns, body=body, content_type=ctype))
 
     @staticmethod
     def _object(body: Any) -> dict[str, Any]:
@@ -395,107 +415,3 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             kind = None
         return None if kind is None else {"type": kind, "object": event.object}
-
-
-class KubeEmulator:
-    """A Kubernetes API server emulator on ``127.0.0.1`` (ephemeral port by default).
-
-    ``store`` holds the objects (a fresh :class:`Store` unless given; reach it as
-    ``emulator.store`` for in-process controllers). ``token``: require ``Authorization: Bearer
-    <token>`` (401 otherwise); None accepts any request. ``start()`` returns the endpoint
-    (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()`` ends watches and closes
-    connections. Usable as a context manager (starts on enter).
-    """
-
-    def __init__(
-        self,
-        *,
-        store: Store | None = None,
-        host: str = "127.0.0.1",
-        port: int = 0,
-        token: str | None = None,
-        version: str = "v1.33.0",
-    ) -> None:
-        self.store = store if store is not None else Store()
-        self.host, self.port = host, port
-        self.token = token
-        self.version = version
-        self.requests = 0
-        self.last_authorization: str | None = None
-        self.stopping = False
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-        self._watches: set[Subscription] = set()
-        self._lock = threading.Lock()
-
-    @property
-    def endpoint(self) -> str:
-        """``http://host:port`` of the running emulator; RuntimeError before ``start()``."""
-        if self._server is None:
-            raise RuntimeError("KubeEmulator is not started")
-        return f"http://{self.host}:{self._server.server_address[1]}"
-
-    def version_info(self) -> dict[str, str]:
-        """The ``/version`` document."""
-        major, minor, *_ = self.version.lstrip("v").split(".")
-        return {
-            "major": major,
-            "minor": minor,
-            "gitVersion": f"{self.version}-nodesmith-emulator",
-            "gitCommit": "",
-            "gitTreeState": "clean",
-            "buildDate": "",
-            "goVersion": "",
-            "compiler": "none",
-            "platform": "linux/amd64",
-        }
-
-    def start(self) -> str:
-        """Bind and serve in a daemon thread; returns the endpoint. Idempotent."""
-        if self._server is None:
-            self.stopping = False
-            self._server = _Server((self.host, self.port), self)
-            self._thread = threading.Thread(
-                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="kube-emulator", daemon=True
-            )
-            self._thread.start()
-        return self.endpoint
-
-    def stop(self) -> None:
-        """Stop serving: end watch streams, close open connections, release the port. Idempotent."""
-        server = self._server
-        if server is None:
-            return
-        self.stopping = True
-        with self._lock:
-            watches = list(self._watches)
-        for sub in watches:
-            sub.close()
-        server.shutdown()
-        server.server_close()
-        with server.connections_lock:
-            open_connections = list(server.connections)
-        for conn in open_connections:
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = None
-        self._thread = None
-
-    def track(self, sub: Subscription) -> None:
-        """Remember a watch's subscription so :meth:`stop` can end it."""
-        with self._lock:
-            self._watches.add(sub)
-
-    def untrack(self, sub: Subscription) -> None:
-        """Forget a finished watch."""
-        with self._lock:
-            self._watches.discard(sub)
-
-    def __enter__(self) -> KubeEmulator:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
