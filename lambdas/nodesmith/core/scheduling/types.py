@@ -6,21 +6,21 @@ and read a :class:`SchedulingResult`; the scheduler itself is pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodesmith.core.model import (
-    DaemonSet,
-    InstanceType,
-    NodeSelectorRequirement,
-    Pod,
-    Taint,
-)
-from nodesmith.core.resources import Resources
-
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.model import (
+        DaemonSet,
+        InstanceType,
+        NodeSelectorRequirement,
+        Pod,
+        Taint,
+    )
+    from nodesmith.core.resources import Resources
 
 __all__ = [
     "ExistingNode",
