@@ -1,0 +1,170 @@
+"""Instance types as the scheduler indexes them.
+
+An instance type's requirements are its well-known labels plus ``topology.kubernetes.io/zone`` and
+``karpenter.sh/capacity-type`` over its *available* offerings (``[aws]:pkg/providers/instancetype/
+types.go computeRequirements``; the fake provider in ``[core]:pkg/cloudprovider/fake`` does the
+same). An offering is usable for a set of requirements when its zone, capacity type and zone id
+are allowed (``Offerings.Available().Compatible``). ``minValues``: the kept types must cover at
+least that many distinct values of the key (``InstanceTypes.SatisfiesMinValues``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nodesmith.core.requirements import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_ZONE,
+    LABEL_ZONE_ID,
+    Requirement,
+    Requirements,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from nodesmith.core.model import InstanceType, Offering
+    from nodesmith.core.resources import Resources
+
+__all__ = [
+    "ABSENT_MEANS_DOES_NOT_EXIST",
+    "NODES",
+    "OfferingFilter",
+    "TypeInfo",
+    "cheapest_offering",
+    "has_offering",
+    "min_values_shortfall",
+    "offering_allowed",
+]
+
+ABSENT_MEANS_DOES_NOT_EXIST: frozenset[str] = frozenset(
+    {
+        "node.kubernetes.io/windows-build",
+        *(
+            "karpenter.k8s.aws/" + suffix
+            for suffix in (
+                "instance-cpu-manufacturer",
+                "instance-cpu-sustained-clock-speed-mhz",
+                "instance-ebs-bandwidth",
+                "instance-network-bandwidth",
+                "instance-category",
+                "instance-capability-flex",
+                "instance-family",
+                "instance-generation",
+                "instance-local-nvme",
+                "instance-size",
+                "instance-gpu-name",
+                "instance-gpu-manufacturer",
+                "instance-gpu-count",
+                "instance-gpu-memory",
+                "instance-accelerator-name",
+                "instance-accelerator-manufacturer",
+                "instance-accelerator-count",
+            )
+        ),
+    }
+)
+"""Instance labels the AWS provider declares ``DoesNotExist`` on a type that lacks them
+(``[aws]:pkg/providers/instancetype/types.go computeRequirements``), so ``instance-gpu-count Exists``
+selects GPU types only."""
+
+NODES = "nodes"
+"""Pseudo-resource counted against NodePool ``limits.nodes``: every instance has ``nodes: 1``."""
+
+
+class TypeInfo:
+    """One catalogue entry: the :class:`InstanceType`, its requirements, allocatable, capacity, offerings.
+
+    ``allocatable`` = capacity - overhead (cpu millicores, memory bytes, pods, ...); ``capacity``
+    includes ``nodes: 1`` for NodePool limits; ``offerings`` are the available ones only.
+    """
+
+    __slots__ = ("allocatable", "capacity", "it", "name", "offerings", "requirements")
+
+    def __init__(self, it: InstanceType) -> None:
+        self.it = it
+        self.name = it.name
+        self.offerings: tuple[Offering, ...] = tuple(o for o in it.offerings if o.available)
+        reqs = Requirements.from_labels(it.labels)
+        reqs.add(*(Requirement(k, complement=False) for k in sorted(ABSENT_MEANS_DOES_NOT_EXIST) if k not in it.labels))
+        zones = frozenset(o.zone for o in self.offerings)
+        reqs.add(Requirement(LABEL_ZONE, complement=False, values=zones))
+        reqs.add(
+            Requirement(
+                LABEL_CAPACITY_TYPE, complement=False, values=frozenset(o.capacity_type for o in self.offerings)
+            )
+        )
+        zone_ids = frozenset(o.zone_id for o in self.offerings if o.zone_id)
+        if zone_ids:
+            reqs.add(Requirement(LABEL_ZONE_ID, complement=False, values=zone_ids))
+        self.requirements = reqs
+        self.allocatable: Resources = it.allocatable
+        capacity = dict(it.capacity)
+        capacity[NODES] = 1
+        self.capacity: Resources = capacity
+
+    def __repr__(self) -> str:
+        return f"TypeInfo({self.name})"
+
+
+class OfferingFilter:
+    """The zone, capacity-type and zone-id requirements of a requirement set, for testing offerings fast."""
+
+    __slots__ = ("capacity_type", "key", "zone", "zone_id")
+
+    def __init__(self, reqs: Requirements) -> None:
+        self.zone = reqs.get(LABEL_ZONE) if reqs.has(LABEL_ZONE) else None
+        self.capacity_type = reqs.get(LABEL_CAPACITY_TYPE) if reqs.has(LABEL_CAPACITY_TYPE) else None
+        self.zone_id = reqs.get(LABEL_ZONE_ID) if reqs.has(LABEL_ZONE_ID) else None
+        self.key = (self.zone, self.capacity_type, self.zone_id)
+
+    def allows(self, o: Offering) -> bool:
+        """True when the offering's zone, capacity type and zone id are allowed (undefined keys allow all)."""
+        if self.zone is not None and not self.zone.has(o.zone):
+            return False
+        if self.capacity_type is not None and not self.capacity_type.has(o.capacity_type):
+            return False
+        return not (o.zone_id and self.zone_id is not None and not self.zone_id.has(o.zone_id))
+
+
+def offering_allowed(offering: Offering, reqs: Requirements) -> bool:
+    """True when the offering's zone, capacity type and zone id are allowed by ``reqs`` (undefined keys allow all)."""
+    return OfferingFilter(reqs).allows(offering)
+
+
+def has_offering(t: TypeInfo, reqs: Requirements | OfferingFilter) -> bool:
+    """True when the type has an available offering allowed by ``reqs``."""
+    f = reqs if isinstance(reqs, OfferingFilter) else OfferingFilter(reqs)
+    return any(f.allows(o) for o in t.offerings)
+
+
+def cheapest_offering(t: TypeInfo, reqs: Requirements | OfferingFilter) -> Offering | None:
+    """The cheapest available offering allowed by ``reqs`` (ties: zone, then capacity type), or None."""
+    f = reqs if isinstance(reqs, OfferingFilter) else OfferingFilter(reqs)
+    best: Offering | None = None
+    for o in t.offerings:
+        if not f.allows(o):
+            continue
+        if best is None or (o.price, o.zone, o.capacity_type) < (best.price, best.zone, best.capacity_type):
+            best = o
+    return best
+
+
+def min_values_shortfall(types: Iterable[TypeInfo], reqs: Requirements) -> tuple[str, int, int] | None:
+    """The first requirement (by key) whose ``minValues`` the types do not cover: ``(key, have, need)``; else None."""
+    wanted = {r.key: r.min_values for r in reqs.values() if r.min_values is not None}
+    if not wanted:
+        return None
+    seen: dict[str, set[str]] = {k: set() for k in wanted}
+    type_list: Sequence[TypeInfo] = list(types)
+    for t in type_list:
+        for key, values in seen.items():
+            if t.requirements.has(key):
+                req = t.requirements.get(key)
+                if not req.complement:
+                    values.update(req.values)
+    for key in sorted(wanted):
+        need = wanted[key] or 0
+        if len(seen[key]) < need:
+            return (key, len(seen[key]), need)
+    return None

@@ -1,0 +1,469 @@
+"""NodePool templates and the NodeClaims planned during one pass.
+
+A :class:`Template` is a NodePool prepared for scheduling (``[core]:.../scheduling/
+nodeclaimtemplate.go``): its requirements (NodePool requirements + template labels +
+``karpenter.sh/nodepool`` + node class label), taints, the instance types its requirements allow
+(``filterInstanceTypesByRequirements`` with no pod), DaemonSet overhead groups and remaining limits.
+
+A :class:`SimNodeClaim` (``nodeclaim.go``) holds the pods placed on it and the set of instance
+types that still fit *all* of them: requirements intersect, an available offering is allowed by
+the narrowed zone/capacity-type requirements, and ``requests + DaemonSet overhead <= allocatable``.
+
+Instance-type sets are Python ints used as bitsets over the template's type list; per resource
+the template keeps the types sorted by allocatable-after-DaemonSets and the prefix bitsets, so
+"types with less than N free" is one bisect and one lookup. Adding a pod to a NodeClaim is then a
+handful of big-int operations instead of a loop over instance types.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from typing import TYPE_CHECKING
+
+from nodesmith.core.requirements import (
+    LABEL_HOSTNAME,
+    LABEL_INITIALIZED,
+    LABEL_NODEPOOL,
+    LABEL_REGISTERED,
+    WELL_KNOWN_LABELS,
+    Requirement,
+    RequirementError,
+    Requirements,
+)
+from nodesmith.core.scheduling.daemonsets import DaemonGroup, build_overhead_groups
+from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_offering, min_values_shortfall
+from nodesmith.core.scheduling.pods import ports_conflict
+from nodesmith.core.scheduling.reasons import fit_failure, limits_failure
+from nodesmith.core.scheduling.taints import first_untolerated, format_taint
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping, Sequence
+
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.model import Pod, Taint
+    from nodesmith.core.resources import Resources
+    from nodesmith.core.scheduling.daemonsets import DaemonInfo
+    from nodesmith.core.scheduling.instancetypes import TypeInfo
+    from nodesmith.core.scheduling.pods import HostPort, PodData
+    from nodesmith.core.scheduling.topology import Topology
+
+__all__ = ["SIMULATION_KEYS", "PricedType", "SimNodeClaim", "Template", "iter_bits", "new_nodeclaim"]
+
+PricedType = tuple[float, str, int, frozenset[str], frozenset[str]]
+"""``(cheapest allowed price USD/hour, type name, type index, allowed zones, allowed capacity types)``."""
+
+SIMULATION_KEYS = frozenset({LABEL_HOSTNAME, LABEL_REGISTERED, LABEL_INITIALIZED})
+"""Requirement keys that exist only during the simulation and never reach a NodeClaim."""
+
+
+def iter_bits(mask: int) -> Iterator[int]:
+    """Indices of the set bits of ``mask``, ascending."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+def _node_class_label(np: NodePool) -> tuple[str, str]:
+    ref = np.spec.template.spec.node_class_ref
+    return f"{ref.group}/{ref.kind.lower()}", ref.name
+
+
+class _Sorted:
+    """Types sorted by one per-type amount, with prefix bitsets (types ``[:k]`` of that order)."""
+
+    __slots__ = ("order", "prefix", "values")
+
+    def __init__(self, amounts: Sequence[int]) -> None:
+        self.order = sorted(range(len(amounts)), key=lambda i: (amounts[i], i))
+        self.values = [amounts[i] for i in self.order]
+        prefix = [0]
+        acc = 0
+        for i in self.order:
+            acc |= 1 << i
+            prefix.append(acc)
+        self.prefix = prefix
+
+    def below(self, amount: int) -> int:
+        """Bitset of the types whose amount is < ``amount``."""
+        return self.prefix[bisect_left(self.values, amount)]
+
+    def above(self, amount: int) -> int:
+        """Bitset of the types whose amount is > ``amount``."""
+        return self.prefix[-1] & ~self.prefix[bisect_right(self.values, amount)]
+
+
+class Template:
+    """A NodePool ready for scheduling. ``error`` is set (and ``types`` empty) when it cannot launch anything."""
+
+    def __init__(
+        self,
+        np: NodePool,
+        *,
+        catalogue: Sequence[TypeInfo],
+        daemons: Sequence[DaemonInfo],
+        usage: Mapping[str, int],
+    ) -> None:
+        self.name = np.name
+        self.weight = np.weight_or_zero
+        self.nodeclass = np.spec.template.spec.node_class_ref.name
+        self.taints: tuple[Taint, ...] = np.taints_core()
+        self.startup_taints: tuple[Taint, ...] = np.startup_taints_core()
+        class_key, class_name = _node_class_label(np)
+        self.labels: dict[str, str] = {
+            **np.spec.template.metadata.labels,
+            LABEL_NODEPOOL: self.name,
+            class_key: class_name,
+        }
+        self.error: str | None = None
+        self.types: list[TypeInfo] = []
+        self.groups: list[DaemonGroup] = []
+        self.group_of: list[int] = []
+        self.has_overhead = False
+        limits = np.limits_core()
+        self.limits: dict[str, int] | None = dict(limits) if np.spec.limits is not None else None
+        self.remaining: dict[str, int] | None = (
+            {k: v - usage.get(k, 0) for k, v in limits.items()} if self.limits is not None else None
+        )
+        self._taint_ok: dict[int, str] = {}
+        self._compat: dict[int, tuple[Requirements | None, str]] = {}
+        self._masks: dict[frozenset[Requirement], int] = {}
+        self._priced: dict[tuple[Requirement | None, ...], list[PricedType]] = {}
+        self._priced_domains: dict[tuple[Requirement | None, ...], tuple[frozenset[str], frozenset[str]]] = {}
+        self._fit: dict[str, _Sorted] = {}
+        self._cap: dict[str, _Sorted] = {}
+        self._limit_mask: int | None = None
+        try:
+            reqs = Requirements.from_node_selector_requirements(np.requirements_core())
+        except RequirementError as exc:
+            self.requirements = Requirements()
+            self.error = f"invalid requirements: {exc}"
+            return
+        reqs.add(*Requirements.from_labels(self.labels).values())
+        reqs.add(
+            Requirement.new(LABEL_REGISTERED, "In", ("true",)), Requirement.new(LABEL_INITIALIZED, "In", ("true",))
+        )
+        self.requirements = reqs
+        offers = OfferingFilter(reqs)
+        self.types = [t for t in catalogue if t.requirements.intersects(reqs) is None and has_offering(t, offers)]
+        if not self.types:
+            self.error = f"requirements ({self._describe_reqs(reqs)}) leave no instance type with an available offering"
+            return
+        short = min_values_shortfall(self.types, reqs)
+        if short is not None:
+            self.error = (
+                f"minValues: {short[0]} needs {short[2]} distinct values, the instance types allowed offer {short[1]}"
+            )
+            self.types = []
+            return
+        self.all_mask = (1 << len(self.types)) - 1
+        self.type_keys = frozenset(k for t in self.types for k in t.requirements)
+        self.groups, self.group_of = build_overhead_groups(
+            requirements=reqs, taints=self.taints, types=self.types, daemons=daemons
+        )
+        self.has_overhead = any(g.overhead for g in self.groups)
+        self.group_masks = [0] * len(self.groups)
+        for i, g in enumerate(self.group_of):
+            self.group_masks[g] |= 1 << i
+
+    @staticmethod
+    def _describe_reqs(reqs: Requirements) -> str:
+        return str(reqs.without(LABEL_REGISTERED, LABEL_INITIALIZED, LABEL_NODEPOOL))
+
+    # -- cached per-pod checks -------------------------------------------------------------
+
+    def untolerated(self, data: PodData) -> str:
+        """``""`` when the pod tolerates the NodePool's taints (startup taints excluded), else the reason."""
+        reason = self._taint_ok.get(id(data))
+        if reason is None:
+            taint = first_untolerated(self.taints, data.tolerations)
+            reason = "" if taint is None else f"pod does not tolerate taint {format_taint(taint)}"
+            self._taint_ok[id(data)] = reason
+        return reason
+
+    def merged(self, data: PodData) -> tuple[Requirements | None, str]:
+        """NodePool requirements ∩ pod requirements, or ``(None, reason)`` when incompatible (cached)."""
+        hit = self._compat.get(id(data))
+        if hit is None:
+            conflict = self.requirements.compatible(data.requirements, allow_undefined=WELL_KNOWN_LABELS)
+            if conflict is not None:
+                hit = (None, f"incompatible requirements: {conflict}")
+            else:
+                hit = (self.requirements.intersect(data.requirements), "")
+            self._compat[id(data)] = hit
+        return hit
+
+    # -- instance-type bitsets ---------------------------------------------------------------
+
+    def compatible_mask(self, reqs: Requirements) -> int:
+        """Types whose requirements intersect ``reqs`` and that have an allowed available offering (cached)."""
+        key = frozenset(reqs.get(k) for k in self.type_keys if reqs.has(k))
+        mask = self._masks.get(key)
+        if mask is None:
+            mask = 0
+            offers = OfferingFilter(reqs)
+            for i, t in enumerate(self.types):
+                if t.requirements.intersects(reqs) is None and has_offering(t, offers):
+                    mask |= 1 << i
+            self._masks[key] = mask
+        return mask
+
+    def priced(self, reqs: Requirements) -> list[PricedType]:
+        """Every type with an offering ``reqs`` allows, cheapest first (price, then name), with the
+        zones and capacity types of those offerings (cached per zone/capacity-type requirements).
+        """
+        offers = OfferingFilter(reqs)
+        hit = self._priced.get(offers.key)
+        if hit is None:
+            hit = []
+            for i, t in enumerate(self.types):
+                allowed = [o for o in t.offerings if offers.allows(o)]
+                if allowed:
+                    price = min(o.price for o in allowed)
+                    zones = frozenset(o.zone for o in allowed)
+                    capacity_types = frozenset(o.capacity_type for o in allowed)
+                    hit.append((price, t.name, i, zones, capacity_types))
+            hit.sort(key=lambda e: (e[0], e[1]))
+            self._priced[offers.key] = hit
+        return hit
+
+    def priced_domains(self, reqs: Requirements) -> tuple[frozenset[str], frozenset[str]]:
+        """All zones and capacity types :meth:`priced` can yield for ``reqs``."""
+        key = OfferingFilter(reqs).key
+        hit = self._priced_domains.get(key)
+        if hit is None:
+            entries = self.priced(reqs)
+            hit = (frozenset().union(*(e[3] for e in entries)), frozenset().union(*(e[4] for e in entries)))
+            self._priced_domains[key] = hit
+        return hit
+
+    def requirement_mask(self, reqs: Requirements) -> int:
+        """Types whose requirements intersect ``reqs`` (offerings ignored; for explanations)."""
+        mask = 0
+        for i, t in enumerate(self.types):
+            if t.requirements.intersects(reqs) is None:
+                mask |= 1 << i
+        return mask
+
+    def _fit_index(self, resource: str) -> _Sorted:
+        idx = self._fit.get(resource)
+        if idx is None:
+            amounts = [
+                t.allocatable.get(resource, 0) - self.groups[self.group_of[i]].overhead.get(resource, 0)
+                for i, t in enumerate(self.types)
+            ]
+            idx = _Sorted(amounts)
+            self._fit[resource] = idx
+        return idx
+
+    def too_small(self, total: Mapping[str, int]) -> int:
+        """Types where ``total`` + their DaemonSet overhead exceeds allocatable for some resource."""
+        dead = 0
+        for resource, amount in total.items():
+            if amount > 0:
+                dead |= self._fit_index(resource).below(amount)
+        return dead
+
+    def free(self, resource: str, i: int) -> int:
+        """Allocatable of type ``i`` minus its DaemonSet overhead for ``resource``."""
+        return self.types[i].allocatable.get(resource, 0) - self.groups[self.group_of[i]].overhead.get(resource, 0)
+
+    def port_blocked(self, ports: Sequence[HostPort]) -> int:
+        """Types whose DaemonSets already use one of ``ports``."""
+        if not ports:
+            return 0
+        blocked = 0
+        for g, group in enumerate(self.groups):
+            if group.host_ports and ports_conflict(ports, group.host_ports) is not None:
+                blocked |= self.group_masks[g]
+        return blocked
+
+    # -- limits ---------------------------------------------------------------------------------
+
+    def _cap_index(self, resource: str) -> _Sorted:
+        idx = self._cap.get(resource)
+        if idx is None:
+            idx = _Sorted([t.capacity.get(resource, 0) for t in self.types])
+            self._cap[resource] = idx
+        return idx
+
+    def within_limits(self) -> tuple[int, str]:
+        """Types whose capacity fits the remaining limits, and a reason when none does."""
+        if self.remaining is None:
+            return self.all_mask, ""
+        if self._limit_mask is None:
+            over = 0
+            for resource, left in self.remaining.items():
+                over |= self._cap_index(resource).above(left)
+            self._limit_mask = self.all_mask & ~over
+        if self.remaining.get(NODES, 1) <= 0:
+            return 0, limits_failure(self, NODES)
+        if not self._limit_mask:
+            return 0, limits_failure(self, None)
+        return self._limit_mask, ""
+
+    def charge(self, mask: int) -> None:
+        """Subtract the largest capacity among ``mask``'s types from the remaining limits (``subtractMax``)."""
+        if self.remaining is None:
+            return
+        for resource in self.remaining:
+            idx = self._cap_index(resource)
+            biggest = 0
+            for pos in range(len(idx.order) - 1, -1, -1):
+                if mask >> idx.order[pos] & 1:
+                    biggest = idx.values[pos]
+                    break
+            self.remaining[resource] -= biggest
+        self._limit_mask = None
+
+
+class SimNodeClaim:
+    """A NodeClaim planned in this pass: its pods, narrowed requirements and surviving instance types."""
+
+    __slots__ = (
+        "_merged",
+        "_singles",
+        "hostname",
+        "mask",
+        "pods",
+        "ports",
+        "requests",
+        "requirements",
+        "seq",
+        "template",
+    )
+
+    def __init__(self, template: Template, *, seq: int, hostname: str, requirements: Requirements, mask: int) -> None:
+        self.template = template
+        self.seq = seq
+        self.hostname = hostname
+        self.requirements = requirements
+        self.mask = mask
+        self.requests: Resources = {}
+        self.pods: list[Pod] = []
+        self.ports: list[HostPort] = []
+        self._merged: dict[int, tuple[Requirements | None, bool]] = {}
+        self._singles: dict[str, str | None] = {}
+
+    def single(self, key: str) -> str | None:
+        """The only value the NodeClaim's requirement on ``key`` allows, or None (cached)."""
+        try:
+            return self._singles[key]
+        except KeyError:
+            req = self.requirements.peek(key)
+            value = req.single_value() if req is not None else None
+            self._singles[key] = value
+            return value
+
+    def excluded_by(self, filters: Sequence[tuple[str, frozenset[str]]]) -> bool:
+        """True when the NodeClaim is pinned to a domain outside one of ``filters`` (``Topology.domain_filters``)."""
+        for key, allowed in filters:
+            value = self.single(key)
+            if value is not None and value not in allowed:
+                return True
+        return False
+
+    def can_add(  # noqa: PLR0911, PLR0912 - early returns follow Karpenter CanAdd check order
+        self, pod: Pod, data: PodData, topology: Topology
+    ) -> tuple[Requirements, int] | None:
+        """``(requirements, instance-type bitset)`` after adding the pod, or None when it does not fit."""
+        tpl = self.template
+        if tpl.untolerated(data):
+            return None
+        hit = self._merged.get(id(data))
+        if hit is None:
+            if self.requirements.compatible(data.requirements, allow_undefined=WELL_KNOWN_LABELS) is not None:
+                hit = (None, False)
+            else:
+                merged = self.requirements.intersect(data.requirements)
+                hit = (merged, merged != self.requirements)
+            self._merged[id(data)] = hit
+        reqs, changed = hit
+        if reqs is None:
+            return None
+        if data.host_ports and ports_conflict(data.host_ports, self.ports) is not None:
+            return None
+        if topology.matching(pod, data):
+            reqs2, _ = topology.add_requirements(pod, data, reqs, WELL_KNOWN_LABELS)
+            if reqs2 is None:
+                return None
+            if reqs2 is not reqs:
+                changed = changed or reqs2 != self.requirements
+                reqs = reqs2
+        mask = self.mask
+        if changed:
+            mask &= tpl.compatible_mask(reqs)
+        total = dict(self.requests)
+        for name, amount in data.requests.items():
+            total[name] = total.get(name, 0) + amount
+        mask &= ~tpl.too_small(total)
+        if data.host_ports:
+            mask &= ~tpl.port_blocked(data.host_ports)
+        if not mask:
+            return None
+        if reqs.has_min_values() and min_values_shortfall((tpl.types[i] for i in iter_bits(mask)), reqs) is not None:
+            return None
+        return reqs, mask
+
+    def add(self, pod: Pod, data: PodData, reqs: Requirements, mask: int, topology: Topology) -> None:
+        """Place the pod (after a successful :meth:`can_add`) and record it in the topology."""
+        if not self.pods:
+            topology.register(LABEL_HOSTNAME, self.hostname)
+        self.pods.append(pod)
+        for name, amount in data.requests.items():
+            self.requests[name] = self.requests.get(name, 0) + amount
+        self.ports.extend(data.host_ports)
+        if reqs is not self.requirements and reqs != self.requirements:
+            self.requirements = reqs
+            self._merged = {}
+            self._singles = {}
+        self.mask = mask
+        topology.record(pod, data, self.template.taints, reqs, WELL_KNOWN_LABELS)
+
+
+def new_nodeclaim(  # noqa: PLR0911 - early returns follow Karpenter check order
+    tpl: Template,
+    pod: Pod,
+    data: PodData,
+    topology: Topology,
+    *,
+    seq: int,
+    hostname: str,
+) -> tuple[SimNodeClaim | None, str]:
+    """Try to open a NodeClaim from ``tpl`` for the pod; ``(nodeclaim, "")`` or ``(None, reason)``.
+
+    Checks in Karpenter's order (``scheduler.go addToNewNodeClaim`` + ``NodeClaim.CanAdd``): taints,
+    requirement compatibility, limits, topology, then instance types (requirements, offerings,
+    fit with DaemonSet overhead, host ports, minValues).
+    """
+    reason = tpl.untolerated(data)
+    if reason:
+        return None, reason
+    base, reason = tpl.merged(data)
+    if base is None:
+        return None, reason
+    allowed, reason = tpl.within_limits()
+    if not allowed:
+        return None, reason
+    reqs = base.copy()
+    reqs.add(Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((hostname,))))
+    if topology.matching(pod, data):
+        narrowed, reason = topology.add_requirements(pod, data, reqs, WELL_KNOWN_LABELS, explain=True)
+        if narrowed is None:
+            return None, reason
+        reqs = narrowed
+    compatible = tpl.compatible_mask(reqs)
+    mask = compatible & allowed & ~tpl.too_small(data.requests)
+    if data.host_ports:
+        mask &= ~tpl.port_blocked(data.host_ports)
+    if not mask:
+        return None, fit_failure(tpl, reqs, data, compatible=compatible, allowed=allowed)
+    if reqs.has_min_values():
+        short = min_values_shortfall((tpl.types[i] for i in iter_bits(mask)), reqs)
+        if short is not None:
+            return (
+                None,
+                f"minValues: {short[0]} needs {short[2]} distinct values, the instance types that fit offer {short[1]}",
+            )
+    nc = SimNodeClaim(tpl, seq=seq, hostname=hostname, requirements=reqs, mask=mask)
+    return nc, ""

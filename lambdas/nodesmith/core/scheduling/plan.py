@@ -1,0 +1,106 @@
+"""Turn a planned :class:`~nodesmith.core.scheduling.nodeclaim.SimNodeClaim` into a :class:`NodeClaimPlan`.
+
+Mirrors ``NodeClaim.FinalizeScheduling`` and ``NodeClaimTemplate.ToNodeClaim``
+(``[core]:.../scheduling/nodeclaim.go``, ``nodeclaimtemplate.go``): simulation-only requirement keys
+are dropped; the smallest DaemonSet overhead among the groups that still have a type is added to
+the requests; instance types are ordered by their cheapest allowed available offering and cut to
+:data:`MAX_INSTANCE_TYPES` (minValues re-checked after the cut); ``node.kubernetes.io/instance-type``
+and ``karpenter.sh/capacity-type`` requirements list what is left; custom labels with a known value
+become NodeClaim labels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nodesmith.core.requirements import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_INSTANCE_TYPE,
+    RESTRICTED_LABELS,
+    WELL_KNOWN_LABELS,
+    Requirement,
+)
+from nodesmith.core.scheduling.instancetypes import min_values_shortfall
+from nodesmith.core.scheduling.nodeclaim import SIMULATION_KEYS
+from nodesmith.core.scheduling.types import NodeClaimPlan
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from nodesmith.core.resources import Resources
+    from nodesmith.core.scheduling.nodeclaim import SimNodeClaim
+
+__all__ = ["MAX_INSTANCE_TYPES", "to_plan"]
+
+MAX_INSTANCE_TYPES = 600
+"""Instance types kept on a NodeClaim (``MaxInstanceTypes`` in ``nodeclaimtemplate.go``)."""
+
+
+def _min_overhead(nc: SimNodeClaim) -> Resources:
+    tpl = nc.template
+    overheads = [g.overhead for g, m in zip(tpl.groups, tpl.group_masks, strict=True) if nc.mask & m]
+    if not overheads:
+        return {}
+    names: set[str] = set().union(*overheads)
+    least = {n: min(o.get(n, 0) for o in overheads) for n in names}
+    return {n: v for n, v in least.items() if v > 0}
+
+
+def _union(sets: Iterable[frozenset[str]], full: frozenset[str]) -> frozenset[str]:
+    out: set[str] = set()
+    for values in sets:
+        out |= values
+        if len(out) == len(full):
+            break
+    return frozenset(out)
+
+
+def to_plan(nc: SimNodeClaim) -> NodeClaimPlan | str:
+    """The launchable plan for ``nc``, or a reason (for its pods) when minValues fails after the cut."""
+    tpl = nc.template
+    reqs = nc.requirements.without(*SIMULATION_KEYS)
+    mask = nc.mask
+    priced = [e for e in tpl.priced(reqs) if mask >> e[2] & 1]
+    kept_entries = priced[:MAX_INSTANCE_TYPES]
+    kept = [tpl.types[e[2]] for e in kept_entries]
+    if reqs.has_min_values():
+        short = min_values_shortfall(kept, reqs)
+        if short is not None:
+            return (
+                f'nodepool "{tpl.name}": minValues: {short[0]} needs {short[2]} distinct values, '
+                f"the {len(kept)} cheapest instance types offer {short[1]}"
+            )
+    type_min = reqs.get(LABEL_INSTANCE_TYPE).min_values if reqs.has(LABEL_INSTANCE_TYPE) else None
+    names = frozenset(e[1] for e in kept_entries)
+    reqs.add(Requirement(LABEL_INSTANCE_TYPE, complement=False, values=names, min_values=type_min))
+    all_zones, all_capacity_types = tpl.priced_domains(reqs)
+    zones = _union((e[3] for e in kept_entries), all_zones)
+    capacity_types = _union((e[4] for e in kept_entries), all_capacity_types)
+    if capacity_types:
+        reqs.add(Requirement(LABEL_CAPACITY_TYPE, complement=False, values=capacity_types))
+    requests = dict(nc.requests)
+    for name, amount in _min_overhead(nc).items():
+        requests[name] = requests.get(name, 0) + amount
+    labels = dict(tpl.labels)
+    for key in reqs:
+        if key in labels or key in WELL_KNOWN_LABELS or key in RESTRICTED_LABELS or key in SIMULATION_KEYS:
+            continue
+        value = reqs.get(key).any()
+        if value:
+            labels[key] = value
+    return NodeClaimPlan(
+        nodepool=tpl.name,
+        nodeclass=tpl.nodeclass,
+        instance_types=tuple(t.it for t in kept),
+        requirements=reqs.node_selector_requirements(),
+        capacity_types=capacity_types,
+        zones=zones,
+        pods=tuple(nc.pods),
+        requests=requests,
+        labels=labels,
+        taints=tpl.taints,
+        startup_taints=tpl.startup_taints,
+        price_per_hour=priced[0][0] if priced else 0.0,
+        zone=next(iter(zones)) if len(zones) == 1 else None,
+        capacity_type=next(iter(capacity_types)) if len(capacity_types) == 1 else None,
+    )

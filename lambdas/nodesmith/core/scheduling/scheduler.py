@@ -1,0 +1,238 @@
+"""One scheduling pass: place pending pods on existing capacity, planned NodeClaims or new NodeClaims.
+
+Follows Karpenter v1's provisioning scheduler (``[core]:pkg/controllers/provisioning/scheduling/
+scheduler.go Solve``/``add``, ``queue.go``, ``preferences.go``):
+
+1. Pending pods (:func:`~nodesmith.core.scheduling.pods.is_provisionable`) are queued cpu desc,
+   memory desc, creation time, uid.
+2. Each pod tries, in order: existing nodes (initialized first, then by name; cordoned skipped),
+   NodeClaims planned in this pass (fewest pods first, then oldest), then a new NodeClaim from the
+   NodePools by weight desc, name asc — the first that accepts wins.
+3. A pod that fits nowhere is relaxed one step at a time (preferred terms were treated as required)
+   and retried; if still unplaced it goes to the back of the queue with its original preferences.
+   The pass ends when the queue cycles without progress.
+
+The result is deterministic for a given input regardless of the order of pods, NodePools,
+instance types or nodes in it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from typing import TYPE_CHECKING
+
+from nodesmith.core.requirements import LABEL_HOSTNAME, Requirements
+from nodesmith.core.scheduling.daemonsets import daemon_infos
+from nodesmith.core.scheduling.existing import SimExistingNode
+from nodesmith.core.scheduling.instancetypes import TypeInfo
+from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template, new_nodeclaim
+from nodesmith.core.scheduling.plan import to_plan
+from nodesmith.core.scheduling.pods import Constraints, PodData, PodDataCache, is_provisionable, pod_id, queue_key
+from nodesmith.core.scheduling.topology import DomainNode, Topology
+from nodesmith.core.scheduling.types import NodeClaimPlan, SchedulingInput, SchedulingResult
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from nodesmith.core.model import Pod, Taint
+
+__all__ = ["solve"]
+
+HOSTNAME_PREFIX = "hostname-placeholder-"
+
+
+def solve(inp: SchedulingInput) -> SchedulingResult:
+    """Run one scheduling pass over ``inp`` and return the NodeClaims to launch, the placements on
+    existing nodes and a reason for every pending pod that fits nowhere.
+
+    Pure and deterministic. Raises nothing for bad pods or NodePools: a malformed requirement makes
+    that pod unschedulable (or that NodePool unusable) with a reason.
+    """
+    return _Pass(inp).run()
+
+
+class _Pass:
+    def __init__(self, inp: SchedulingInput) -> None:
+        catalogue = [TypeInfo(it) for it in sorted(inp.instance_types, key=lambda it: it.name)]
+        daemons = daemon_infos(inp.daemonsets)
+        self.templates: list[Template] = []
+        self.skipped: list[str] = []
+        for np in sorted(inp.nodepools, key=lambda n: (-n.weight_or_zero, n.name)):
+            tpl = Template(np, catalogue=catalogue, daemons=daemons, usage=inp.nodepool_usage.get(np.name, {}))
+            if tpl.error is None:
+                self.templates.append(tpl)
+            else:
+                self.skipped.append(f'nodepool "{tpl.name}": {tpl.error}')
+        self.tolerate_pns = any(t.effect == "PreferNoSchedule" for tpl in self.templates for t in tpl.taints)
+        seen: set[str] = set()
+        self.pending: list[Pod] = []
+        for pod in inp.pods:
+            pid = pod_id(pod)
+            if is_provisionable(pod) and pid not in seen:
+                seen.add(pid)
+                self.pending.append(pod)
+        nodes = sorted(inp.existing_nodes, key=lambda n: (not n.initialized, n.name))
+        self.existing = [SimExistingNode(n, daemons) for n in nodes]
+        self.targets = [n for n in self.existing if not n.node.unschedulable]
+        self._universe_cache: dict[str, dict[str, list[tuple[Taint, ...]]]] = {}
+        self.topology = Topology(
+            universe=self._universe,
+            nodes=[
+                DomainNode(
+                    name=n.name,
+                    labels=n.node.labels,
+                    taints=n.node.taints,
+                    requirements=n.requirements,
+                    pods=n.node.pods,
+                )
+                for n in self.existing
+            ],
+            excluded=seen,
+        )
+        self.cache = PodDataCache()
+        self.original: dict[str, Constraints] = {}
+        for pod in self.pending:
+            constraints = Constraints.from_pod(pod)
+            self.original[pod_id(pod)] = constraints
+            self.topology.update(pod, self.cache.get(pod, constraints))
+        self.claims: list[SimNodeClaim] = []
+        self.by_load: list[tuple[int, int, SimNodeClaim]] = []
+        self.by_host: dict[str, SimNodeClaim] = {}
+
+    def _universe(self, key: str) -> Mapping[str, Sequence[tuple[Taint, ...]]]:
+        """Domains NodePools can create for ``key``, with the taints of the pools offering them (buildDomainGroups)."""
+        hit = self._universe_cache.get(key)
+        if hit is not None:
+            return hit
+        out: dict[str, list[tuple[Taint, ...]]] = {}
+        if key != LABEL_HOSTNAME:
+            for tpl in self.templates:
+                values: set[str] = set()
+                pool_req = tpl.requirements.get(key) if tpl.requirements.has(key) else None
+                if pool_req is not None and not pool_req.complement:
+                    values.update(pool_req.values)
+                for t in tpl.types:
+                    if not t.requirements.has(key):
+                        continue
+                    req = t.requirements.get(key)
+                    if pool_req is not None:
+                        req = req.intersection(pool_req)
+                    if not req.complement:
+                        values.update(req.values)
+                for value in values:
+                    out.setdefault(value, []).append(tpl.taints)
+        self._universe_cache[key] = out
+        return out
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> SchedulingResult:
+        queue = deque(sorted(self.pending, key=queue_key))
+        last_len: dict[str, int] = {}
+        errors: dict[str, tuple[Pod, str]] = {}
+        while queue:
+            pod = queue[0]
+            pid = pod_id(pod)
+            if last_len.get(pid) == len(queue):
+                break
+            queue.popleft()
+            reason = self._try(pod)
+            if reason is None:
+                errors.pop(pid, None)
+                continue
+            errors[pid] = (pod, reason)
+            self.topology.update(pod, self.cache.get(pod, self.original[pid]))
+            queue.append(pod)
+            last_len[pid] = len(queue)
+        return self._result(errors)
+
+    def _try(self, pod: Pod) -> str | None:
+        """Place the pod, relaxing its soft constraints one step at a time (``trySchedule``)."""
+        constraints = self.original[pod_id(pod)]
+        while True:
+            data = self.cache.get(pod, constraints)
+            if data.error is not None:
+                return data.error
+            reason = self._add(pod, data)
+            if reason is None:
+                return None
+            relaxed = constraints.relax(tolerations=pod.tolerations, tolerate_prefer_no_schedule=self.tolerate_pns)
+            if relaxed is None:
+                return reason
+            constraints = relaxed[0]
+            self.topology.update(pod, self.cache.get(pod, constraints))
+
+    def _add(self, pod: Pod, data: PodData) -> str | None:
+        topology = self.topology
+        for node in self.targets:
+            reqs = node.can_add(pod, data, topology)
+            if reqs is not None:
+                node.add(pod, data, reqs, topology)
+                return None
+        filters = topology.domain_filters(pod, data) if self.by_load else []
+        for entry in self._claim_candidates(pod, data):
+            if filters and entry[2].excluded_by(filters):
+                continue
+            fit = entry[2].can_add(pod, data, topology)
+            if fit is not None:
+                self._grow(entry, pod, data, fit[0], fit[1])
+                return None
+        reasons: list[str] = []
+        for tpl in self.templates:
+            hostname = f"{HOSTNAME_PREFIX}{len(self.claims) + 1:04d}"
+            claim, reason = new_nodeclaim(tpl, pod, data, topology, seq=len(self.claims), hostname=hostname)
+            if claim is None:
+                reasons.append(f'nodepool "{tpl.name}": {reason}')
+                continue
+            claim.add(pod, data, claim.requirements, claim.mask, topology)
+            tpl.charge(claim.mask)
+            self.claims.append(claim)
+            self.by_host[claim.hostname] = claim
+            bisect.insort(self.by_load, (1, claim.seq, claim), key=lambda e: (e[0], e[1]))
+            return None
+        if not self.templates and not self.skipped:
+            return "no NodePool to provision from, and no existing node fits"
+        return "; ".join(reasons + self.skipped)
+
+    def _claim_candidates(self, pod: Pod, data: PodData) -> Sequence[tuple[int, int, SimNodeClaim]]:
+        """Planned NodeClaims to try, fewest pods first. A pod with hostname anti-affinity can only
+        join a NodeClaim whose hostname no repelled pod uses yet, so only those are listed.
+        """
+        exclusive = self.topology.exclusive_host_groups(pod, data)
+        if not exclusive or not self.by_load:
+            return self.by_load
+        free = min((tg.empty for tg in exclusive), key=len)
+        if len(free) >= len(self.by_load):
+            return self.by_load
+        picked = [
+            (len(nc.pods), nc.seq, nc)
+            for host in free
+            if (nc := self.by_host.get(host)) is not None and all(host in tg.empty for tg in exclusive)
+        ]
+        picked.sort(key=lambda e: (e[0], e[1]))
+        return picked
+
+    def _grow(
+        self, entry: tuple[int, int, SimNodeClaim], pod: Pod, data: PodData, reqs: Requirements, mask: int
+    ) -> None:
+        nc = entry[2]
+        nc.add(pod, data, reqs, mask, self.topology)
+        index = bisect.bisect_left(self.by_load, (entry[0], entry[1]), key=lambda e: (e[0], e[1]))
+        del self.by_load[index]
+        bisect.insort(self.by_load, (len(nc.pods), nc.seq, nc), key=lambda e: (e[0], e[1]))
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def _result(self, errors: dict[str, tuple[Pod, str]]) -> SchedulingResult:
+        plans: list[NodeClaimPlan] = []
+        for nc in self.claims:
+            plan = to_plan(nc)
+            if isinstance(plan, str):
+                for pod in nc.pods:
+                    errors[pod_id(pod)] = (pod, plan)
+            else:
+                plans.append(plan)
+        existing = {n.name: tuple(n.placed) for n in sorted(self.existing, key=lambda n: n.name) if n.placed}
+        unschedulable = {pod.key: reason for pod, reason in sorted(errors.values(), key=lambda e: e[0].key)}
+        return SchedulingResult(nodeclaims=tuple(plans), existing=existing, unschedulable=unschedulable)
