@@ -420,3 +420,20 @@ def test_scale_subresource_sets_replicas_only(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as err:
         apps.replace_namespaced_deployment_scale("inflate", "default", scale)
     assert err.value.status == 409
+
+
+def test_pages_cover_every_namespace_in_order(v1: client.CoreV1Api) -> None:
+    for ns in ("a", "a-b", "b"):
+        if ns != "default":
+            v1.create_namespace({"metadata": {"name": ns}})
+        for i in range(2):
+            v1.create_namespaced_pod(ns, pod(f"p{i}"))
+    seen: list[tuple[str, str]] = []
+    token = None
+    while True:
+        page = v1.list_pod_for_all_namespaces(limit=1, _continue=token)
+        seen += [(p.metadata.namespace, p.metadata.name) for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+    assert seen == sorted(seen) and len(seen) == 6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import bisect
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -10,23 +11,28 @@ from nodesmith.sim.kube import errors
 from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from nodesmith.sim.kube.registry import ResourceType
 
 __all__ = ["select"]
 
 
-def _decode(token: str) -> str:
+def _decode(token: str) -> tuple[str, str]:
     try:
-        start = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
+        namespace, name = json.loads(base64.urlsafe_b64decode(token.encode()))["start"]
     except (ValueError, KeyError, TypeError):
         raise errors.ApiError(410, "Expired", "the provided continue parameter is not valid") from None
-    return str(start)
+    return str(namespace), str(name)
+
+
+def _encode(key: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"start": list(key)}).encode()).decode()
 
 
 def select(
     objects: Mapping[tuple[str, str], Any],
+    keys: Sequence[tuple[str, str]],
     rt: ResourceType,
     *,
     namespace: str | None = None,
@@ -37,25 +43,31 @@ def select(
 ) -> tuple[list[Any], str]:
     """Entries of ``objects`` (keyed ``(namespace, name)``, values with ``.obj``) matching the query.
 
-    Results are ordered by namespace then name. With ``limit``, at most that many are returned
-    with a continue token (opaque, the last key returned) when more remain. Raises 400 for a bad
-    selector or a field label ``rt`` does not support, 410 for an unreadable continue token.
+    ``keys`` are the keys of ``objects``, sorted; results follow that order (namespace, then
+    name). With ``limit``, at most that many are returned with a continue token (opaque: the
+    last key returned) when more remain. Raises 400 for a bad selector or a field label ``rt``
+    does not support, 410 for an unreadable continue token.
     """
     labels_ok = parse_label_selector(label_selector)
     fields = parse_field_selector(field_selector, rt.selectable_fields)
-    start = _decode(continue_token) if continue_token else ""
+    index = bisect.bisect_left(keys, (namespace, "")) if namespace else 0
+    if continue_token:
+        index = max(index, bisect.bisect_right(keys, _decode(continue_token)))
     out: list[Any] = []
-    last = ""
-    for key in sorted(objects):
-        position = "/".join(key)
-        if (namespace and key[0] != namespace) or (start and position <= start):
-            continue
+    for position in range(index, len(keys)):
+        key = keys[position]
+        if namespace and key[0] != namespace:
+            break
         entry = objects[key]
         meta = entry.obj.get("metadata") or {}
         if not labels_ok(meta.get("labels") or {}) or (fields and not fields_match(entry.obj, fields)):
             continue
         if limit and len(out) == limit:
-            return out, base64.urlsafe_b64encode(json.dumps({"start": last}).encode()).decode()
+            return out, _encode(_last_key(out))
         out.append(entry)
-        last = position
     return out, ""
+
+
+def _last_key(entries: list[Any]) -> tuple[str, str]:
+    meta = entries[-1].obj["metadata"]
+    return meta.get("namespace", ""), meta["name"]

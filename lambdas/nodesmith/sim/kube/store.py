@@ -86,6 +86,7 @@ class Store:
         self._objects: dict[str, dict[tuple[str, str], _Entry]] = {rt.key: {} for rt in self.registry}
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self._subs: list[Subscription] = []
+        self._order: dict[str, list[tuple[str, str]]] = {}
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"metadata": {"name": ns}, "status": {"phase": "Active"}})
 
@@ -152,8 +153,15 @@ class Store:
                 return None
             raise
 
+    def _sorted_keys(self, rt: ResourceType) -> builtins.list[tuple[str, str]]:
+        """The keys of ``rt`` in (namespace, name) order, cached until a create or delete."""
+        keys = self._order.get(rt.key)
+        if keys is None:
+            keys = self._order[rt.key] = sorted(self._objects[rt.key])
+        return keys
+
     def _select(self, rt: ResourceType, **query: Any) -> tuple[list[tuple[ResourceType, _Entry]], str]:
-        found, token = select(self._objects[rt.key], rt, **query)
+        found, token = select(self._objects[rt.key], self._sorted_keys(rt), rt, **query)
         return [(rt, e) for e in found], token
 
     def list(
@@ -241,6 +249,7 @@ class Store:
                 raise errors.already_exists(rt.plural, meta["name"], rt.group)
             meta["resourceVersion"] = str(self._bump())
             objects[key] = _Entry(new)
+            self._order.pop(rt.key, None)
             self._emit("ADDED", rt, new, None)
             return self._copy(new)  # type: ignore[no-any-return]
 
@@ -276,6 +285,7 @@ class Store:
         key = self._key(rt, meta.get("namespace"), meta["name"])
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self._objects[rt.key][key]
+            self._order.pop(rt.key, None)
             self._emit("DELETED", rt, result, old)
             return result
         self._objects[rt.key][key] = _Entry(result)
@@ -399,6 +409,7 @@ class Store:
             return self._store_marked(rt, key, old, new_meta)
         final = {**old, "metadata": {**meta, "resourceVersion": str(self._bump())}}
         del self._objects[rt.key][key]
+        self._order.pop(rt.key, None)
         self._emit("DELETED", rt, final, old)
         return final
 
