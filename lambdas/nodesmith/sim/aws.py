@@ -62,6 +62,7 @@ _ENV_KEYS = (
     "AWS_PROFILE",
     "AWS_EC2_METADATA_DISABLED",
     "AWS_ENDPOINT_URL_PRICING",
+    "MOTO_EC2_LOAD_DEFAULT_AMIS",
 )
 
 # (source, detail-type) of the interruption rules; Karpenter's CloudFormation adds a fifth for
@@ -162,6 +163,8 @@ def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws
         # moto has no Pricing API: a closed port fails fast, and the adapter falls back to its
         # price table instead of moto logging a 500 per call.
         "AWS_ENDPOINT_URL_PRICING": "http://127.0.0.1:9",
+        # seed() registers its own AMIs; skipping moto's ~thousands of public ones halves EC2 start-up.
+        "MOTO_EC2_LOAD_DEFAULT_AMIS": "false",
     }
     embedded = EmbeddedAws(endpoint_url=endpoint, region=region, environ=environ, _server=server, _empty_file=empty)
     if set_environ:
