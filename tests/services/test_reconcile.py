@@ -301,6 +301,19 @@ def test_a_nodeclaim_whose_instance_is_gone_is_deleted_with_its_node(world: Worl
     assert out.nodeclaims_created == 1  # the pods get new capacity right away
 
 
+def test_an_instance_missing_right_after_launch_is_given_time_to_appear(world: World) -> None:
+    cluster, cloud = world
+    run(cluster, cloud, 1000.0)
+    claim = only_claim(cluster)
+    del cloud.instances[claim.status.provider_id.rsplit("/", 1)[-1]]  # not visible yet (eventual consistency)
+
+    out = run(cluster, cloud, 1005.0)
+    assert out.nodeclaims_terminated == 0 and claim.name in cluster.nodeclaims
+
+    out = run(cluster, cloud, 1010.0)
+    assert out.nodeclaims_terminated == 1 and claim.name in cluster.deleted_nodeclaims
+
+
 def test_bound_pods_on_registered_nodes_count_against_them(world: World) -> None:
     cluster, cloud = world
     run(cluster, cloud, 1000.0)

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EPHEMERAL_TAINT_KEYS",
     "GONE_STATES",
+    "INSTANCE_GONE_GRACE_SECONDS",
     "LAUNCH_TTL_SECONDS",
     "ORPHAN_GRACE_SECONDS",
     "REGISTRATION_TTL_SECONDS",
@@ -58,6 +59,11 @@ REGISTRATION_TTL_SECONDS = 15 * 60.0
 
 ORPHAN_GRACE_SECONDS = 30.0
 """An instance with no NodeClaim younger than this is left alone (AWS garbagecollection controller)."""
+
+INSTANCE_GONE_GRACE_SECONDS = 10.0
+"""A NodeClaim Launched less than this long ago is not checked for a vanished instance: EC2's
+DescribeInstances is eventually consistent right after a launch (Karpenter's NodeClaim garbage
+collection waits 10 s the same way, ``[core]:pkg/controllers/nodeclaim/garbagecollection``)."""
 
 GONE_STATES = frozenset({"shutting-down", "terminated"})
 """EC2 states in which an instance counts as gone for its NodeClaim."""
@@ -238,7 +244,10 @@ def collect_garbage(
             continue
         iid = instance_id_of(nc.status.provider_id)
         node_name = nc.status.node_name or node_by_provider.get(nc.status.provider_id or "")
-        if iid is not None:
+        launched = nc.condition(CONDITION_LAUNCHED)
+        launched_at = from_rfc3339(launched.last_transition_time) if launched is not None else None
+        settled = launched_at is None or now - launched_at >= INSTANCE_GONE_GRACE_SECONDS
+        if iid is not None and settled:
             inst = instances.get(iid)
             if inst is None:
                 inst = lookup(iid)
