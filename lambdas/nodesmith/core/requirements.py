@@ -199,7 +199,7 @@ class Requirement:
     cover at least that many distinct values of the key).
     """
 
-    __slots__ = ("_hash", "complement", "gte", "key", "lte", "min_values", "values")
+    __slots__ = ("_hash", "_rendered", "complement", "gte", "key", "lte", "min_values", "values")
 
     def __init__(
         self,
@@ -218,6 +218,7 @@ class Requirement:
         self.lte = lte
         self.min_values = min_values
         self._hash = hash((key, complement, values, gte, lte, min_values))
+        self._rendered: tuple[NodeSelectorRequirement, ...] | None = None
 
     @classmethod
     def new(
@@ -349,7 +350,15 @@ class Requirement:
         return any(v in large and _within(v, gte, lte) for v in small)
 
     def node_selector_requirements(self) -> tuple[NodeSelectorRequirement, ...]:
-        """Render as node selector requirements (two when both bounds are set), like ``NodeSelectorRequirement()``."""
+        """Render as node selector requirements (two when both bounds are set), like ``NodeSelectorRequirement()``.
+
+        Memoised: a requirement is immutable, and large ``In`` lists (instance types) are sorted once.
+        """
+        if self._rendered is None:
+            self._rendered = self._render()
+        return self._rendered
+
+    def _render(self) -> tuple[NodeSelectorRequirement, ...]:
         if self.gte is not None and self.lte is not None:
             return (
                 NodeSelectorRequirement(self.key, "Gte", (str(self.gte),), self.min_values),

@@ -18,11 +18,13 @@ handful of big-int operations instead of a loop over instance types.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nodesmith.core.requirements import (
     LABEL_HOSTNAME,
     LABEL_INITIALIZED,
+    LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL,
     LABEL_REGISTERED,
     WELL_KNOWN_LABELS,
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.model import Pod, Taint
+    from nodesmith.core.model import InstanceType, Pod, Taint
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.daemonsets import DaemonInfo
     from nodesmith.core.scheduling.instancetypes import TypeInfo
@@ -67,6 +69,18 @@ def iter_bits(mask: int) -> Iterator[int]:
 def _node_class_label(np: NodePool) -> tuple[str, str]:
     ref = np.spec.template.spec.node_class_ref
     return f"{ref.group}/{ref.kind.lower()}", ref.name
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """What a NodeClaim launches with: types (cheapest allowed offering first) and their offerings' domains."""
+
+    types: tuple[TypeInfo, ...]
+    instance_types: tuple[InstanceType, ...]
+    instance_type_requirement: Requirement
+    zones: frozenset[str]
+    capacity_types: frozenset[str]
+    price: float
 
 
 class _Sorted:
@@ -129,7 +143,7 @@ class Template:
         self._compat: dict[int, tuple[Requirements | None, str]] = {}
         self._masks: dict[frozenset[Requirement], int] = {}
         self._priced: dict[tuple[Requirement | None, ...], list[PricedType]] = {}
-        self._priced_domains: dict[tuple[Requirement | None, ...], tuple[frozenset[str], frozenset[str]]] = {}
+        self._chosen: dict[tuple[object, ...], Chosen] = {}
         self._fit: dict[str, _Sorted] = {}
         self._cap: dict[str, _Sorted] = {}
         self._limit_mask: int | None = None
@@ -227,14 +241,30 @@ class Template:
             self._priced[offers.key] = hit
         return hit
 
-    def priced_domains(self, reqs: Requirements) -> tuple[frozenset[str], frozenset[str]]:
-        """All zones and capacity types :meth:`priced` can yield for ``reqs``."""
-        key = OfferingFilter(reqs).key
-        hit = self._priced_domains.get(key)
+    def chosen(self, reqs: Requirements, mask: int, limit: int) -> Chosen:
+        """The launch choice for a NodeClaim whose types are ``mask``: at most ``limit`` types, cheapest
+        allowed offering first, with their zones, capacity types and an ``instance-type In`` requirement.
+        Cached per (zone/capacity-type requirements, mask): NodeClaims of a batch often end up alike.
+        """
+        offers = OfferingFilter(reqs)
+        key = (offers.key, mask, limit)
+        hit = self._chosen.get(key)
         if hit is None:
-            entries = self.priced(reqs)
-            hit = (frozenset().union(*(e[3] for e in entries)), frozenset().union(*(e[4] for e in entries)))
-            self._priced_domains[key] = hit
+            bits = bin(mask)[:1:-1]  # bits[i] == "1" when type i is kept; cheaper than big-int shifts
+            width = len(bits)
+            entries = [e for e in self.priced(reqs) if e[2] < width and bits[e[2]] == "1"][:limit]
+            types = tuple(self.types[e[2]] for e in entries)
+            hit = Chosen(
+                types=types,
+                instance_types=tuple(t.it for t in types),
+                instance_type_requirement=Requirement(
+                    LABEL_INSTANCE_TYPE, complement=False, values=frozenset(e[1] for e in entries)
+                ),
+                zones=frozenset().union(*(e[3] for e in entries)),
+                capacity_types=frozenset().union(*(e[4] for e in entries)),
+                price=entries[0][0] if entries else 0.0,
+            )
+            self._chosen[key] = hit
         return hit
 
     def requirement_mask(self, reqs: Requirements) -> int:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
-    LABEL_INSTANCE_TYPE,
     RESTRICTED_LABELS,
     WELL_KNOWN_LABELS,
     Requirement,
@@ -25,8 +24,6 @@ from nodesmith.core.scheduling.nodeclaim import SIMULATION_KEYS
 from nodesmith.core.scheduling.types import NodeClaimPlan
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.nodeclaim import SimNodeClaim
 
@@ -46,38 +43,22 @@ def _min_overhead(nc: SimNodeClaim) -> Resources:
     return {n: v for n, v in least.items() if v > 0}
 
 
-def _union(sets: Iterable[frozenset[str]], full: frozenset[str]) -> frozenset[str]:
-    out: set[str] = set()
-    for values in sets:
-        out |= values
-        if len(out) == len(full):
-            break
-    return frozenset(out)
-
-
 def to_plan(nc: SimNodeClaim) -> NodeClaimPlan | str:
     """The launchable plan for ``nc``, or a reason (for its pods) when minValues fails after the cut."""
     tpl = nc.template
     reqs = nc.requirements.without(*SIMULATION_KEYS)
-    mask = nc.mask
-    priced = [e for e in tpl.priced(reqs) if mask >> e[2] & 1]
-    kept_entries = priced[:MAX_INSTANCE_TYPES]
-    kept = [tpl.types[e[2]] for e in kept_entries]
+    chosen = tpl.chosen(reqs, nc.mask, MAX_INSTANCE_TYPES)
     if reqs.has_min_values():
-        short = min_values_shortfall(kept, reqs)
+        short = min_values_shortfall(chosen.types, reqs)
         if short is not None:
             return (
                 f'nodepool "{tpl.name}": minValues: {short[0]} needs {short[2]} distinct values, '
-                f"the {len(kept)} cheapest instance types offer {short[1]}"
+                f"the {len(chosen.types)} cheapest instance types offer {short[1]}"
             )
-    type_min = reqs.get(LABEL_INSTANCE_TYPE).min_values if reqs.has(LABEL_INSTANCE_TYPE) else None
-    names = frozenset(e[1] for e in kept_entries)
-    reqs.add(Requirement(LABEL_INSTANCE_TYPE, complement=False, values=names, min_values=type_min))
-    all_zones, all_capacity_types = tpl.priced_domains(reqs)
-    zones = _union((e[3] for e in kept_entries), all_zones)
-    capacity_types = _union((e[4] for e in kept_entries), all_capacity_types)
-    if capacity_types:
-        reqs.add(Requirement(LABEL_CAPACITY_TYPE, complement=False, values=capacity_types))
+    # Intersecting keeps the NodePool's minValues on the instance-type key (Requirement.intersection).
+    reqs.add(chosen.instance_type_requirement)
+    if chosen.capacity_types:
+        reqs.add(Requirement(LABEL_CAPACITY_TYPE, complement=False, values=chosen.capacity_types))
     requests = dict(nc.requests)
     for name, amount in _min_overhead(nc).items():
         requests[name] = requests.get(name, 0) + amount
@@ -91,16 +72,16 @@ def to_plan(nc: SimNodeClaim) -> NodeClaimPlan | str:
     return NodeClaimPlan(
         nodepool=tpl.name,
         nodeclass=tpl.nodeclass,
-        instance_types=tuple(t.it for t in kept),
+        instance_types=chosen.instance_types,
         requirements=reqs.node_selector_requirements(),
-        capacity_types=capacity_types,
-        zones=zones,
+        capacity_types=chosen.capacity_types,
+        zones=chosen.zones,
         pods=tuple(nc.pods),
         requests=requests,
         labels=labels,
         taints=tpl.taints,
         startup_taints=tpl.startup_taints,
-        price_per_hour=priced[0][0] if priced else 0.0,
-        zone=next(iter(zones)) if len(zones) == 1 else None,
-        capacity_type=next(iter(capacity_types)) if len(capacity_types) == 1 else None,
+        price_per_hour=chosen.price,
+        zone=next(iter(chosen.zones)) if len(chosen.zones) == 1 else None,
+        capacity_type=next(iter(chosen.capacity_types)) if len(chosen.capacity_types) == 1 else None,
     )

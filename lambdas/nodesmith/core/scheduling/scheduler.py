@@ -18,11 +18,11 @@ instance types or nodes in it.
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nodesmith.core.requirements import LABEL_HOSTNAME, Requirements
+from nodesmith.core.requirements import LABEL_HOSTNAME, LABEL_ZONE
+from nodesmith.core.scheduling.claims import ClaimIndex
 from nodesmith.core.scheduling.daemonsets import daemon_infos
 from nodesmith.core.scheduling.existing import SimExistingNode
 from nodesmith.core.scheduling.instancetypes import TypeInfo
@@ -33,9 +33,10 @@ from nodesmith.core.scheduling.topology import DomainNode, Topology
 from nodesmith.core.scheduling.types import NodeClaimPlan, SchedulingInput, SchedulingResult
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from nodesmith.core.model import Pod, Taint
+    from nodesmith.core.scheduling.claims import Entry
 
 __all__ = ["solve"]
 
@@ -97,8 +98,7 @@ class _Pass:
             self.original[pod_id(pod)] = constraints
             self.topology.update(pod, self.cache.get(pod, constraints))
         self.claims: list[SimNodeClaim] = []
-        self.by_load: list[tuple[int, int, SimNodeClaim]] = []
-        self.by_host: dict[str, SimNodeClaim] = {}
+        self.index = ClaimIndex()
 
     def _universe(self, key: str) -> Mapping[str, Sequence[tuple[Taint, ...]]]:
         """Domains NodePools can create for ``key``, with the taints of the pools offering them (buildDomainGroups)."""
@@ -170,14 +170,19 @@ class _Pass:
             if reqs is not None:
                 node.add(pod, data, reqs, topology)
                 return None
-        filters = topology.domain_filters(pod, data) if self.by_load else []
-        for entry in self._claim_candidates(pod, data):
-            if filters and entry[2].excluded_by(filters):
-                continue
-            fit = entry[2].can_add(pod, data, topology)
-            if fit is not None:
-                self._grow(entry, pod, data, fit[0], fit[1])
-                return None
+        if len(self.index):
+            filters = topology.domain_filters(pod, data)
+            for entry in self._claim_candidates(pod, data, filters):
+                nc = entry[2]
+                if filters and nc.excluded_by(filters):
+                    continue
+                fit = nc.can_add(pod, data, topology)
+                if fit is not None:
+                    zone = nc.single(LABEL_ZONE)
+                    nc.add(pod, data, fit[0], fit[1], topology)
+                    self.index.remove(entry, zone)
+                    self.index.add(nc)
+                    return None
         reasons: list[str] = []
         for tpl in self.templates:
             hostname = f"{HOSTNAME_PREFIX}{len(self.claims) + 1:04d}"
@@ -188,39 +193,30 @@ class _Pass:
             claim.add(pod, data, claim.requirements, claim.mask, topology)
             tpl.charge(claim.mask)
             self.claims.append(claim)
-            self.by_host[claim.hostname] = claim
-            bisect.insort(self.by_load, (1, claim.seq, claim), key=lambda e: (e[0], e[1]))
+            self.index.add(claim)
             return None
         if not self.templates and not self.skipped:
             return "no NodePool to provision from, and no existing node fits"
         return "; ".join(reasons + self.skipped)
 
-    def _claim_candidates(self, pod: Pod, data: PodData) -> Sequence[tuple[int, int, SimNodeClaim]]:
-        """Planned NodeClaims to try, fewest pods first. A pod with hostname anti-affinity can only
-        join a NodeClaim whose hostname no repelled pod uses yet, so only those are listed.
+    def _claim_candidates(
+        self, pod: Pod, data: PodData, filters: Sequence[tuple[str, frozenset[str]]]
+    ) -> Iterable[Entry]:
+        """Planned NodeClaims to try, fewest pods first, narrowed when the pod's topology allows only
+        some hostnames (anti-affinity) or some zones; the rest would be refused anyway.
         """
         exclusive = self.topology.exclusive_host_groups(pod, data)
-        if not exclusive or not self.by_load:
-            return self.by_load
-        free = min((tg.empty for tg in exclusive), key=len)
-        if len(free) >= len(self.by_load):
-            return self.by_load
-        picked = [
-            (len(nc.pods), nc.seq, nc)
-            for host in free
-            if (nc := self.by_host.get(host)) is not None and all(host in tg.empty for tg in exclusive)
-        ]
-        picked.sort(key=lambda e: (e[0], e[1]))
-        return picked
-
-    def _grow(
-        self, entry: tuple[int, int, SimNodeClaim], pod: Pod, data: PodData, reqs: Requirements, mask: int
-    ) -> None:
-        nc = entry[2]
-        nc.add(pod, data, reqs, mask, self.topology)
-        index = bisect.bisect_left(self.by_load, (entry[0], entry[1]), key=lambda e: (e[0], e[1]))
-        del self.by_load[index]
-        bisect.insort(self.by_load, (len(nc.pods), nc.seq, nc), key=lambda e: (e[0], e[1]))
+        if exclusive:
+            picked = self.index.on_free_hosts(exclusive)
+            if picked is not None:
+                return picked
+        zones: frozenset[str] | None = None
+        for key, allowed in filters:
+            if key == LABEL_ZONE:
+                zones = allowed if zones is None else zones & allowed
+        if zones is not None:
+            return self.index.in_zones(zones)
+        return self.index.ordered()
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -62,13 +62,14 @@ class NodeFilter:
     ``Ignore``) only when the pod tolerates the node's taints.
     """
 
-    __slots__ = ("honor_affinity", "honor_taints", "key", "terms", "tolerations")
+    __slots__ = ("honor_affinity", "honor_taints", "key", "terms", "tolerations", "trivial")
 
     def __init__(self, data: PodData, tsc: TopologySpreadConstraint) -> None:
         self.honor_affinity = tsc.node_affinity_policy != "Ignore"
         self.honor_taints = tsc.node_taints_policy == "Honor"
         self.terms = data.node_filter_terms
         self.tolerations: tuple[Toleration, ...] = data.tolerations
+        self.trivial = not self.honor_taints and (not self.honor_affinity or all(len(t) == 0 for t in self.terms))
         self.key = (
             self.honor_affinity,
             self.honor_taints,
@@ -78,6 +79,8 @@ class NodeFilter:
 
     def matches(self, taints: Sequence[Taint], reqs: Requirements, allow_undefined: Collection[str]) -> bool:
         """True when a node with these taints and requirements takes part in the spread."""
+        if self.trivial:
+            return True
         if (
             self.honor_affinity
             and self.terms
@@ -308,12 +311,19 @@ class Topology:
         self._owned: dict[str, list[TopologyGroup]] = {}
         self._inverse_for: dict[int, list[TopologyGroup]] = {}
         self._match_cache: dict[str, tuple[int, list[TopologyGroup]]] = {}
+        self._registered: dict[str, list[str]] = {}
+        self._selecting: dict[int, tuple[int, list[TopologyGroup]]] = {}
         for node in nodes:
             for pod in node.pods:
                 if self._ignored(pod) or not pod.pod_anti_affinity:
                     continue
                 for term in pod.pod_anti_affinity:
-                    namespaces = frozenset(term.namespaces) if term.namespaces else frozenset((pod.namespace,))
+                    if term.namespace_selector is not None:  # cannot evaluate namespace labels: repel from all
+                        namespaces = frozenset((ALL_NAMESPACES,))
+                    elif term.namespaces:
+                        namespaces = frozenset(term.namespaces)
+                    else:
+                        namespaces = frozenset((pod.namespace,))
                     tg = self._inverse_group(term, namespaces)
                     domain = node.labels.get(tg.key) or (node.name if tg.key == LABEL_HOSTNAME else None)
                     if domain is not None:
@@ -325,6 +335,15 @@ class Topology:
     def _index(self, tg: TopologyGroup) -> None:
         self._by_key.setdefault(tg.key, []).append(tg)
 
+    def _groups_selecting(self, data: PodData) -> list[TopologyGroup]:
+        """The (non-inverse) groups whose selector counts this pod, cached until a group is added."""
+        hit = self._selecting.get(id(data))
+        if hit is not None and hit[0] == len(self.groups):
+            return hit[1]
+        found = [tg for tg in self.groups.values() if tg.selects(data)]
+        self._selecting[id(data)] = (len(self.groups), found)
+        return found
+
     def _inverse_group(self, term: PodAffinityTerm, namespaces: frozenset[str]) -> TopologyGroup:
         gkey = (ANTI_AFFINITY, term.topology_key, namespaces, selector_key(term.label_selector))
         tg = self.inverse.get(gkey)
@@ -333,6 +352,8 @@ class Topology:
                 kind=ANTI_AFFINITY, key=term.topology_key, namespaces=namespaces, selector=term.label_selector
             )
             for domain in self._universe(tg.key):
+                tg.register(domain)
+            for domain in self._registered.get(tg.key, ()):
                 tg.register(domain)
             self.inverse[gkey] = tg
             self._index(tg)
@@ -407,6 +428,8 @@ class Topology:
         """Seed domains from the universe and existing nodes, then count bound pods (``countDomains``)."""
         self._index(tg)
         nf = tg.node_filter
+        for domain in self._registered.get(tg.key, ()):
+            tg.register(domain)
         for domain, taint_sets in self._universe(tg.key).items():
             if (
                 nf is None
@@ -428,7 +451,9 @@ class Topology:
                     tg.record(value)
 
     def register(self, key: str, domain: str) -> None:
-        """Make a new domain (a planned NodeClaim's hostname) known to every group on ``key``."""
+        """Make a new domain (a planned NodeClaim's hostname) known to every group on ``key``, including
+        groups created later in the pass."""
+        self._registered.setdefault(key, []).append(domain)
         for tg in self._by_key.get(key, ()):
             tg.register(domain)
 
@@ -513,8 +538,8 @@ class Topology:
         self, pod: Pod, data: PodData, taints: Sequence[Taint], reqs: Requirements, allow_undefined: Collection[str]
     ) -> None:
         """Count the pod where it was placed (``Topology.Record``)."""
-        for tg in self.groups.values():
-            if not tg.counts(data, taints, reqs, allow_undefined):
+        for tg in self._groups_selecting(data):
+            if tg.node_filter is not None and not tg.node_filter.matches(taints, reqs, allow_undefined):
                 continue
             domains = reqs.get(tg.key)
             if domains.complement:
