@@ -98,6 +98,7 @@ class _Pass:
             self.original[pod_id(pod)] = constraints
             self.topology.update(pod, self.cache.get(pod, constraints))
         self.claims: list[SimNodeClaim] = []
+        self._headroom: dict[str, int] = {}
         self.index = ClaimIndex()
 
     def _universe(self, key: str) -> Mapping[str, Sequence[tuple[Taint, ...]]]:
@@ -165,11 +166,13 @@ class _Pass:
 
     def _add(self, pod: Pod, data: PodData) -> str | None:
         topology = self.topology
-        for node in self.targets:
-            reqs = node.can_add(pod, data, topology)
-            if reqs is not None:
-                node.add(pod, data, reqs, topology)
-                return None
+        if self.targets and self._may_fit_existing(data):
+            for node in self.targets:
+                reqs = node.can_add(pod, data, topology)
+                if reqs is not None:
+                    node.add(pod, data, reqs, topology)
+                    return None
+            self._headroom.clear()  # the bound was loose: recompute it exactly next time
         if len(self.index):
             filters = topology.domain_filters(pod, data)
             for entry in self._claim_candidates(pod, data, filters):
@@ -198,6 +201,24 @@ class _Pass:
         if not self.templates and not self.skipped:
             return "no NodePool to provision from, and no existing node fits"
         return "; ".join(reasons + self.skipped)
+
+    def _may_fit_existing(self, data: PodData) -> bool:
+        """False when some request exceeds the largest headroom of any existing node for that resource.
+
+        ``_headroom`` holds per-resource upper bounds: headroom only shrinks during a pass, so a bound
+        stays valid until it is recomputed after a scan that found nothing.
+        """
+        headroom = self._headroom
+        for name, amount in data.requests.items():
+            if amount <= 0:
+                continue
+            bound = headroom.get(name)
+            if bound is None:
+                bound = max(n.remaining.get(name, 0) for n in self.targets)
+                headroom[name] = bound
+            if amount > bound:
+                return False
+        return True
 
     def _claim_candidates(
         self, pod: Pod, data: PodData, filters: Sequence[tuple[str, frozenset[str]]]
