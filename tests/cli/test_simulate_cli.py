@@ -234,3 +234,24 @@ def test_json_stdout_is_exactly_one_object_in_a_real_process(write: Write, pool:
     [claim] = result["nodeclaims"]
     assert claim["instance_types"] and all(isinstance(t, str) for t in claim["instance_types"])
     assert [u["pod"] for u in result["unschedulable"]] == []  # 64 CPUs fit real EC2 types
+
+
+def test_real_aws_without_credentials_exits_1_with_the_reason(
+    pool: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from nodesmith.adapters.aws import clients
+
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    empty = tmp_path / "aws-config"
+    empty.write_text("")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup either
+    clients.reset_clients()
+    try:
+        code, out, err = _invoke("-f", str(pool), "-o", "json", "--aws")
+    finally:
+        clients.reset_clients()  # never leave a credential-less client cached for other tests
+    assert (code, out) == (1, "")
+    assert "catalogue" in err and "credentials" in err.lower()

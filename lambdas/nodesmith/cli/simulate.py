@@ -507,7 +507,7 @@ def _daemon_pods(
         if not infos:  # a DaemonSet whose affinity cannot be parsed lands nowhere
             continue
         info = infos[0]
-        if first_untolerated(node.taints, info.tolerations) is not None:  # type: ignore[arg-type]
+        if first_untolerated(node.taints, info.tolerations) is not None:
             continue
         if not any(node_reqs.compatible(term) is None for term in info.terms):
             continue
