@@ -245,3 +245,10 @@ def test_offerings_are_kept_and_kubelet_read_from_a_nodeclass_dict() -> None:
     assert it.offerings == (offering,)
     assert it.capacity["pods"] == 42
     assert it.overhead["cpu"] == 70 + 1000
+
+
+def test_kubelet_settings_hash_by_content_so_they_can_key_caches() -> None:
+    a = KubeletSettings(max_pods=10, system_reserved={"cpu": "1", "memory": "1Gi"})
+    b = KubeletSettings(max_pods=10, system_reserved={"memory": "1Gi", "cpu": "1"})
+    assert a == b
+    assert len({a, b, KubeletSettings(max_pods=11)}) == 2

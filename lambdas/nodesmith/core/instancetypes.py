@@ -129,6 +129,18 @@ class KubeletSettings:
     kube_reserved: Mapping[str, str] = field(default_factory=dict)
     eviction_hard: Mapping[str, str] = field(default_factory=dict)
 
+    def __hash__(self) -> int:
+        """Hash by content (the maps are compared as sorted items), so settings can key caches."""
+        return hash(
+            (
+                self.max_pods,
+                self.pods_per_core,
+                tuple(sorted(self.system_reserved.items())),
+                tuple(sorted(self.kube_reserved.items())),
+                tuple(sorted(self.eviction_hard.items())),
+            )
+        )
+
     @classmethod
     def from_kubelet(cls, kubelet: Any) -> KubeletSettings | None:
         """Read the settings from an EC2NodeClass ``spec.kubelet`` model (or a plain dict); None stays None.
