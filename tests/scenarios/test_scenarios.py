@@ -22,14 +22,17 @@ Properties (every key optional; an unknown key fails the scenario, so a typo can
 ``scheduled: [ns/pod, ...]``        these pods are placed (new or existing capacity)
 ``scheduled_count: N``              this many pods are placed in total
 ``unschedulable: [ns/pod, ...]``    exactly these pods are unschedulable
+``unschedulable_count: N``          this many pods are unschedulable
 ``reason_contains: {ns/pod: text}`` the pod's reason contains the text (case-insensitive)
+``all_reasons_contain: text``       every unschedulable pod's reason contains the text
 ``existing_node_pods``              ``{node: [ns/pod]}``: exactly these existing nodes receive exactly
                                     these pods
 ``pods_on_nodepool``                ``{pool: [ns/pod]}``: new NodeClaims of the pool hold exactly these
 ``cost_per_hour: X``                total new cost (USD/hour)
 
-The instance catalogue is the embedded (moto) EC2 catalogue, loaded once per session; prices come
-from the shared on-demand price table, without which the suite is skipped.
+The instance catalogue is the embedded (moto) EC2 catalogue, loaded once per session (a scenario
+whose EC2NodeClass changes capacity — kubelet, block devices — gets its own); prices come from the
+shared on-demand price table, without which the suite is skipped.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nodesmith.adapters.manifests import load_manifests
 from nodesmith.cli.simulate import load_catalogue, run_simulate
 from nodesmith.core.model import InstanceType
 
@@ -67,6 +71,14 @@ def catalogue() -> list[InstanceType]:
     return load_catalogue(region=REGION, price_table=PRICE_TABLE, use_aws=False)
 
 
+def _shapes_capacity(files: Sequence[Path]) -> bool:
+    """True when an EC2NodeClass sets what changes instance capacity (kubelet, block devices, instance store)."""
+    return any(
+        nc.spec.kubelet is not None or nc.spec.block_device_mappings or nc.spec.instance_store_policy
+        for nc in load_manifests(list(files)).ec2nodeclasses
+    )
+
+
 def _simulate(scenario: Path, instance_types: Sequence[InstanceType], capsys: pytest.CaptureFixture[str]) -> Result:
     files = sorted(p for p in scenario.glob("*.yaml") if p.name != "expect.yaml")
     code = run_simulate(
@@ -75,7 +87,9 @@ def _simulate(scenario: Path, instance_types: Sequence[InstanceType], capsys: py
         price_table=PRICE_TABLE,
         output="json",
         use_aws=False,
-        instance_types=instance_types,
+        # The shared catalogue has Karpenter's default node settings; a scenario whose node class
+        # changes capacity gets the catalogue simulate builds for it (from the on-disk cache).
+        instance_types=None if _shapes_capacity(files) else instance_types,
     )
     captured = capsys.readouterr()
     assert code == 0, f"simulate exited {code}: {captured.err}"
@@ -135,7 +149,8 @@ def _require_nodeclaims(result: Result, prop: str) -> list[Mapping[str, Any]]:
 
 def _check_nodeclaims(want: int, result: Result, _: Catalogue) -> None:
     got = len(result["nodeclaims"])
-    assert got == want, f"nodeclaims: want {want}, got {got}: {result['nodeclaims']}"
+    pods = [nc["pods"] for nc in result["nodeclaims"]]
+    assert got == want, f"nodeclaims: want {want}, got {got} holding {pods}"
 
 
 def _check_nodepool(want: str, result: Result, _: Catalogue) -> None:
@@ -217,6 +232,18 @@ def _check_unschedulable(want: list[str], result: Result, _: Catalogue) -> None:
     assert got == sorted(want), f"unschedulable: want {sorted(want)}, got {result['unschedulable']}"
 
 
+def _check_unschedulable_count(want: int, result: Result, _: Catalogue) -> None:
+    got = len(result["unschedulable"])
+    assert got == want, f"unschedulable_count: want {want}, got {got}: {result['unschedulable']}"
+
+
+def _check_all_reasons_contain(want: str, result: Result, _: Catalogue) -> None:
+    for item in result["unschedulable"]:
+        assert want.lower() in item["reason"].lower(), (
+            f"{item['pod']}: reason {item['reason']!r} does not mention {want!r}"
+        )
+
+
 def _check_reason_contains(want: Mapping[str, str], result: Result, _: Catalogue) -> None:
     reasons = {u["pod"]: u["reason"] for u in result["unschedulable"]}
     for pod, text in want.items():
@@ -257,7 +284,9 @@ CHECKS: dict[str, Callable[[Any, Result, Catalogue], None]] = {
     "scheduled": _check_scheduled,
     "scheduled_count": _check_scheduled_count,
     "unschedulable": _check_unschedulable,
+    "unschedulable_count": _check_unschedulable_count,
     "reason_contains": _check_reason_contains,
+    "all_reasons_contain": _check_all_reasons_contain,
     "existing_node_pods": _check_existing_node_pods,
     "pods_on_nodepool": _check_pods_on_nodepool,
     "cost_per_hour": _check_cost,
