@@ -255,3 +255,11 @@ def test_real_aws_without_credentials_exits_1_with_the_reason(
         clients.reset_clients()  # never leave a credential-less client cached for other tests
     assert (code, out) == (1, "")
     assert "catalogue" in err and "credentials" in err.lower()
+
+
+def test_malformed_price_table_exits_2_naming_the_file(pool: Path, tmp_path: Path) -> None:
+    table = tmp_path / "prices.json"
+    table.write_text('{"prices": {"m5.large": "cheap"}}')
+    code, out, err = _invoke("-f", str(pool), "-o", "json", "--price-table", str(table))
+    assert (code, out) == (2, "")
+    assert "prices.json" in err and "not a number" in err
