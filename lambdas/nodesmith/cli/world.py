@@ -1,0 +1,297 @@
+"""The embedded world: moto + the Kubernetes emulator + simulated cluster components + our Lambdas.
+
+:class:`EmbeddedWorld` starts the embedded AWS (``nodesmith.sim.aws``: EC2, SQS, EventBridge, SSM
+on loopback), seeds it like an EKS cluster's VPC, creates the interruption queue and its four
+EventBridge rules, starts the Kubernetes API emulator (``nodesmith.sim.kube``) and the simulated
+kubelet, kube-scheduler and ReplicaSet/Deployment controllers in background threads, and points the
+Lambda handlers at all of it through the same environment variables the CDK stack sets. The
+handlers then run unchanged: :meth:`reconcile` invokes the reconcile handler the way the
+EventBridge schedule would, and :meth:`deliver_interruptions` does what the Lambda SQS event source
+mapping does (receive, invoke with an SQS batch, delete what was not reported as failed).
+
+It lives in ``cli`` because it wires handlers and the simulation together; neither may import the
+other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from nodesmith.sim.aws import EmbeddedAws
+    from nodesmith.sim.kube import KubeEmulator
+    from nodesmith.sim.kube.store import Store
+    from nodesmith.sim.runner import Runner
+
+__all__ = ["EmbeddedWorld", "LambdaContext", "MANIFESTS"]
+
+MANIFESTS = Path(__file__).resolve().parents[1] / "sim" / "manifests"
+"""The demo's NodePool/EC2NodeClass and ``inflate`` Deployment."""
+
+CLUSTER = "demo"  # the demo EC2NodeClass selects subnets/SGs tagged karpenter.sh/discovery=demo
+
+
+@dataclass
+class LambdaContext:
+    """The parts of the Lambda context object our handlers read."""
+
+    function_name: str
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    memory_limit_in_mb: int = 1024
+    timeout_seconds: float = 300.0
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_seconds
+
+    @property
+    def invoked_function_arn(self) -> str:
+        """An ARN of the right shape (account 123456789012 is moto's)."""
+        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before this invocation's timeout."""
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class EmbeddedWorld:
+    """A running embedded environment (context manager). See the module docstring.
+
+    ``ready_delay`` is how long (seconds) a simulated node takes from registration to Ready.
+    """
+
+    def __init__(
+        self, *, cluster_name: str = CLUSTER, ready_delay: float = 1.0, price_table: Path | None = None
+    ) -> None:
+        self.cluster_name = cluster_name
+        self.ready_delay = ready_delay
+        self.price_table = price_table
+        self.aws: EmbeddedAws | None = None
+        self.kube: KubeEmulator | None = None
+        self.queue_url = ""
+        self._runners: list[Runner] = []
+        self._saved_env: dict[str, str | None] = {}
+        self._tmp = tempfile.TemporaryDirectory(prefix="nodesmith-demo-")
+        self.lambda_log = Path(self._tmp.name) / "lambda.log"
+        """Where the handlers' stdout (powertools JSON logs and EMF metric lines) goes."""
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> EmbeddedWorld:
+        """Start AWS, Kubernetes and the simulated components; set the handlers' environment."""
+        from nodesmith.sim import aws as embedded_aws
+        from nodesmith.sim.kube import KubeEmulator
+
+        self.aws = embedded_aws.start()
+        embedded_aws.seed(cluster_name=self.cluster_name)
+        self.queue_url = embedded_aws.create_interruption_plumbing(cluster_name=self.cluster_name)
+        prices = self.price_table or embedded_aws.write_price_table(path=Path(self._tmp.name) / "prices.json")
+        self.kube = KubeEmulator()
+        endpoint = self.kube.start()
+        self._set_env(
+            {
+                "NODESMITH_CLUSTER_NAME": self.cluster_name,
+                "NODESMITH_CLUSTER_ENDPOINT": endpoint,
+                "NODESMITH_KUBE_AUTH": "none",
+                "NODESMITH_PRICE_TABLE": str(prices),
+                "NODESMITH_INTERRUPTION_QUEUE_URL": self.queue_url,
+                "POWERTOOLS_METRICS_NAMESPACE": "Nodesmith",
+                "POWERTOOLS_SERVICE_NAME": "nodesmith",
+                "POWERTOOLS_TRACE_DISABLED": "true",
+                "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "WARNING"),
+            }
+        )
+        from nodesmith.handlers import wiring
+
+        wiring.reset()
+        self._start_components()
+        return self
+
+    def stop(self) -> None:
+        """Stop everything and restore the environment (idempotent)."""
+        for runner in self._runners:
+            runner.stop()
+        self._runners.clear()
+        from nodesmith.handlers import wiring
+
+        wiring.reset()
+        if self.kube is not None:
+            self.kube.stop()
+            self.kube = None
+        if self.aws is not None:
+            self.aws.stop()
+            self.aws = None
+        for key, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._saved_env.clear()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> EmbeddedWorld:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def _set_env(self, values: Mapping[str, str]) -> None:
+        for key, value in values.items():
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def _start_components(self) -> None:
+        from nodesmith.handlers import wiring
+        from nodesmith.sim.controllers import SimControllers
+        from nodesmith.sim.kube_scheduler import SimScheduler
+        from nodesmith.sim.kubelet import SimKubelet
+        from nodesmith.sim.runner import Runner
+
+        cloud = wiring.build_cloud(wiring.get_settings())
+        components = (
+            SimControllers(store=self.store),
+            SimScheduler(store=self.store),
+            SimKubelet(store=self.store, instances=cloud.list_instances, ready_delay=self.ready_delay),
+        )
+        self._runners = [Runner(c, interval=0.25).start() for c in components]
+
+    # -- accessors ---------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The emulator's in-process store (the same objects the API serves)."""
+        if self.kube is None:
+            raise RuntimeError("the embedded world is not started")
+        return self.kube.store
+
+    def client(self, service: str) -> Any:
+        """A boto3 client on the embedded AWS."""
+        if self.aws is None:
+            raise RuntimeError("the embedded world is not started")
+        return self.aws.client(service)
+
+    def apply_file(self, path: Path) -> list[dict[str, Any]]:
+        """Apply every document of a YAML file to the emulator (create or update)."""
+        applied = []
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if doc:
+                applied.append(self.store.apply(doc))
+        return applied
+
+    def scale(self, *, deployment: str, replicas: int, namespace: str = "default") -> None:
+        """Set ``spec.replicas`` of a Deployment (what ``kubectl scale`` does)."""
+        self.store.mutate(
+            "deployments.apps", deployment, lambda d: d["spec"].update(replicas=replicas), namespace=namespace
+        )
+
+    def wait_for(self, predicate: Callable[[], bool], *, timeout: float, every: float = 0.1) -> bool:
+        """Poll ``predicate`` until it holds or ``timeout`` seconds pass; True when it held."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            time.sleep(every)
+        return predicate()
+
+    # -- our Lambdas ---------------------------------------------------------------------------------
+
+    def reconcile(self) -> dict[str, Any]:
+        """Invoke the reconcile handler as the EventBridge schedule does; returns its summary."""
+        from nodesmith.handlers.reconcile import handler
+
+        event = {
+            "version": "0",
+            "id": str(uuid.uuid4()),
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": "us-east-1",
+            "resources": [],
+            "detail": {},
+        }
+        with self._lambda_stdout():
+            result: dict[str, Any] = handler(event, LambdaContext(function_name="nodesmith-reconcile"))
+        return result
+
+    @contextlib.contextmanager
+    def _lambda_stdout(self) -> Iterator[None]:
+        """Send what a handler prints (its CloudWatch Logs stream in Lambda) to :attr:`lambda_log`."""
+        with self.lambda_log.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
+            yield
+
+    def put_spot_interruption(self, *, instance_id: str, zone: str) -> str:
+        """Put a real-format ``EC2 Spot Instance Interruption Warning`` on the default event bus.
+
+        The shape is the one in the EC2 documentation (``spot-instance-termination-notices``);
+        EventBridge routes it through the rule to the interruption queue. Returns the entry id.
+        """
+        events = self.client("events")
+        response = events.put_events(
+            Entries=[
+                {
+                    "Source": "aws.ec2",
+                    "DetailType": "EC2 Spot Instance Interruption Warning",
+                    "Resources": [f"arn:aws:ec2:{zone}:instance/{instance_id}"],
+                    "Detail": json.dumps({"instance-id": instance_id, "instance-action": "terminate"}),
+                }
+            ]
+        )
+        if response.get("FailedEntryCount"):
+            raise RuntimeError(f"PutEvents failed: {response['Entries']}")
+        return str(response["Entries"][0].get("EventId", ""))
+
+    def deliver_interruptions(self, *, wait_seconds: int = 1) -> Iterator[dict[str, Any]]:
+        """Do what the Lambda SQS event source mapping does, once per received batch.
+
+        Receives up to 10 messages, invokes the interruption handler with an SQS batch event,
+        deletes the messages it did not report in ``batchItemFailures`` and yields
+        ``{"records": n, "failures": [...]}`` per batch until the queue is empty.
+        """
+        from nodesmith.handlers.interruption import handler
+
+        sqs = self.client("sqs")
+        arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        while True:
+            messages = sqs.receive_message(
+                QueueUrl=self.queue_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=wait_seconds,
+                AttributeNames=["All"],
+                MessageAttributeNames=["All"],
+            ).get("Messages", [])
+            if not messages:
+                return
+            records = [
+                {
+                    "messageId": m["MessageId"],
+                    "receiptHandle": m["ReceiptHandle"],
+                    "body": m["Body"],
+                    "attributes": m.get("Attributes", {}),
+                    "messageAttributes": m.get("MessageAttributes", {}),
+                    "md5OfBody": m.get("MD5OfBody", ""),
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": arn,
+                    "awsRegion": "us-east-1",
+                }
+                for m in messages
+            ]
+            with self._lambda_stdout():
+                result = handler({"Records": records}, LambdaContext(function_name="nodesmith-interruption"))
+            failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+            for m in messages:
+                if m["MessageId"] not in failed:
+                    sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
+            yield {"records": len(records), "failures": sorted(failed)}
