@@ -45,6 +45,7 @@ def test_pods_that_refuse_the_label_are_fine_without_it() -> None:
     pod = make_pod(affinity=[[("team", "NotIn", ("search",)), ("gpu-workload", "DoesNotExist", ())]])
     result = solve(make_input([pod]))
     assert result.unschedulable == {}
+    assert "team" not in result.nodeclaims[0].labels  # met by the label's absence: no value invented
 
 
 def test_exists_on_a_custom_label_needs_the_nodepool_to_define_it() -> None:

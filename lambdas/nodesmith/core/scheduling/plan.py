@@ -62,11 +62,14 @@ def to_plan(nc: SimNodeClaim) -> NodeClaimPlan | str:
     requests = dict(nc.requests)
     for name, amount in _min_overhead(nc).items():
         requests[name] = requests.get(name, 0) + amount
+    # Custom labels with a known value become node labels (resolveCustomLabelsFromRequirements). A
+    # negative requirement (NotIn/DoesNotExist) is met by leaving the label off, so no value is made up.
     labels = dict(tpl.labels)
     for key in reqs:
         if key in labels or key in WELL_KNOWN_LABELS or key in RESTRICTED_LABELS or key in SIMULATION_KEYS:
             continue
-        value = reqs.get(key).any()
+        req = reqs.get(key)
+        value = "" if req.is_negative() else req.any()
         if value:
             labels[key] = value
     return NodeClaimPlan(
