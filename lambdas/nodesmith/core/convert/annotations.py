@@ -2,7 +2,7 @@
 ``do-not-disrupt``, ``karpenter.sh/provisioner-name`` -> ``karpenter.sh/nodepool`` in pod scheduling
 constraints, and the server-written metadata a manifest should not carry.
 
-Rules (Karpenter's upgrade guides, ``website/content/en/v0.32/upgrading/v1beta1-migration.md``
+Rules (Karpenter's upgrade guides ``[aws]:website/content/en/v1.0/upgrading/v1beta1-migration.md``
 "Annotations, Labels, and Status Conditions" and ``v1-migration.md`` "Deprecated annotations ...
 are removed for v1.0.0"):
 

@@ -4,7 +4,7 @@
 Rules and where they come from:
 
 * Field moves: v1beta1 migration guide, "AWSNodeTemplate -> EC2NodeClass" (``[aws]:website/content/en/
-  v0.32/upgrading/v1beta1-migration.md``) and Karpenter's own v1alpha1 -> v1beta1 mapping
+  v1.0/upgrading/v1beta1-migration.md``) and Karpenter's own v1alpha1 -> v1beta1 mapping
   (``[aws]:pkg/utils/nodeclass/nodeclass.go@v0.31.4``): selectors -> selector terms (see
   :mod:`.selectors`), ``instanceProfile`` kept, ``launchTemplate`` removed, ``virtualName`` of block
   devices gone, userData/tags/blockDeviceMappings/metadataOptions/detailedMonitoring/context kept.
