@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nodesmith.core.api import EC2NodeClass, NodePool
 from nodesmith.core.convert import ConversionError, InputDocument, Note, convert, convert_documents
@@ -676,3 +678,36 @@ def test_legacy_fixtures_convert_to_objects_the_v1_models_accept(names: list[str
     pool_refs = {d["spec"]["template"]["spec"]["nodeClassRef"]["name"] for d in karpenter if d["kind"] == "NodePool"}
     assert pool_refs <= {d["metadata"]["name"] for d in karpenter if d["kind"] == "EC2NodeClass"}
     assert all(n.source for n in result.notes)
+
+
+_JUNK = st.sampled_from([None, 1, -3, True, "", "x", "1,2", [], {}, [1], {"a": 1}, ["a", None], {"": ""}])
+_FIXTURE_GROUPS = [
+    [d for d in yaml.safe_load_all((LEGACY / name).read_text()) if d]
+    for name in ("v1alpha5-provisioners.yaml", "v1alpha5-workloads.yaml", "v1beta1-nodepools.yaml")
+]
+
+
+def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    children: list[tuple[Any, ...]] = []
+    if isinstance(node, dict):
+        children = [p for k, v in node.items() for p in _paths(v, (*prefix, k))]
+    elif isinstance(node, list):
+        children = [p for i, v in enumerate(node) for p in _paths(v, (*prefix, i))]
+    return [prefix, *children]
+
+
+@settings(max_examples=200, deadline=None)
+@given(group=st.sampled_from(_FIXTURE_GROUPS), data=st.data())
+def test_malformed_documents_raise_only_conversion_errors(group: list[dict[str, Any]], data: st.DataObject) -> None:
+    docs = copy.deepcopy(group)
+    for _ in range(data.draw(st.integers(1, 3))):
+        doc = data.draw(st.sampled_from(docs))
+        path = data.draw(st.sampled_from([p for p in _paths(doc) if p]))
+        parent: Any = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        parent[path[-1]] = copy.deepcopy(data.draw(_JUNK))
+    try:
+        convert(docs)
+    except ConversionError as exc:
+        assert str(exc)
