@@ -6,7 +6,7 @@ Exit codes: 0 success, 1 a step failed, 2 bad input (invalid manifests or argume
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
 from typing import Annotated
 
 import typer
@@ -34,14 +34,14 @@ def simulate(
         typer.Option(help="JSON price table {'prices': {type: USD/hour}}; else Pricing API or labelled estimates."),
     ] = None,
     output: Annotated[str, typer.Option("-o", "--output", help="json or table.")] = "table",
-    use_aws: Annotated[bool, typer.Option("--aws", help="Read the catalogue from real AWS, not the embedded one.")] = False,
+    use_aws: Annotated[
+        bool, typer.Option("--aws", help="Read the catalogue from real AWS, not the embedded one.")
+    ] = False,
 ) -> None:
     """Print what Nodesmith would launch for the given manifests, launching nothing."""
     from nodesmith.cli.simulate import run_simulate
 
-    raise typer.Exit(
-        run_simulate(files=files, region=region, price_table=price_table, output=output, use_aws=use_aws)
-    )
+    raise typer.Exit(run_simulate(files=files, region=region, price_table=price_table, output=output, use_aws=use_aws))
 
 
 @app.command()

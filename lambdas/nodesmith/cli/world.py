@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -24,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
     from nodesmith.sim.aws import EmbeddedAws
     from nodesmith.sim.kube import KubeEmulator
     from nodesmith.sim.kube.store import Store
-    from nodesmith.sim.runner import Runner
+    from nodesmith.sim.runner import Runner, Steppable
 
-__all__ = ["EmbeddedWorld", "LambdaContext", "MANIFESTS"]
+__all__ = ["MANIFESTS", "EmbeddedWorld", "LambdaContext"]
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "sim" / "manifests"
 """The demo's NodePool/EC2NodeClass and ``inflate`` Deployment."""
@@ -166,7 +167,7 @@ class EmbeddedWorld:
             SimScheduler(store=self.store),
             SimKubelet(store=self.store, instances=cloud.list_instances, ready_delay=self.ready_delay),
         )
-        self._runners = [Runner(c, interval=0.25).start() for c in components]
+        self._runners = [Runner(cast("Steppable", c), interval=0.25).start() for c in components]
 
     # -- accessors ---------------------------------------------------------------------------------
 
@@ -228,9 +229,22 @@ class EmbeddedWorld:
 
     @contextlib.contextmanager
     def _lambda_stdout(self) -> Iterator[None]:
-        """Send what a handler prints (its CloudWatch Logs stream in Lambda) to :attr:`lambda_log`."""
+        """Send what a handler prints (its CloudWatch Logs stream in Lambda) to :attr:`lambda_log`.
+
+        The powertools Logger holds the stdout it saw at import, so its handler is pointed at the
+        file too, and back afterwards.
+        """
+        from nodesmith.handlers.observability import logger
+
+        handler = logger.registered_handler
+        stream_handler = handler if isinstance(handler, logging.StreamHandler) else None
         with self.lambda_log.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
-            yield
+            previous = stream_handler.setStream(log) if stream_handler is not None else None
+            try:
+                yield
+            finally:
+                if stream_handler is not None and previous is not None:
+                    stream_handler.setStream(previous)
 
     def put_spot_interruption(self, *, instance_id: str, zone: str) -> str:
         """Put a real-format ``EC2 Spot Instance Interruption Warning`` on the default event bus.
