@@ -87,12 +87,6 @@ def test_catalogue_is_real_isolated_and_cached_under_xdg_cache_home(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    raises=TypeError,
-    strict=True,
-    reason="adapters/aws/catalog.py keys its cache on KubeletSettings, whose dict fields make it unhashable: "
-    "any EC2NodeClass with spec.kubelet raises TypeError (remove this mark once fixed)",
-)
 def test_shared_nodeclass_kubelet_settings_shape_capacity() -> None:
     nodeclass = load_manifest_text(
         textwrap.dedent(
