@@ -316,10 +316,15 @@ def test_kubelet_for_a_class_outside_the_input_is_left_as_an_action() -> None:
 def test_v1_class_keeps_its_kubelet_and_a_differing_pool_gets_a_copy() -> None:
     v1_class = convert([beta_class()])[0][0]
     v1_class["spec"]["kubelet"] = {"maxPods": 110}
+    v1_class["metadata"].update(uid="1234", resourceVersion="7", labels={"team": "platform"})
+    v1_class["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     docs, _ = convert([beta_pool(kubelet={"maxPods": 32}), v1_class])
 
     assert class_of(docs)["spec"]["kubelet"] == {"maxPods": 110}
-    assert class_of(docs, "default-default")["spec"]["kubelet"] == {"maxPods": 32}
+    copied = class_of(docs, "default-default")
+    assert copied["spec"]["kubelet"] == {"maxPods": 32}
+    assert copied["metadata"] == {"name": "default-default", "labels": {"team": "platform"}}
+    assert "status" not in copied
 
 
 # --- EC2NodeClass -------------------------------------------------------------------------------

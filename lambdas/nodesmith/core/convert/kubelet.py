@@ -144,7 +144,10 @@ def _place(slot: ClassSlot, members: list[PoolSlot], taken_names: set[str]) -> N
     for pool in others:
         copy_name = _unique(f"{slot.name}-{pool.name}", taken_names)
         body = copy.deepcopy(slot.body)
-        body["metadata"]["name"] = copy_name
+        # A new object: keep what users write, never the source's uid, resourceVersion or status.
+        kept = {k: v for k, v in body["metadata"].items() if k in ("labels", "annotations")}
+        body["metadata"] = {"name": copy_name, **kept}
+        body.pop("status", None)
         if pool.kubelet is None:
             body["spec"].pop("kubelet", None)
         else:
