@@ -68,6 +68,8 @@ ABSENT_MEANS_DOES_NOT_EXIST: frozenset[str] = frozenset(
 (``[aws]:pkg/providers/instancetype/types.go computeRequirements``), so ``instance-gpu-count Exists``
 selects GPU types only."""
 
+_ABSENT = tuple(Requirement(k, complement=False) for k in sorted(ABSENT_MEANS_DOES_NOT_EXIST))
+
 NODES = "nodes"
 """Pseudo-resource counted against NodePool ``limits.nodes``: every instance has ``nodes: 1``."""
 
@@ -86,7 +88,7 @@ class TypeInfo:
         self.name = it.name
         self.offerings: tuple[Offering, ...] = tuple(o for o in it.offerings if o.available)
         reqs = Requirements.from_labels(it.labels)
-        reqs.add(*(Requirement(k, complement=False) for k in sorted(ABSENT_MEANS_DOES_NOT_EXIST) if k not in it.labels))
+        reqs.add(*(r for r in _ABSENT if r.key not in it.labels))
         zones = frozenset(o.zone for o in self.offerings)
         reqs.add(Requirement(LABEL_ZONE, complement=False, values=zones))
         reqs.add(
