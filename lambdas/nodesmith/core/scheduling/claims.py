@@ -25,10 +25,6 @@ Entry = tuple[int, int, "SimNodeClaim"]
 """``(pod count, creation sequence, NodeClaim)``; the first two are unique together."""
 
 
-def _key(entry: Entry) -> tuple[int, int]:
-    return entry[0], entry[1]
-
-
 class ClaimIndex:
     """Planned NodeClaims by load, with per-zone and per-hostname views."""
 
@@ -50,14 +46,15 @@ class ClaimIndex:
     def add(self, nc: SimNodeClaim) -> None:
         """Index a NodeClaim that just received its first pod."""
         entry = self.entry(nc)
-        bisect.insort(self._all, entry, key=_key)
-        bisect.insort(self._by_zone.setdefault(nc.single(LABEL_ZONE), []), entry, key=_key)
+        # Entries compare as tuples; (pod count, sequence) is unique, so the NodeClaim is never compared.
+        bisect.insort(self._all, entry)
+        bisect.insort(self._by_zone.setdefault(nc.single(LABEL_ZONE), []), entry)
         self._by_host[nc.hostname] = nc
 
     def remove(self, entry: Entry, zone: str | None) -> None:
         """Drop ``entry`` (as it was indexed, under ``zone``) before the NodeClaim changes."""
         for items in (self._all, self._by_zone[zone]):
-            del items[bisect.bisect_left(items, _key(entry), key=_key)]
+            del items[bisect.bisect_left(items, entry[:2])]
 
     def ordered(self) -> list[Entry]:
         """Every planned NodeClaim, fewest pods first."""
@@ -68,7 +65,7 @@ class ClaimIndex:
         lists = [self._by_zone[z] for z in sorted(zones) if z in self._by_zone]
         if None in self._by_zone:
             lists.append(self._by_zone[None])
-        return heapq.merge(*lists, key=_key)
+        return heapq.merge(*lists)
 
     def on_free_hosts(self, groups: Collection[TopologyGroup]) -> list[Entry] | None:
         """NodeClaims whose hostname has no pod of any of ``groups`` (hostname anti-affinity), fewest
@@ -82,5 +79,5 @@ class ClaimIndex:
             for host in free
             if (nc := self._by_host.get(host)) is not None and all(host in tg.empty for tg in groups)
         ]
-        picked.sort(key=_key)
+        picked.sort()
         return picked
