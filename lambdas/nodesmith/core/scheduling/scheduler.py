@@ -14,6 +14,17 @@ scheduler.go Solve``/``add``, ``queue.go``, ``preferences.go``):
 
 The result is deterministic for a given input regardless of the order of pods, NodePools,
 instance types or nodes in it.
+
+Supported: requirement operators incl. Gt/Lt/Gte/Lte and minValues (Strict policy), node selector
+and ORed required node-affinity terms, preferred node affinity, taints/tolerations (startup and
+ephemeral taints ignored on uninitialized nodes), host ports, DaemonSet overhead, NodePool weight,
+limits (any resource and ``nodes``), topology spread (any key the NodePools or nodes define;
+maxSkew, minDomains, matchLabelKeys, nodeAffinity/nodeTaints policies), required and preferred pod
+affinity/anti-affinity (incl. anti-affinity of running pods), reasons with numbers.
+Not modelled: volume topology (PVC zones), reserved-capacity reservation accounting, DRA, the
+minValues BestEffort policy, and per-NodeClass catalogues (one catalogue for all NodePools).
+A podAffinity/podAntiAffinity term with a non-empty namespaceSelector makes the pod unschedulable
+with that reason instead of being ignored.
 """
 
 from __future__ import annotations
