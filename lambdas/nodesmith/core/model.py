@@ -8,11 +8,13 @@ since the Unix epoch (floats) and are always passed in, never read from a clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from nodesmith.core.resources import Resources
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from nodesmith.core.resources import Resources
 
 __all__ = [
     "CAPACITY_TYPE_ON_DEMAND",
@@ -123,27 +125,27 @@ class LabelSelector:
     match_expressions: tuple[LabelSelectorRequirement, ...] = ()
 
     def matches(self, labels: Mapping[str, str]) -> bool:
-        """True when ``labels`` satisfy every label and expression (empty selector matches all)."""
-        for key, value in self.match_labels:
-            if labels.get(key) != value:
-                return False
-        for expr in self.match_expressions:
-            present = expr.key in labels
-            if expr.operator == "In":
-                if not present or labels[expr.key] not in expr.values:
-                    return False
-            elif expr.operator == "NotIn":
-                if present and labels[expr.key] in expr.values:
-                    return False
-            elif expr.operator == "Exists":
-                if not present:
-                    return False
-            elif expr.operator == "DoesNotExist":
-                if present:
-                    return False
-            else:
-                return False
-        return True
+        """True when ``labels`` satisfy every label and expression (empty selector matches all).
+
+        An unknown operator never matches (the API server would have rejected it).
+        """
+        if any(labels.get(key) != value for key, value in self.match_labels):
+            return False
+        return all(_expression_holds(expr, labels) for expr in self.match_expressions)
+
+
+def _expression_holds(expr: LabelSelectorRequirement, labels: Mapping[str, str]) -> bool:
+    """One label selector expression against ``labels`` (Kubernetes ``metav1.LabelSelector`` rules)."""
+    present = expr.key in labels
+    if expr.operator == "In":
+        return present and labels[expr.key] in expr.values
+    if expr.operator == "NotIn":
+        return not present or labels[expr.key] not in expr.values
+    if expr.operator == "Exists":
+        return present
+    if expr.operator == "DoesNotExist":
+        return not present
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +339,9 @@ class InstanceType:
         """``capacity - overhead``, floored at zero per resource."""
         return {k: max(0, v - self.overhead.get(k, 0)) for k, v in self.capacity.items()}
 
-    def cheapest_price(self, *, capacity_types: frozenset[str] | None = None, zones: frozenset[str] | None = None) -> float | None:
+    def cheapest_price(
+        self, *, capacity_types: frozenset[str] | None = None, zones: frozenset[str] | None = None
+    ) -> float | None:
         """Cheapest available offering price (USD/hour) within the given capacity types and zones, or None."""
         best: float | None = None
         for o in self.offerings:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 __all__ = [
     "CPU",
@@ -99,7 +102,7 @@ def parse_quantity(value: str | int | float, *, resource: str = "") -> int:
         raise QuantityError(f"{resource or 'quantity'}: {value!r} is negative")
     if resource == CPU:
         amount *= 1000
-    return int(math.ceil(amount))
+    return math.ceil(amount)
 
 
 def parse_resource_list(values: Mapping[str, str | int | float] | None) -> Resources:
@@ -166,10 +169,7 @@ def fits(requests: Mapping[str, int], available: Mapping[str, int]) -> bool:
     A resource absent from ``available`` counts as 0, so a pod asking for ``nvidia.com/gpu`` does
     not fit a node without GPUs; zero requests always fit.
     """
-    for name, amount in requests.items():
-        if amount > 0 and amount > available.get(name, 0):
-            return False
-    return True
+    return all(not (amount > 0 and amount > available.get(name, 0)) for name, amount in requests.items())
 
 
 def exceeded(requests: Mapping[str, int], available: Mapping[str, int]) -> list[str]:

@@ -8,10 +8,12 @@ stack can never drift from what the handlers read. Nothing is read at import tim
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "ENV",
