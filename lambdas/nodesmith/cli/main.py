@@ -55,6 +55,29 @@ def demo(
     raise typer.Exit(run_demo(report=report, quiet=quiet))
 
 
+@app.command()
+def convert(
+    files: Annotated[
+        list[Path],
+        typer.Option("-f", "--filename", help="Legacy manifest file or directory (multi-document YAML); repeatable."),
+    ],
+    output_dir: Annotated[
+        Path | None,
+        typer.Option("--output-dir", help="Write one converted file per input file here instead of to stdout."),
+    ] = None,
+    default_instance_profile: Annotated[
+        str | None,
+        typer.Option(help="instanceProfile for AWSNodeTemplates that relied on v0.31's aws.defaultInstanceProfile."),
+    ] = None,
+) -> None:
+    """Convert Karpenter v1alpha5/v1beta1 manifests to v1 (YAML on stdout, notes on stderr)."""
+    from nodesmith.cli.convert import run_convert
+
+    raise typer.Exit(
+        run_convert(files=files, output_dir=output_dir, default_instance_profile=default_instance_profile)
+    )
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
