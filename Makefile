@@ -18,7 +18,7 @@ help:  ## List the targets
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.lock
-	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 
 install: $(STAMP)  ## Create .venv and install the pinned dependencies
