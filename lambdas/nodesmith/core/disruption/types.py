@@ -1,0 +1,140 @@
+"""Value types shared by the disruption methods: inputs per node, decisions, rejections, settings.
+
+Prices are USD per hour; times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, Literal
+
+if TYPE_CHECKING:
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import Node, Pod
+    from nodesmith.core.scheduling.types import NodeClaimPlan
+
+__all__ = [
+    "METHODS",
+    "METHOD_DRIFT",
+    "METHOD_EMPTINESS",
+    "METHOD_EXPIRATION",
+    "METHOD_MULTI_NODE",
+    "METHOD_SINGLE_NODE",
+    "ClusterNode",
+    "Decision",
+    "DisruptionSettings",
+    "Method",
+    "Rejection",
+]
+
+Method = Literal["emptiness", "drift", "expiration", "multi-node-consolidation", "single-node-consolidation"]
+METHOD_EMPTINESS: Final = "emptiness"
+METHOD_DRIFT: Final = "drift"
+METHOD_EXPIRATION: Final = "expiration"
+METHOD_MULTI_NODE: Final = "multi-node-consolidation"
+METHOD_SINGLE_NODE: Final = "single-node-consolidation"
+METHODS: Final = (METHOD_EMPTINESS, METHOD_DRIFT, METHOD_MULTI_NODE, METHOD_SINGLE_NODE)
+"""The budgeted (graceful) methods in Karpenter v1.5+ order (``controller.go NewMethods``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """One Node of the cluster snapshot with everything disruption needs to know about it.
+
+    ``pods`` are the pods bound to the node (DaemonSet and mirror pods included; terminal pods
+    are ignored). ``nodeclaim`` is its Karpenter NodeClaim when known (matched by
+    ``status.nodeName`` or ``status.providerID``). ``last_pod_event_time`` is when a pod was last
+    bound to or removed from the node (Karpenter's ``status.lastPodEventTime``); None falls back
+    to the NodeClaim's ``lastPodEventTime``, then its ``Initialized`` transition, then the node's
+    creation. ``image_id`` (AMI), ``subnet_id`` and ``security_group_ids`` describe the EC2
+    instance behind the node for drift; None means unknown (that drift check is skipped).
+    """
+
+    node: Node
+    pods: tuple[Pod, ...] = ()
+    nodeclaim: NodeClaim | None = None
+    last_pod_event_time: float | None = None
+    image_id: str | None = None
+    subnet_id: str | None = None
+    security_group_ids: frozenset[str] | None = None
+
+    @property
+    def name(self) -> str:
+        """The node name."""
+        return self.node.name
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a node was not disrupted: ``method`` is the method that looked at it, or None when the
+    candidate filter excluded it from every voluntary method."""
+
+    node: str
+    reason: str
+    method: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One disruption command, explained.
+
+    ``method`` is emptiness, drift, expiration, multi-node-consolidation or
+    single-node-consolidation; ``cause`` the machine-readable why (``Empty``, ``Underutilized``,
+    ``Expired`` or a drift reason such as ``AMIDrift``); ``nodes`` the nodes to disrupt;
+    ``replacements`` the NodeClaims to launch (and see Ready) before draining them — at most one
+    for consolidation, possibly several for drift, none for emptiness/expiration/deletes.
+    ``cost_before`` is the nodes' price and ``cost_after`` the replacements' (USD/hour; for
+    expiration both are the node's price, the pods being re-provisioned like for like).
+    ``pods`` are the pods that will be evicted (``namespace/name``); ``placements`` pairs each
+    with where the simulation put it (a node name, or ``new:<i>`` for ``replacements[i]``).
+    ``rejected`` lists the
+    candidates the method looked at and turned down, with why.
+    """
+
+    method: Method
+    nodes: tuple[str, ...]
+    cause: str
+    reason: str
+    nodepools: tuple[str, ...] = ()
+    replacements: tuple[NodeClaimPlan, ...] = ()
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+    pods: tuple[str, ...] = ()
+    placements: tuple[tuple[str, str], ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+
+    @property
+    def replacement(self) -> NodeClaimPlan | None:
+        """The replacement NodeClaim when there is exactly one, else None."""
+        return self.replacements[0] if len(self.replacements) == 1 else None
+
+    @property
+    def savings_per_hour(self) -> float:
+        """``cost_before - cost_after`` in USD/hour (negative when a drift replacement costs more)."""
+        return self.cost_before - self.cost_after
+
+    @property
+    def is_delete(self) -> bool:
+        """True when no replacement is launched."""
+        return not self.replacements
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionSettings:
+    """Knobs that make Nodesmith more conservative than (or as eager as) Karpenter.
+
+    ``min_savings_per_hour`` (USD/hour, default 0): consolidation (multi- and single-node) acts
+    only when it saves at least this much; with the default any strictly cheaper result acts,
+    as in Karpenter. ``spot_to_spot`` enables spot-to-spot consolidation (Karpenter's
+    ``SpotToSpotConsolidation`` gate, off by default there; on here, still requiring
+    :attr:`spot_to_spot_min_types` cheaper spot types for single-node moves).
+    ``max_multi_node_candidates`` caps multi-node batches (Karpenter: 100).
+    ``instance_type_not_found_min_age`` (seconds): ``InstanceTypeNotFound`` drift is only checked on
+    NodeClaims older than this (Karpenter: 1 h).
+    """
+
+    min_savings_per_hour: float = 0.0
+    spot_to_spot: bool = True
+    spot_to_spot_min_types: int = 15
+    max_multi_node_candidates: int = 100
+    instance_type_not_found_min_age: float = 3600.0
