@@ -1,0 +1,105 @@
+"""Expiration: NodeClaims older than ``expireAfter`` are deleted — forcefully, not budgeted.
+
+In Karpenter v1 expiration is not a disruption method: ``[core]:pkg/controllers/nodeclaim/
+expiration/controller.go`` deletes the NodeClaim once ``creationTimestamp + expireAfter`` has
+passed, without consulting budgets, do-not-disrupt or PodDisruptionBudgets at decision time and
+without pre-spinning a replacement (the drain still honours them until ``terminationGracePeriod``,
+and the evicted pods are provisioned for as usual). ``expireAfter`` is the NodeClaim's
+``spec.expireAfter`` (copied from the NodePool template at launch), or the NodePool's when the
+NodeClaim is unknown; ``Never`` disables it. A node whose age is unknown never expires here.
+
+Times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from nodesmith.core.disruption.candidates import expire_after_of, node_facts
+from nodesmith.core.disruption.types import METHOD_EXPIRATION, Decision
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Sequence
+
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.types import ClusterNode
+    from nodesmith.core.model import InstanceType
+
+__all__ = ["Expiry", "expiration_decisions", "expired_nodes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """A node past its ``expireAfter``: created at ``created``, expired at ``expired_at`` (epoch s)."""
+
+    node: str
+    nodepool: str
+    created: float
+    expire_after: float
+    expired_at: float
+    price: float
+
+
+def expired_nodes(
+    *,
+    nodes: Sequence[ClusterNode],
+    nodepools: Sequence[NodePool],
+    instance_types: Sequence[InstanceType] = (),
+    now: float,
+    deleting: Collection[str] = (),
+) -> list[Expiry]:
+    """Managed nodes (NodePool label naming an existing NodePool) whose ``created + expireAfter <= now``,
+    not already deleting, sorted by expiry time then name."""
+    pools = {p.name: p for p in nodepools}
+    catalogue = {it.name: it for it in instance_types}
+    out: list[Expiry] = []
+    for cn in nodes:
+        facts = node_facts(cn, catalogue=catalogue, deleting=deleting)
+        if facts.nodepool is None or facts.deleting or facts.created is None:
+            continue
+        pool = pools.get(facts.nodepool)
+        if pool is None and cn.nodeclaim is None:
+            continue
+        ttl = expire_after_of(cn, pool)
+        if ttl is None:
+            continue
+        at = facts.created + ttl
+        if at <= now:
+            out.append(
+                Expiry(
+                    node=facts.name,
+                    nodepool=facts.nodepool,
+                    created=facts.created,
+                    expire_after=ttl,
+                    expired_at=at,
+                    price=facts.price,
+                )
+            )
+    out.sort(key=lambda e: (e.expired_at, e.node))
+    return out
+
+
+def expiration_decisions(
+    expiries: Sequence[Expiry], *, pods_by_node: dict[str, tuple[str, ...]] | None = None
+) -> list[Decision]:
+    """One ``expiration`` :class:`Decision` per expired node (no replacement; cost unchanged)."""
+    out: list[Decision] = []
+    for e in expiries:
+        hours = e.expire_after / 3600
+        out.append(
+            Decision(
+                method=METHOD_EXPIRATION,
+                nodes=(e.node,),
+                cause="Expired",
+                reason=(
+                    f"node {e.node} reached expireAfter ({hours:g}h since creation); deleted without budgets, "
+                    "its pods are provisioned for again"
+                ),
+                nodepools=(e.nodepool,),
+                cost_before=e.price,
+                cost_after=e.price,
+                pods=(pods_by_node or {}).get(e.node, ()),
+            )
+        )
+    return out
