@@ -1,0 +1,442 @@
+"""Drift: a node no longer matches what its NodePool and EC2NodeClass would launch today.
+
+Reasons, checked in Karpenter's order (first match wins):
+
+1. ``NodePoolDrifted`` — the NodePool's static hash (:func:`nodepool_hash`) differs from the
+   NodeClaim's ``karpenter.sh/nodepool-hash`` annotation, compared only when the NodeClaim's
+   ``karpenter.sh/nodepool-hash-version`` is :data:`NODEPOOL_HASH_VERSION` (hashes of another
+   version — e.g. Karpenter's own ``v3`` hashstructure values — are not comparable, exactly as
+   Karpenter skips mismatched versions). ``[core]:pkg/controllers/nodeclaim/disruption/drift.go
+   areStaticFieldsDrifted``.
+2. ``RequirementsDrifted`` — the node's labels no longer satisfy the NodePool requirements
+   (semantic: adding values never drifts). ``areRequirementsDrifted``. The labels are the
+   NodeClaim's and Node's plus its instance type's well-known labels; without a NodeClaim (a
+   snapshot) a requirement on a key the node does not carry at all is not taken as drift.
+3. ``InstanceTypeNotFound`` — on NodeClaims older than 1 h: the type is not in the catalogue, or
+   has no offering in the node's zone and capacity type (availability ignored; reserved nodes also
+   match on-demand offerings). ``instanceTypeNotFound``.
+4. ``NodeClassDrift`` — the EC2NodeClass hash (:func:`ec2nodeclass_hash`) differs from the
+   NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` (same version rule).
+   ``[aws]:pkg/cloudprovider/drift.go areStaticFieldsDrifted``.
+5. ``AMIDrift`` — the instance's image is not the AMI the node class resolves *for this instance
+   type* today (the first resolved AMI whose requirements the type satisfies; ``isAMIDrifted`` /
+   ``amifamily.MapToInstanceTypes``).
+6. ``SecurityGroupDrift`` — the instance's security groups are not exactly the resolved set.
+7. ``SubnetDrift`` — the instance's subnet is not among the resolved subnets.
+
+A check whose inputs are unknown (no hash annotation, no image id, nothing resolved) is skipped:
+unknown is never drift. Capacity reservation and placement group drift are not modelled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from nodesmith.core.disruption.candidates import node_facts
+from nodesmith.core.disruption.simulation import simulate
+from nodesmith.core.disruption.types import METHOD_DRIFT, Decision, Rejection
+from nodesmith.core.requirements import (
+    LABEL_CAPACITY_TYPE,
+    LABEL_ZONE,
+    RequirementError,
+    Requirements,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.candidates import Candidate
+    from nodesmith.core.disruption.simulation import SimulationContext
+    from nodesmith.core.disruption.types import ClusterNode
+    from nodesmith.core.model import InstanceType, NodeSelectorRequirement
+
+__all__ = [
+    "AMI_DRIFT",
+    "DRIFT_REASONS",
+    "INSTANCE_TYPE_NOT_FOUND",
+    "NODECLASS_DRIFT",
+    "NODECLASS_HASH_ANNOTATION",
+    "NODECLASS_HASH_VERSION",
+    "NODECLASS_HASH_VERSION_ANNOTATION",
+    "NODEPOOL_DRIFTED",
+    "NODEPOOL_HASH_ANNOTATION",
+    "NODEPOOL_HASH_VERSION",
+    "NODEPOOL_HASH_VERSION_ANNOTATION",
+    "REQUIREMENTS_DRIFTED",
+    "SECURITY_GROUP_DRIFT",
+    "SUBNET_DRIFT",
+    "Drift",
+    "NodeClassResolution",
+    "ResolvedAMI",
+    "drift_command",
+    "drift_of",
+    "ec2nodeclass_hash",
+    "nodepool_hash",
+    "resolution_from_nodeclass",
+]
+
+NODEPOOL_DRIFTED: Final = "NodePoolDrifted"
+REQUIREMENTS_DRIFTED: Final = "RequirementsDrifted"
+INSTANCE_TYPE_NOT_FOUND: Final = "InstanceTypeNotFound"
+NODECLASS_DRIFT: Final = "NodeClassDrift"
+AMI_DRIFT: Final = "AMIDrift"
+SECURITY_GROUP_DRIFT: Final = "SecurityGroupDrift"
+SUBNET_DRIFT: Final = "SubnetDrift"
+DRIFT_REASONS: Final = (
+    NODEPOOL_DRIFTED,
+    REQUIREMENTS_DRIFTED,
+    INSTANCE_TYPE_NOT_FOUND,
+    NODECLASS_DRIFT,
+    AMI_DRIFT,
+    SECURITY_GROUP_DRIFT,
+    SUBNET_DRIFT,
+)
+
+NODEPOOL_HASH_ANNOTATION: Final = "karpenter.sh/nodepool-hash"
+NODEPOOL_HASH_VERSION_ANNOTATION: Final = "karpenter.sh/nodepool-hash-version"
+NODEPOOL_HASH_VERSION: Final = "nodesmith-v1"
+"""Version stamped next to :func:`nodepool_hash` values; distinct from Karpenter's ``v3`` so a
+cluster migrated from Karpenter is not seen as entirely drifted."""
+NODECLASS_HASH_ANNOTATION: Final = "karpenter.k8s.aws/ec2nodeclass-hash"
+NODECLASS_HASH_VERSION_ANNOTATION: Final = "karpenter.k8s.aws/ec2nodeclass-hash-version"
+NODECLASS_HASH_VERSION: Final = "nodesmith-v1"
+
+_RESERVED = "reserved"
+_ON_DEMAND = "on-demand"
+
+
+def _digest(value: Any) -> str:
+    """Decimal of the first 8 bytes of sha256 over canonical JSON (sorted keys, no spaces)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return str(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big"))
+
+
+def _as_set(items: list[Any]) -> list[Any]:
+    """A list hashed as a set (hashstructure ``SlicesAsSets``): sorted by canonical JSON, deduplicated."""
+    seen = {json.dumps(i, sort_keys=True, separators=(",", ":")): i for i in items}
+    return [seen[k] for k in sorted(seen)]
+
+
+def nodepool_hash(nodepool: NodePool) -> str:
+    """Static-drift hash of ``spec.template`` without ``requirements`` (Karpenter ``NodePool.Hash``).
+
+    Covers template labels, annotations, taints, startup taints (both as sets), nodeClassRef,
+    expireAfter and terminationGracePeriod, with defaults applied (writing ``expireAfter: 720h``
+    explicitly hashes like leaving it out). ``weight``, ``limits`` and ``disruption`` never drift.
+    Returns a decimal string (sha256 of stable JSON, first 64 bits).
+    """
+    template = nodepool.spec.template.model_dump(by_alias=True, exclude_none=True, mode="json")
+    spec = template.get("spec", {})
+    spec.pop("requirements", None)
+    for key in ("taints", "startupTaints"):
+        if key in spec:
+            spec[key] = _as_set(spec[key])
+    return _digest(template)
+
+
+_NODECLASS_HASH_IGNORED = (
+    "subnetSelectorTerms",
+    "securityGroupSelectorTerms",
+    "capacityReservationSelectorTerms",
+    "amiSelectorTerms",
+    "ipPrefixCount",
+    "amiFamily",
+)
+
+
+def ec2nodeclass_hash(nodeclass: EC2NodeClass) -> str:
+    """Static-drift hash of an EC2NodeClass (Karpenter ``EC2NodeClass.Hash``, ``[aws]:pkg/apis/v1/ec2nodeclass.go``).
+
+    ``spec`` without the selector terms (subnets, security groups, AMIs, capacity reservations,
+    which drift dynamically), ``ipPrefixCount`` and the literal ``amiFamily``, plus the *resolved*
+    AMI family (so ``amiFamily: AL2023`` next to an ``al2023@latest`` alias does not drift). Lists
+    hash as sets. Changes to userData, tags, role/instanceProfile, kubelet, blockDeviceMappings,
+    metadataOptions, ... change the hash. Returns a decimal string.
+    """
+    spec = nodeclass.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    for key in _NODECLASS_HASH_IGNORED:
+        spec.pop(key, None)
+    for key, value in list(spec.items()):
+        if isinstance(value, list):
+            spec[key] = _as_set(value)
+    return _digest({"spec": spec, "amiFamily": nodeclass.ami_family})
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedAMI:
+    """An AMI the node class resolves to, with the requirements (arch, GPU, ...) it is meant for."""
+
+    id: str
+    requirements: tuple[NodeSelectorRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClassResolution:
+    """What an EC2NodeClass's selector terms resolve to now; None for anything unknown.
+
+    ``amis`` keep the node class's order (newest first, as ``status.amis``).
+    """
+
+    amis: tuple[ResolvedAMI, ...] | None = None
+    subnet_ids: frozenset[str] | None = None
+    security_group_ids: frozenset[str] | None = None
+
+
+def resolution_from_nodeclass(nodeclass: EC2NodeClass) -> NodeClassResolution:
+    """The resolution an EC2NodeClass states: its selector terms when they are all ``id`` terms
+    (nothing to look up), else its ``status`` (amis, subnets, securityGroups), else unknown."""
+    from nodesmith.core.model import NodeSelectorRequirement
+
+    spec, status = nodeclass.spec, nodeclass.status
+    amis: tuple[ResolvedAMI, ...] | None = None
+    if all(t.id for t in spec.ami_selector_terms):
+        amis = tuple(ResolvedAMI(id=t.id) for t in spec.ami_selector_terms if t.id)
+    elif status is not None and status.amis:
+        resolved: list[ResolvedAMI] = []
+        for ami in status.amis:
+            reqs = tuple(
+                NodeSelectorRequirement(
+                    key=str(r.get("key", "")),
+                    operator=str(r.get("operator", "")),
+                    values=tuple(str(v) for v in r.get("values") or ()),
+                )
+                for r in ami.requirements
+            )
+            resolved.append(ResolvedAMI(id=ami.id, requirements=reqs))
+        amis = tuple(resolved)
+    subnets: frozenset[str] | None = None
+    if all(t.id for t in spec.subnet_selector_terms):
+        subnets = frozenset(t.id for t in spec.subnet_selector_terms if t.id)
+    elif status is not None and status.subnets:
+        subnets = frozenset(s.id for s in status.subnets)
+    groups: frozenset[str] | None = None
+    if all(t.id for t in spec.security_group_selector_terms):
+        groups = frozenset(t.id for t in spec.security_group_selector_terms if t.id)
+    elif status is not None and status.security_groups:
+        groups = frozenset(g.id for g in status.security_groups)
+    return NodeClassResolution(amis=amis, subnet_ids=subnets, security_group_ids=groups)
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """Why a node drifted: ``reason`` is one of :data:`DRIFT_REASONS`, ``message`` says what differs."""
+
+    reason: str
+    message: str
+
+
+def _static_hash_drift(
+    annotations: Mapping[str, str], *, key: str, version_key: str, version: str, current: str
+) -> str | None:
+    stamped = annotations.get(key)
+    if stamped is None or annotations.get(version_key) != version:
+        return None
+    return None if stamped == current else stamped
+
+
+def _requirements_drift(labels: Mapping[str, str], nodepool: NodePool, *, strict: bool) -> str | None:
+    try:
+        pool_reqs = Requirements.from_node_selector_requirements(nodepool.requirements_core())
+    except RequirementError:
+        return None  # a NodePool we cannot read never drifts its nodes
+    node_reqs = Requirements.from_labels(labels)
+    allow = frozenset() if strict else frozenset(k for k in pool_reqs if not node_reqs.has(k))
+    return node_reqs.compatible(pool_reqs, allow_undefined=allow)
+
+
+def _type_not_found(
+    it: InstanceType | None, type_name: str | None, zone: str | None, capacity_type: str | None
+) -> str | None:
+    if type_name is None:
+        return "node has no instance-type label"
+    if it is None:
+        return f"instance type {type_name} is no longer offered"
+    wanted = {capacity_type, _ON_DEMAND} if capacity_type == _RESERVED else {capacity_type}
+    for offering in it.offerings:
+        if (zone is None or offering.zone == zone) and (capacity_type is None or offering.capacity_type in wanted):
+            return None
+    return f"instance type {type_name} has no {capacity_type or ''} offering in {zone or 'any zone'}".replace("  ", " ")
+
+
+def _ami_for(it: InstanceType | None, amis: tuple[ResolvedAMI, ...]) -> str | None:
+    """The first resolved AMI whose requirements the instance type satisfies (``MapToInstanceTypes``)."""
+    labels = Requirements.from_labels(it.labels) if it is not None else None
+    for ami in amis:
+        if not ami.requirements or labels is None:
+            return ami.id
+        try:
+            reqs = Requirements.from_node_selector_requirements(ami.requirements)
+        except RequirementError:
+            continue
+        if labels.compatible(reqs) is None:
+            return ami.id
+    return None
+
+
+def drift_of(
+    *,
+    node: ClusterNode,
+    nodepool: NodePool,
+    nodeclass: EC2NodeClass | None,
+    resolution: NodeClassResolution | None,
+    instance_types: Mapping[str, InstanceType],
+    now: float,
+    instance_type_min_age: float = 3600.0,
+) -> Drift | None:
+    """The first drift reason of ``node`` against ``nodepool`` and ``nodeclass``, or None.
+
+    ``resolution`` is what the node class resolves to now (from the cloud); None takes what
+    ``nodeclass`` itself states (:func:`resolution_from_nodeclass`). ``instance_types`` is the
+    catalogue by name; ``now`` epoch seconds; ``instance_type_min_age`` seconds before
+    ``InstanceTypeNotFound`` is considered.
+    """
+    nc = node.nodeclaim
+    facts = node_facts(node, catalogue=instance_types)
+    annotations: dict[str, str] = dict(node.node.annotations)
+    if nc is not None:
+        annotations.update(nc.metadata.annotations)
+    stamped = _static_hash_drift(
+        annotations,
+        key=NODEPOOL_HASH_ANNOTATION,
+        version_key=NODEPOOL_HASH_VERSION_ANNOTATION,
+        version=NODEPOOL_HASH_VERSION,
+        current=nodepool_hash(nodepool),
+    )
+    if stamped is not None:
+        return Drift(NODEPOOL_DRIFTED, f'NodePool "{nodepool.name}" template changed since the node was launched')
+    labels: dict[str, str] = dict(facts.instance_type.labels) if facts.instance_type is not None else {}
+    if nc is not None:
+        labels.update(nc.metadata.labels)
+    labels.update(node.node.labels)
+    conflict = _requirements_drift(labels, nodepool, strict=nc is not None)
+    if conflict is not None:
+        return Drift(
+            REQUIREMENTS_DRIFTED, f'node labels no longer satisfy NodePool "{nodepool.name}" requirements: {conflict}'
+        )
+    if facts.created is not None and now - facts.created > instance_type_min_age:
+        missing = _type_not_found(
+            facts.instance_type, facts.instance_type_name, labels.get(LABEL_ZONE), labels.get(LABEL_CAPACITY_TYPE)
+        )
+        if missing is not None:
+            return Drift(INSTANCE_TYPE_NOT_FOUND, missing)
+    if nodeclass is not None:
+        stamped = _static_hash_drift(
+            annotations,
+            key=NODECLASS_HASH_ANNOTATION,
+            version_key=NODECLASS_HASH_VERSION_ANNOTATION,
+            version=NODECLASS_HASH_VERSION,
+            current=ec2nodeclass_hash(nodeclass),
+        )
+        if stamped is not None:
+            return Drift(NODECLASS_DRIFT, f'EC2NodeClass "{nodeclass.name}" changed since the node was launched')
+    if resolution is None and nodeclass is not None:
+        resolution = resolution_from_nodeclass(nodeclass)
+    return _provider_drift(node, facts.instance_type, resolution, nodeclass)
+
+
+def _provider_drift(
+    node: ClusterNode, it: InstanceType | None, resolution: NodeClassResolution | None, nodeclass: EC2NodeClass | None
+) -> Drift | None:
+    if resolution is None:
+        return None
+    name = f'EC2NodeClass "{nodeclass.name}"' if nodeclass is not None else "the EC2NodeClass"
+    image = node.image_id or (node.nodeclaim.status.image_id if node.nodeclaim is not None else None)
+    if image and resolution.amis:
+        want = _ami_for(it, resolution.amis)
+        if want is not None and want != image:
+            return Drift(AMI_DRIFT, f"instance runs {image}, {name} now resolves {want} for this instance type")
+    if (
+        node.security_group_ids is not None
+        and resolution.security_group_ids
+        and node.security_group_ids != resolution.security_group_ids
+    ):
+        have = ", ".join(sorted(node.security_group_ids))
+        want_sgs = ", ".join(sorted(resolution.security_group_ids))
+        return Drift(SECURITY_GROUP_DRIFT, f"instance security groups [{have}] differ from {name}'s [{want_sgs}]")
+    if node.subnet_id and resolution.subnet_ids and node.subnet_id not in resolution.subnet_ids:
+        return Drift(SUBNET_DRIFT, f"instance subnet {node.subnet_id} is not among {name}'s subnets")
+    return None
+
+
+def _drift_order(item: tuple[Candidate, Drift]) -> tuple[bool, float, str]:
+    """Empty nodes first, then by when the drift was noticed (NodeClaim ``Drifted`` transition,
+    else the node's creation), then by name (``[core]:pkg/controllers/disruption/drift.go``)."""
+    c, _ = item
+    since = c.facts.created or 0.0
+    nc = c.cluster_node.nodeclaim
+    cond = nc.condition("Drifted") if nc is not None else None
+    if cond is not None and cond.status == "True":
+        since = _timestamp(cond.last_transition_time) or since
+    return (not c.is_empty, since, c.name)
+
+
+def _timestamp(value: str | None) -> float | None:
+    from nodesmith.core.objects import parse_timestamp
+
+    try:
+        return parse_timestamp(value)
+    except ValueError:
+        return None
+
+
+def drift_command(
+    ctx: SimulationContext, drifted: Sequence[tuple[Candidate, Drift]], *, budgets: Mapping[str, int]
+) -> tuple[Decision | None, list[Rejection]]:
+    """One drifted node replaced (or deleted when its pods fit elsewhere), Karpenter's ``Drift.ComputeCommands``.
+
+    The first drifted candidate (empty ones first, then oldest drift) within its NodePool's
+    ``Drifted`` budget whose pods all schedule — on other initialized nodes or on any number of
+    new NodeClaims built from the *current* NodePool and node class — is chosen. Candidates whose
+    pods block graceful disruption are only eligible when ``terminationGracePeriod`` bounds the
+    drain (Karpenter's eventual class).
+    """
+    rejected: list[Rejection] = []
+    for c, drift in sorted(drifted, key=_drift_order):
+        if c.pod_block is not None and not c.termination_grace_period:
+            rejected.append(Rejection(c.name, f"{drift.reason}, but {c.pod_block}", METHOD_DRIFT))
+            continue
+        if budgets.get(c.nodepool.name, 0) <= 0:
+            rejected.append(
+                Rejection(
+                    c.name, f'{drift.reason}, but NodePool "{c.nodepool.name}" Drifted budget exhausted', METHOD_DRIFT
+                )
+            )
+            continue
+        sim = simulate(ctx, [c], consolidation=False)
+        if not sim.all_scheduled:
+            rejected.append(Rejection(c.name, f"{drift.reason}, but {sim.explain_failures()}", METHOD_DRIFT))
+            continue
+        if sim.uninitialized is not None:
+            rejected.append(
+                Rejection(
+                    c.name,
+                    f"{drift.reason}, but its pods would land on uninitialized node {sim.uninitialized}",
+                    METHOD_DRIFT,
+                )
+            )
+            continue
+        claims = sim.new_nodeclaims
+        after = sum(nc.price_per_hour for nc in claims)
+        how = f"replace with {len(claims)} new NodeClaim(s)" if claims else "its pods fit on other nodes"
+        return (
+            Decision(
+                method=METHOD_DRIFT,
+                nodes=(c.name,),
+                cause=drift.reason,
+                reason=f"{c.name} drifted ({drift.reason}: {drift.message}); {how}",
+                nodepools=(c.nodepool.name,),
+                replacements=claims,
+                cost_before=c.price,
+                cost_after=after,
+                pods=tuple(sorted(sim.moved)),
+                placements=tuple(sorted(sim.placements.items())),
+                rejected=tuple(rejected),
+            ),
+            rejected,
+        )
+    return None, rejected
