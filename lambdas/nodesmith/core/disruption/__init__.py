@@ -1,0 +1,44 @@
+"""Voluntary disruption decisions (Karpenter v1 semantics), pure: expiration, drift, emptiness,
+multi- and single-node consolidation, disruption budgets, and why every other node stays.
+
+Entry points: :func:`decide` (one pass: expirations + at most one command, Karpenter's loop) and
+:func:`plan_disruptions` (every command the loop would start back to back on a snapshot). The
+inputs are :class:`ClusterNode` views (Node + pods + NodeClaim + EC2 facts), the NodePools,
+EC2NodeClasses, the priced instance catalogue, pending pods, PDBs and DaemonSets; the output is a
+:class:`DisruptionPlan` of :class:`Decision` objects. See each module for its Karpenter sources.
+"""
+
+from nodesmith.core.disruption.budgets import PoolBudget, budget_mapping
+from nodesmith.core.disruption.candidates import Candidate, select_candidates
+from nodesmith.core.disruption.decide import DisruptionPlan, decide, still_valid
+from nodesmith.core.disruption.drift import (
+    NodeClassResolution,
+    ResolvedAMI,
+    drift_of,
+    ec2nodeclass_hash,
+    nodepool_hash,
+    resolution_from_nodeclass,
+)
+from nodesmith.core.disruption.sequence import plan_disruptions
+from nodesmith.core.disruption.types import ClusterNode, Decision, DisruptionSettings, Rejection
+
+__all__ = [
+    "Candidate",
+    "ClusterNode",
+    "Decision",
+    "DisruptionPlan",
+    "DisruptionSettings",
+    "NodeClassResolution",
+    "PoolBudget",
+    "Rejection",
+    "ResolvedAMI",
+    "budget_mapping",
+    "decide",
+    "drift_of",
+    "ec2nodeclass_hash",
+    "nodepool_hash",
+    "plan_disruptions",
+    "resolution_from_nodeclass",
+    "select_candidates",
+    "still_valid",
+]

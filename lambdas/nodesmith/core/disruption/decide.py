@@ -1,0 +1,277 @@
+"""One pass of voluntary disruption: which nodes to disrupt now, by which method, and why not the others.
+
+:func:`decide` runs Karpenter v1.5+'s methods in order — Emptiness, Drift, MultiNodeConsolidation,
+SingleNodeConsolidation (``[core]:pkg/controllers/disruption/controller.go NewMethods``) — and
+returns the first command one of them produces (Karpenter executes at most one method per pass),
+together with Expiration, which is not a method in v1 and ignores budgets
+(``[core]:pkg/controllers/nodeclaim/expiration/controller.go``). Expired nodes count as deleting
+for the methods (they consume budget, their pods must find room, they are not candidates).
+
+Every budget is computed per NodePool and reason (``Empty``, ``Drifted``, ``Underutilized``) by
+:mod:`.budgets`; candidates come from :mod:`.candidates`; every node a method turned down is in
+``rejected`` with the reason. Pure and deterministic; times are epoch seconds, prices USD/hour.
+
+The caller (the reconcile service) should, as Karpenter does, wait ~15 s and call :func:`decide`
+again before acting, and act only when the same command comes back (:func:`still_valid`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.disruption.budgets import (
+    REASON_DRIFTED,
+    REASON_EMPTY,
+    REASON_UNDERUTILIZED,
+    BudgetNode,
+    PoolBudget,
+    budget_mapping,
+)
+from nodesmith.core.disruption.candidates import select_candidates
+from nodesmith.core.disruption.consolidation import (
+    consolidation_block,
+    multi_node_consolidation,
+    single_node_consolidation,
+)
+from nodesmith.core.disruption.drift import drift_command, drift_of
+from nodesmith.core.disruption.emptiness import emptiness_command
+from nodesmith.core.disruption.expiration import expiration_decisions, expired_nodes
+from nodesmith.core.disruption.simulation import build_context
+from nodesmith.core.disruption.types import DisruptionSettings, Rejection
+
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping, Sequence
+
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
+    from nodesmith.core.disruption.drift import Drift, NodeClassResolution
+    from nodesmith.core.disruption.types import ClusterNode, Decision
+    from nodesmith.core.model import DaemonSet, InstanceType, Pod, PodDisruptionBudget
+
+__all__ = ["METHOD_CONSOLIDATION", "DisruptionPlan", "decide", "still_valid"]
+
+METHOD_CONSOLIDATION = "consolidation"
+"""``Rejection.method`` for candidates consolidation (multi- and single-node) cannot consider."""
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionPlan:
+    """What to disrupt now.
+
+    ``expirations``: forceful, unbudgeted deletions of expired nodes. ``commands``: the graceful
+    commands in the order they would start (:func:`decide` returns at most one).
+    ``rejected``: every managed node that was looked at and not disrupted, with why (a node may
+    appear once per method that considered it). ``budgets``: reason -> NodePool -> budget, as
+    computed at the start of the (last) pass.
+    """
+
+    expirations: tuple[Decision, ...] = ()
+    commands: tuple[Decision, ...] = ()
+    rejected: tuple[Rejection, ...] = ()
+    budgets: Mapping[str, Mapping[str, PoolBudget]] = field(default_factory=dict)
+
+    @property
+    def command(self) -> Decision | None:
+        """The first graceful command, or None."""
+        return self.commands[0] if self.commands else None
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """Expirations then commands."""
+        return (*self.expirations, *self.commands)
+
+
+def _budgets(
+    selection: CandidateSelection, nodepools: Sequence[NodePool], now: float
+) -> dict[str, Mapping[str, PoolBudget]]:
+    nodes = [
+        BudgetNode(
+            nodepool=f.nodepool, counted=f.initialized and not f.terminating, disrupting=f.deleting or not f.ready
+        )
+        for f in selection.facts.values()
+        if f.nodepool is not None
+    ]
+    return {
+        reason: budget_mapping(nodepools=nodepools, nodes=nodes, now=now, reason=reason)
+        for reason in (REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED)
+    }
+
+
+def _allowed(budgets: Mapping[str, PoolBudget]) -> dict[str, int]:
+    return {name: b.allowed for name, b in budgets.items()}
+
+
+def _drifted(
+    candidates: Sequence[Candidate],
+    *,
+    nodeclasses: Mapping[str, EC2NodeClass],
+    resolutions: Mapping[str, NodeClassResolution],
+    catalogue: Mapping[str, InstanceType],
+    now: float,
+    settings: DisruptionSettings,
+) -> list[tuple[Candidate, Drift]]:
+    out: list[tuple[Candidate, Drift]] = []
+    for c in candidates:
+        nc = c.cluster_node.nodeclaim
+        ref = nc.spec.node_class_ref.name if nc is not None else c.nodepool.spec.template.spec.node_class_ref.name
+        nodeclass = nodeclasses.get(ref)
+        drift = drift_of(
+            node=c.cluster_node,
+            nodepool=c.nodepool,
+            nodeclass=nodeclass,
+            resolution=resolutions.get(ref),
+            instance_types=catalogue,
+            now=now,
+            instance_type_min_age=settings.instance_type_not_found_min_age,
+        )
+        if drift is not None:
+            out.append((c, drift))
+    return out
+
+
+def _recent(selection: CandidateSelection, nodepools: Sequence[NodePool], now: float) -> set[str]:
+    """Managed nodes still inside their NodePool's ``consolidateAfter`` quiet period."""
+    pools = {p.name: p for p in nodepools}
+    out: set[str] = set()
+    for f in selection.facts.values():
+        pool = pools.get(f.nodepool or "")
+        if pool is None or not f.initialized:
+            continue
+        try:
+            after = pool.spec.disruption.consolidate_after_seconds()
+        except ValueError:
+            continue
+        if after and now - f.last_pod_event < after:
+            out.add(f.name)
+    return out
+
+
+def decide(
+    *,
+    now: float,
+    nodes: Sequence[ClusterNode],
+    nodepools: Sequence[NodePool],
+    instance_types: Sequence[InstanceType],
+    nodeclasses: Sequence[EC2NodeClass] = (),
+    pending_pods: Sequence[Pod] = (),
+    pdbs: Sequence[PodDisruptionBudget] = (),
+    daemonsets: Sequence[DaemonSet] = (),
+    resolutions: Mapping[str, NodeClassResolution] | None = None,
+    deleting: Collection[str] = (),
+    settings: DisruptionSettings | None = None,
+    expire: bool = True,
+) -> DisruptionPlan:
+    """Decide one disruption pass over the cluster snapshot.
+
+    ``nodes``: every Node with its pods and NodeClaim (:class:`~.types.ClusterNode`).
+    ``nodepools``/``nodeclasses``: the Karpenter objects. ``instance_types``: the priced catalogue
+    (offerings in USD/hour). ``pending_pods``: pods not bound to a node. ``pdbs``: every
+    PodDisruptionBudget. ``daemonsets``: for DaemonSet overhead on new NodeClaims.
+    ``resolutions``: node class name -> what its selectors resolve to now (default: what each
+    EC2NodeClass states, :func:`~.drift.resolution_from_nodeclass`). ``deleting``: node names
+    already being disrupted by earlier commands. ``expire=False`` skips expiration.
+
+    Returns a :class:`DisruptionPlan` with the expirations and at most one command.
+    Raises nothing for odd nodes or pods: they are rejected with a reason.
+    """
+    cfg = settings or DisruptionSettings()
+    catalogue = {it.name: it for it in instance_types}
+    expiries = (
+        expired_nodes(nodes=nodes, nodepools=nodepools, instance_types=instance_types, now=now, deleting=deleting)
+        if expire
+        else []
+    )
+    pods_by_node = {
+        cn.name: tuple(sorted(p.key for p in cn.pods if not p.is_daemonset and not p.is_mirror)) for cn in nodes
+    }
+    expirations = tuple(expiration_decisions(expiries, pods_by_node=pods_by_node))
+    gone = set(deleting) | {e.node for e in expiries}
+    selection = select_candidates(
+        nodes=nodes,
+        nodepools=nodepools,
+        instance_types=instance_types,
+        pdbs=pdbs,
+        other_pods=pending_pods,
+        now=now,
+        deleting=gone,
+    )
+    budgets = _budgets(selection, nodepools, now)
+    rejected: list[Rejection] = [r for r in selection.rejected if r.node not in {e.node for e in expiries}]
+    ctx = build_context(
+        nodes=nodes,
+        facts=selection.facts,
+        nodepools=nodepools,
+        instance_types=instance_types,
+        daemonsets=daemonsets,
+        pending=pending_pods,
+        recent=_recent(selection, nodepools, now),
+    )
+    candidates = selection.candidates
+
+    def done(command: Decision | None) -> DisruptionPlan:
+        return DisruptionPlan(
+            expirations=expirations,
+            commands=(command,) if command is not None else (),
+            rejected=tuple(rejected),
+            budgets=budgets,
+        )
+
+    empty, why = emptiness_command(candidates, budgets=_allowed(budgets[REASON_EMPTY]), now=now)
+    rejected.extend(why)
+    if empty is not None:
+        return done(empty)
+
+    drifted = _drifted(
+        candidates,
+        nodeclasses={nc.name: nc for nc in nodeclasses},
+        resolutions=resolutions or {},
+        catalogue=catalogue,
+        now=now,
+        settings=cfg,
+    )
+    drift, why = drift_command(ctx, drifted, budgets=_allowed(budgets[REASON_DRIFTED]))
+    rejected.extend(why)
+    if drift is not None:
+        return done(drift)
+
+    eligible: list[Candidate] = []
+    for c in candidates:
+        if c.is_empty:
+            continue  # emptiness already said why it stays
+        block = consolidation_block(c, now=now)
+        if block is None:
+            eligible.append(c)
+        elif c.pod_block is None or block != c.pod_block:
+            rejected.append(Rejection(c.name, block, METHOD_CONSOLIDATION))
+    under = _allowed(budgets[REASON_UNDERUTILIZED])
+    multi, why = multi_node_consolidation(ctx, eligible, budgets=under, settings=cfg)
+    if multi is not None:
+        rejected.extend(why)
+        return done(multi)
+    single, why = single_node_consolidation(ctx, eligible, budgets=under, settings=cfg)
+    rejected.extend(why)
+    return done(single)
+
+
+def still_valid(previous: Decision, fresh: DisruptionPlan) -> bool:
+    """Karpenter's command validation (``validation.go``), against a plan computed ~15 s later.
+
+    The earlier command stays valid when the fresh pass produced a command of the same method
+    on the same nodes, with the same number of replacements, and every replacement instance type
+    the earlier command would launch is still among the fresh one's (a subset, so prices did not
+    move against it). Expirations are always valid.
+    """
+    if previous.method == "expiration":
+        return True
+    for cmd in fresh.commands:
+        if cmd.method != previous.method or set(cmd.nodes) != set(previous.nodes):
+            continue
+        if len(cmd.replacements) != len(previous.replacements):
+            return False
+        for old, new in zip(previous.replacements, cmd.replacements, strict=True):
+            if not {it.name for it in old.instance_types} <= {it.name for it in new.instance_types}:
+                return False
+        return True
+    return False
