@@ -1,0 +1,295 @@
+"""``nodesmith simulate --disrupt``: the voluntary disruption decisions Nodesmith would take on a snapshot.
+
+Reads the same manifests as ``nodesmith simulate`` (:func:`nodesmith.adapters.manifests.load_manifests`):
+Nodes (labels ``karpenter.sh/nodepool``, ``node.kubernetes.io/instance-type``,
+``topology.kubernetes.io/zone``, ``karpenter.sh/capacity-type``), Pods bound with ``spec.nodeName``
+(and pending ones), NodePools, EC2NodeClasses, PodDisruptionBudgets, DaemonSets and, optionally,
+NodeClaims (matched to Nodes by ``status.nodeName`` or ``status.providerID``). The instance
+catalogue and prices come from :mod:`nodesmith.cli.simulate` (embedded moto catalogue by default,
+``--price-table``/``$NODESMITH_PRICE_TABLE`` for on-demand prices).
+
+Snapshot conventions: a Node written without any ``Ready`` condition is taken as Ready (a
+hand-written snapshot rarely carries status); its allocatable defaults to its instance type's;
+DaemonSet pods that would run on a node are added as ``simulate`` does.
+
+Then :func:`nodesmith.core.disruption.plan_disruptions` replays the disruption loop and the
+result is printed. ``-o json`` prints exactly one JSON object on stdout::
+
+    {"decisions": [{"method": "emptiness" | "drift" | "expiration" | "multi-node-consolidation"
+                              | "single-node-consolidation",
+                    "nodes": [str, ...],
+                    "replacement": {"nodepool": str, "instance_types": [str, cheapest first],
+                                    "capacity_type": str | null, "zone": str | null,
+                                    "price_per_hour": float} | null,
+                    "savings_per_hour": float,
+                    "cause": str, "reason": str, "cost_before": float, "cost_after": float,
+                    "pods": ["namespace/name", ...],
+                    "replacements": [...]            # only when a drift needs several NodeClaims
+                   }, ...],
+     "rejected": [{"node": str, "method": str | null, "reason": str}, ...],
+     "cost_per_hour": {"before": float, "after": float}}
+
+Expirations come first, then the graceful commands in the order they would start. Prices are USD
+per hour rounded to 6 decimals. Exit codes: 0 success, 1 a step failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from nodesmith.core.errors import ManifestError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.adapters.manifests import ManifestBundle
+    from nodesmith.core.disruption import Decision, DisruptionPlan
+    from nodesmith.core.disruption.types import ClusterNode
+    from nodesmith.core.model import InstanceType
+    from nodesmith.core.scheduling.types import NodeClaimPlan
+
+__all__ = ["build_cluster_nodes", "plan_to_json", "run_simulate_disrupt"]
+
+OUTPUTS = ("json", "table")
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def run_simulate_disrupt(
+    *,
+    files: Sequence[Path],
+    price_table: Path | None = None,
+    region: str = "us-east-1",
+    output: str = "json",
+    now: float | None = None,
+    use_aws: bool = False,
+    min_savings_per_hour: float = 0.0,
+    instance_types: Sequence[InstanceType] | None = None,
+) -> int:
+    """Print the disruption decisions for the manifests in ``files``; returns the exit code (0, 1 or 2).
+
+    ``price_table``: JSON price table (``$NODESMITH_PRICE_TABLE`` when None). ``output``: ``json``
+    or ``table``. ``now``: epoch seconds the decisions are taken at (default: the current time).
+    ``use_aws``: read the catalogue from real AWS. ``min_savings_per_hour``: consolidation must save
+    at least this (USD/hour). ``instance_types`` skips the catalogue step (tests).
+    """
+    from nodesmith.cli import simulate
+
+    table = price_table if price_table is not None else simulate._env_price_table()
+    try:
+        _check_arguments(files=files, output=output, price_table=table)
+        with contextlib.redirect_stdout(sys.stderr):  # only the result may reach stdout
+            bundle = _load(files)
+            catalogue = instance_types
+            if catalogue is None:
+                catalogue = _catalogue(bundle, region=region, price_table=table, use_aws=use_aws)
+            at = time.time() if now is None else now
+            plan = _plan(bundle, catalogue, files=files, now=at, min_savings=min_savings_per_hour)
+    except simulate._BadInput as exc:
+        _err(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    except simulate._StepFailed as exc:
+        _err(f"error: {exc}")
+        return EXIT_FAILED
+    out = sys.stdout
+    if output == "json":
+        out.write(json.dumps(plan_to_json(plan)) + "\n")
+        out.flush()
+    else:
+        print_table(plan, file=out)
+    return EXIT_OK
+
+
+def _check_arguments(*, files: Sequence[Path], output: str, price_table: Path | None) -> None:
+    from nodesmith.cli.simulate import _BadInput
+
+    if output not in OUTPUTS:
+        raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    if not files:
+        raise _BadInput("no manifest file given (use -f FILE, repeatable)")
+    missing = [str(f) for f in files if not Path(f).exists()]
+    if missing:
+        raise _BadInput(f"manifest file not found: {', '.join(missing)}")
+    if price_table is not None and not Path(price_table).is_file():
+        raise _BadInput(f"price table not found: {price_table}")
+
+
+def _load(files: Sequence[Path]) -> ManifestBundle:
+    from nodesmith.adapters.manifests import load_manifests
+    from nodesmith.cli.simulate import _BadInput
+
+    try:
+        return load_manifests([Path(f) for f in files])
+    except ManifestError as exc:
+        raise _BadInput(str(exc)) from exc
+    except OSError as exc:
+        raise _BadInput(f"cannot read manifests: {exc}") from exc
+
+
+def _catalogue(
+    bundle: ManifestBundle, *, region: str, price_table: Path | None, use_aws: bool
+) -> Sequence[InstanceType]:
+    from nodesmith.cli import simulate
+
+    try:
+        return simulate.load_catalogue(
+            region=region, price_table=price_table, use_aws=use_aws, nodeclass=simulate._shared_nodeclass(bundle)
+        )
+    except simulate._BadInput:
+        raise
+    except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
+        raise simulate._StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+
+
+def _nodes_without_ready_condition(bundle: ManifestBundle, files: Sequence[Path]) -> set[str]:
+    """Names of Node documents that carry no ``Ready`` condition at all (taken as Ready)."""
+    import yaml
+
+    paths: list[Path] = []
+    for f in map(Path, files):
+        paths.extend(sorted(p for p in f.iterdir() if p.suffix in (".yaml", ".yml")) if f.is_dir() else [f])
+    names: set[str] = set()
+    for path in paths:
+        with contextlib.suppress(OSError, yaml.YAMLError):
+            for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+                items = doc.get("items", []) if isinstance(doc, dict) and doc.get("kind") == "List" else [doc]
+                for item in items:
+                    if not isinstance(item, dict) or item.get("kind") != "Node":
+                        continue
+                    conditions = ((item.get("status") or {}).get("conditions")) or []
+                    if not any(isinstance(c, dict) and c.get("type") == "Ready" for c in conditions):
+                        names.add(str((item.get("metadata") or {}).get("name", "")))
+    known = {n.name for n in bundle.nodes}
+    return names & known
+
+
+def build_cluster_nodes(
+    bundle: ManifestBundle, instance_types: Sequence[InstanceType], *, assume_ready: set[str] | None = None
+) -> tuple[list[ClusterNode], list[Any]]:
+    """ClusterNodes (Node + bound pods + DaemonSet pods + NodeClaim) and the pending pods of a bundle.
+
+    Bound pods and DaemonSet pods come from :func:`nodesmith.cli.simulate.build_scheduling_input`,
+    so ``simulate`` and ``simulate --disrupt`` see the same cluster. ``assume_ready`` names Nodes
+    without a Ready condition, which are taken as Ready.
+    """
+    from nodesmith.cli.simulate import build_scheduling_input
+    from nodesmith.core.disruption.candidates import match_nodeclaims
+    from nodesmith.core.disruption.types import ClusterNode
+
+    sin = build_scheduling_input(bundle, instance_types)
+    pods_by_node = {n.name: n.pods for n in sin.existing_nodes}
+    claims = match_nodeclaims(
+        (n.name for n in bundle.nodes), bundle.nodeclaims, {n.name: n.provider_id for n in bundle.nodes}
+    )
+    ready = assume_ready or set()
+    out: list[ClusterNode] = []
+    for node in bundle.nodes:
+        if node.name in ready and not node.ready:
+            node = replace(node, ready=True)  # noqa: PLW2901 - the snapshot convention, documented above
+        out.append(ClusterNode(node=node, pods=tuple(pods_by_node.get(node.name, ())), nodeclaim=claims.get(node.name)))
+    return out, list(sin.pods)
+
+
+def _plan(
+    bundle: ManifestBundle, catalogue: Sequence[InstanceType], *, files: Sequence[Path], now: float, min_savings: float
+) -> DisruptionPlan:
+    from nodesmith.core.disruption import DisruptionSettings, plan_disruptions
+
+    ready = _nodes_without_ready_condition(bundle, files)
+    nodes, pending = build_cluster_nodes(bundle, catalogue, assume_ready=ready)
+    return plan_disruptions(
+        now=now,
+        nodes=nodes,
+        nodepools=bundle.nodepools,
+        instance_types=catalogue,
+        nodeclasses=bundle.ec2nodeclasses,
+        pending_pods=pending,
+        pdbs=bundle.pdbs,
+        daemonsets=bundle.daemonsets,
+        settings=DisruptionSettings(min_savings_per_hour=min_savings),
+    )
+
+
+def _price(value: float) -> float:
+    return round(float(value), 6)
+
+
+def _replacement_json(plan: NodeClaimPlan) -> dict[str, Any]:
+    from nodesmith.cli.output import launch_capacity_type
+
+    return {
+        "nodepool": plan.nodepool,
+        "instance_types": [it.name for it in plan.instance_types],
+        "capacity_type": launch_capacity_type(plan),
+        "zone": plan.zone,
+        "price_per_hour": _price(plan.price_per_hour),
+    }
+
+
+def decision_to_json(decision: Decision) -> dict[str, Any]:
+    """One decision as printed (see the module docstring)."""
+    item: dict[str, Any] = {
+        "method": decision.method,
+        "nodes": list(decision.nodes),
+        "replacement": _replacement_json(decision.replacement) if decision.replacement is not None else None,
+        "savings_per_hour": _price(decision.savings_per_hour),
+        "cause": decision.cause,
+        "reason": decision.reason,
+        "cost_before": _price(decision.cost_before),
+        "cost_after": _price(decision.cost_after),
+        "pods": list(decision.pods),
+    }
+    if len(decision.replacements) > 1:
+        item["replacements"] = [_replacement_json(r) for r in decision.replacements]
+    return item
+
+
+def plan_to_json(plan: DisruptionPlan) -> dict[str, Any]:
+    """The JSON object ``-o json`` prints (shape in the module docstring)."""
+    decisions = [decision_to_json(d) for d in plan.decisions]
+    rejected = [
+        {"node": r.node, "method": r.method, "reason": r.reason}
+        for r in sorted(plan.rejected, key=lambda r: (r.node, r.method or "", r.reason))
+    ]
+    before = sum(d.cost_before for d in plan.decisions)
+    after = sum(d.cost_after for d in plan.decisions)
+    return {
+        "decisions": decisions,
+        "rejected": rejected,
+        "cost_per_hour": {"before": _price(before), "after": _price(after)},
+    }
+
+
+def print_table(plan: DisruptionPlan, *, file: TextIO) -> None:
+    """Human-readable rendering: one block per decision, then the rejected nodes grouped by node."""
+    if not plan.decisions:
+        print("No disruption: every node stays.", file=file)
+    for i, d in enumerate(plan.decisions, 1):
+        print(f"{i}. {d.method}: {', '.join(d.nodes)}  ({d.cause})", file=file)
+        print(f"   {d.reason}", file=file)
+        for r in d.replacements:
+            types = ", ".join(it.name for it in r.instance_types[:6]) + (" ..." if len(r.instance_types) > 6 else "")
+            print(f"   replacement: {r.nodepool} [{types}] ${r.price_per_hour:.4f}/h", file=file)
+        print(
+            f"   cost ${d.cost_before:.4f}/h -> ${d.cost_after:.4f}/h, saves ${d.savings_per_hour:.4f}/h; "
+            f"{len(d.pods)} pod(s) evicted",
+            file=file,
+        )
+    if plan.rejected:
+        print("Left alone:", file=file)
+        by_node: dict[str, list[str]] = defaultdict(list)
+        for rej in plan.rejected:
+            by_node[rej.node].append(f"[{rej.method or 'all methods'}] {rej.reason}")
+        for node in sorted(by_node):
+            for line in by_node[node]:
+                print(f"  {node}: {line}", file=file)

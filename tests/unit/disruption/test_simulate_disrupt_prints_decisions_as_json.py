@@ -1,0 +1,158 @@
+"""``nodesmith simulate --disrupt`` (``run_simulate_disrupt``): a cluster snapshot in, exactly one
+JSON object of decisions out; bad input exits 2."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import TYPE_CHECKING
+
+import pytest
+from disruption_factories import NOW, catalogue
+
+from nodesmith.cli.disrupt import run_simulate_disrupt
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+SNAPSHOT = """\
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template:
+    spec:
+      requirements:
+        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  disruption:
+    consolidateAfter: 30s
+    budgets: [{nodes: "100%"}]
+---
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: default}
+spec:
+  role: KarpenterNodeRole
+  amiFamily: AL2023
+  amiSelectorTerms: [{id: ami-0new0000000000001}]
+  subnetSelectorTerms: [{id: subnet-0aaa}]
+  securityGroupSelectorTerms: [{id: sg-0aaa}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: empty
+  labels: {karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.xlarge,
+           topology.kubernetes.io/zone: us-east-1a, karpenter.sh/capacity-type: on-demand}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: idle
+  labels: {karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.2xlarge,
+           topology.kubernetes.io/zone: us-east-1a, karpenter.sh/capacity-type: on-demand}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: guarded
+  labels: {karpenter.sh/nodepool: default, node.kubernetes.io/instance-type: m5.2xlarge,
+           topology.kubernetes.io/zone: us-east-1b, karpenter.sh/capacity-type: on-demand}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web, namespace: shop, labels: {app: web}}
+spec:
+  nodeName: idle
+  containers: [{name: app, image: nginx, resources: {requests: {cpu: 500m, memory: 1Gi}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db, namespace: shop, labels: {app: db}}
+spec:
+  nodeName: guarded
+  containers: [{name: app, image: postgres, resources: {requests: {cpu: 500m, memory: 1Gi}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: db, namespace: shop}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: db}}
+"""
+
+
+@pytest.fixture
+def snapshot(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent(SNAPSHOT))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *files: Path, output: str = "json") -> tuple[int, str, str]:
+    code = run_simulate_disrupt(files=list(files), output=output, now=NOW, instance_types=catalogue())
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_snapshot_yields_emptiness_then_consolidation_and_explains_the_guarded_node(
+    snapshot: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, snapshot)
+    assert code == 0
+    body = json.loads(out)  # exactly one JSON object on stdout
+    assert out.count("\n") == 1
+    decisions = body["decisions"]
+    assert [(d["method"], d["nodes"]) for d in decisions] == [
+        ("emptiness", ["empty"]),
+        ("single-node-consolidation", ["idle"]),
+    ]
+    assert decisions[0]["replacement"] is None and decisions[0]["savings_per_hour"] == pytest.approx(0.192)
+    assert decisions[1]["replacement"] is None, "web fits on the guarded node, which stays"
+    assert decisions[1]["savings_per_hour"] == pytest.approx(0.384)
+    assert decisions[1]["pods"] == ["shop/web"]
+    guarded = [r for r in body["rejected"] if r["node"] == "guarded"]
+    assert guarded and "PodDisruptionBudget shop/db allows 0 disruptions" in guarded[0]["reason"]
+
+
+def test_table_output_names_methods_and_savings(snapshot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, snapshot, output="table")
+    assert code == 0
+    assert "1. emptiness: empty" in out and "2. single-node-consolidation: idle" in out
+    assert "guarded: [all methods] PodDisruptionBudget shop/db allows 0 disruptions" in out
+
+
+def test_invalid_manifest_exits_2_and_prints_nothing_on_stdout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec: {template: {spec: {}}}\n")
+    code, out, err = run(capsys, bad)
+    assert code == 2 and out == ""
+    assert "bad.yaml" in err
+
+
+def test_unknown_output_and_missing_file_exit_2(
+    snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(capsys, snapshot, output="yaml")[0] == 2
+    assert run(capsys, tmp_path / "nope.yaml")[0] == 2
+
+
+def test_replacement_is_described_with_pool_types_capacity_type_zone_and_price(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = textwrap.dedent(SNAPSHOT).split("---\n")
+    only_idle = tmp_path / "idle.yaml"
+    only_idle.write_text("---\n".join(docs[i] for i in (0, 1, 3, 5)))  # pool, class, idle node, its pod
+    code, out, _ = run(capsys, only_idle)
+    assert code == 0
+    [decision] = json.loads(out)["decisions"]
+    assert decision["method"] == "single-node-consolidation" and decision["nodes"] == ["idle"]
+    replacement = decision["replacement"]
+    assert set(replacement) == {"nodepool", "instance_types", "capacity_type", "zone", "price_per_hour"}
+    assert replacement["nodepool"] == "default" and replacement["capacity_type"] == "on-demand"
+    assert replacement["instance_types"][0] == "t3.medium" and "m5.2xlarge" not in replacement["instance_types"]
+    assert replacement["price_per_hour"] == pytest.approx(0.0416)
+    assert decision["savings_per_hour"] == pytest.approx(0.384 - 0.0416)
