@@ -71,7 +71,7 @@ def run_simulate_disrupt(
     price_table: Path | None = None,
     region: str = "us-east-1",
     output: str = "json",
-    now: float | None = None,
+    now: float | str | None = None,
     use_aws: bool = False,
     min_savings_per_hour: float = 0.0,
     instance_types: Sequence[InstanceType] | None = None,
@@ -79,7 +79,9 @@ def run_simulate_disrupt(
     """Print the disruption decisions for the manifests in ``files``; returns the exit code (0, 1 or 2).
 
     ``price_table``: JSON price table (``$NODESMITH_PRICE_TABLE`` when None). ``output``: ``json``
-    or ``table``. ``now``: epoch seconds the decisions are taken at (default: the current time).
+    or ``table``. ``now``: when the decisions are taken, epoch seconds or RFC 3339
+    (``2025-10-09T08:00:00Z``); default the current time — pass the snapshot's time to replay an
+    old snapshot, or expireAfter will judge its nodes by today's clock.
     ``use_aws``: read the catalogue from real AWS. ``min_savings_per_hour``: consolidation must save
     at least this (USD/hour). ``instance_types`` skips the catalogue step (tests).
     """
@@ -93,7 +95,7 @@ def run_simulate_disrupt(
             catalogue = instance_types
             if catalogue is None:
                 catalogue = _catalogue(bundle, region=region, price_table=table, use_aws=use_aws)
-            at = time.time() if now is None else now
+            at = _when(now)
             plan = _plan(bundle, catalogue, files=files, now=at, min_savings=min_savings_per_hour)
     except simulate._BadInput as exc:
         _err(f"error: {exc}")
@@ -108,6 +110,26 @@ def run_simulate_disrupt(
     else:
         print_table(plan, file=out)
     return EXIT_OK
+
+
+def _when(now: float | str | None) -> float:
+    """``now`` as epoch seconds (``_BadInput`` for a string that is neither a number nor RFC 3339)."""
+    from nodesmith.cli.simulate import _BadInput
+    from nodesmith.core.objects import parse_timestamp
+
+    if now is None:
+        return time.time()
+    if isinstance(now, int | float):
+        return float(now)
+    with contextlib.suppress(ValueError):
+        return float(now)
+    try:
+        parsed = parse_timestamp(now.strip(), field="--now")
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise _BadInput(f"--now {now!r} is neither epoch seconds nor an RFC 3339 time")
+    return parsed
 
 
 def _check_arguments(*, files: Sequence[Path], output: str, price_table: Path | None) -> None:

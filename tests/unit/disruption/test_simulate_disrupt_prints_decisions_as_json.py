@@ -156,3 +156,21 @@ def test_replacement_is_described_with_pool_types_capacity_type_zone_and_price(
     assert replacement["instance_types"][0] == "t3.medium" and "m5.2xlarge" not in replacement["instance_types"]
     assert replacement["price_per_hour"] == pytest.approx(0.0416)
     assert decision["savings_per_hour"] == pytest.approx(0.384 - 0.0416)
+
+
+def test_now_may_be_given_as_rfc3339_to_replay_an_old_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = textwrap.dedent(SNAPSHOT).split("---\n")
+    aged = docs[3].replace("  name: idle\n", "  name: idle\n  creationTimestamp: '2025-01-01T00:00:00Z'\n")
+    path = tmp_path / "old.yaml"
+    path.write_text("---\n".join([docs[0], docs[1], aged, docs[5]]))
+    at_capture = run_simulate_disrupt(
+        files=[path], output="json", now="2025-01-20T00:00:00Z", instance_types=catalogue()
+    )
+    body = json.loads(capsys.readouterr().out)
+    assert at_capture == 0 and all(d["method"] != "expiration" for d in body["decisions"])
+    today = run_simulate_disrupt(files=[path], output="json", now="2025-03-01T00:00:00Z", instance_types=catalogue())
+    body = json.loads(capsys.readouterr().out)
+    assert today == 0 and body["decisions"][0]["method"] == "expiration", "720h after creation"
+    assert run_simulate_disrupt(files=[path], output="json", now="yesterday", instance_types=catalogue()) == 2
