@@ -37,8 +37,36 @@ def simulate(
     use_aws: Annotated[
         bool, typer.Option("--aws", help="Read the catalogue from real AWS, not the embedded one.")
     ] = False,
+    disrupt: Annotated[
+        bool, typer.Option("--disrupt", help="Print the voluntary disruption decisions for the snapshot instead.")
+    ] = False,
+    now: Annotated[
+        str | None,
+        typer.Option(help="With --disrupt: the time to judge the snapshot at (RFC 3339 or epoch seconds)."),
+    ] = None,
+    min_savings: Annotated[
+        float, typer.Option(help="With --disrupt: smallest consolidation saving worth a disruption (USD/hour).")
+    ] = 0.0,
 ) -> None:
-    """Print what Nodesmith would launch for the given manifests, launching nothing."""
+    """Print what Nodesmith would launch for the given manifests, launching nothing.
+
+    With ``--disrupt``, print the disruption decisions (expiration, emptiness, drift, consolidation)
+    Nodesmith would take on the cluster snapshot the manifests describe.
+    """
+    if disrupt:
+        from nodesmith.cli.disrupt import run_simulate_disrupt
+
+        raise typer.Exit(
+            run_simulate_disrupt(
+                files=files,
+                region=region,
+                price_table=price_table,
+                output=output,
+                use_aws=use_aws,
+                now=now,
+                min_savings_per_hour=min_savings,
+            )
+        )
     from nodesmith.cli.simulate import run_simulate
 
     raise typer.Exit(run_simulate(files=files, region=region, price_table=price_table, output=output, use_aws=use_aws))
