@@ -43,7 +43,11 @@ def test_pending_pods_get_one_nodeclaim_launched_with_karpenter_metadata(world: 
     assert claim.name.startswith("default-") and len(claim.name) == len("default-") + 5
     assert claim.metadata.labels["karpenter.sh/nodepool"] == "default"
     assert claim.metadata.labels["team"] == "platform"
-    assert "karpenter.sh/nodepool-hash" in claim.metadata.annotations
+    assert claim.metadata.annotations["karpenter.sh/nodepool-hash-version"] == "nodesmith-v1"
+    # both drift hashes are stamped, or NodePoolDrifted / NodeClassDrift could never fire
+    assert claim.metadata.annotations["karpenter.sh/nodepool-hash"].isdigit()
+    assert claim.metadata.annotations["karpenter.k8s.aws/ec2nodeclass-hash"].isdigit()
+    assert claim.metadata.annotations["karpenter.k8s.aws/ec2nodeclass-hash-version"] == "nodesmith-v1"
     assert claim.metadata.owner_references[0].name == "default"
     types = next(r.values for r in claim.spec.requirements if r.key == "node.kubernetes.io/instance-type")
     assert types[0] == "c5.xlarge"  # 3 CPUs of requests do not fit a 2-vCPU type; cheapest that fits first

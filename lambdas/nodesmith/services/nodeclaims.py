@@ -7,7 +7,9 @@ lifecycle/launch.go``):
 * name ``<nodepool>-<5 chars>`` (Kubernetes ``generateName`` alphabet), here derived from a hash of
   the plan and the pass time so a retried pass produces the same name;
 * labels = template labels + ``karpenter.sh/nodepool`` + labels implied by single-valued ``In``
-  requirements; annotations = template annotations + ``karpenter.sh/nodepool-hash(-version)``;
+  requirements; annotations = template annotations + ``karpenter.sh/nodepool-hash(-version)`` and,
+  given the EC2NodeClass, ``karpenter.k8s.aws/ec2nodeclass-hash(-version)`` — the hashes drift
+  detection compares (:mod:`nodesmith.core.disruption.drift`);
 * requirements = the plan's, with ``node.kubernetes.io/instance-type In [...]`` cheapest first and
   ``karpenter.sh/nodepool In [<pool>]``;
 * after launch: ``status.providerID``, ``imageID``, ``capacity``, ``allocatable`` and
@@ -21,7 +23,6 @@ garbage collection can find them.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import TYPE_CHECKING
 
 from nodesmith.core.api.common import (
@@ -38,6 +39,14 @@ from nodesmith.core.api.nodeclaim import (
     NodeClaim,
     NodeClaimResources,
     NodeClaimSpec,
+)
+from nodesmith.core.disruption.drift import (
+    NODECLASS_HASH_ANNOTATION,
+    NODECLASS_HASH_VERSION,
+    NODECLASS_HASH_VERSION_ANNOTATION,
+    NODEPOOL_HASH_VERSION,
+    ec2nodeclass_hash,
+    nodepool_hash,
 )
 from nodesmith.core.errors import InsufficientCapacityError
 from nodesmith.core.ports import LaunchRequest, LaunchResult
@@ -64,11 +73,13 @@ if TYPE_CHECKING:
 __all__ = [
     "ANNOTATION_NODEPOOL_HASH",
     "ANNOTATION_NODEPOOL_HASH_VERSION",
+    "NODECLASS_HASH_VERSION",
     "NODEPOOL_HASH_VERSION",
     "TAG_CLUSTER_PREFIX",
     "TAG_NODECLAIM",
     "build_nodeclaim",
     "client_token",
+    "ec2nodeclass_hash",
     "instance_tags",
     "launch_request",
     "mark_launched",
@@ -78,9 +89,6 @@ __all__ = [
 
 ANNOTATION_NODEPOOL_HASH = "karpenter.sh/nodepool-hash"
 ANNOTATION_NODEPOOL_HASH_VERSION = "karpenter.sh/nodepool-hash-version"
-NODEPOOL_HASH_VERSION = "v3"
-"""Karpenter's ``NodePoolHashVersion`` (``[core]:pkg/apis/v1/nodepool.go``)."""
-
 TAG_CLUSTER_PREFIX = "kubernetes.io/cluster/"
 TAG_NODECLAIM = "karpenter.sh/nodeclaim"
 TAG_NODEPOOL = "karpenter.sh/nodepool"
@@ -89,20 +97,6 @@ TAG_EKS_CLUSTER = "eks:eks-cluster-name"
 
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 """Kubernetes' ``utilrand.String`` alphabet (no vowels, no confusable digits), as ``generateName`` uses."""
-
-
-def nodepool_hash(nodepool: NodePool) -> str:
-    """Static-drift hash of ``spec.template`` ignoring ``requirements`` (Karpenter ``NodePool.Hash``).
-
-    Covers template labels, annotations, taints, startup taints, nodeClassRef, expireAfter and
-    terminationGracePeriod (``karpenter-v1.md`` §1.1). Returns a decimal string like Karpenter's
-    uint64 hash; the value differs from Karpenter's (different hash function) but changes exactly
-    when those fields change.
-    """
-    template = nodepool.spec.template.model_dump(by_alias=True, exclude_none=True, mode="json")
-    template.get("spec", {}).pop("requirements", None)
-    digest = hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).digest()
-    return str(int.from_bytes(digest[:8], "big"))
 
 
 def nodeclaim_name(*, nodepool: str, seed: str, taken: Collection[str] = ()) -> str:
@@ -165,8 +159,15 @@ def _implied_labels(requirements: Iterable[NodeSelectorRequirement]) -> dict[str
     return {k: v for k, v in reqs.labels().items() if not is_restricted_label(k)}
 
 
-def build_nodeclaim(*, plan: NodeClaimPlan, nodepool: NodePool, name: str) -> NodeClaim:
+def build_nodeclaim(
+    *, plan: NodeClaimPlan, nodepool: NodePool, name: str, nodeclass: EC2NodeClass | None = None
+) -> NodeClaim:
     """The NodeClaim object for ``plan`` (not yet created).
+
+    The NodePool hash (:func:`~nodesmith.core.disruption.drift.nodepool_hash`, version
+    :data:`NODEPOOL_HASH_VERSION`) is always stamped; the EC2NodeClass hash
+    (:func:`~nodesmith.core.disruption.drift.ec2nodeclass_hash`) when ``nodeclass`` is given.
+    Without these, ``NodePoolDrifted`` / ``NodeClassDrift`` can never be detected.
 
     Raises ``pydantic.ValidationError`` if the plan carries something the NodeClaim CRD refuses
     (the caller reports it and skips the plan).
@@ -180,6 +181,9 @@ def build_nodeclaim(*, plan: NodeClaimPlan, nodepool: NodePool, name: str) -> No
     annotations = dict(template.metadata.annotations)
     annotations[ANNOTATION_NODEPOOL_HASH] = nodepool_hash(nodepool)
     annotations[ANNOTATION_NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
+    if nodeclass is not None:
+        annotations[NODECLASS_HASH_ANNOTATION] = ec2nodeclass_hash(nodeclass)
+        annotations[NODECLASS_HASH_VERSION_ANNOTATION] = NODECLASS_HASH_VERSION
     owners: list[OwnerReference] = []
     if nodepool.metadata.uid:
         owners.append(

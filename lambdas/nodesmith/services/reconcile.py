@@ -359,7 +359,12 @@ class _Pass:
             name = nodeclaim_name(nodepool=plan.nodepool, seed=seed, taken=self.taken)
             self.taken.add(name)
             try:
-                draft = build_nodeclaim(plan=plan, nodepool=pool, name=name)
+                draft = build_nodeclaim(
+                    plan=plan,
+                    nodepool=pool,
+                    name=name,
+                    nodeclass=self.snap.nodeclasses.get(pool.spec.template.spec.node_class_ref.name),
+                )
             except ValidationError as exc:
                 out.errors.append(f"NodePool {plan.nodepool}: cannot build a NodeClaim: {exc}")
                 return None
