@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 from nodesmith.cli.simulate_catalogue import (
     CACHED_OPERATIONS,
     PRICE_TABLE_ENV,
-    CatalogueInputError,
+    BadInputError,
     catalogue_cache_path,
     load_catalogue,
 )
@@ -60,6 +60,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHED_OPERATIONS",
     "PRICE_TABLE_ENV",
+    "BadInputError",
     "build_scheduling_input",
     "catalogue_cache_path",
     "load_catalogue",
@@ -128,8 +129,9 @@ def run_simulate(
     return EXIT_OK
 
 
-class _BadInput(Exception):
-    """Input the user can fix (manifests, arguments, price table, node class): exit 2."""
+_BadInput = BadInputError
+"""Input the user can fix (manifests, arguments, price table, node class): exit 2. ``load_catalogue``
+raises it too, so callers catch one type (``nodesmith.cli.disrupt`` relies on that)."""
 
 
 class _StepFailed(Exception):
@@ -172,8 +174,8 @@ def _plan(
             instance_types = load_catalogue(
                 region=region, price_table=price_table, use_aws=use_aws, nodeclass=_shared_nodeclass(bundle)
             )
-        except CatalogueInputError as exc:
-            raise _BadInput(str(exc)) from exc
+        except _BadInput:
+            raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
     return solve(build_scheduling_input(bundle, instance_types))

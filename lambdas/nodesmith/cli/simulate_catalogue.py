@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHED_OPERATIONS",
     "PRICE_TABLE_ENV",
-    "CatalogueInputError",
+    "BadInputError",
     "catalogue_cache_path",
     "load_catalogue",
 ]
@@ -54,8 +54,8 @@ CACHED_OPERATIONS = frozenset({"DescribeInstanceTypes", "DescribeInstanceTypeOff
 _CACHE_FORMAT = 1
 
 
-class CatalogueInputError(ValueError):
-    """Input the user can fix: a malformed price table or EC2NodeClass (``nodesmith simulate`` exits 2)."""
+class BadInputError(ValueError):
+    """Input the user can fix — manifests, arguments, a malformed price table or EC2NodeClass: exit 2."""
 
 
 def load_catalogue(
@@ -70,7 +70,7 @@ def load_catalogue(
     (maxPods, podsPerCore, reserved, eviction), root volume size and ``instanceStorePolicy`` shape
     the types' capacity and overhead as Karpenter computes them; None means Karpenter's defaults.
 
-    Raises ``CatalogueInputError`` for a malformed price table or node class, and botocore/moto errors for
+    Raises ``BadInputError`` for a malformed price table or node class, and botocore/moto errors for
     AWS failures.
     """
     from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
@@ -89,14 +89,14 @@ def load_catalogue(
                 price_table_path=price_table,
             )
         except PriceTableError as exc:
-            raise CatalogueInputError(str(exc)) from exc
+            raise BadInputError(str(exc)) from exc
         return InstanceTypeCatalog(ec2=ec2, pricing=pricing, region=region).instance_types(**settings)
 
     with _embedded_ec2(region) as ec2:
         try:
             pricing = PricingProvider(ec2=ec2, region=region, pricing=None, price_table_path=price_table)
         except PriceTableError as exc:
-            raise CatalogueInputError(str(exc)) from exc
+            raise BadInputError(str(exc)) from exc
         if price_table is None:
             LOG.warning("no price table (--price-table or $%s): on-demand prices are estimates", PRICE_TABLE_ENV)
         return InstanceTypeCatalog(ec2=ec2, pricing=pricing, region=region).instance_types(**settings)
@@ -118,7 +118,7 @@ def _nodeclass_settings(nodeclass: EC2NodeClass | None) -> dict[str, Any]:
             "instance_store_policy": nodeclass.spec.instance_store_policy,
         }
     except (QuantityError, ValueError) as exc:
-        raise CatalogueInputError(f"EC2NodeClass {nodeclass.name}: {exc}") from exc
+        raise BadInputError(f"EC2NodeClass {nodeclass.name}: {exc}") from exc
 
 
 @contextlib.contextmanager
