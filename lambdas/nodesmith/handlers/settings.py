@@ -37,6 +37,10 @@ class ENV:
     REBALANCE_ACTION = "NODESMITH_REBALANCE_ACTION"
     NODE_ROLE_ARN = "NODESMITH_NODE_ROLE_ARN"
     DRAIN_TIMEOUT_SECONDS = "NODESMITH_DRAIN_TIMEOUT_SECONDS"
+    DISRUPTION = "NODESMITH_DISRUPTION"
+    DISRUPTION_VALIDATION_DELAY_SECONDS = "NODESMITH_DISRUPTION_VALIDATION_DELAY_SECONDS"
+    DISRUPTION_MIN_SAVINGS_USD_PER_HOUR = "NODESMITH_DISRUPTION_MIN_SAVINGS_USD_PER_HOUR"
+    RECONCILE_MODE = "NODESMITH_RECONCILE_MODE"
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -49,6 +53,11 @@ class Settings(BaseModel):
     ``aws eks get-token`` (presigned STS GetCallerIdentity), ``token`` uses ``kube_token`` as a
     bearer token, ``none`` sends no credentials (the embedded emulator).
     ``drain_timeout_seconds`` bounds the drain work of one invocation (seconds).
+    ``disruption`` turns the disruption pass after provisioning on or off;
+    ``disruption_validation_delay_seconds`` is how long a disruption command waits before it is
+    re-validated and executed (Karpenter: 15 s); ``disruption_min_savings_usd_per_hour`` is the
+    least a consolidation must save. ``reconcile_mode`` is ``poll`` (one pass per scheduled
+    invocation) or ``watch`` (one invocation watches pods for most of its timeout).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -64,6 +73,10 @@ class Settings(BaseModel):
     rebalance_action: Literal["ignore", "event", "cordon", "drain"] = "cordon"
     node_role_arn: str = ""
     drain_timeout_seconds: Annotated[int, Field(ge=1, le=900)] = 60
+    disruption: bool = True
+    disruption_validation_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 15.0
+    disruption_min_savings_usd_per_hour: Annotated[float, Field(ge=0)] = 0.0
+    reconcile_mode: Literal["poll", "watch"] = "poll"
 
 
 class SettingsError(ValueError):
@@ -82,6 +95,10 @@ _FIELDS = {
     "rebalance_action": ENV.REBALANCE_ACTION,
     "node_role_arn": ENV.NODE_ROLE_ARN,
     "drain_timeout_seconds": ENV.DRAIN_TIMEOUT_SECONDS,
+    "disruption": ENV.DISRUPTION,
+    "disruption_validation_delay_seconds": ENV.DISRUPTION_VALIDATION_DELAY_SECONDS,
+    "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,
+    "reconcile_mode": ENV.RECONCILE_MODE,
 }
 
 

@@ -1,0 +1,224 @@
+"""Disruption state kept on the cluster itself, so the reconcile Lambda stays stateless.
+
+Karpenter keeps its disruption queue and each node's ``lastPodEventTime`` in memory and in NodeClaim
+status. Nodesmith's reconcile runs as short Lambda invocations, so everything a later pass needs is
+written to the NodeClaims' ``status.conditions`` (the status subresource; no new API objects):
+
+* ``nodesmith.io/PodSet`` (reason ``Observed``): a fingerprint of the node's non-DaemonSet pods.
+  When it changes, ``status.lastPodEventTime`` is set to the pass time, which is what Karpenter's
+  ``consolidateAfter`` quiet period counts from (``karpenter-v1.md`` §3.1).
+* ``nodesmith.io/DisruptionCandidate``: a command found by one pass and waiting for its validation
+  (Karpenter's 15 s ``commandValidationDelay``, §3.5); the message is JSON
+  ``{"method", "nodes", "since"}``.
+* ``DisruptionReason`` (Karpenter's condition, reason = the cause such as ``Empty`` or ``AMIDrift``):
+  a validated command being carried out; the message is JSON ``{"method", "nodes", "replacements",
+  "started", "cost_before", "cost_after"}``. Its nodes carry the ``karpenter.sh/disrupted`` taint.
+
+This module builds the :class:`~nodesmith.core.disruption.ClusterNode` views the pure core decides
+on (pods, NodeClaim, the instance's AMI/subnet/security groups, ``last_pod_event_time``) and reads
+and writes those conditions. Times are epoch seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from nodesmith.core.disruption import ClusterNode
+from nodesmith.core.errors import KubernetesError
+
+from .capacity import from_rfc3339, instance_id_of, to_rfc3339
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import Node, Pod
+    from nodesmith.core.ports import Cluster, Instance
+
+__all__ = [
+    "CONDITION_CANDIDATE",
+    "CONDITION_DISRUPTING",
+    "CONDITION_POD_SET",
+    "CommandRecord",
+    "cluster_nodes",
+    "read_record",
+    "write_condition",
+]
+
+CONDITION_POD_SET: Final = "nodesmith.io/PodSet"
+CONDITION_CANDIDATE: Final = "nodesmith.io/DisruptionCandidate"
+CONDITION_DISRUPTING: Final = "DisruptionReason"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandRecord:
+    """A disruption command as stored in a NodeClaim condition (see the module docstring).
+
+    ``since`` is when the pass that found it ran (candidates) or when it started (in flight);
+    ``replacements`` are NodeClaim names; costs are USD/hour.
+    """
+
+    method: str
+    nodes: tuple[str, ...]
+    since: float
+    cause: str = ""
+    replacements: tuple[str, ...] = ()
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+
+    def message(self) -> str:
+        """The JSON stored as the condition message."""
+        return json.dumps(
+            {
+                "method": self.method,
+                "nodes": list(self.nodes),
+                "since": self.since,
+                "replacements": list(self.replacements),
+                "cost_before": round(self.cost_before, 6),
+                "cost_after": round(self.cost_after, 6),
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+
+def read_record(nodeclaim: NodeClaim, condition: str) -> CommandRecord | None:
+    """The command stored in ``condition`` of ``nodeclaim`` when it is True and well formed, else None."""
+    cond = nodeclaim.condition(condition)
+    if cond is None or cond.status != "True" or not cond.message:
+        return None
+    try:
+        doc: Any = json.loads(cond.message)
+        return CommandRecord(
+            method=str(doc["method"]),
+            nodes=tuple(str(n) for n in doc["nodes"]),
+            since=float(doc["since"]),
+            cause=cond.reason or "",
+            replacements=tuple(str(n) for n in doc.get("replacements", ())),
+            cost_before=float(doc.get("cost_before", 0.0)),
+            cost_after=float(doc.get("cost_after", 0.0)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def write_condition(
+    *,
+    cluster: Cluster,
+    nodeclaim: NodeClaim,
+    condition: str,
+    status: str,
+    reason: str,
+    message: str,
+    now: float,
+    last_pod_event_time: float | None = None,
+) -> NodeClaim:
+    """Set ``condition`` (and optionally ``status.lastPodEventTime``) and write the status.
+
+    Returns the updated NodeClaim; when nothing changed no call is made. Raises
+    :class:`~nodesmith.core.errors.KubernetesError` when the write fails (``ConflictError`` if the
+    NodeClaim changed since it was read).
+    """
+    out = nodeclaim.model_copy(deep=True)
+    changed = out.set_condition(condition, status, reason, message, to_rfc3339(now))  # type: ignore[arg-type]
+    if last_pod_event_time is not None:
+        stamp = to_rfc3339(last_pod_event_time)
+        if out.status.last_pod_event_time != stamp:
+            out.status.last_pod_event_time = stamp
+            changed = True
+    if not changed:
+        return nodeclaim
+    return cluster.update_nodeclaim_status(nodeclaim=out)
+
+
+def _fingerprint(pods: Sequence[Pod]) -> str:
+    ids = sorted(p.uid or p.key for p in pods if not p.is_daemonset and not p.is_mirror)
+    return hashlib.sha256(",".join(ids).encode()).hexdigest()[:16]
+
+
+def _claim_for(node: Node, claims: Sequence[NodeClaim]) -> NodeClaim | None:
+    for nc in claims:
+        if nc.status.node_name == node.name or (nc.status.provider_id and nc.status.provider_id == node.provider_id):
+            return nc
+    return None
+
+
+def cluster_nodes(
+    *,
+    cluster: Cluster,
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    nodeclaims: Sequence[NodeClaim],
+    instances: Mapping[str, Instance],
+    now: float,
+    errors: list[str],
+) -> tuple[list[ClusterNode], dict[str, NodeClaim]]:
+    """The :class:`ClusterNode` views of ``nodes`` and the NodeClaims by name (as updated here).
+
+    Pods are grouped by ``spec.nodeName`` (terminal pods left out). The instance behind each node
+    (by providerID) gives ``image_id``, ``subnet_id`` and ``security_group_ids``. The pod-set
+    fingerprint of each node with a NodeClaim is compared with the stored ``nodesmith.io/PodSet``
+    condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
+    creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
+    initialization). A failed status write is reported in ``errors`` and does not stop the pass.
+    """
+    by_node: dict[str, list[Pod]] = {}
+    for pod in pods:
+        if pod.node_name and not pod.is_terminal:
+            by_node.setdefault(pod.node_name, []).append(pod)
+    claims = {nc.name: nc for nc in nodeclaims}
+    out: list[ClusterNode] = []
+    for node in nodes:
+        on_node = tuple(by_node.get(node.name, ()))
+        claim = _claim_for(node, list(claims.values()))
+        last_event: float | None = None
+        if claim is not None:
+            claim, last_event = _observe_pods(cluster=cluster, claim=claim, pods=on_node, now=now, errors=errors)
+            claims[claim.name] = claim
+        inst = instances.get(instance_id_of(node.provider_id) or "")
+        out.append(
+            ClusterNode(
+                node=node,
+                pods=on_node,
+                nodeclaim=claim,
+                last_pod_event_time=last_event,
+                image_id=(inst.image_id or None) if inst is not None else None,
+                subnet_id=(inst.subnet_id or None) if inst is not None else None,
+                security_group_ids=frozenset(inst.security_group_ids)
+                if inst is not None and inst.security_group_ids
+                else None,
+            )
+        )
+    return out, claims
+
+
+def _observe_pods(
+    *, cluster: Cluster, claim: NodeClaim, pods: Sequence[Pod], now: float, errors: list[str]
+) -> tuple[NodeClaim, float | None]:
+    fingerprint = _fingerprint(pods)
+    stored = claim.condition(CONDITION_POD_SET)
+    last = from_rfc3339(claim.status.last_pod_event_time)
+    if stored is not None and stored.message == fingerprint:
+        return claim, last
+    if stored is None:
+        created = [p.creation_timestamp for p in pods if not p.is_daemonset and p.creation_timestamp > 0]
+        new_last = max(created) if created else last
+    else:
+        new_last = now
+    try:
+        claim = write_condition(
+            cluster=cluster,
+            nodeclaim=claim,
+            condition=CONDITION_POD_SET,
+            status="True",
+            reason="Observed",
+            message=fingerprint,
+            now=now,
+            last_pod_event_time=new_last,
+        )
+    except KubernetesError as exc:
+        errors.append(f"record pods of NodeClaim {claim.name}: {exc}")
+    return claim, new_last
