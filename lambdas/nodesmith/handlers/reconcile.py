@@ -26,9 +26,17 @@ from nodesmith.handlers.observability import MetricUnit, count_by, logger, metri
 from nodesmith.services.reconcile import ReconcileOutcome, reconcile
 
 if TYPE_CHECKING:
+    from nodesmith.services.disruption import DisruptionOutcome, PendingCommand
+
+if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-__all__ = ["handler", "outcome_summary", "run_pass"]
+__all__ = ["handler", "outcome_summary", "run_disruption", "run_pass"]
+
+_PENDING: dict[str, PendingCommand] = {}
+"""Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
+_RECENT_EVENTS: dict[str, float] = {}
+"""Rejection Events this container posted recently (deduplication)."""
 
 _MAX_LOGGED_REASONS = 20
 
@@ -93,6 +101,50 @@ def run_pass(*, now: float | None = None) -> ReconcileOutcome:
     )
 
 
+def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
+    """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off).
+
+    Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
+    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``.
+    """
+    from nodesmith.core.disruption import DisruptionSettings
+    from nodesmith.services.disruption import disrupt
+
+    settings = wiring.get_settings()
+    if not settings.disruption:
+        return None
+    outcome = disrupt(
+        cluster=wiring.build_cluster(settings),
+        cloud=wiring.build_cloud(settings),
+        cluster_name=settings.cluster_name,
+        now=time.time() if now is None else now,
+        settings=DisruptionSettings(min_savings_per_hour=settings.disruption_min_savings_usd_per_hour),
+        pending=_PENDING,
+        recent_events=_RECENT_EVENTS,
+        validation_delay=settings.disruption_validation_delay_seconds,
+        drain_budget_seconds=float(settings.drain_timeout_seconds),
+    )
+    for decision in outcome.decisions:
+        logger.info("disruption decision", extra={"disruption": decision})
+    for method, count in sorted(outcome.executed.items()):
+        count_by("DisruptionDecisions", dimension="Method", value=method, count=count)
+    if outcome.executed:
+        method = next(iter(sorted(outcome.executed)))
+        count_by(
+            "DisruptionSavingsUSDPerHour",
+            dimension="Method",
+            value=method,
+            count=outcome.savings_per_hour,
+            unit=MetricUnit.NoUnit,
+        )
+    return outcome
+
+
+def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    outcome = run_pass()
+    return outcome, run_disruption()
+
+
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
@@ -100,7 +152,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
     started = time.monotonic()
     try:
-        outcome = run_pass()
+        outcome, disruption = _pass_and_disrupt()
     except Exception:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
@@ -111,6 +163,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
     summary = outcome_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)
+    if disruption is not None:
+        from nodesmith.services.disruption import summary as disruption_summary
+
+        summary["disruption"] = dict(disruption_summary(disruption))
     if outcome.errors:
         logger.warning("reconcile pass finished with errors", extra={"outcome": summary})
     else:
