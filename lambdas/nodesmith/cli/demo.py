@@ -7,11 +7,16 @@ Scenario (what a Karpenter user does on day one):
 3. put a real-format ``EC2 Spot Instance Interruption Warning`` for one instance on EventBridge;
    the rule delivers it to the SQS queue, the interruption handler cordons, taints and drains the
    node, the evicted pods are recreated by their ReplicaSet and run again on new capacity;
-4. scale to 0.
+4. scale to 0: the empty nodes are removed by the disruption pass once ``consolidateAfter`` (5 s)
+   has passed and the command was re-validated (2 s here instead of Karpenter's 15 s);
+5. scale to 1, then point the EC2NodeClass at another AMI (``amiSelectorTerms: [{id: ...}]``):
+   the running node is ``AMIDrift``-ed, a replacement is launched and becomes Ready, then the old
+   node is drained and terminated, and the pod runs on the new node.
 
 The reconcile handler is invoked every second here (the deployed stack runs it every minute).
 The last stdout line is one JSON summary ``{"ok", "pods_running_peak", "nodes_launched",
-"interruptions_handled", "pods_rescheduled", "seconds"}``; the exit code is 1 when a step failed.
+"interruptions_handled", "pods_rescheduled", "empty_nodes_removed", "drift_replaced", "seconds"}``;
+the exit code is 1 when a step failed.
 """
 
 from __future__ import annotations
@@ -207,9 +212,46 @@ def _scenario(world: EmbeddedWorld, tl: Timeline, summary: dict[str, Any]) -> No
     world.scale(deployment=APP, replicas=0)
     tl.say("scale", f"inflate {REPLICAS} -> 0")
     obs.until(lambda pods: not pods, what="inflate scaled to zero", reconcile=False)
-    tl.say("done", "inflate has no pods")
     summary["pods_running_peak"] = obs.pods_running_peak
+    nodes_before = {n["metadata"]["name"] for n in world.store.objects("nodes")}
+    tl.say("consolidate", f"{len(nodes_before)} empty node(s); consolidateAfter is 5s")
+    obs.until(lambda _pods: not world.store.objects("nodes"), what="empty nodes removed by the disruption pass")
+    summary["empty_nodes_removed"] = len(nodes_before)
+    tl.say("Emptiness", f"{len(nodes_before)} empty node(s) removed: {', '.join(sorted(nodes_before))}")
+    _drift(world, tl, obs, summary)
     summary["nodes_launched"] = len(obs.nodeclaims)
+    tl.say("done", "inflate has no pods")
+
+
+def _drift(world: EmbeddedWorld, tl: Timeline, obs: Observer, summary: dict[str, Any]) -> None:
+    """Scale to 1, change the EC2NodeClass AMI, and watch the node be replaced (AMIDrift)."""
+    world.scale(deployment=APP, replicas=1)
+    tl.say("scale", "inflate 0 -> 1")
+    obs.until(lambda pods: len(_running(pods)) == 1, what="1 pod Running")
+    (old_node,) = {p["spec"]["nodeName"] for p in _running(_app_pods(world))}
+    ami = world.register_ami(name="amazon-eks-node-al2023-x86_64-standard-1.31-v20260201")
+    world.store.mutate(
+        "ec2nodeclasses.karpenter.k8s.aws",
+        "default",
+        lambda nc: nc["spec"].update(amiFamily="AL2023", amiSelectorTerms=[{"id": ami}]),
+    )
+    tl.say("apply", f"EC2NodeClass default: amiSelectorTerms -> id {ami} (node {old_node} runs the old AMI)")
+
+    def replaced(pods: list[dict[str, Any]]) -> bool:
+        running = _running(pods)
+        return (
+            world.store.find("nodes", old_node) is None
+            and len(running) == 1
+            and running[0]["spec"].get("nodeName") != old_node
+        )
+
+    obs.until(replaced, what=f"drifted node {old_node} replaced")
+    new_node = _running(_app_pods(world))[0]["spec"]["nodeName"]
+    summary["drift_replaced"] = 1
+    tl.say("Drift", f"node {old_node} (old AMI) replaced by {new_node} ({ami}); the pod runs there")
+    world.scale(deployment=APP, replicas=0)
+    tl.say("scale", "inflate 1 -> 0")
+    obs.until(lambda pods: not pods, what="inflate scaled to zero", reconcile=False)
 
 
 def run_demo(*, report: Path | None = None, quiet: bool = False) -> int:
@@ -224,6 +266,8 @@ def run_demo(*, report: Path | None = None, quiet: bool = False) -> int:
         "nodes_launched": 0,
         "interruptions_handled": 0,
         "pods_rescheduled": 0,
+        "empty_nodes_removed": 0,
+        "drift_replaced": 0,
         "seconds": 0.0,
     }
     error = ""

@@ -109,6 +109,8 @@ class EmbeddedWorld:
                 "NODESMITH_KUBE_AUTH": "none",
                 "NODESMITH_PRICE_TABLE": str(prices),
                 "NODESMITH_INTERRUPTION_QUEUE_URL": self.queue_url,
+                # the demo shortens Karpenter's 15 s command validation delay
+                "NODESMITH_DISRUPTION_VALIDATION_DELAY_SECONDS": "2",
                 "POWERTOOLS_METRICS_NAMESPACE": "Nodesmith",
                 "POWERTOOLS_SERVICE_NAME": "nodesmith",
                 "POWERTOOLS_TRACE_DISABLED": "true",
@@ -197,6 +199,14 @@ class EmbeddedWorld:
         self.store.mutate(
             "deployments.apps", deployment, lambda d: d["spec"].update(replicas=replicas), namespace=namespace
         )
+
+    def register_ami(self, *, name: str, arch: str = "x86_64") -> str:
+        """Register another EKS-style AMI in the embedded EC2 (for drift); returns its id."""
+        from nodesmith.sim import aws as embedded_aws
+
+        if self.aws is None:
+            raise RuntimeError("the embedded world is not started")
+        return embedded_aws.register_ami(name=name, arch=arch)
 
     def wait_for(self, predicate: Callable[[], bool], *, timeout: float, every: float = 0.1) -> bool:
         """Poll ``predicate`` until it holds or ``timeout`` seconds pass; True when it held."""

@@ -36,6 +36,7 @@ __all__ = [
     "EmbeddedAws",
     "SeededAws",
     "create_interruption_plumbing",
+    "register_ami",
     "seed",
     "start",
     "write_price_table",
@@ -222,6 +223,14 @@ def _register_image(*, region: str, name: str, arch: str) -> str:
     ami.architecture = arch
     ami.owner_alias = "amazon"
     return str(ami.id)
+
+
+def register_ami(*, name: str, arch: str = "x86_64", region: str = "us-east-1") -> str:
+    """Register one more EKS-style AMI (available, owner ``amazon``) in the embedded EC2; returns its id.
+
+    The demo points its EC2NodeClass at it to show AMI drift.
+    """
+    return _register_image(region=region, name=name, arch=arch)
 
 
 def seed(
