@@ -1,198 +1,51 @@
-"""Pure parsers from Kubernetes JSON objects (as the API returns them or YAML spells them) to core types.
+"""Pod parsing: ``pod_from_dict`` and the rules it applies.
 
-``pod_from_dict``, ``node_from_dict``, ``daemonset_from_dict`` and ``pdb_from_dict`` take plain
-dicts (``json.loads`` of an API object, a YAML document, or ``ApiClient.sanitize_for_serialization``
-of a client object) and return the frozen dataclasses of :mod:`nodesmith.core.model`. Quantities
-become integers (cpu millicores, memory bytes, counts), timestamps become epoch seconds.
-
-Errors: :class:`ObjectParseError` (a ``ValueError``) whose ``field`` is the path of the offending
-field, e.g. ``spec.containers[0].resources.requests.cpu``; callers add the file/document context
-(see ``nodesmith.adapters.manifests``, which turns it into :class:`~nodesmith.core.errors.ManifestError`).
+Holds the effective-requests rule (:func:`pod_requests`, Kubernetes ``PodRequests``), node and pod
+(anti-)affinity terms, tolerations, topology spread constraints, host ports, claimed PVCs, the
+controller owner and the mirror-pod annotation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from nodesmith.core import resources as res
 from nodesmith.core.model import (
-    DaemonSet,
-    LabelSelector,
-    LabelSelectorRequirement,
-    Node,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Pod,
     PodAffinityTerm,
-    PodDisruptionBudget,
-    Taint,
     Toleration,
     TopologySpreadConstraint,
     WeightedNodeSelectorTerm,
     WeightedPodAffinityTerm,
 )
+from nodesmith.core.objects.common import (
+    ObjectParseError,
+    _int,
+    _item_map,
+    _join,
+    _list,
+    _map,
+    _resource_list,
+    _str,
+    _str_map,
+    _str_tuple,
+    label_selector_from_dict,
+    parse_timestamp,
+)
 
 __all__ = [
     "MIRROR_POD_ANNOTATION",
-    "ObjectParseError",
-    "daemonset_from_dict",
-    "label_selector_from_dict",
-    "node_from_dict",
-    "parse_timestamp",
-    "pdb_from_dict",
     "pod_from_dict",
     "pod_requests",
 ]
 
 MIRROR_POD_ANNOTATION = "kubernetes.io/config.mirror"
 
-# Tolerations the DaemonSet controller adds to every daemon pod
-# (kubernetes pkg/controller/daemon/util/daemonset_util.go AddOrUpdateDaemonPodTolerations).
-_DAEMON_TOLERATIONS = (
-    Toleration(key="node.kubernetes.io/not-ready", operator="Exists", effect="NoExecute"),
-    Toleration(key="node.kubernetes.io/unreachable", operator="Exists", effect="NoExecute"),
-    Toleration(key="node.kubernetes.io/disk-pressure", operator="Exists", effect="NoSchedule"),
-    Toleration(key="node.kubernetes.io/memory-pressure", operator="Exists", effect="NoSchedule"),
-    Toleration(key="node.kubernetes.io/pid-pressure", operator="Exists", effect="NoSchedule"),
-    Toleration(key="node.kubernetes.io/unschedulable", operator="Exists", effect="NoSchedule"),
-)
-_HOST_NETWORK_TOLERATION = Toleration(
-    key="node.kubernetes.io/network-unavailable", operator="Exists", effect="NoSchedule"
-)
 
-
-class ObjectParseError(ValueError):
-    """A Kubernetes object that cannot be read. ``field`` is the path (``spec.containers[0].name``)."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}" if field else reason)
-        self.field = field
-        self.reason = reason
-
-
-# --- small typed readers -------------------------------------------------------------------------
-
-
-def _map(obj: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ObjectParseError(_join(path, key), f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _list(obj: Mapping[str, Any], key: str, path: str) -> list[Any]:
-    value = obj.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ObjectParseError(_join(path, key), f"expected a list, got {type(value).__name__}")
-    return value
-
-
-def _item_map(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ObjectParseError(path, f"expected an object, got {type(value).__name__}")
-    return value
-
-
-def _str(obj: Mapping[str, Any], key: str, path: str, default: str = "") -> str:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise ObjectParseError(_join(path, key), f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _int(obj: Mapping[str, Any], key: str, path: str, default: int) -> int:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ObjectParseError(_join(path, key), f"expected an integer, got {value!r}")
-    return value
-
-
-def _str_map(obj: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in _map(obj, key, path).items():
-        if not isinstance(v, str):
-            raise ObjectParseError(f"{_join(path, key)}.{k}", f"expected a string, got {v!r}")
-        out[str(k)] = v
-    return out
-
-
-def _str_tuple(obj: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
-    items = _list(obj, key, path)
-    for i, v in enumerate(items):
-        if not isinstance(v, str):
-            raise ObjectParseError(f"{_join(path, key)}[{i}]", f"expected a string, got {v!r}")
-    return tuple(items)
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def parse_timestamp(value: Any, *, field: str = "") -> float | None:
-    """RFC 3339 timestamp (``"2024-05-01T12:00:00Z"``) or ``datetime`` -> epoch seconds; None stays None.
-
-    Naive datetimes are taken as UTC. Raises :class:`ObjectParseError` for anything else.
-    """
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        moment = value
-    elif isinstance(value, str):
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError as exc:
-            raise ObjectParseError(field, f"{value!r} is not an RFC 3339 timestamp") from exc
-    else:
-        raise ObjectParseError(field, f"{value!r} is not an RFC 3339 timestamp")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
-
-
-def _resource_list(obj: Mapping[str, Any], key: str, path: str) -> res.Resources:
-    out: res.Resources = {}
-    for name, value in _map(obj, key, path).items():
-        try:
-            out[str(name)] = res.parse_quantity(value, resource=str(name))
-        except res.QuantityError as exc:
-            raise ObjectParseError(f"{_join(path, key)}.{name}", f"{value!r} is not a valid quantity") from exc
-    return out
-
-
-# --- selectors -----------------------------------------------------------------------------------
-
-
-def label_selector_from_dict(obj: Mapping[str, Any] | None, *, path: str = "") -> LabelSelector | None:
-    """``metav1.LabelSelector`` -> :class:`LabelSelector`; None when ``obj`` is None.
-
-    Raises :class:`ObjectParseError` for a bad operator or malformed entries.
-    """
-    if obj is None:
-        return None
-    obj = _item_map(obj, path)
-    match_labels = tuple(sorted(_str_map(obj, "matchLabels", path).items()))
-    exprs: list[LabelSelectorRequirement] = []
-    for i, raw in enumerate(_list(obj, "matchExpressions", path)):
-        p = f"{_join(path, 'matchExpressions')}[{i}]"
-        item = _item_map(raw, p)
-        op = _str(item, "operator", p)
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise ObjectParseError(f"{p}.operator", f"{op!r} is not one of In, NotIn, Exists, DoesNotExist")
-        exprs.append(
-            LabelSelectorRequirement(key=_str(item, "key", p), operator=op, values=_str_tuple(item, "values", p))
-        )
-    return LabelSelector(match_labels=match_labels, match_expressions=tuple(exprs))
+# --- affinity terms ------------------------------------------------------------------------------
 
 
 _NODE_SELECTOR_OPS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte")
@@ -481,128 +334,4 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         creation_timestamp=parse_timestamp(meta.get("creationTimestamp"), field="metadata.creationTimestamp") or 0.0,
         deletion_timestamp=parse_timestamp(meta.get("deletionTimestamp"), field="metadata.deletionTimestamp"),
         termination_grace_period_seconds=_int(spec, "terminationGracePeriodSeconds", "spec", 30),
-    )
-
-
-# --- nodes, daemonsets, PDBs -----------------------------------------------------------------------
-
-
-def node_from_dict(obj: Mapping[str, Any]) -> Node:
-    """A ``v1 Node`` object -> :class:`~nodesmith.core.model.Node`.
-
-    ``ready`` is the ``Ready`` condition being "True"; ``unschedulable`` is ``spec.unschedulable``;
-    allocatable/capacity are parsed to integers. Raises :class:`ObjectParseError`.
-    """
-    obj = _item_map(obj, "")
-    meta = _map(obj, "metadata", "")
-    spec = _map(obj, "spec", "")
-    status = _map(obj, "status", "")
-    name = _str(meta, "name", "metadata")
-    if not name:
-        raise ObjectParseError("metadata.name", "is required")
-    taints: list[Taint] = []
-    for i, raw in enumerate(_list(spec, "taints", "spec")):
-        p = f"spec.taints[{i}]"
-        item = _item_map(raw, p)
-        effect = _str(item, "effect", p)
-        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
-            raise ObjectParseError(f"{p}.effect", f"{effect!r} is not NoSchedule, PreferNoSchedule or NoExecute")
-        taints.append(Taint(key=_str(item, "key", p), effect=effect, value=_str(item, "value", p)))
-    ready = False
-    for i, raw in enumerate(_list(status, "conditions", "status")):
-        cond = _item_map(raw, f"status.conditions[{i}]")
-        if cond.get("type") == "Ready":
-            ready = cond.get("status") == "True"
-    unschedulable = spec.get("unschedulable", False)
-    return Node(
-        name=name,
-        provider_id=_str(spec, "providerID", "spec"),
-        labels=_str_map(meta, "labels", "metadata"),
-        annotations=_str_map(meta, "annotations", "metadata"),
-        taints=tuple(taints),
-        allocatable=_resource_list(status, "allocatable", "status"),
-        capacity=_resource_list(status, "capacity", "status"),
-        unschedulable=unschedulable is True,
-        ready=ready,
-        creation_timestamp=parse_timestamp(meta.get("creationTimestamp"), field="metadata.creationTimestamp") or 0.0,
-        deletion_timestamp=parse_timestamp(meta.get("deletionTimestamp"), field="metadata.deletionTimestamp"),
-    )
-
-
-def daemonset_from_dict(obj: Mapping[str, Any]) -> DaemonSet:
-    """An ``apps/v1 DaemonSet`` -> :class:`~nodesmith.core.model.DaemonSet` with a template pod.
-
-    The template pod gets the tolerations the DaemonSet controller adds to every daemon pod
-    (not-ready/unreachable NoExecute, disk/memory/pid-pressure and unschedulable NoSchedule,
-    network-unavailable for ``hostNetwork``), as Karpenter sees them on real daemon pods.
-    Field paths in errors are relative to the DaemonSet (``spec.template.spec...``).
-    """
-    obj = _item_map(obj, "")
-    meta = _map(obj, "metadata", "")
-    name = _str(meta, "name", "metadata")
-    if not name:
-        raise ObjectParseError("metadata.name", "is required")
-    namespace = _str(meta, "namespace", "metadata", "default") or "default"
-    template = _map(_map(obj, "spec", ""), "template", "spec")
-    tmeta = dict(_map(template, "metadata", "spec.template"))
-    tmeta.update({"name": name, "namespace": namespace})
-    tmeta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name, "controller": True}]
-    tspec = _map(template, "spec", "spec.template")
-    try:
-        pod = pod_from_dict({"metadata": tmeta, "spec": tspec})
-    except ObjectParseError as exc:
-        raise ObjectParseError(exc.field.replace("spec", "spec.template.spec", 1), exc.reason) from exc
-    extra = [t for t in _DAEMON_TOLERATIONS if t not in pod.tolerations]
-    if tspec.get("hostNetwork") is True and _HOST_NETWORK_TOLERATION not in pod.tolerations:
-        extra.append(_HOST_NETWORK_TOLERATION)
-    pod = replace(pod, tolerations=pod.tolerations + tuple(extra))
-    return DaemonSet(namespace=namespace, name=name, pod=pod)
-
-
-def _int_or_percent(obj: Mapping[str, Any], key: str, path: str) -> int | str | None:
-    value = obj.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ObjectParseError(_join(path, key), f"expected an integer or a percentage, got {value!r}")
-    if isinstance(value, str):
-        text = value.strip()
-        if text.endswith("%") and text[:-1].isdigit():
-            return text
-        if text.isdigit():
-            return int(text)
-        raise ObjectParseError(_join(path, key), f"{value!r} is not an integer or a percentage")
-    return value
-
-
-def pdb_from_dict(obj: Mapping[str, Any]) -> PodDisruptionBudget:
-    """A ``policy/v1 PodDisruptionBudget`` -> :class:`~nodesmith.core.model.PodDisruptionBudget`.
-
-    ``minAvailable``/``maxUnavailable`` stay int or ``"N%"``; ``disruptions_allowed`` is
-    ``status.disruptionsAllowed`` when present. A missing selector matches no pods in policy/v1,
-    represented here as a selector that can never match. Raises :class:`ObjectParseError`.
-    """
-    obj = _item_map(obj, "")
-    meta = _map(obj, "metadata", "")
-    spec = _map(obj, "spec", "")
-    status = _map(obj, "status", "")
-    name = _str(meta, "name", "metadata")
-    if not name:
-        raise ObjectParseError("metadata.name", "is required")
-    selector = label_selector_from_dict(spec.get("selector"), path="spec.selector")
-    if selector is None:
-        # policy/v1: a null selector selects no pods.
-        selector = LabelSelector(match_expressions=(LabelSelectorRequirement(key="", operator="In", values=()),))
-    min_available = _int_or_percent(spec, "minAvailable", "spec")
-    max_unavailable = _int_or_percent(spec, "maxUnavailable", "spec")
-    if min_available is not None and max_unavailable is not None:
-        raise ObjectParseError("spec", "minAvailable and maxUnavailable are mutually exclusive")
-    allowed = status.get("disruptionsAllowed")
-    return PodDisruptionBudget(
-        namespace=_str(meta, "namespace", "metadata", "default") or "default",
-        name=name,
-        selector=selector,
-        min_available=min_available,
-        max_unavailable=max_unavailable,
-        disruptions_allowed=_int(status, "disruptionsAllowed", "status", 0) if allowed is not None else None,
     )
