@@ -16,8 +16,9 @@ key                              meaning                                        
 ``nodeRoleArn``                  IAM role of the nodes (the only role ``iam:PassRole``        ``KarpenterNode
                                  allows); empty: ``KarpenterNodeRole-<clusterName>`` in the   Role-<cluster>``
                                  deploying account, Karpenter's getting-started name
-``reconcileMode``                ``poll`` (EventBridge schedule, once a minute); ``watch`` is  ``poll``
-                                 reserved for a later release and rejected for now
+``reconcileMode``                ``poll`` (one pass per scheduled invocation, once a minute)  ``poll``
+                                 or ``watch`` (one invocation watches pending pods for up to
+                                 ~14 min and hands over through the lease; timeout 900 s)
 ``reconcileTimeoutSeconds``      reconcile Lambda timeout, 60..900 s                          ``900``
 ``interruptionTimeoutSeconds``   interruption Lambda timeout, 5..44 s (see below)             ``20``
 ``drainTimeoutSeconds``          drain work per invocation, capped below each timeout         ``60``
@@ -90,7 +91,7 @@ LOG_RETENTION_NAMES: Mapping[int, str] = MappingProxyType(
 )
 """CloudWatch Logs retention in days -> ``aws_logs.RetentionDays`` member name (no jsii import here)."""
 _REBALANCE_ACTIONS: tuple[str, ...] = get_args(Settings.model_fields["rebalance_action"].annotation)
-_RECONCILE_MODES = ("poll",)
+_RECONCILE_MODES: tuple[str, ...] = get_args(Settings.model_fields["reconcile_mode"].annotation)
 
 
 class ConfigError(ValueError):
@@ -139,7 +140,13 @@ class NodesmithConfig:
         _check(
             self.reconcile_mode in _RECONCILE_MODES,
             "reconcileMode",
-            f"{self.reconcile_mode!r} is not supported (supported: {', '.join(_RECONCILE_MODES)}; 'watch' is planned)",
+            f"{self.reconcile_mode!r} is not supported (supported: {', '.join(_RECONCILE_MODES)})",
+        )
+        _check(
+            self.reconcile_mode != "watch" or self.reconcile_timeout_seconds == 900,
+            "reconcileTimeoutSeconds",
+            f"{self.reconcile_timeout_seconds} with reconcileMode watch: a watcher needs the full 900 s "
+            "(it leaves ~1.5 min early and the next scheduled invocation takes over)",
         )
         _check(
             60 <= self.reconcile_timeout_seconds <= 900,

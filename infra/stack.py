@@ -149,5 +149,6 @@ def _settings_environment(config: NodesmithConfig, *, node_role_arn: str, timeou
         ENV.PRICE_TABLE: config.price_table,
         ENV.REBALANCE_ACTION: config.rebalance_action,
         ENV.DRAIN_TIMEOUT_SECONDS: str(drain_seconds),
+        ENV.RECONCILE_MODE: config.reconcile_mode,
     }
     return {name: value for name, value in values.items() if value}

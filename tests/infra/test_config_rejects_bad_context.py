@@ -42,7 +42,7 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("clusterName", "-bad", "EKS cluster name"),
         ("clusterEndpoint", "http://plain.example", "https://"),
         ("nodeRoleArn", "arn:aws:iam::123:role/x", "IAM role ARN"),
-        ("reconcileMode", "watch", "planned"),
+        ("reconcileMode", "stream", "supported: poll, watch"),
         ("reconcileTimeoutSeconds", 901, "60..900"),
         ("interruptionTimeoutSeconds", 45, "retention"),
         ("interruptionTimeoutSeconds", "twenty", "integer"),
@@ -77,3 +77,14 @@ def test_every_allowed_log_retention_is_a_cdk_retention() -> None:
 
     members = {m.name for m in logs.RetentionDays} - {"INFINITE"}
     assert set(LOG_RETENTION_NAMES.values()) == members
+
+
+def test_watch_mode_is_accepted_with_the_full_lambda_timeout_and_reaches_the_handlers_environment() -> None:
+    from infra.stack import _settings_environment
+
+    config = _config(reconcileMode="watch")
+    assert config.reconcile_mode == "watch" and config.reconcile_timeout_seconds == 900
+    env = _settings_environment(config, node_role_arn="arn:aws:iam::123456789012:role/n", timeout_seconds=900)
+    assert env["NODESMITH_RECONCILE_MODE"] == "watch"
+    with pytest.raises(ConfigError, match="reconcileTimeoutSeconds"):
+        _config(reconcileMode="watch", reconcileTimeoutSeconds=600)

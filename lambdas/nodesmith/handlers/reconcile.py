@@ -145,12 +145,47 @@ def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     return outcome, run_disruption()
 
 
+def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    return run_pass(), None
+
+
+def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:
+    """Watch mode (:mod:`nodesmith.handlers.watch_mode`): passes as pending pods arrive, until near the timeout."""
+    from nodesmith.handlers.watch_mode import run_watch
+
+    settings = wiring.get_settings()
+    remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else 900.0
+    try:
+        run = run_watch(
+            run_pass=_provision_only,
+            run_full=_pass_and_disrupt,
+            cluster=wiring.build_cluster(settings),
+            remaining_seconds=remaining,
+            drain_budget_seconds=float(settings.drain_timeout_seconds),
+            request_id=str(getattr(context, "aws_request_id", "") or f"watch-{time.time():.6f}"),
+            state=None,  # the reconcile lease (state store) hands over between watchers once configured
+        )
+    except Exception:
+        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+        logger.exception("reconcile watch failed")
+        raise
+    if run.skipped or run.value is None:
+        logger.info("reconcile watch skipped", extra={"reason": run.skipped})
+        return {"status": run.skipped or "no pass ran"}
+    outcome, disruption = run.value
+    return _report(
+        outcome, disruption, started, mode="watch", passes=run.passes, batches=list(run.batches), stopped=run.stopped
+    )
+
+
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
     started = time.monotonic()
+    if wiring.get_settings().reconcile_mode == "watch":
+        return _handle_watch(context, started)
     try:
         outcome, disruption = _pass_and_disrupt()
     except Exception:
@@ -158,11 +193,19 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
         logger.exception("reconcile pass failed")
         raise
+    return _report(outcome, disruption, started)
+
+
+def _report(
+    outcome: ReconcileOutcome, disruption: DisruptionOutcome | None, started: float, **extra: Any
+) -> dict[str, Any]:
+    """Metrics and the log line of the (last) pass; returns the summary."""
     duration = time.monotonic() - started
     _emit(outcome)
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
     summary = outcome_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)
+    summary.update(extra)
     if disruption is not None:
         from nodesmith.services.disruption import summary as disruption_summary
 

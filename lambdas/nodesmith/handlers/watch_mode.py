@@ -1,0 +1,117 @@
+"""The reconcile handler's watch mode (``NODESMITH_RECONCILE_MODE=watch``).
+
+One invocation runs :func:`nodesmith.services.watch.watch` until :data:`EXIT_MARGIN_SECONDS` plus
+the drain budget before its timeout, so it leaves before Lambda kills it. With a state store, it
+watches only while it holds the reconcile lease, named after the moment it will leave
+(:func:`~nodesmith.services.watch.holder_name`); scheduled invocations that find the lease taken
+return at once unless that moment is within a schedule period, in which case they wait for the
+release and take over (:func:`~nodesmith.services.watch.handover_wait`). Without a state store
+(the embedded default) the invocation simply watches.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.services.capacity import pending_pods
+from nodesmith.services.watch import handover_wait, holder_name, watch
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.core.ports import Cluster
+
+__all__ = ["EXIT_MARGIN_SECONDS", "LEASE", "WatchRun", "run_watch"]
+
+EXIT_MARGIN_SECONDS = 30.0
+"""Seconds kept free before the function timeout, on top of one pass's drain budget."""
+
+LEASE = "reconcile"
+"""The reconcile lease (the same name :mod:`nodesmith.services.leases` uses)."""
+
+_LEASE_SLACK_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRun:
+    """The result of :func:`run_watch`: the last pass's value, passes and batches, or why it skipped."""
+
+    value: Any = None
+    passes: int = 0
+    batches: tuple[int, ...] = ()
+    stopped: str = ""
+    skipped: str = ""
+
+
+def run_watch(
+    *,
+    run_pass: Callable[[], Any],
+    cluster: Cluster,
+    run_full: Callable[[], Any] | None = None,
+    remaining_seconds: float,
+    drain_budget_seconds: float,
+    request_id: str,
+    state: Any = None,
+    wall: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> WatchRun:
+    """Watch for pending pods for ``remaining_seconds`` minus the margins, under the lease when ``state`` is set.
+
+    ``state`` is a :class:`~nodesmith.core.ports.StateStore` (lease calls only) or None.
+    ``run_pass`` runs one provisioning pass (after a batch of pending pods); ``run_full`` (default
+    ``run_pass``) one provisioning + disruption pass (at start and every resync). The last value of
+    either is returned.
+    """
+    budget = remaining_seconds - EXIT_MARGIN_SECONDS - drain_budget_seconds
+    if budget <= 0:
+        return WatchRun(value=(run_full or run_pass)(), passes=1, stopped="no time to watch")
+    last: list[Any] = [None]
+
+    def one() -> None:
+        last[0] = run_pass()
+
+    def full() -> None:
+        last[0] = (run_full or run_pass)()
+
+    def pending() -> set[str]:
+        return {p.key for p in pending_pods(cluster.list_pods())}
+
+    if state is None:
+        out = watch(
+            run_pass=one, run_resync=full, pending_pods=pending, stop_at=clock() + budget, clock=clock, sleep=sleep
+        )
+        return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
+
+    wait = handover_wait(holder=state.lease_holder(name=LEASE, now=wall()), now=wall())
+    give_up = clock() + wait
+    while True:
+        leave_at = wall() + budget
+        holder = holder_name(request_id=request_id, leave_at=leave_at)
+        ttl = budget + drain_budget_seconds + _LEASE_SLACK_SECONDS
+        if state.acquire_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()):
+            break
+        if clock() >= give_up:
+            held_by = state.lease_holder(name=LEASE, now=wall())
+            return WatchRun(skipped=f"skipped: lease held by {held_by or 'another invocation'}")
+        sleep(0.2)
+        budget = remaining_seconds - EXIT_MARGIN_SECONDS - drain_budget_seconds - (clock() - (give_up - wait))
+
+    def renew() -> bool:
+        return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
+
+    try:
+        out = watch(
+            run_pass=one,
+            run_resync=full,
+            pending_pods=pending,
+            stop_at=clock() + budget,
+            renew=renew,
+            clock=clock,
+            sleep=sleep,
+        )
+    finally:
+        state.release_lease(name=LEASE, holder=holder)
+    return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)

@@ -1,0 +1,152 @@
+"""Watch mode: one reconcile invocation reacts to new pending pods for most of its lifetime.
+
+Poll mode runs one reconcile pass per scheduled invocation (once a minute, EventBridge's floor), so
+a pod waits 30 s on average before anything is launched for it. Karpenter's provisioner instead
+watches pods and batches them (``[core]:pkg/controllers/provisioning/batcher.go``): a batch opens
+with the first new pending pod and closes after :data:`BATCH_IDLE_SECONDS` without another one, or
+:data:`BATCH_MAX_SECONDS` after it opened (``karpenter-v1.md`` §2.1). :func:`watch` does that inside
+one invocation: it lists pods every ``poll_seconds`` (0.2 s), runs a pass when a batch closes and
+at least every ``resync_seconds`` anyway (registration, initialization, disruption), and returns
+before ``stop_at`` so the invocation ends well inside its timeout.
+
+Hand-over between invocations goes through the reconcile lease (:mod:`.leases`): the watcher's
+lease holder name carries the epoch second at which it will leave (:func:`holder_name`); a
+scheduled invocation that finds the lease taken waits for it only when that moment is near
+(:func:`handover_wait`), so the next watcher takes over within a poll of the old one leaving, while
+the invocations in between return at once. Two watchers are never active: each runs only while it
+holds the lease and ``renew`` (extending it) is checked on every pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+__all__ = [
+    "BATCH_IDLE_SECONDS",
+    "BATCH_MAX_SECONDS",
+    "HANDOVER_WINDOW_SECONDS",
+    "POLL_SECONDS",
+    "WatchOutcome",
+    "handover_wait",
+    "holder_name",
+    "watch",
+]
+
+BATCH_IDLE_SECONDS = 1.0
+"""Karpenter's ``BATCH_IDLE_DURATION``: a batch closes after this long without a new pending pod."""
+
+BATCH_MAX_SECONDS = 10.0
+"""Karpenter's ``BATCH_MAX_DURATION``: a batch closes this long after it opened, whatever arrives."""
+
+POLL_SECONDS = 0.2
+"""How often pending pods are listed (seconds)."""
+
+RESYNC_SECONDS = 10.0
+"""A pass runs at least this often even without new pods (lifecycle, disruption), like Karpenter's 10 s loop."""
+
+HANDOVER_WINDOW_SECONDS = 75.0
+"""A scheduled invocation waits for a watcher leaving within this many seconds (one schedule period + slack)."""
+
+
+@dataclass(slots=True)
+class WatchOutcome:
+    """What one :func:`watch` did: passes run, batches closed (with their sizes) and why it stopped."""
+
+    passes: int = 0
+    batches: list[int] = field(default_factory=list)
+    stopped: str = ""
+
+
+def holder_name(*, request_id: str, leave_at: float) -> str:
+    """The lease holder name of a watcher: ``<request id>@<epoch second it leaves>``."""
+    return f"{request_id}@{int(leave_at)}"
+
+
+def handover_wait(*, holder: str | None, now: float, window: float = HANDOVER_WINDOW_SECONDS) -> float:
+    """Seconds a new invocation should wait for the lease held by ``holder`` (0: do not wait).
+
+    Waits (until one second after the announced departure) only when ``holder`` is a watcher
+    (:func:`holder_name`) leaving within ``window`` seconds of ``now`` (epoch seconds).
+    """
+    if not holder or "@" not in holder:
+        return 0.0
+    try:
+        leave_at = float(holder.rsplit("@", 1)[1])
+    except ValueError:
+        return 0.0
+    remaining = leave_at - now
+    if remaining > window:
+        return 0.0
+    return max(0.0, remaining) + 1.0
+
+
+def watch(
+    *,
+    run_pass: Callable[[], object],
+    pending_pods: Callable[[], set[str]],
+    stop_at: float,
+    renew: Callable[[], bool] | None = None,
+    run_resync: Callable[[], object] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    poll_seconds: float = POLL_SECONDS,
+    idle_seconds: float = BATCH_IDLE_SECONDS,
+    max_seconds: float = BATCH_MAX_SECONDS,
+    resync_seconds: float = RESYNC_SECONDS,
+) -> WatchOutcome:
+    """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
+
+    ``run_pass`` runs one reconcile pass; ``pending_pods`` returns the ids (``namespace/name`` or
+    uid) of the pods waiting for capacity now. A pass runs first (catch up), then whenever a batch
+    closes (``idle_seconds`` without a new pending pod, or ``max_seconds`` after the batch's first
+    one) and every ``resync_seconds``. ``run_resync`` (default ``run_pass``) is what runs at start
+    and on resyncs — the full pass with disruption — so a batch only waits for provisioning.
+    ``renew`` is called before every pass; False (the lease was lost) stops the watch at once.
+    Exceptions of ``run_pass`` propagate.
+    """
+    out = WatchOutcome()
+    full = run_resync or run_pass
+
+    def one_pass(*, resync: bool = True) -> bool:
+        if renew is not None and not renew():
+            out.stopped = "lease lost"
+            return False
+        (full if resync else run_pass)()
+        out.passes += 1
+        return True
+
+    seen = pending_pods()  # taken before the pass: pods arriving during a pass open the next batch
+    if not one_pass():
+        return out
+    last_pass = clock()
+    batch: set[str] = set()
+    opened = last_seen = 0.0
+    while True:
+        now = clock()
+        if now >= stop_at:
+            out.stopped = "deadline"
+            return out
+        current = pending_pods()
+        new = current - seen
+        seen = current
+        if new:
+            if not batch:
+                opened = now
+            batch |= new
+            last_seen = now
+        closes = bool(batch) and (now - last_seen >= idle_seconds or now - opened >= max_seconds)
+        if closes or now - last_pass >= resync_seconds:
+            if batch:
+                out.batches.append(len(batch))
+            batch = set()
+            seen = pending_pods()
+            if not one_pass(resync=not closes):
+                return out
+            last_pass = clock()
+            continue
+        sleep(max(0.0, min(poll_seconds, stop_at - now)))

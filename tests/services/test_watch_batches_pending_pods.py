@@ -1,0 +1,72 @@
+"""Watch mode batches new pending pods like Karpenter (1 s idle, 10 s at most), stops before its
+deadline or when the lease is lost, and a scheduled invocation waits only for a watcher about to leave."""
+
+from __future__ import annotations
+
+from nodesmith.services.watch import handover_wait, holder_name, watch
+
+
+class FakeTime:
+    """A clock that only moves when the code sleeps; ``arrivals`` maps a time to pods appearing then."""
+
+    def __init__(self, arrivals: dict[float, set[str]]) -> None:
+        self.t = 0.0
+        self.arrivals = arrivals
+        self.pending: set[str] = set()
+        self.passes: list[float] = []
+
+    def clock(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t = round(self.t + seconds, 6)
+
+    def pods(self) -> set[str]:
+        for at, pods in self.arrivals.items():
+            if at <= self.t:
+                self.pending |= pods
+        return set(self.pending)
+
+    def run_pass(self) -> None:
+        self.passes.append(self.t)
+        self.arrivals = {at: pods for at, pods in self.arrivals.items() if at > self.t}
+
+
+def test_a_burst_is_provisioned_one_idle_second_after_its_last_pod() -> None:
+    ft = FakeTime({2.0: {"a"}, 2.4: {"b"}, 2.8: {"c"}})
+    out = watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=6.0, clock=ft.clock, sleep=ft.sleep)
+    assert out.batches == [3]  # one batch for the whole burst
+    assert ft.passes[0] == 0.0  # the catch-up pass at start
+    assert 3.8 <= ft.passes[1] <= 4.0  # ~1 s after the last pod (polled every 0.2 s)
+    assert out.stopped == "deadline"
+
+
+def test_a_steady_trickle_is_cut_into_batches_of_at_most_ten_seconds() -> None:
+    ft = FakeTime({round(1.0 + 0.5 * i, 1): {f"p{i}"} for i in range(40)})
+    watch(
+        run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=25.0, clock=ft.clock, sleep=ft.sleep, resync_seconds=99
+    )
+    assert 10.8 <= ft.passes[1] <= 11.2  # opened at 1.0, closed at the 10 s maximum
+
+
+def test_losing_the_lease_stops_the_watch_before_the_next_pass() -> None:
+    ft = FakeTime({1.0: {"a"}})
+    answers = iter([True, False])
+    out = watch(
+        run_pass=ft.run_pass,
+        pending_pods=ft.pods,
+        stop_at=60.0,
+        renew=lambda: next(answers),
+        clock=ft.clock,
+        sleep=ft.sleep,
+    )
+    assert out.stopped == "lease lost" and len(ft.passes) == 1
+
+
+def test_only_a_watcher_about_to_leave_is_waited_for() -> None:
+    leaving_soon = holder_name(request_id="req-1", leave_at=1_000_050.0)
+    leaving_late = holder_name(request_id="req-1", leave_at=1_000_500.0)
+    assert handover_wait(holder=leaving_soon, now=1_000_000.0) == 51.0
+    assert handover_wait(holder=leaving_late, now=1_000_000.0) == 0.0
+    assert handover_wait(holder="a-poll-pass", now=1_000_000.0) == 0.0
+    assert handover_wait(holder=None, now=1_000_000.0) == 0.0
