@@ -1,0 +1,112 @@
+"""The store's state and the primitives every operation builds on.
+
+:class:`_Entry` is one stored object (an immutable JSON snapshot with its serialised form cached);
+:class:`StoreState` declares the state :class:`~nodesmith.sim.kube.store.Store` keeps (objects
+by resource and key, the global ``resourceVersion``, the watch history and subscriptions) and holds
+the primitives: resource lookup, keys, detached copies, version bumps, event emission, selection.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.sim.kube import errors
+from nodesmith.sim.kube.events import WatchEvent
+from nodesmith.sim.kube.listing import select
+
+if TYPE_CHECKING:
+    import builtins
+    import random
+    import threading
+    from collections import deque
+    from collections.abc import Callable
+
+    from nodesmith.sim.kube.events import Subscription
+    from nodesmith.sim.kube.registry import Registry, ResourceType
+
+__all__ = ["StoreState"]
+
+
+class _Entry:
+    __slots__ = ("obj", "raw")
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.raw: bytes | None = None
+
+    def json(self) -> bytes:
+        if self.raw is None:
+            self.raw = json.dumps(self.obj, separators=(",", ":")).encode()
+        return self.raw
+
+
+class StoreState:
+    """The state of :class:`~nodesmith.sim.kube.store.Store` and its primitives (a base class; not used alone).
+
+    The attributes are set by ``Store.__init__``.
+    """
+
+    registry: Registry
+    clock: Callable[[], float]
+    graceful_pod_deletion: bool
+    condition: threading.Condition
+    closed: bool
+    _rng: random.Random
+    _rv: int
+    _objects: dict[str, dict[tuple[str, str], _Entry]]
+    _history: deque[WatchEvent]
+    _subs: builtins.list[Subscription]
+    _order: dict[str, builtins.list[tuple[str, str]]]
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def resource_version(self) -> int:
+        """The current global resourceVersion (the version of the newest write)."""
+        return self._rv
+
+    def rt(self, resource: str) -> ResourceType:
+        """The :class:`ResourceType` of a store key; ``KeyError`` if unknown."""
+        rt = self.registry.get(resource)
+        self._objects.setdefault(rt.key, {})
+        return rt
+
+    def _key(self, rt: ResourceType, namespace: str | None, name: str) -> tuple[str, str]:
+        if rt.namespaced:
+            if not namespace:
+                raise errors.bad_request(f"{rt.plural} is namespaced: a namespace is required")
+            return namespace, name
+        return "", name
+
+    def _entry(self, rt: ResourceType, namespace: str | None, name: str) -> _Entry:
+        entry = self._objects[rt.key].get(self._key(rt, namespace, name))
+        if entry is None:
+            raise errors.not_found(rt.plural, name, rt.group)
+        return entry
+
+    @staticmethod
+    def _copy(obj: Any) -> Any:
+        return json.loads(json.dumps(obj))
+
+    def _bump(self) -> int:
+        self._rv += 1
+        return self._rv
+
+    def _emit(self, kind: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        event = WatchEvent(kind, rt.key, obj, old, self._rv)
+        self._history.append(event)
+        for sub in self._subs:
+            if sub.accepts(event):
+                sub.queue.append(event)
+        self.condition.notify_all()
+
+    def _sorted_keys(self, rt: ResourceType) -> builtins.list[tuple[str, str]]:
+        """The keys of ``rt`` in (namespace, name) order, cached until a create or delete."""
+        keys = self._order.get(rt.key)
+        if keys is None:
+            keys = self._order[rt.key] = sorted(self._objects[rt.key])
+        return keys
+
+    def _select(self, rt: ResourceType, **query: Any) -> tuple[list[tuple[ResourceType, _Entry]], str]:
+        found, token = select(self._objects[rt.key], self._sorted_keys(rt), rt, **query)
+        return [(rt, e) for e in found], token
