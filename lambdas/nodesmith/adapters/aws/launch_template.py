@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from nodesmith.adapters.aws.nodeclass import block_device_mappings, field_value
+from nodesmith.adapters.aws.nodeclass_spec import block_device_mappings, field_value
 from nodesmith.core.model import CAPACITY_TYPE_SPOT, Taint
 from nodesmith.core.resources import parse_quantity
 

@@ -17,6 +17,11 @@ Semantics follow Karpenter's AWS provider (``pkg/providers/subnet``, ``securityg
 
 Results are cached per EC2NodeClass spec for ``ttl_seconds`` (60 s, Karpenter's discovery refresh).
 Whatever does not resolve is named in one :class:`NodeClassNotReadyError`.
+
+The pieces live by concern: this module holds the resolver and what it returns (:class:`Subnet`,
+:class:`SecurityGroup`, :class:`ResolvedNodeClass`); AMI types and alias naming are in
+:mod:`nodesmith.adapters.aws.amis`, spec reading and block devices in
+:mod:`nodesmith.adapters.aws.nodeclass_spec`. Their public names are re-exported here.
 """
 
 from __future__ import annotations
@@ -26,16 +31,29 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.adapters.aws.amis import (
+    _ALIAS_VARIANTS,
+    _EC2_TO_ARCH,
+    AmiCompatibility,
+    Image,
+    required_variant,
+    ssm_alias_parameter,
+)
+from nodesmith.adapters.aws.nodeclass_spec import (
+    GIB,
+    block_device_mappings,
+    field_value,
+    nodeclass_json,
+    root_volume_bytes,
+)
 from nodesmith.core.errors import NodeClassNotReadyError
-from nodesmith.core.instancetypes import NEURON, KubeletSettings
-from nodesmith.core.resources import GPU_NVIDIA, QuantityError, parse_quantity
+from nodesmith.core.instancetypes import KubeletSettings
 
 if TYPE_CHECKING:
-    from nodesmith.core.model import InstanceType
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = [
     "AmiCompatibility",
@@ -54,16 +72,6 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-GIB = 2**30
-_ARCH_TO_EC2 = {"amd64": "x86_64", "arm64": "arm64"}
-_EC2_TO_ARCH = {v: k for k, v in _ARCH_TO_EC2.items()}
-_ALIAS_VARIANTS = {"x86_64": ("standard", "nvidia", "neuron"), "arm64": ("standard", "nvidia")}
-_DEFAULT_ROOT_VOLUME = {
-    "deviceName": "/dev/xvda",
-    "rootVolume": True,
-    "ebs": {"volumeSize": "20Gi", "volumeType": "gp3", "encrypted": True},
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Subnet:
@@ -81,47 +89,6 @@ class SecurityGroup:
 
     id: str
     name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Image:
-    """An AMI: ``arch`` is the Kubernetes name (amd64/arm64); ``variant`` is standard/nvidia/neuron for
-    alias-resolved EKS AMIs and ``""`` for user-selected AMIs (usable by every type of that arch).
-    """
-
-    id: str
-    arch: str
-    variant: str = ""
-    name: str = ""
-    creation_date: str = ""
-
-
-def required_variant(instance_type: InstanceType) -> str:
-    """EKS AMI variant an instance type needs: ``nvidia`` with NVIDIA GPUs, ``neuron`` with Neuron devices."""
-    if instance_type.capacity.get(GPU_NVIDIA, 0) > 0:
-        return "nvidia"
-    if instance_type.capacity.get(NEURON, 0) > 0:
-        return "neuron"
-    return "standard"
-
-
-@dataclass(frozen=True, slots=True)
-class AmiCompatibility:
-    """Hashable predicate: does the node class have an AMI for this instance type (arch and variant)?"""
-
-    images: tuple[Image, ...]
-
-    def image_for(self, instance_type: InstanceType) -> Image | None:
-        """The AMI to launch ``instance_type`` with, or None (Karpenter drops such types from a launch)."""
-        arch = instance_type.labels.get("kubernetes.io/arch", "")
-        variant = required_variant(instance_type)
-        for image in self.images:
-            if image.arch == arch and image.variant in ("", variant):
-                return image
-        return None
-
-    def __call__(self, instance_type: InstanceType) -> bool:
-        return self.image_for(instance_type) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,38 +123,6 @@ class ResolvedNodeClass:
         """``spec.instanceStorePolicy`` (``RAID0``) or None."""
         value = self.spec.get("instanceStorePolicy")
         return str(value) if value else None
-
-
-def nodeclass_json(nodeclass: Any) -> tuple[str, dict[str, Any]]:
-    """``(name, spec as Karpenter JSON)`` of an EC2NodeClass model, or of a manifest dict.
-
-    Accepts the pydantic ``nodesmith.core.api.ec2nodeclass.EC2NodeClass`` (dumped by alias) or a
-    ``{"metadata": {"name"}, "spec": {...}}`` dict.
-    """
-    if isinstance(nodeclass, Mapping):
-        return str((nodeclass.get("metadata") or {}).get("name", "")), dict(nodeclass.get("spec") or {})
-    name = str(getattr(getattr(nodeclass, "metadata", None), "name", "") or "")
-    spec: Any = getattr(nodeclass, "spec", None)
-    if hasattr(spec, "model_dump"):
-        return name, dict(spec.model_dump(by_alias=True, exclude_none=True, mode="json"))
-    return name, dict(spec or {})
-
-
-def field_value(obj: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """``obj[key]`` with a case-insensitive fallback (``httpProtocolIPv6`` vs ``httpProtocolIpv6``)."""
-    if key in obj:
-        return obj[key]
-    lowered = key.lower()
-    for k, v in obj.items():
-        if k.lower() == lowered:
-            return v
-    return default
-
-
-def ssm_alias_parameter(*, k8s_version: str, arch: str, variant: str, version: str) -> str:
-    """SSM parameter of an EKS AL2023 AMI (Karpenter ``AL2023.resolvePath``); ``arch`` is x86_64/arm64."""
-    leaf = "recommended" if version == "latest" else f"amazon-eks-node-al2023-{arch}-{variant}-{k8s_version}-{version}"
-    return f"/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
 
 
 def _tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -475,28 +410,3 @@ class NodeClassResolver:
                     f"spec.role {role!r}: cannot add it to instance profile {name}: {exc}"
                 ) from exc
         return name
-
-
-def root_volume_bytes(spec: Mapping[str, Any]) -> int:
-    """Root EBS volume size in bytes: the ``rootVolume`` mapping, else ``/dev/xvda``, else 20 GiB (AL2023).
-
-    Raises ``QuantityError`` naming ``blockDeviceMappings[i].ebs.volumeSize`` when it is invalid.
-    """
-    mappings = list(field_value(spec, "blockDeviceMappings") or [])
-    chosen = next((m for m in mappings if field_value(m, "rootVolume")), None)
-    if chosen is None:
-        chosen = next((m for m in mappings if field_value(m, "deviceName") == "/dev/xvda"), None)
-    size = field_value(field_value(chosen, "ebs") or {}, "volumeSize") if chosen else None
-    if size is None:
-        return 20 * GIB
-    try:
-        return parse_quantity(size, resource="ephemeral-storage")
-    except QuantityError as exc:
-        index = mappings.index(chosen)
-        raise QuantityError(f"blockDeviceMappings[{index}].ebs.volumeSize: {exc}") from exc
-
-
-def block_device_mappings(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The node class's block device mappings (Karpenter JSON), or the AL2023 default root volume."""
-    mappings = list(field_value(spec, "blockDeviceMappings") or [])
-    return mappings or [_DEFAULT_ROOT_VOLUME]
