@@ -9,16 +9,21 @@ Dimension contract: the dashboard and alarms aggregate with CloudWatch Metrics I
 exactly one dimension set (``service`` plus any breakdown such as ``NodePool``, ``CapacityType``,
 ``Zone``, ``Reason``, ``Decision``); emitting the same point twice would count it twice.
 
-Units follow the suffix: ``...Seconds`` in seconds, ``...USDPerHour`` in US dollars per hour,
-everything else a count. Karpenter's Prometheus counterpart is noted where there is one
-(``karpenter-v1.md`` §5).
+Units follow the suffix: ``...Seconds`` in seconds, ``...Percent`` in percent, ``...USDPerHour``
+in US dollars per hour (CloudWatch has no currency unit, so the unit is ``None`` and the name says
+it), everything else a count; :data:`UNITS` spells that out and a test holds the code to it.
+Karpenter's Prometheus counterpart is noted where there is one (``karpenter-v1.md`` §5).
+
+Breakdown dimensions in use (:class:`Dimension`): ``NodePool`` and ``Resource`` (utilisation),
+``Reason`` (terminations, ignored messages), ``ErrorCode`` (launch failures), ``MessageType``
+(received messages), ``Method`` (disruption).
 """
 
 from __future__ import annotations
 
 from enum import StrEnum, unique
 
-__all__ = ["NAMESPACE", "MetricName"]
+__all__ = ["NAMESPACE", "UNITS", "Dimension", "MetricName"]
 
 NAMESPACE = "Nodesmith"
 """CloudWatch namespace of every custom metric (Powertools ``POWERTOOLS_METRICS_NAMESPACE``)."""
@@ -33,6 +38,7 @@ class MetricName(StrEnum):
     OLDEST_PENDING_POD_AGE_SECONDS = "OldestPendingPodAgeSeconds"  # gauge; pods_unbound_time_seconds
     PODS_SCHEDULED = "PodsScheduled"  # count of pods placed by a reconcile pass
     CLUSTER_COST_USD_PER_HOUR = "ClusterCostUSDPerHour"  # gauge; karpenter_nodepools_cost_total
+    NODEPOOL_UTILIZATION_PERCENT = "NodePoolUtilizationPercent"  # gauge by NodePool, Resource (cpu, memory)
 
     # Provisioning
     SCHEDULING_DURATION_SECONDS = "SchedulingDurationSeconds"  # scheduler_scheduling_duration_seconds
@@ -45,6 +51,7 @@ class MetricName(StrEnum):
 
     # Interruptions and drains
     INTERRUPTION_MESSAGES_RECEIVED = "InterruptionMessagesReceived"  # interruption_received_messages_total
+    INTERRUPTION_MESSAGES_ACKNOWLEDGED = "InterruptionMessagesAcknowledged"  # interruption_deleted_messages_total
     INTERRUPTION_MESSAGES_IGNORED = "InterruptionMessagesIgnored"  # not our instance, or no action
     INTERRUPTION_MESSAGES_MALFORMED = "InterruptionMessagesMalformed"  # unparseable, acknowledged
     INTERRUPTION_QUEUE_AGE_SECONDS = "InterruptionQueueAgeSeconds"  # interruption_message_queue_duration_seconds
@@ -53,7 +60,8 @@ class MetricName(StrEnum):
     PODS_BLOCKED_BY_PDB = "PodsBlockedByPDB"  # eviction answered 429
     PODS_FORCE_DELETED = "PodsForceDeleted"  # terminationGracePeriod expired
     DRAIN_DURATION_SECONDS = "DrainDurationSeconds"  # nodes_termination_duration_seconds
-    NODECLAIMS_TERMINATED = "NodeClaimsTerminated"  # nodeclaims_terminated_total
+    DRAINS_MISSED_DEADLINE = "DrainsMissedDeadline"  # pods still on the node when EC2 reclaimed it
+    NODECLAIMS_TERMINATED = "NodeClaimsTerminated"  # by Reason; nodeclaims_disrupted_total
 
     # Disruption
     DISRUPTION_DECISIONS = "DisruptionDecisions"  # voluntary_disruption_decisions_total
@@ -62,3 +70,30 @@ class MetricName(StrEnum):
     # Controller health
     RECONCILE_DURATION_SECONDS = "ReconcileDurationSeconds"
     RECONCILE_ERRORS = "ReconcileErrors"
+
+
+@unique
+class Dimension(StrEnum):
+    """Breakdown dimensions the code emits besides ``service`` (one set per data point)."""
+
+    NODEPOOL = "NodePool"
+    RESOURCE = "Resource"
+    REASON = "Reason"
+    ERROR_CODE = "ErrorCode"
+    MESSAGE_TYPE = "MessageType"
+    METHOD = "Method"
+
+
+UNITS: dict[MetricName, str] = {
+    name: (
+        "Seconds"
+        if name.endswith("Seconds")
+        else "Percent"
+        if name.endswith("Percent")
+        else "None"
+        if name.endswith("USDPerHour")
+        else "Count"
+    )
+    for name in MetricName
+}
+"""CloudWatch unit of each metric, as the code must emit it (EMF ``Unit``)."""
