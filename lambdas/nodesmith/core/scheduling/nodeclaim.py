@@ -294,6 +294,15 @@ class Template:
                 dead |= self._fit_index(resource).below(amount)
         return dead
 
+    def max_free(self, mask: int, resource: str) -> int:
+        """The most ``resource`` any type of ``mask`` has free after DaemonSets (0 for an empty mask)."""
+        idx = self._fit_index(resource)
+        order = idx.order
+        for pos in range(len(order) - 1, -1, -1):
+            if mask >> order[pos] & 1:
+                return idx.values[pos]
+        return 0
+
     def free(self, resource: str, i: int) -> int:
         """Allocatable of type ``i`` minus its DaemonSet overhead for ``resource``."""
         return self.types[i].allocatable.get(resource, 0) - self.groups[self.group_of[i]].overhead.get(resource, 0)
@@ -351,6 +360,7 @@ class SimNodeClaim:
     """A NodeClaim planned in this pass: its pods, narrowed requirements and surviving instance types."""
 
     __slots__ = (
+        "_ceiling",
         "_merged",
         "_singles",
         "hostname",
@@ -374,6 +384,7 @@ class SimNodeClaim:
         self.ports: list[HostPort] = []
         self._merged: dict[int, tuple[Requirements | None, bool]] = {}
         self._singles: dict[str, str | None] = {}
+        self._ceiling: dict[str, int] = {}
 
     def single(self, key: str) -> str | None:
         """The only value the NodeClaim's requirement on ``key`` allows, or None (cached)."""
@@ -393,12 +404,26 @@ class SimNodeClaim:
                 return True
         return False
 
+    def _no_room(self, data: PodData) -> bool:
+        """True when, for some resource, even the roomiest type left has less free than the pods' sum
+        (a necessary condition of :meth:`can_add`, checked first because it is the cheapest)."""
+        ceiling = self._ceiling
+        requests = self.requests
+        for name, amount in data.requests.items():
+            if amount > 0:
+                room = ceiling.get(name)
+                if room is None:
+                    room = ceiling[name] = self.template.max_free(self.mask, name)
+                if requests.get(name, 0) + amount > room:
+                    return True
+        return False
+
     def can_add(  # noqa: PLR0911, PLR0912 - early returns follow Karpenter CanAdd check order
         self, pod: Pod, data: PodData, topology: Topology
     ) -> tuple[Requirements, int] | None:
         """``(requirements, instance-type bitset)`` after adding the pod, or None when it does not fit."""
         tpl = self.template
-        if tpl.untolerated(data):
+        if self._no_room(data) or tpl.untolerated(data):
             return None
         hit = self._merged.get(id(data))
         if hit is None:
@@ -447,6 +472,8 @@ class SimNodeClaim:
             self.requirements = reqs
             self._merged = {}
             self._singles = {}
+        if mask != self.mask:
+            self._ceiling = {}
         self.mask = mask
         topology.record(pod, data, self.template.taints, reqs, WELL_KNOWN_LABELS)
 
