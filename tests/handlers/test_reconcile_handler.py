@@ -85,7 +85,9 @@ def test_launch_failures_are_counted_by_error_code(ports: Any, capsys: pytest.Ca
     handler({}, Context())
 
     failures = emitted(capsys.readouterr().out)["LaunchFailures"]
-    assert [(v, d["ErrorCode"]) for v, d, _ in failures] == [(1, "InsufficientInstanceCapacity")]
+    # One CreateFleet per spot NodeClaim tried (how many depends on the packing policy).
+    assert [d["ErrorCode"] for _, d, _ in failures] == ["InsufficientInstanceCapacity"]
+    assert failures[0][0] >= 1
 
 
 def test_a_failed_pass_is_counted_and_raised(ports: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,15 +11,20 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 
 from nodesmith.core.model import Pod, Taint
 from nodesmith.core.ports import Instance
+from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve
 from nodesmith.services.reconcile import ReconcileOutcome, reconcile
 
 CLUSTER = "test"
 World = tuple[FakeCluster, FakeCloud]
 
 
-def run(cluster: FakeCluster, cloud: FakeCloud, now: float) -> ReconcileOutcome:
+def run(cluster: FakeCluster, cloud: FakeCloud, now: float, *, packing: str = "nodesmith") -> ReconcileOutcome:
     cluster.now = cloud.now = now
-    return reconcile(cluster=cluster, cloud=cloud, cluster_name=CLUSTER, now=now)
+
+    def solver(inp: SchedulingInput) -> SchedulingResult:
+        return solve(replace(inp, packing=packing))  # type: ignore[arg-type]
+
+    return reconcile(cluster=cluster, cloud=cloud, cluster_name=CLUSTER, now=now, solver=solver)
 
 
 @pytest.fixture
@@ -106,7 +111,9 @@ def test_spot_capacity_error_falls_back_to_on_demand_within_one_call(world: Worl
     cluster, cloud = world
     cloud.ice = {(it.name, o.zone, "spot") for it in cloud.types for o in it.offerings}
 
-    out = run(cluster, cloud, 1000.0)
+    # Karpenter's grouping: one c5.xlarge NodeClaim. (The nodesmith packing would first try three
+    # cheaper c5.large spot NodeClaims once c5.xlarge spot fails, one more capacity error.)
+    out = run(cluster, cloud, 1000.0, packing="karpenter")
 
     assert out.solve_attempts == 2
     assert out.launch_failures == {"InsufficientInstanceCapacity": 1}
@@ -131,7 +138,7 @@ def test_capacity_error_in_the_heavier_pool_falls_back_to_the_next_nodepool(
         (it.name, o.zone, o.capacity_type) for it in cloud.types if it.name.startswith("c5") for o in it.offerings
     }
 
-    out = run(cluster, cloud, 1000.0)
+    out = run(cluster, cloud, 1000.0, packing="karpenter")  # the failure count below is for one NodeClaim per pass
 
     claim = only_claim(cluster)
     assert claim.nodepool_name == "general"

@@ -92,22 +92,35 @@ def run_simulate(
     output: str = "table",
     use_aws: bool = False,
     instance_types: Sequence[InstanceType] | None = None,
+    packing: str = "karpenter",
 ) -> int:
     """Run the simulation and print the plan; returns the process exit code (0, 1 or 2).
 
     ``files`` are manifest files (multi-document YAML); ``price_table`` a JSON price table
     (``$NODESMITH_PRICE_TABLE`` when None); ``output`` ``json`` or ``table``; ``use_aws`` reads
     the catalogue from real AWS. ``instance_types`` skips the catalogue step (tests share one
-    catalogue across many runs). Pods that cannot be placed are part of the plan, not an error.
+    catalogue across many runs). ``packing``: ``karpenter`` (default: Karpenter's own grouping,
+    what the Karpenter-semantics scenarios expect) or ``nodesmith`` (cost-aware re-packing, the
+    reconcile Lambda's default; :mod:`nodesmith.core.scheduling.repack`). Pods that cannot be
+    placed are part of the plan, not an error.
     """
+    from nodesmith.core.scheduling.types import PACKING_POLICIES
+
     out = sys.stdout
     table = price_table if price_table is not None else _env_price_table()
     try:
         _check_arguments(files=files, output=output, price_table=table)
+        if packing not in PACKING_POLICIES:
+            raise _BadInput(f"--packing must be one of {', '.join(PACKING_POLICIES)}, not {packing!r}")
         # Only the final result may reach stdout: anything a library prints goes to stderr.
         with contextlib.redirect_stdout(sys.stderr):
             result = _plan(
-                files=files, region=region, price_table=table, use_aws=use_aws, instance_types=instance_types
+                files=files,
+                region=region,
+                price_table=table,
+                use_aws=use_aws,
+                instance_types=instance_types,
+                packing=packing,
             )
     except _BadInput as exc:
         _err(f"error: {exc}")
@@ -158,6 +171,7 @@ def _plan(
     price_table: Path | None,
     use_aws: bool,
     instance_types: Sequence[InstanceType] | None,
+    packing: str = "karpenter",
 ) -> SchedulingResult:
     """Load, build the catalogue (unless given), solve. Raises ``_BadInput`` or ``_StepFailed``."""
     from nodesmith.adapters.manifests import load_manifests
@@ -178,7 +192,7 @@ def _plan(
             raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
-    return solve(build_scheduling_input(bundle, instance_types))
+    return solve(replace(build_scheduling_input(bundle, instance_types), packing=packing))  # type: ignore[arg-type]
 
 
 def _env_price_table() -> Path | None:

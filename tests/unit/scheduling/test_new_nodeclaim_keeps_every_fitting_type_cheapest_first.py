@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from conftest import ZONES, make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.scheduling import solve
@@ -31,7 +33,7 @@ def test_every_type_that_fits_is_kept_and_ordered_by_cheapest_offering() -> None
 
 def test_types_that_no_longer_fit_drop_out_as_pods_are_added() -> None:
     pods = [make_pod(cpu="1500m", memory="1Gi") for _ in range(4)]
-    (nc,) = solve(make_input(pods, types=GENERAL)).nodeclaims
+    (nc,) = solve(replace(make_input(pods, types=GENERAL), packing="karpenter")).nodeclaims
     assert len(nc.pods) == 4
     assert names(nc.instance_types) == ["m5.2xlarge"]  # 6 cpu of pods: only the 8-vCPU type remains
     assert nc.requests["cpu"] == 6000 and nc.requests["pods"] == 4

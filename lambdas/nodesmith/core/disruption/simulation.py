@@ -213,6 +213,7 @@ def simulate(ctx: SimulationContext, candidates: Sequence[Candidate], *, consoli
             existing_nodes=existing,
             daemonsets=ctx.daemonsets,
             nodepool_usage=usage,
+            packing="karpenter",  # consolidation decides on Karpenter's own scheduling simulation
         )
     )
     failures = {key: why for key, why in result.unschedulable.items() if key in must_place}

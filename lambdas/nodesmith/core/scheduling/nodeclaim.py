@@ -341,18 +341,26 @@ class Template:
             return 0, limits_failure(self, None)
         return self._limit_mask, ""
 
-    def charge(self, mask: int) -> None:
-        """Subtract the largest capacity among ``mask``'s types from the remaining limits (``subtractMax``)."""
-        if self.remaining is None:
-            return
-        for resource in self.remaining:
+    def max_capacity(self, mask: int) -> dict[str, int]:
+        """Per limited resource, the largest capacity among ``mask``'s types (what ``subtractMax`` charges)."""
+        out: dict[str, int] = {}
+        for resource in self.remaining or {}:
             idx = self._cap_index(resource)
             biggest = 0
             for pos in range(len(idx.order) - 1, -1, -1):
                 if mask >> idx.order[pos] & 1:
                     biggest = idx.values[pos]
                     break
-            self.remaining[resource] -= biggest
+            out[resource] = biggest
+        return out
+
+    def charge(self, mask: int, *, sign: int = 1) -> None:
+        """Subtract the largest capacity among ``mask``'s types from the remaining limits (``subtractMax``);
+        ``sign=-1`` gives it back (a planned NodeClaim withdrawn before launch)."""
+        if self.remaining is None:
+            return
+        for resource, biggest in self.max_capacity(mask).items():
+            self.remaining[resource] -= sign * biggest
         self._limit_mask = None
 
 
@@ -363,6 +371,8 @@ class SimNodeClaim:
         "_ceiling",
         "_merged",
         "_singles",
+        "charged",
+        "datas",
         "hostname",
         "mask",
         "pods",
@@ -379,8 +389,10 @@ class SimNodeClaim:
         self.hostname = hostname
         self.requirements = requirements
         self.mask = mask
+        self.charged = mask  # the types NodePool limits were charged for (``subtractMax`` at creation)
         self.requests: Resources = {}
         self.pods: list[Pod] = []
+        self.datas: list[PodData] = []
         self.ports: list[HostPort] = []
         self._merged: dict[int, tuple[Requirements | None, bool]] = {}
         self._singles: dict[str, str | None] = {}
@@ -460,11 +472,20 @@ class SimNodeClaim:
             return None
         return reqs, mask
 
+    def place(self, pods: Sequence[Pod], datas: Sequence[PodData]) -> None:
+        """Put pods that no topology group counts on this (new, empty) NodeClaim: only requests change."""
+        self.pods.extend(pods)
+        self.datas.extend(datas)
+        for data in datas:
+            for name, amount in data.requests.items():
+                self.requests[name] = self.requests.get(name, 0) + amount
+
     def add(self, pod: Pod, data: PodData, reqs: Requirements, mask: int, topology: Topology) -> None:
         """Place the pod (after a successful :meth:`can_add`) and record it in the topology."""
         if not self.pods:
             topology.register(LABEL_HOSTNAME, self.hostname)
         self.pods.append(pod)
+        self.datas.append(data)
         for name, amount in data.requests.items():
             self.requests[name] = self.requests.get(name, 0) + amount
         self.ports.extend(data.host_ports)

@@ -11,6 +11,9 @@ scheduler.go Solve``/``add``, ``queue.go``, ``preferences.go``):
 3. A pod that fits nowhere is relaxed one step at a time (preferred terms were treated as required)
    and retried; if still unplaced it goes to the back of the queue with its original preferences.
    The pass ends when the queue cycles without progress.
+4. With ``packing="nodesmith"`` (the default), the planned NodeClaims of pods without topology,
+   host ports or minValues are re-packed for a lower USD/hour when that is strictly cheaper
+   (:mod:`~nodesmith.core.scheduling.repack`); ``packing="karpenter"`` stops after step 3.
 
 The result is deterministic for a given input regardless of the order of pods, NodePools,
 instance types or nodes in it.
@@ -40,8 +43,9 @@ from nodesmith.core.scheduling.instancetypes import TypeInfo
 from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template, new_nodeclaim
 from nodesmith.core.scheduling.plan import to_plan
 from nodesmith.core.scheduling.pods import Constraints, PodData, PodDataCache, is_provisionable, pod_id, queue_key
+from nodesmith.core.scheduling.repack import repack
 from nodesmith.core.scheduling.topology import DomainNode, Topology
-from nodesmith.core.scheduling.types import NodeClaimPlan, SchedulingInput, SchedulingResult
+from nodesmith.core.scheduling.types import PACKING_POLICIES, NodeClaimPlan, SchedulingInput, SchedulingResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -59,13 +63,17 @@ def solve(inp: SchedulingInput) -> SchedulingResult:
     existing nodes and a reason for every pending pod that fits nowhere.
 
     Pure and deterministic. Raises nothing for bad pods or NodePools: a malformed requirement makes
-    that pod unschedulable (or that NodePool unusable) with a reason.
+    that pod unschedulable (or that NodePool unusable) with a reason. Raises ``ValueError`` for an
+    unknown ``inp.packing``.
     """
+    if inp.packing not in PACKING_POLICIES:
+        raise ValueError(f"unknown packing policy {inp.packing!r} (expected one of {', '.join(PACKING_POLICIES)})")
     return _Pass(inp).run()
 
 
 class _Pass:
     def __init__(self, inp: SchedulingInput) -> None:
+        self.packing = inp.packing
         catalogue = [TypeInfo(it) for it in sorted(inp.instance_types, key=lambda it: it.name)]
         daemons = daemon_infos(inp.daemonsets)
         self.templates: list[Template] = []
@@ -157,6 +165,13 @@ class _Pass:
             self.topology.update(pod, self.cache.get(pod, self.original[pid]))
             queue.append(pod)
             last_len[pid] = len(queue)
+        if self.packing == "nodesmith" and self.claims:
+            self.claims = repack(
+                self.claims,
+                topology=self.topology,
+                new_hostname=lambda seq: f"{HOSTNAME_PREFIX}{seq + 1:04d}",
+                next_seq=len(self.claims),
+            )
         return self._result(errors)
 
     def _try(self, pod: Pod) -> str | None:

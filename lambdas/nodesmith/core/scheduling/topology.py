@@ -230,6 +230,13 @@ class Topology:
         self._match_cache[pid] = (id(data), found)
         return found
 
+    def counts_pod(self, data: PodData) -> bool:
+        """True when some group (spread, affinity, anti-affinity, or an inverse anti-affinity group) counts
+        pods like this one, so where it lands can change what other pods may do."""
+        return any(tg.selects(data) for tg in self.groups.values()) or any(
+            tg.selects(data) for tg in self.inverse.values()
+        )
+
     def exclusive_host_groups(self, pod: Pod, data: PodData) -> list[TopologyGroup]:
         """Anti-affinity groups on hostname the pod must respect: it may only go to a host whose
         count in each is zero (i.e. a host in every group's ``empty`` set).

@@ -7,7 +7,7 @@ and read a :class:`SchedulingResult`; the scheduler itself is pure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from nodesmith.core.resources import Resources
 
 __all__ = [
+    "PACKING_POLICIES",
     "ExistingNode",
     "NodeClaimPlan",
     "SchedulingInput",
@@ -53,6 +54,15 @@ class ExistingNode:
     price: float = 0.0  # USD/hour of the instance behind it, 0 when unknown
 
 
+Packing = Literal["nodesmith", "karpenter"]
+
+PACKING_POLICIES: tuple[Packing, ...] = ("nodesmith", "karpenter")
+"""``karpenter``: Karpenter's grouping (pods cpu/memory descending, each onto the least-loaded planned
+NodeClaim that still fits, cheapest fitting type launched). ``nodesmith``: the same pass, then the
+NodeClaims of unconstrained pods re-packed for a lower USD/hour when that is strictly cheaper
+(:mod:`nodesmith.core.scheduling.repack`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulingInput:
     """Everything one scheduling pass needs.
@@ -61,6 +71,7 @@ class SchedulingInput:
     among them). ``instance_types`` are the whole catalogue (offerings carry availability and
     USD/hour prices); each NodePool's requirements filter them. ``nodepool_usage`` is what each
     NodePool already has (cpu millicores, memory bytes, ``nodes`` count ...) for its ``limits``.
+    ``packing`` is the packing policy (:data:`PACKING_POLICIES`).
     """
 
     pods: Sequence[Pod]
@@ -69,6 +80,7 @@ class SchedulingInput:
     existing_nodes: Sequence[ExistingNode] = ()
     daemonsets: Sequence[DaemonSet] = ()
     nodepool_usage: Mapping[str, Resources] = field(default_factory=dict)
+    packing: Packing = "nodesmith"
 
 
 @dataclass(frozen=True, slots=True)
