@@ -7,8 +7,10 @@ why (disruption), and is the controller itself healthy (controller health).
 
 Custom metrics are read with expressions that aggregate across every dimension set (see
 :mod:`infra.metric_names`): ``SEARCH`` in graphs (several per graph allowed) and Metrics Insights
-``SELECT`` in alarms (alarms cannot use ``SEARCH``). Names come only from
-:class:`infra.metric_names.MetricName`.
+``SELECT`` in alarms (alarms cannot use ``SEARCH``). A per-NodePool breakdown is read with a
+``SEARCH`` on an exact schema (``{Nodesmith,NodePool,Resource,service}``), one line per series.
+Names come only from :class:`infra.metric_names.MetricName`; a test reads the synthesized body
+back and checks every (name, dimensions) pair against what the handlers emit.
 """
 
 from __future__ import annotations
@@ -21,18 +23,22 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.metric_names import NAMESPACE, MetricName
+from infra.metric_names import NAMESPACE, Dimension, MetricName
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["NodesmithMonitoring", "insights_query", "search_total"]
+__all__ = ["SERVICE_DIMENSION", "NodesmithMonitoring", "insights_query", "search_each", "search_total"]
 
 _PERIOD = Duration.minutes(1)
 _FULL_WIDTH = 24
 _GRAPH_HEIGHT = 6
 
 M = MetricName
+D = Dimension
+
+SERVICE_DIMENSION = "service"
+"""Powertools adds ``service`` (``POWERTOOLS_SERVICE_NAME``, set per function) to every data point."""
 
 
 def search_total(name: MetricName, *, statistic: str, aggregate: str = "SUM", label: str) -> cloudwatch.MathExpression:
@@ -44,6 +50,21 @@ def search_total(name: MetricName, *, statistic: str, aggregate: str = "SUM", la
     """
     search = f"SEARCH('Namespace=\"{NAMESPACE}\" MetricName=\"{name}\"', '{statistic}', {int(_PERIOD.to_seconds())})"
     return cloudwatch.MathExpression(expression=f"{aggregate}({search})", label=label, period=_PERIOD)
+
+
+def search_each(
+    name: MetricName, *, dimensions: Sequence[Dimension], statistic: str, label: str
+) -> cloudwatch.MathExpression:
+    """One line per time series of ``name`` emitted under exactly ``dimensions`` (plus ``service``).
+
+    The schema form of ``SEARCH`` (``{Namespace,Dim1,Dim2,service}``) matches only series with
+    exactly that dimension set, so the graph shows the breakdown (one line per NodePool and
+    resource, say) and never an aggregate. ``label`` may use dynamic labels
+    (``${PROP('Dim.NodePool')}``).
+    """
+    schema = ",".join([NAMESPACE, *sorted(str(d) for d in dimensions), SERVICE_DIMENSION])
+    search = f"SEARCH('{{{schema}}} MetricName=\"{name}\"', '{statistic}', {int(_PERIOD.to_seconds())})"
+    return cloudwatch.MathExpression(expression=search, label=label, period=_PERIOD)
 
 
 def insights_query(name: MetricName, *, function: str, period: Duration) -> cloudwatch.MathExpression:
@@ -89,6 +110,11 @@ class NodesmithMonitoring(Construct):
         The interruption queue and its DLQ (depth and age of oldest message are shown).
     ``pending_pod_age_threshold``
         The oldest-pending-pod alarm fires when the age stays above this for two minutes.
+
+    Alarms (the stack sends their alarm and OK actions to the optional SNS topic): oldest pending
+    pod older than the threshold, reconcile errors, launch failures rate, drains that missed their
+    interruption deadline, and errors of either function; the dead-letter queue alarm lives with
+    the queue (:class:`~infra.constructs.interruption.Interruption`).
     ``extra_alarms``
         Alarms defined elsewhere (the DLQ alarm) to show in the alarm status widget.
 
@@ -126,6 +152,7 @@ class NodesmithMonitoring(Construct):
                 [
                     search_total(M.CLUSTER_COST_USD_PER_HOUR, statistic="Average", label="cost USD/hour"),
                 ],
+                width=6,
                 left_label="USD/hour",
             ),
             _graph(
@@ -134,6 +161,7 @@ class NodesmithMonitoring(Construct):
                     search_total(M.PODS_PENDING, statistic="Maximum", label="pending"),
                     search_total(M.PODS_SCHEDULED, statistic="Sum", label="scheduled per minute"),
                 ],
+                width=6,
                 left_label="pods",
             ),
             _graph(
@@ -141,8 +169,22 @@ class NodesmithMonitoring(Construct):
                 [
                     search_total(M.OLDEST_PENDING_POD_AGE_SECONDS, statistic="Maximum", aggregate="MAX", label="age"),
                 ],
+                width=6,
                 left_label="seconds",
                 annotations=[threshold_line],
+            ),
+            _graph(
+                "NodePool utilisation: requested / allocatable (%)",
+                [
+                    search_each(
+                        M.NODEPOOL_UTILIZATION_PERCENT,
+                        dimensions=[D.NODEPOOL, D.RESOURCE],
+                        statistic="Average",
+                        label="${PROP('Dim.NodePool')} ${PROP('Dim.Resource')}",
+                    ),
+                ],
+                width=6,
+                left_label="percent",
             ),
         )
         self.dashboard.add_widgets(_header("## Provisioning\nNodeClaims from creation to an initialized node."))
@@ -184,6 +226,7 @@ class NodesmithMonitoring(Construct):
                 "Interruption messages (per minute)",
                 [
                     search_total(M.INTERRUPTION_MESSAGES_RECEIVED, statistic="Sum", label="received"),
+                    search_total(M.INTERRUPTION_MESSAGES_ACKNOWLEDGED, statistic="Sum", label="acknowledged"),
                     search_total(M.INTERRUPTION_MESSAGES_IGNORED, statistic="Sum", label="ignored"),
                     search_total(M.INTERRUPTION_MESSAGES_MALFORMED, statistic="Sum", label="malformed"),
                 ],
@@ -235,8 +278,16 @@ class NodesmithMonitoring(Construct):
                     search_total(M.DRAIN_DURATION_SECONDS, statistic="Average", aggregate="AVG", label="average"),
                     search_total(M.DRAIN_DURATION_SECONDS, statistic="Maximum", aggregate="MAX", label="maximum"),
                 ],
-                width=_FULL_WIDTH,
+                width=16,
                 left_label="seconds",
+            ),
+            _graph(
+                "Drains that missed the interruption deadline",
+                [
+                    search_total(M.DRAINS_MISSED_DEADLINE, statistic="Sum", label="missed deadlines"),
+                ],
+                width=8,
+                left_label="drains",
             ),
         )
         self.dashboard.add_widgets(_header("## Disruption\nNodes removed or replaced, and what that saves."))
@@ -352,6 +403,21 @@ class NodesmithMonitoring(Construct):
                 comparison_operator=at_least,
                 evaluation_periods=3,
                 datapoints_to_alarm=2,
+                treat_missing_data=not_breaching,
+            ),
+            cloudwatch.Alarm(
+                self,
+                "DrainsMissedDeadline",
+                alarm_description=(
+                    "A drain did not finish before its interruption deadline: EC2 reclaimed the instance with "
+                    "pods still on it, past their PodDisruptionBudgets. Check PodsBlockedByPDB, long "
+                    "terminationGracePeriodSeconds, do-not-disrupt pods and InterruptionQueueAgeSeconds."
+                ),
+                metric=insights_query(M.DRAINS_MISSED_DEADLINE, function="SUM", period=Duration.minutes(5)),
+                threshold=1,
+                comparison_operator=at_least,
+                evaluation_periods=1,
+                datapoints_to_alarm=1,
                 treat_missing_data=not_breaching,
             ),
             cloudwatch.Alarm(
