@@ -9,6 +9,10 @@ backoff from 100 ms, doubling, capped at 5 s (Karpenter retries 100 ms..10 s; ku
 is gone or was replaced: done, as in Karpenter. Other Kubernetes errors on one pod are retried the
 same way and counted, so one flaky call does not abandon the rest of the node.
 
+Events (:mod:`nodesmith.services.events`, Karpenter's reasons): ``Evicted`` on each pod whose
+eviction was accepted, ``Disrupted`` on each pod deleted for the deadline, ``FailedDraining`` on
+the node when the budget runs out with pods left.
+
 Time: ``clock`` is a monotonic clock in seconds and ``sleep`` waits; both are injectable so tests
 run instantly. Wall time inside the loop is ``now + (clock() - start)``.
 """
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT, DrainPlan, plan_drain
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
+from nodesmith.services import events
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -119,6 +124,7 @@ def _force_delete(cluster: Cluster, plan: DrainPlan, state: _State) -> None:
             continue  # already asked with this grace; the API server only shortens it
         with contextlib.suppress(NotFoundError):
             cluster.delete_pod(pod=item.pod, grace_period_seconds=item.grace_period_seconds)
+            events.pod_force_deleted(cluster, item.pod, grace_period_seconds=item.grace_period_seconds, why=item.reason)
         state.force_deleted[pid] = item.grace_period_seconds
 
 
@@ -129,6 +135,8 @@ def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float) -> None:
             continue
         try:
             outcome = cluster.evict(pod=pod)
+            if outcome == "evicted":
+                events.pod_evicted(cluster, pod)
         except (NotFoundError, ConflictError):
             outcome = "gone"
         except KubernetesError as exc:
@@ -203,7 +211,9 @@ def drain_node(
             return _result(node=node, plan=plan, state=state, duration=t - start, reason="")
         if t >= end:
             reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
-            return _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
+            result = _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
+            events.node_failed_to_drain(cluster, node.name, remaining=plan.remaining, blocked=result.blocked_pods)
+            return result
         done_before = len(state.evicted) + len(state.force_deleted)
         _force_delete(cluster, plan, state)
         _evict(cluster, plan, state, t)

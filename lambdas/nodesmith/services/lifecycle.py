@@ -9,6 +9,8 @@ schedules, so the capacity it plans against is current:
 * **initialization** (``initialization.go``): Node ``Ready``, the NodeClaim's startup taints and the
   known ephemeral taints gone, requested extended resources registered -> ``Initialized=True`` and
   ``karpenter.sh/initialized=true`` on the Node;
+* both transitions post an Event on the NodeClaim with the condition type as reason (``Registered``,
+  ``Initialized``), as Karpenter's status-condition events do;
 * **liveness** (``liveness.go``): not Launched within 5 minutes, or not Registered within 15
   minutes of the ``Registered`` condition's last transition (creation before launch) -> delete the
   NodeClaim and terminate its instance;
@@ -158,6 +160,11 @@ def link_nodes(
                     updated.set_condition(CONDITION_INITIALIZED, "True", "Initialized", "", stamp)
                     outcome.initialized += 1
                     changed = True
+                    cluster.record_event(
+                        ref=nodeclaim_ref(updated),
+                        reason="Initialized",
+                        message=f"Status condition transitioned, Type: Initialized, Status: True, node {node.name}",
+                    )
                 else:
                     changed = (
                         updated.set_condition(CONDITION_INITIALIZED, "Unknown", "NotInitialized", blocker, stamp)
