@@ -99,7 +99,7 @@ def test_reason_for_memory_and_for_requirements_and_offerings() -> None:
     )
     arm_gpu = make_pod(node_selector={"kubernetes.io/arch": "arm64"}, extra={"nvidia.com/gpu": 1})
     assert (
-        "no instance type has 1 nvidia.com/gpu allocatable (largest allows 0)"
+        "no instance type satisfying kubernetes.io/arch In [arm64] has 1 nvidia.com/gpu allocatable (largest allows 0)"
         in solve(make_input([arm_gpu])).unschedulable[arm_gpu.key]
     )
     nowhere = make_pod(node_selector={"node.kubernetes.io/instance-type": "x9.huge"})
@@ -121,4 +121,7 @@ def test_a_nodepool_that_allows_no_instance_type_is_reported() -> None:
 def test_without_nodepools_pods_only_use_existing_nodes() -> None:
     pod = make_pod(cpu="8")
     result = solve(make_input([pod], nodepools=[], nodes=[make_node("small", cpu="2")]))
-    assert result.unschedulable[pod.key] == "no NodePool to provision from, and no existing node fits"
+    assert result.unschedulable[pod.key] == (
+        "no NodePool to provision from, and no existing node fits; "
+        "existing nodes (1): 1 has too little cpu free (most 2, needs 8)"
+    )

@@ -35,7 +35,7 @@ from nodesmith.core.requirements import (
 from nodesmith.core.scheduling.daemonsets import DaemonGroup, build_overhead_groups
 from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_offering, min_values_shortfall
 from nodesmith.core.scheduling.pods import ports_conflict
-from nodesmith.core.scheduling.reasons import fit_failure, limits_failure
+from nodesmith.core.scheduling.reasons import Rejection, fit_failure, limits_failure
 from nodesmith.core.scheduling.taints import first_untolerated, format_taint
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ class Template:
         usage: Mapping[str, int],
     ) -> None:
         self.name = np.name
+        self.catalogue = catalogue  # the whole catalogue, for explanations ("types outside this NodePool ...")
         self.weight = np.weight_or_zero
         self.nodeclass = np.spec.template.spec.node_class_ref.name
         self.taints: tuple[Taint, ...] = np.taints_core()
@@ -326,10 +327,10 @@ class Template:
             self._cap[resource] = idx
         return idx
 
-    def within_limits(self) -> tuple[int, str]:
-        """Types whose capacity fits the remaining limits, and a reason when none does."""
+    def within_limits(self) -> tuple[int, Rejection | None]:
+        """Types whose capacity fits the remaining limits, and why not when none does."""
         if self.remaining is None:
-            return self.all_mask, ""
+            return self.all_mask, None
         if self._limit_mask is None:
             over = 0
             for resource, left in self.remaining.items():
@@ -339,7 +340,7 @@ class Template:
             return 0, limits_failure(self, NODES)
         if not self._limit_mask:
             return 0, limits_failure(self, None)
-        return self._limit_mask, ""
+        return self._limit_mask, None
 
     def max_capacity(self, mask: int) -> dict[str, int]:
         """Per limited resource, the largest capacity among ``mask``'s types (what ``subtractMax`` charges)."""
@@ -507,28 +508,32 @@ def new_nodeclaim(  # noqa: PLR0911 - early returns follow Karpenter check order
     *,
     seq: int,
     hostname: str,
-) -> tuple[SimNodeClaim | None, str]:
-    """Try to open a NodeClaim from ``tpl`` for the pod; ``(nodeclaim, "")`` or ``(None, reason)``.
+) -> tuple[SimNodeClaim | None, Rejection | None]:
+    """Try to open a NodeClaim from ``tpl`` for the pod; ``(nodeclaim, None)`` or ``(None, rejection)``.
 
     Checks in Karpenter's order (``scheduler.go addToNewNodeClaim`` + ``NodeClaim.CanAdd``): taints,
     requirement compatibility, limits, topology, then instance types (requirements, offerings,
-    fit with DaemonSet overhead, host ports, minValues).
+    fit with DaemonSet overhead, host ports, minValues). Nothing is changed (limits are charged by
+    the caller).
     """
     reason = tpl.untolerated(data)
     if reason:
-        return None, reason
+        taint = first_untolerated(tpl.taints, data.tolerations)
+        return None, Rejection("taints", format_taint(taint) if taint else "taints", reason)
     base, reason = tpl.merged(data)
     if base is None:
-        return None, reason
-    allowed, reason = tpl.within_limits()
+        return None, Rejection("requirements", reason.removeprefix("incompatible requirements: "), reason)
+    allowed, limited = tpl.within_limits()
     if not allowed:
-        return None, reason
+        return None, limited
     reqs = base.copy()
     reqs.add(Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((hostname,))))
     if topology.matching(pod, data):
         narrowed, reason = topology.add_requirements(pod, data, reqs, WELL_KNOWN_LABELS, explain=True)
         if narrowed is None:
-            return None, reason
+            what, _, counts = reason.partition(" cannot be satisfied")
+            numbers = {"matching pods per domain": counts.strip(" ()").removeprefix("matching pods per domain: ")}
+            return None, Rejection("topology", what.partition(":")[0], reason, numbers if counts else {})
         reqs = narrowed
     compatible = tpl.compatible_mask(reqs)
     mask = compatible & allowed & ~tpl.too_small(data.requests)
@@ -539,9 +544,12 @@ def new_nodeclaim(  # noqa: PLR0911 - early returns follow Karpenter check order
     if reqs.has_min_values():
         short = min_values_shortfall((tpl.types[i] for i in iter_bits(mask)), reqs)
         if short is not None:
-            return (
-                None,
+            return None, Rejection(
+                "minValues",
+                f"{short[0]} minValues {short[2]}",
                 f"minValues: {short[0]} needs {short[2]} distinct values, the instance types that fit offer {short[1]}",
+                {"needs": str(short[2]), "offered": str(short[1])},
+                reqs,
             )
     nc = SimNodeClaim(tpl, seq=seq, hostname=hostname, requirements=reqs, mask=mask)
-    return nc, ""
+    return nc, None

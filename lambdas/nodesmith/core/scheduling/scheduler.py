@@ -39,10 +39,12 @@ from nodesmith.core.requirements import LABEL_HOSTNAME, LABEL_ZONE
 from nodesmith.core.scheduling.claims import ClaimIndex
 from nodesmith.core.scheduling.daemonsets import daemon_infos
 from nodesmith.core.scheduling.existing import SimExistingNode
+from nodesmith.core.scheduling.explain import Explainer, Failure
 from nodesmith.core.scheduling.instancetypes import TypeInfo
 from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template, new_nodeclaim
 from nodesmith.core.scheduling.plan import to_plan
 from nodesmith.core.scheduling.pods import Constraints, PodData, PodDataCache, is_provisionable, pod_id, queue_key
+from nodesmith.core.scheduling.reasons import Rejection
 from nodesmith.core.scheduling.repack import repack
 from nodesmith.core.scheduling.topology import DomainNode, Topology
 from nodesmith.core.scheduling.types import PACKING_POLICIES, NodeClaimPlan, SchedulingInput, SchedulingResult
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.model import Pod, Taint
     from nodesmith.core.scheduling.claims import Entry
+    from nodesmith.core.scheduling.reasons import Explanation
 
 __all__ = ["solve"]
 
@@ -77,13 +80,13 @@ class _Pass:
         catalogue = [TypeInfo(it) for it in sorted(inp.instance_types, key=lambda it: it.name)]
         daemons = daemon_infos(inp.daemonsets)
         self.templates: list[Template] = []
-        self.skipped: list[str] = []
+        self.skipped: list[tuple[str, Rejection]] = []
         for np in sorted(inp.nodepools, key=lambda n: (-n.weight_or_zero, n.name)):
             tpl = Template(np, catalogue=catalogue, daemons=daemons, usage=inp.nodepool_usage.get(np.name, {}))
             if tpl.error is None:
                 self.templates.append(tpl)
             else:
-                self.skipped.append(f'nodepool "{tpl.name}": {tpl.error}')
+                self.skipped.append((tpl.name, Rejection("nodepool", tpl.error, tpl.error)))
         self.tolerate_pns = any(t.effect == "PreferNoSchedule" for tpl in self.templates for t in tpl.taints)
         seen: set[str] = set()
         self.pending: list[Pod] = []
@@ -119,6 +122,10 @@ class _Pass:
         self.claims: list[SimNodeClaim] = []
         self._headroom: dict[str, int] = {}
         self.index = ClaimIndex()
+        self.explainer = Explainer(
+            templates=self.templates, skipped=self.skipped, existing=self.existing, topology=self.topology
+        )
+        self.traced = frozenset(inp.explain)
 
     def _universe(self, key: str) -> Mapping[str, Sequence[tuple[Taint, ...]]]:
         """Domains NodePools can create for ``key``, with the taints of the pools offering them (buildDomainGroups)."""
@@ -150,21 +157,26 @@ class _Pass:
     def run(self) -> SchedulingResult:
         queue = deque(sorted(self.pending, key=queue_key))
         last_len: dict[str, int] = {}
-        errors: dict[str, tuple[Pod, str]] = {}
+        errors: dict[str, tuple[Pod, Failure]] = {}
         while queue:
             pod = queue[0]
             pid = pod_id(pod)
             if last_len.get(pid) == len(queue):
                 break
             queue.popleft()
-            reason = self._try(pod)
-            if reason is None:
+            failure = self._try(pod)
+            if failure is None:
                 errors.pop(pid, None)
                 continue
-            errors[pid] = (pod, reason)
+            errors[pid] = (pod, failure)
             self.topology.update(pod, self.cache.get(pod, self.original[pid]))
             queue.append(pod)
             last_len[pid] = len(queue)
+        # Explanations see the pass as the last failed attempts did: before re-packing changes limits.
+        explanations = {
+            pod.key: self.explainer.failure(pod, failure, original=self.cache.get(pod, self.original[pod_id(pod)]))
+            for pod, failure in errors.values()
+        }
         if self.packing == "nodesmith" and self.claims:
             self.claims = repack(
                 self.claims,
@@ -172,30 +184,37 @@ class _Pass:
                 new_hostname=lambda seq: f"{HOSTNAME_PREFIX}{seq + 1:04d}",
                 next_seq=len(self.claims),
             )
-        return self._result(errors)
+        return self._result(explanations)
 
-    def _try(self, pod: Pod) -> str | None:
+    def _try(self, pod: Pod) -> Failure | None:
         """Place the pod, relaxing its soft constraints one step at a time (``trySchedule``)."""
         constraints = self.original[pod_id(pod)]
+        relaxed: list[str] = []
         while True:
             data = self.cache.get(pod, constraints)
             if data.error is not None:
-                return data.error
-            reason = self._add(pod, data)
-            if reason is None:
+                return Failure(data=data, relaxed=tuple(relaxed), error=data.error)
+            rejections = self._add(pod, data, tuple(relaxed))
+            if rejections is None:
                 return None
-            relaxed = constraints.relax(tolerations=pod.tolerations, tolerate_prefer_no_schedule=self.tolerate_pns)
-            if relaxed is None:
-                return reason
-            constraints = relaxed[0]
+            step = constraints.relax(tolerations=pod.tolerations, tolerate_prefer_no_schedule=self.tolerate_pns)
+            if step is None:
+                return Failure(data=data, relaxed=tuple(relaxed), rejections=tuple(rejections))
+            constraints = step[0]
+            relaxed.append(step[1])
             self.topology.update(pod, self.cache.get(pod, constraints))
 
-    def _add(self, pod: Pod, data: PodData) -> str | None:
+    def _add(self, pod: Pod, data: PodData, relaxed: tuple[str, ...]) -> list[tuple[Template, Rejection]] | None:
+        """Place the pod (existing node, planned NodeClaim, new NodeClaim); None on success, else why
+        each NodePool refused. Pods in ``SchedulingInput.explain`` are traced before they are placed."""
         topology = self.topology
+        traced = pod.key in self.traced
         if self.targets and self._may_fit_existing(data):
             for node in self.targets:
                 reqs = node.can_add(pod, data, topology)
                 if reqs is not None:
+                    if traced:
+                        self.explainer.trace(pod, data, relaxed, placed=f"existing node {node.name}")
                     node.add(pod, data, reqs, topology)
                     return None
             self._headroom.clear()  # the bound was loose: recompute it exactly next time
@@ -207,26 +226,37 @@ class _Pass:
                     continue
                 fit = nc.can_add(pod, data, topology)
                 if fit is not None:
+                    if traced:
+                        self.explainer.trace(
+                            pod, data, relaxed, placed=f"NodeClaim planned in this pass for nodepool {nc.template.name}"
+                        )
                     zone = nc.single(LABEL_ZONE)
                     nc.add(pod, data, fit[0], fit[1], topology)
                     self.index.remove(entry, zone)
                     self.index.add(nc)
                     return None
-        reasons: list[str] = []
+        rejections: list[tuple[Template, Rejection]] = []
         for tpl in self.templates:
             hostname = f"{HOSTNAME_PREFIX}{len(self.claims) + 1:04d}"
-            claim, reason = new_nodeclaim(tpl, pod, data, topology, seq=len(self.claims), hostname=hostname)
+            claim, rejection = new_nodeclaim(tpl, pod, data, topology, seq=len(self.claims), hostname=hostname)
             if claim is None:
-                reasons.append(f'nodepool "{tpl.name}": {reason}')
+                rejections.append((tpl, rejection or Rejection("nodepool", "unknown", "refused")))
                 continue
+            if traced:
+                self.explainer.trace(
+                    pod,
+                    data,
+                    relaxed,
+                    placed=f"new NodeClaim of nodepool {tpl.name}",
+                    chosen=(tpl, claim),
+                    rejections=rejections,
+                )
             claim.add(pod, data, claim.requirements, claim.mask, topology)
             tpl.charge(claim.mask)
             self.claims.append(claim)
             self.index.add(claim)
             return None
-        if not self.templates and not self.skipped:
-            return "no NodePool to provision from, and no existing node fits"
-        return "; ".join(reasons + self.skipped)
+        return rejections
 
     def _may_fit_existing(self, data: PodData) -> bool:
         """False when some request exceeds the largest headroom of any existing node for that resource.
@@ -267,15 +297,25 @@ class _Pass:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def _result(self, errors: dict[str, tuple[Pod, str]]) -> SchedulingResult:
+    def _result(self, explanations: dict[str, Explanation]) -> SchedulingResult:
         plans: list[NodeClaimPlan] = []
         for nc in self.claims:
             plan = to_plan(nc)
             if isinstance(plan, str):
                 for pod in nc.pods:
-                    errors[pod_id(pod)] = (pod, plan)
+                    explanations[pod.key] = self.explainer.unlaunchable(pod, plan, nc.template)
             else:
                 plans.append(plan)
         existing = {n.name: tuple(n.placed) for n in sorted(self.existing, key=lambda n: n.name) if n.placed}
-        unschedulable = {pod.key: reason for pod, reason in sorted(errors.values(), key=lambda e: e[0].key)}
-        return SchedulingResult(nodeclaims=tuple(plans), existing=existing, unschedulable=unschedulable)
+        unschedulable = {key: explanations[key].text() for key in sorted(explanations)}
+        for plan in plans:
+            for pod in plan.pods:
+                if pod.key in self.traced:
+                    explanations[pod.key] = self.explainer.placed(pod.key, plan=plan)
+        for name, pods in existing.items():
+            for pod in pods:
+                if pod.key in self.traced:
+                    explanations[pod.key] = self.explainer.placed(pod.key, node=name)
+        return SchedulingResult(
+            nodeclaims=tuple(plans), existing=existing, unschedulable=unschedulable, explanations=explanations
+        )

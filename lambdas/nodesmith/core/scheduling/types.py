@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         Taint,
     )
     from nodesmith.core.resources import Resources
+    from nodesmith.core.scheduling.reasons import Explanation
 
 __all__ = [
     "PACKING_POLICIES",
@@ -71,7 +72,9 @@ class SchedulingInput:
     among them). ``instance_types`` are the whole catalogue (offerings carry availability and
     USD/hour prices); each NodePool's requirements filter them. ``nodepool_usage`` is what each
     NodePool already has (cpu millicores, memory bytes, ``nodes`` count ...) for its ``limits``.
-    ``packing`` is the packing policy (:data:`PACKING_POLICIES`).
+    ``packing`` is the packing policy (:data:`PACKING_POLICIES`). ``explain`` names pods
+    (``namespace/name``) whose placement should be explained even when they schedule
+    (``SchedulingResult.explanations``); unschedulable pods are always explained.
     """
 
     pods: Sequence[Pod]
@@ -81,6 +84,7 @@ class SchedulingInput:
     daemonsets: Sequence[DaemonSet] = ()
     nodepool_usage: Mapping[str, Resources] = field(default_factory=dict)
     packing: Packing = "nodesmith"
+    explain: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +121,17 @@ class SchedulingResult:
     """What a scheduling pass decided.
 
     ``nodeclaims``: new capacity to launch. ``existing``: node name to the pending pods placed on
-    it. ``unschedulable``: pod key (``namespace/name``) to a reason a person can act on.
+    it. ``unschedulable``: pod key (``namespace/name``) to a reason a person can act on (the
+    one-line text of its explanation). ``explanations``: pod key to the structured
+    :class:`~nodesmith.core.scheduling.reasons.Explanation` (per NodePool: verdict, stage,
+    constraint, numbers, funnel, hints; existing nodes) for every unschedulable pod and every pod
+    named in ``SchedulingInput.explain``.
     """
 
     nodeclaims: tuple[NodeClaimPlan, ...]
     existing: Mapping[str, tuple[Pod, ...]]
     unschedulable: Mapping[str, str]
+    explanations: Mapping[str, Explanation] = field(default_factory=dict)
 
     @property
     def cost_per_hour(self) -> float:
