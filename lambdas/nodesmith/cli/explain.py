@@ -1,0 +1,260 @@
+"""``nodesmith explain POD -f PATH ...``: why one pod goes where it goes, or nowhere, NodePool by NodePool.
+
+Loads the manifests and the instance catalogue as ``nodesmith simulate`` does (same pending pods,
+existing nodes, DaemonSets, NodePool usage; embedded or real EC2 catalogue; price table), solves
+with the pod traced (``SchedulingInput.explain``) and prints its
+:class:`~nodesmith.core.scheduling.reasons.Explanation`: the outcome (the NodeClaim or existing node
+that takes it, or that it is unschedulable), the soft constraints relaxed on the way, and a table
+with one row per NodePool considered (weight order) plus one for the existing nodes:
+
+    NodePool | verdict | first blocking constraint | details
+
+Details hold the message with its numbers, the instance-type funnel (how many types each filter
+left: the first to leave none is the constraint that removed the last option) and hints (what
+would fit elsewhere). ``-o json`` prints the explanation as one JSON object instead.
+
+``POD`` is ``namespace/name`` or a name; a name matching no pod exactly may be a workload's
+(``inflate`` for the replicas ``inflate-<hash>-<id>``), then its first replica is explained.
+Exit codes: 0 explained (whether or not the pod schedules), 1 a step failed (catalogue), 2 bad
+input (manifests, arguments, unknown or ambiguous pod).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from nodesmith.core.errors import ManifestError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.adapters.manifests import ManifestBundle
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.model import InstanceType, Pod
+    from nodesmith.core.scheduling.reasons import Explanation, PoolVerdict
+
+__all__ = ["find_pod", "print_explanation", "run_explain"]
+
+LOG = logging.getLogger(__name__)
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+OUTPUTS = ("table", "json")
+
+
+class _BadInput(Exception):
+    """Input the user can fix: exit 2."""
+
+
+class _StepFailed(Exception):
+    """A step failed for another reason (AWS unreachable): exit 1."""
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def find_pod(pods: Sequence[Pod], wanted: str) -> tuple[Pod, str]:
+    """The pod ``wanted`` names (``namespace/name`` or ``name``), and a note when it was a workload's.
+
+    Raises ``_BadInput`` when no pod matches or a bare name matches pods in several namespaces.
+    """
+    exact = [p for p in pods if wanted in (p.key, p.name)]
+    if len(exact) == 1:
+        return exact[0], ""
+    if len(exact) > 1:
+        keys = ", ".join(sorted(p.key for p in exact))
+        raise _BadInput(f"pod name {wanted!r} is ambiguous ({keys}): give namespace/name")
+    namespace, _, name = wanted.rpartition("/")
+    replicas = sorted(
+        (p for p in pods if p.name.startswith(f"{name}-") and (not namespace or p.namespace == namespace)),
+        key=lambda p: p.key,
+    )
+    if replicas:
+        note = f"{wanted} is not a pod; explaining {replicas[0].key}, the first of its {len(replicas)} pod(s)"
+        return replicas[0], note
+    shown = ", ".join(sorted(p.key for p in pods)[:10]) or "none"
+    raise _BadInput(f"no pod {wanted!r} in the manifests (pods: {shown})")
+
+
+def _shared_nodeclass(bundle: ManifestBundle) -> EC2NodeClass | None:
+    """The one EC2NodeClass every NodePool uses (its kubelet settings shape the catalogue), else None."""
+    classes = {nc.name: nc for nc in bundle.ec2nodeclasses}
+    used = {np.spec.template.spec.node_class_ref.name for np in bundle.nodepools}
+    found = [classes[name] for name in sorted(used) if name in classes]
+    return found[0] if len(found) == 1 else None
+
+
+def run_explain(
+    *,
+    pod: str,
+    files: Sequence[Path],
+    region: str = "us-east-1",
+    price_table: Path | None = None,
+    packing: str = "karpenter",
+    output: str = "table",
+    use_aws: bool = False,
+    instance_types: Sequence[InstanceType] | None = None,
+) -> int:
+    """Explain ``pod`` for the manifests in ``files``; returns the exit code (module docstring).
+
+    Arguments as ``nodesmith simulate`` (:func:`nodesmith.cli.simulate.run_simulate`); ``packing``
+    is ``karpenter`` or ``nodesmith``. ``instance_types`` skips the catalogue step (tests).
+    """
+    from nodesmith.core.scheduling.types import PACKING_POLICIES
+
+    try:
+        if output not in OUTPUTS:
+            raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+        if packing not in PACKING_POLICIES:
+            raise _BadInput(f"--packing must be one of {', '.join(PACKING_POLICIES)}, not {packing!r}")
+        missing = [str(f) for f in files if not Path(f).exists()]
+        if not files or missing:
+            raise _BadInput(f"manifest file not found: {', '.join(missing)}" if missing else "no manifest file given")
+        with contextlib.redirect_stdout(sys.stderr):  # only the explanation reaches stdout
+            explanation, target = _explain(
+                pod=pod,
+                files=files,
+                region=region,
+                price_table=price_table,
+                packing=packing,
+                use_aws=use_aws,
+                instance_types=instance_types,
+            )
+    except _BadInput as exc:
+        _err(f"error: {exc}")
+        return EXIT_BAD_INPUT
+    except _StepFailed as exc:
+        _err(f"error: {exc}")
+        return EXIT_FAILED
+    if output == "json":
+        sys.stdout.write(json.dumps(_to_json(explanation, target)) + "\n")
+    else:
+        print_explanation(explanation, target, file=sys.stdout)
+    return EXIT_OK
+
+
+def _explain(
+    *,
+    pod: str,
+    files: Sequence[Path],
+    region: str,
+    price_table: Path | None,
+    packing: str,
+    use_aws: bool,
+    instance_types: Sequence[InstanceType] | None,
+) -> tuple[Explanation, Pod]:
+    from nodesmith.adapters.manifests import load_manifests
+    from nodesmith.cli.simulate import build_scheduling_input
+    from nodesmith.cli.simulate_catalogue import BadInputError, load_catalogue
+    from nodesmith.core.scheduling import solve
+    from nodesmith.core.scheduling.reasons import Explanation
+
+    try:
+        bundle = load_manifests([Path(f) for f in files])
+    except ManifestError as exc:
+        raise _BadInput(str(exc)) from exc
+    except OSError as exc:
+        raise _BadInput(f"cannot read manifests: {exc}") from exc
+    target, note = find_pod(bundle.pods, pod)
+    if note:
+        _err(f"note: {note}")
+    if target.node_name:
+        return Explanation(
+            pod=target.key, scheduled=True, placement=f"already bound to node {target.node_name}"
+        ), target
+    if target.is_daemonset or target.is_mirror or target.is_terminal:
+        raise _BadInput(f"pod {target.key} is not provisioned for (DaemonSet, mirror or finished pod)")
+    if instance_types is None:
+        try:
+            instance_types = load_catalogue(
+                region=region, price_table=price_table, use_aws=use_aws, nodeclass=_shared_nodeclass(bundle)
+            )
+        except BadInputError as exc:
+            raise _BadInput(str(exc)) from exc
+        except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
+            raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+    inp = build_scheduling_input(bundle, instance_types)
+    result = solve(replace(inp, packing=packing, explain=frozenset({target.key})))  # type: ignore[arg-type]
+    explanation = result.explanations.get(target.key)
+    if explanation is None:  # not pending after all (e.g. a duplicate uid)
+        explanation = Explanation(pod=target.key, scheduled=False, error="the pod was not among the pods to schedule")
+    return explanation, target
+
+
+def _to_json(explanation: Explanation, pod: Pod) -> dict[str, Any]:
+    out = asdict(explanation)
+    out["requests"] = dict(pod.requests)
+    out["text"] = explanation.text() if not explanation.scheduled else ""
+    return out
+
+
+def _funnel(verdict: PoolVerdict) -> str:
+    if not verdict.funnel:
+        return ""
+    first, *rest = verdict.funnel
+    return f"{first.remaining} types" + "".join(f" → {s.constraint}: {s.remaining}" for s in rest)
+
+
+def _details(verdict: PoolVerdict) -> str:
+    lines = [verdict.message]
+    funnel = _funnel(verdict)
+    if funnel:
+        lines.append(f"funnel: {funnel}")
+    lines.extend(f"hint: {hint}" for hint in verdict.hints)
+    return "\n".join(lines)
+
+
+_STYLE = {"rejected": "red", "chosen": "green", "would also fit": "cyan", "would not fit": "yellow"}
+
+
+def print_explanation(explanation: Explanation, pod: Pod, *, file: TextIO) -> None:
+    """The explanation for people: outcome, relaxations, then NodePool | verdict | constraint | details."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nodesmith.core.scheduling.reasons import amount, resource_order
+
+    console = Console(file=file, soft_wrap=False, width=max(120, Console(file=file).width))
+    requests = ", ".join(f"{r} {amount(r, pod.requests[r])}" for r in resource_order(pod.requests))
+    console.print(f"[bold]Pod[/bold] {explanation.pod} (requests {requests or 'nothing'})")
+    if explanation.error:
+        console.print(f"[bold red]Unschedulable:[/bold red] {explanation.error}")
+        return
+    if explanation.scheduled:
+        console.print(f"[bold green]Goes to[/bold green] {explanation.placement}")
+    else:
+        console.print("[bold red]Unschedulable[/bold red]: no NodePool and no existing node can take it")
+    if explanation.relaxed:
+        console.print(f"Relaxed first: {', '.join(explanation.relaxed)}")
+    if not explanation.pools and explanation.existing is None:
+        return
+    table = Table(title_justify="left", show_lines=True)
+    table.add_column("NodePool")
+    table.add_column("verdict")
+    table.add_column("first blocking constraint", overflow="fold")
+    table.add_column("details", overflow="fold")
+    for verdict in explanation.pools:
+        style = _STYLE.get(verdict.verdict, "")
+        table.add_row(
+            verdict.nodepool,
+            f"[{style}]{verdict.verdict}[/{style}]" if style else verdict.verdict,
+            verdict.constraint or "-",
+            _details(verdict),
+        )
+    if explanation.existing is not None:
+        reasons = "\n".join(f"{count} {detail}" for count, detail in explanation.existing.reasons)
+        table.add_row(
+            f"(existing nodes: {explanation.existing.considered})",
+            "[red]none fits[/red]",
+            reasons.splitlines()[0] if reasons else "-",
+            reasons or "-",
+        )
+    console.print(table)
+    if not explanation.scheduled:
+        console.print(f"Event message: {explanation.text()}")
