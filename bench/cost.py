@@ -1,0 +1,377 @@
+"""Cost benchmark: a real pod trace on the real EC2 catalogue at us-east-1 on-demand list prices.
+
+Pods come from a CSV in the Alibaba ``cluster-trace-gpu-v2023`` ``openb_pod_list`` format: columns
+``cpu_milli`` (millicores), ``memory_mib`` (MiB) and ``num_gpu`` (any value > 0 is that many whole
+``nvidia.com/gpu``: GPU sharing has no Kubernetes equivalent); other columns are ignored, ``name``
+is used when present. The catalogue is the embedded AWS's (moto's copy of the real
+``DescribeInstanceTypes``/offerings, read through the adapters; moto's answers are cached under
+``${XDG_CACHE_HOME:-~/.cache}/nodesmith``), priced from ``--prices`` (a price table, on-demand
+USD/hour by type); only on-demand offerings with a listed price are kept. One NodePool allows every
+Linux type, on-demand only, no limits and no DaemonSets.
+
+Both packing policies are solved on the same input (only :func:`solve` is timed):
+``karpenter`` (Karpenter's grouping, cheapest fitting type per NodeClaim) and ``nodesmith``
+(the default, cost-aware re-packing). Two lower bounds, LPs solved with HiGHS
+(``scipy.optimize.linprog(method="highs")``):
+
+* ``lower_bound_cost_per_hour``: instance counts ``x_t >= 0`` covering the pods' total cpu,
+  memory, GPUs and pods: ``min sum_t price_t x_t  s.t.  sum_t alloc_{t,r} x_t >= demand_r``.
+  Loose: a GPU pod's cpu may sit on a cheap CPU-only type.
+* ``class_lower_bound_cost_per_hour``: the same with pods kept whole per class: ``z_{k,t} >= 0``
+  pods of class k (one request vector) on type t, only where one such pod fits t (so GPU pods go
+  to GPU types, a 32-vCPU pod to types with 32 vCPU free), ``sum_t z_{k,t} >= count_k`` and
+  ``sum_k demand_{k,r} z_{k,t} <= alloc_{t,r} x_t``. Types dominated by a cheaper-or-equal type
+  with at least as much of every resource are left out (never needed).
+
+Pods that fit no instance type at all are excluded from both policies and both bounds, and
+counted. Prints one JSON line::
+
+    {"pods", "nodesmith_cost_per_hour", "karpenter_policy_cost_per_hour", "lower_bound_cost_per_hour",
+     "nodesmith_over_bound", "seconds", "class_lower_bound_cost_per_hour", "nodesmith_over_class_bound",
+     "karpenter_policy_over_class_bound", "nodeclaims", "karpenter_policy_nodeclaims",
+     "karpenter_policy_seconds", "excluded_pods", "instance_types"}
+
+``*_over_*`` are fractions above the bound (0.05 = 5% dearer); ``seconds`` is the nodesmith solve.
+
+    python bench/cost.py --pods ../shared/data/alibaba-openb-pods-default.csv \\
+        --prices ../shared/data/ec2-ondemand-prices-us-east-1.json --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.core.model import InstanceType, Pod
+
+MIB = 2**20
+GPU = "nvidia.com/gpu"
+RESOURCES = ("cpu", "memory", GPU, "pods")
+REQUIRED_COLUMNS = ("cpu_milli", "memory_mib", "num_gpu")
+
+
+class BenchInputError(ValueError):
+    """A trace or price table the benchmark cannot use (exit 2, message on stderr)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One row of the trace: name, cpu millicores, memory MiB, whole GPUs."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+
+    def requests(self) -> dict[str, int]:
+        """Kubernetes requests: cpu millicores, memory bytes, GPUs when any, ``pods: 1``."""
+        out = {"cpu": self.cpu_milli, "memory": self.memory_mib * MIB, "pods": 1}
+        if self.gpus > 0:
+            out[GPU] = self.gpus
+        return out
+
+
+def _count(value: str, *, column: str, where: str) -> int:
+    try:
+        number = float(value)
+    except ValueError:
+        raise BenchInputError(f"{where}: {column} is not a number: {value!r}") from None
+    if number < 0 or math.isnan(number) or math.isinf(number):
+        raise BenchInputError(f"{where}: {column} must be >= 0, got {value!r}")
+    return int(number)
+
+
+def read_trace(path: Path, limit: int | None = None) -> list[TracePod]:
+    """The pods of a trace CSV (format in the module docstring), in file order.
+
+    Raises ``BenchInputError`` naming the file (and line) when it is missing, has no
+    ``cpu_milli``/``memory_mib``/``num_gpu`` column, or a value is not a non-negative number.
+    """
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or ())]
+            if missing:
+                raise BenchInputError(
+                    f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(REQUIRED_COLUMNS)})"
+                )
+            pods = []
+            for line, row in enumerate(reader, start=2):
+                if limit is not None and len(pods) >= limit:
+                    break
+                where = f"{path}:{line}"
+                pods.append(
+                    TracePod(
+                        name=(row.get("name") or "").strip() or f"pod-{line - 1:06d}",
+                        cpu_milli=_count(row["cpu_milli"] or "0", column="cpu_milli", where=where),
+                        memory_mib=_count(row["memory_mib"] or "0", column="memory_mib", where=where),
+                        gpus=_count(row["num_gpu"] or "0", column="num_gpu", where=where),
+                    )
+                )
+    except FileNotFoundError:
+        raise BenchInputError(f"{path}: trace not found (the shared data lives in ../shared/data)") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise BenchInputError(f"{path}: cannot read the trace: {exc}") from exc
+    return pods
+
+
+def on_demand_catalogue(*, prices: Path, region: str) -> list[InstanceType]:
+    """The embedded EC2 catalogue with only its available, listed-price, on-demand Linux offerings."""
+    from nodesmith.cli.simulate_catalogue import BadInputError, load_catalogue
+
+    if not prices.is_file():
+        raise BenchInputError(f"{prices}: price table not found (the shared data lives in ../shared/data)")
+    try:
+        catalogue = load_catalogue(region=region, price_table=prices, use_aws=False)
+    except BadInputError as exc:
+        raise BenchInputError(str(exc)) from exc
+    out = []
+    for it in catalogue:
+        if it.labels.get("kubernetes.io/os", "linux") != "linux":
+            continue
+        offerings = tuple(
+            o for o in it.offerings if o.capacity_type == "on-demand" and o.available and not o.price_estimated
+        )
+        if offerings:
+            out.append(replace(it, offerings=offerings))
+    if not out:
+        raise BenchInputError(f"{prices}: no instance type of {region} has a listed on-demand price")
+    return out
+
+
+def _fits(requests: dict[str, int], it: InstanceType) -> bool:
+    alloc = it.allocatable
+    return all(alloc.get(r, 0) >= amount for r, amount in requests.items())
+
+
+def split_fitting(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> tuple[list[TracePod], list[TracePod]]:
+    """``(pods some type holds, pods no type holds)``, each in trace order."""
+    verdict: dict[tuple[int, int, int], bool] = {}
+    kept, excluded = [], []
+    for p in trace:
+        key = (p.cpu_milli, p.memory_mib, p.gpus)
+        ok = verdict.get(key)
+        if ok is None:
+            ok = verdict[key] = any(_fits(p.requests(), it) for it in types)
+        (kept if ok else excluded).append(p)
+    return kept, excluded
+
+
+def nodepool() -> Any:
+    """One NodePool: on-demand, Linux, every instance type, no limits."""
+    from nodesmith.core.api.nodepool import NodePool
+
+    return NodePool.model_validate(
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                            {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                        ],
+                        "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                    }
+                }
+            },
+        }
+    )
+
+
+def to_pods(trace: Sequence[TracePod]) -> list[Pod]:
+    """Pending (Unschedulable) pods with the trace's requests, created in trace order."""
+    from nodesmith.core.model import Pod
+
+    return [
+        Pod(
+            namespace="default",
+            name=p.name,
+            uid=f"{i:06d}-{p.name}",
+            requests=p.requests(),
+            unschedulable=True,
+            creation_timestamp=float(i),
+        )
+        for i, p in enumerate(trace)
+    ]
+
+
+# ----------------------------------------------------------------------------------------- bounds
+
+
+def _scale(types: Sequence[InstanceType]) -> Any:
+    """Per resource, the largest allocatable of any type: LP rows are divided by it so every
+    coefficient is O(1) (memory in bytes would otherwise be ~1e12 next to GPU counts of 1)."""
+    import numpy as np
+
+    return np.array([max(1, *(it.allocatable.get(r, 0) for it in types)) for r in RESOURCES], dtype=float)
+
+
+def _type_matrix(types: Sequence[InstanceType]) -> tuple[Any, Any]:
+    import numpy as np
+
+    alloc = np.array([[it.allocatable.get(r, 0) for r in RESOURCES] for it in types], dtype=float) / _scale(types)
+    price = np.array([min(o.price for o in it.offerings) for it in types], dtype=float)
+    return alloc, price
+
+
+def _demand(pod: TracePod, scale: Any) -> Any:
+    import numpy as np
+
+    req = pod.requests()
+    return np.array([req.get(r, 0) for r in RESOURCES], dtype=float) / scale
+
+
+def plain_bound(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> float:
+    """LP: cheapest fractional instance counts covering the total cpu, memory, GPUs and pods (USD/hour)."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    alloc, price = _type_matrix(types)
+    scale = _scale(types)
+    demand = np.zeros(len(RESOURCES))
+    for p in trace:
+        demand += _demand(p, scale)
+    res = linprog(price, A_ub=-alloc.T, b_ub=-demand, bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"plain bound LP failed: {res.message}")
+    return float(res.fun)
+
+
+def _undominated(alloc: Any, price: Any) -> list[int]:
+    """Indices of types no cheaper-or-equal type dominates (>= in every resource), cheapest first."""
+    import numpy as np
+
+    kept: list[int] = []
+    for t in sorted(range(len(price)), key=lambda i: (price[i], i)):
+        if kept and bool(np.any(np.all(alloc[kept] >= alloc[t], axis=1))):
+            continue
+        kept.append(t)
+    return kept
+
+
+def class_bound(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> float:
+    """LP with pods whole per class and only on types that hold one (module docstring; USD/hour)."""
+    from collections import Counter
+
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    alloc, price = _type_matrix(types)
+    kept = _undominated(alloc, price)
+    classes = Counter(tuple(p.requests().get(r, 0) for r in RESOURCES) for p in trace)
+    demand = np.array(list(classes), dtype=float) / _scale(types)
+    counts = np.array(list(classes.values()), dtype=float)
+    pairs = [(k, t) for k in range(len(demand)) for t in kept if bool(np.all(alloc[t] >= demand[k]))]
+    nz, nx = len(pairs), len(kept)
+    col_x = {t: nz + i for i, t in enumerate(kept)}
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    rhs: list[float] = []
+    for j, (k, _) in enumerate(pairs):  # sum_t z_kt >= count_k
+        rows.append(k)
+        cols.append(j)
+        vals.append(-1.0)
+    rhs.extend(-counts)
+    row = len(demand)
+    cap_row = {(t, r): row + i * len(RESOURCES) + r for i, t in enumerate(kept) for r in range(len(RESOURCES))}
+    for j, (k, t) in enumerate(pairs):  # sum_k d_kr z_kt - alloc_tr x_t <= 0
+        for r in range(len(RESOURCES)):
+            if demand[k, r]:
+                rows.append(cap_row[(t, r)])
+                cols.append(j)
+                vals.append(demand[k, r])
+    for t in kept:
+        for r in range(len(RESOURCES)):
+            rows.append(cap_row[(t, r)])
+            cols.append(col_x[t])
+            vals.append(-alloc[t, r])
+    rhs.extend([0.0] * (len(kept) * len(RESOURCES)))
+    a_ub = csr_matrix((vals, (rows, cols)), shape=(len(rhs), nz + nx))
+    cost = np.concatenate([np.zeros(nz), price[kept]])
+    res = linprog(cost, A_ub=a_ub, b_ub=np.array(rhs), bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"class bound LP failed: {res.message}")
+    return float(res.fun)
+
+
+# ------------------------------------------------------------------------------------------- run
+
+
+def run(*, pods_csv: Path, prices: Path, region: str = "us-east-1", limit: int | None = None) -> dict[str, Any]:
+    """Read, solve with both policies, bound, and return the JSON object (keys in the module docstring)."""
+    from nodesmith.core.scheduling import SchedulingInput, solve
+
+    trace = read_trace(pods_csv, limit)
+    types = on_demand_catalogue(prices=prices, region=region)
+    kept, excluded = split_fitting(trace, types)
+    inp = SchedulingInput(pods=to_pods(kept), nodepools=[nodepool()], instance_types=types)
+    results: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+    for policy in ("karpenter", "nodesmith"):
+        start = time.perf_counter()
+        results[policy] = solve(replace(inp, packing=policy))
+        timings[policy] = time.perf_counter() - start
+        if results[policy].unschedulable:
+            some = next(iter(results[policy].unschedulable.items()))
+            raise RuntimeError(f"{policy}: {len(results[policy].unschedulable)} pod(s) not placed, e.g. {some}")
+    nodesmith, karpenter = results["nodesmith"].cost_per_hour, results["karpenter"].cost_per_hour
+    plain = plain_bound(kept, types) if kept else 0.0
+    tight = class_bound(kept, types) if kept else 0.0
+
+    def over(cost: float, bound: float) -> float | None:
+        return round(cost / bound - 1, 4) if bound > 0 else None
+
+    return {
+        "pods": len(kept),
+        "nodesmith_cost_per_hour": round(nodesmith, 4),
+        "karpenter_policy_cost_per_hour": round(karpenter, 4),
+        "lower_bound_cost_per_hour": round(plain, 4),
+        "nodesmith_over_bound": over(nodesmith, plain),
+        "seconds": round(timings["nodesmith"], 3),
+        "class_lower_bound_cost_per_hour": round(tight, 4),
+        "nodesmith_over_class_bound": over(nodesmith, tight),
+        "karpenter_policy_over_class_bound": over(karpenter, tight),
+        "nodeclaims": len(results["nodesmith"].nodeclaims),
+        "karpenter_policy_nodeclaims": len(results["karpenter"].nodeclaims),
+        "karpenter_policy_seconds": round(timings["karpenter"], 3),
+        "excluded_pods": len(excluded),
+        "instance_types": len(types),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--pods", type=Path, required=True, help="trace CSV (cpu_milli, memory_mib, num_gpu)")
+    parser.add_argument("--prices", type=Path, required=True, help="price table JSON (on-demand USD/hour by type)")
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N pods of the trace")
+    parser.add_argument("--json", action="store_true", help="print one JSON line (the default output anyway)")
+    args = parser.parse_args(argv)
+    try:
+        out = run(pods_csv=args.pods, prices=args.prices, region=args.region, limit=args.limit)
+    except BenchInputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if out["excluded_pods"]:
+        print(f"note: {out['excluded_pods']} pod(s) fit no instance type and were left out", file=sys.stderr)
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
