@@ -7,32 +7,35 @@ takes keyword-only arguments. Errors raised are those of :mod:`nodesmith.core.er
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from nodesmith.core.model import (
-    DaemonSet,
-    InstanceType,
-    Node,
-    Pod,
-    PodDisruptionBudget,
-    Taint,
-)
-
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.model import (
+        DaemonSet,
+        InstanceType,
+        Node,
+        Pod,
+        PodDisruptionBudget,
+        Taint,
+    )
 
 __all__ = [
-    "Cluster",
     "CloudProvider",
+    "Cluster",
+    "DrainProgress",
     "EvictionOutcome",
     "Instance",
     "LaunchRequest",
     "LaunchResult",
     "ObjectRef",
+    "OfferingMark",
+    "StateStore",
 ]
 
 
@@ -222,4 +225,92 @@ class Cluster(Protocol):
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
         """Post a Kubernetes Event on ``ref`` (best effort: failures are logged, not raised)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class DrainProgress:
+    """What is known about one instance's drain, stored so a later invocation resumes it.
+
+    Keyed by ``instance_id``. ``event_id`` is the EventBridge event that started the drain;
+    ``deadline`` (epoch seconds, or None) is when the instance goes away; ``started_at`` and
+    ``updated_at`` are epoch seconds. ``attempts`` counts the invocations that worked on the drain
+    (the first is 1). ``evicted`` / ``force_deleted`` / ``blocked_responses`` are cumulative pod
+    counts over every attempt (an eviction accepted, a pod deleted directly for the deadline, a 429
+    answer from a PodDisruptionBudget). ``replaced`` is True once replacement capacity was planned
+    for the node's pods; ``done`` once the drain finished (and the node was removed when due).
+    """
+
+    instance_id: str
+    event_id: str
+    node_name: str = ""
+    deadline: float | None = None
+    started_at: float = 0.0
+    updated_at: float = 0.0
+    attempts: int = 0
+    evicted: int = 0
+    force_deleted: int = 0
+    blocked_responses: int = 0
+    replaced: bool = False
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OfferingMark:
+    """An offering (instance type, zone, capacity type) unavailable until ``expires_at`` (epoch seconds).
+
+    ``reason`` is the EC2 error code (``InsufficientInstanceCapacity``) or ``SpotInterruption``.
+    """
+
+    instance_type: str
+    zone: str
+    capacity_type: str
+    expires_at: float
+    reason: str = ""
+
+
+class StateStore(Protocol):
+    """State shared by every Lambda container of one Nodesmith: leases, drain progress, capacity marks.
+
+    The DynamoDB implementation is :class:`nodesmith.adapters.aws.state.DynamoStateStore`. Times are
+    epoch seconds passed in by the caller (the core keeps no clock); expired entries are never
+    returned, whether or not the store has deleted them yet (DynamoDB TTL deletes within days).
+    """
+
+    def acquire_lease(self, *, name: str, holder: str, ttl_seconds: float, now: float) -> bool:
+        """Take lease ``name`` for ``holder`` until ``now + ttl_seconds``.
+
+        True when it was free, expired, or already ``holder``'s (then it is extended); False while
+        another holder has it.
+        """
+        ...
+
+    def renew_lease(self, *, name: str, holder: str, ttl_seconds: float, now: float) -> bool:
+        """Extend ``holder``'s lease to ``now + ttl_seconds``; False when ``holder`` no longer has it."""
+        ...
+
+    def release_lease(self, *, name: str, holder: str) -> bool:
+        """Give the lease up; False when ``holder`` did not have it (expired and taken, or never held)."""
+        ...
+
+    def lease_holder(self, *, name: str, now: float) -> str | None:
+        """Who holds lease ``name`` at ``now``, or None when it is free or expired."""
+        ...
+
+    def get_drain(self, *, instance_id: str) -> DrainProgress | None:
+        """The stored progress of ``instance_id``'s drain, or None."""
+        ...
+
+    def put_drain(self, *, progress: DrainProgress, expires_at: float) -> None:
+        """Store ``progress`` (replacing what was stored for its instance), kept until ``expires_at``."""
+        ...
+
+    def mark_unavailable(
+        self, *, instance_type: str, zone: str, capacity_type: str, expires_at: float, reason: str = ""
+    ) -> None:
+        """Mark an offering unavailable until ``expires_at`` (a later mark of the same offering wins)."""
+        ...
+
+    def list_unavailable(self, *, now: float) -> list[OfferingMark]:
+        """Every offering marked unavailable at ``now``."""
         ...
