@@ -5,6 +5,13 @@ operations together, with Karpenter's unavailable-offerings cache (``pkg/cache/u
 a (type, zone, capacity type) that hit a capacity error is unavailable for 3 minutes, so the next
 scheduling pass plans around it (spot -> on-demand, other types, other zones).
 
+The cache has two layers. The in-memory one lives as long as the Lambda container; with a
+``state`` store (:class:`~nodesmith.core.ports.StateStore`, the DynamoDB state table) every mark is
+also written there with its expiry in epoch seconds, and :meth:`Ec2CloudProvider.instance_types`
+first merges the marks other containers wrote (another reconcile, or the interruption Lambda
+marking a spot-interrupted offering). A failing state store is logged and the in-memory layer
+keeps working: the shared cache only improves plans.
+
 Clients are created lazily from :mod:`nodesmith.adapters.aws.clients` unless injected (tests).
 """
 
@@ -37,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.ports import StateStore
 
 __all__ = [
     "UNAVAILABLE_OFFERINGS_TTL_SECONDS",
@@ -69,6 +77,16 @@ class UnavailableOfferings:
         with self._lock:
             self._until[(instance_type, zone, capacity_type)] = self._clock() + self._ttl
         LOG.info("offering %s/%s/%s unavailable for %.0fs: %s", instance_type, zone, capacity_type, self._ttl, reason)
+
+    def merge(self, *, instance_type: str, zone: str, capacity_type: str, seconds: float) -> None:
+        """Make the offering unavailable for ``seconds`` more unless already marked longer (no log line)."""
+        if seconds <= 0:
+            return
+        key = (instance_type, zone, capacity_type)
+        with self._lock:
+            until = self._clock() + seconds
+            if self._until.get(key, float("-inf")) < until:
+                self._until[key] = until
 
     def mark_capacity_type(self, *, capacity_type: str, reason: str = "") -> None:
         """Make a whole capacity type unavailable (spot without its service-linked role)."""
@@ -105,6 +123,8 @@ class Ec2CloudProvider:
     ``instance_profile`` is used for node classes naming ``node_role`` (or any role when
     ``node_role`` is None); other roles get a profile created through IAM.
     ``instance_type_names`` restricts the catalogue (None: all). ``clock`` returns monotonic seconds.
+    ``state`` shares the unavailable-offerings cache between containers (see the module docstring);
+    ``wall_clock`` returns epoch seconds for its expiries.
     """
 
     def __init__(
@@ -129,6 +149,8 @@ class Ec2CloudProvider:
         unavailable_ttl_seconds: float = UNAVAILABLE_OFFERINGS_TTL_SECONDS,
         catalog_ttl_seconds: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
+        state: StateStore | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._cluster = cluster_name
         self._endpoint = cluster_endpoint
@@ -144,6 +166,9 @@ class Ec2CloudProvider:
         if pricing is None and use_pricing_api:
             pricing = clients.client("pricing", region=clients.pricing_region(region))
         self.unavailable = UnavailableOfferings(ttl_seconds=unavailable_ttl_seconds, clock=clock)
+        self._unavailable_ttl = unavailable_ttl_seconds
+        self.state = state
+        self._wall = wall_clock
         self.prices = PricingProvider(
             ec2=self._ec2, pricing=pricing, region=region, price_table_path=price_table, clock=clock
         )
@@ -209,8 +234,10 @@ class Ec2CloudProvider:
         """Every instance type with offerings (USD/hour) for ``nodeclass``'s zones, kubelet and root volume.
 
         A node class that does not resolve yields every type with no available offering (logged);
-        types without a compatible AMI keep their offerings, unavailable.
+        types without a compatible AMI keep their offerings, unavailable. Offerings marked in the
+        shared state store are merged into the in-memory cache first.
         """
+        self.sync_unavailable()
         universe_blocked = self.unavailable.keys()
         if nodeclass is None:
             return self.catalog.instance_types(unavailable=universe_blocked)
@@ -385,19 +412,57 @@ class Ec2CloudProvider:
         }
 
     def _remember(self, errors: Sequence[UnavailableOffering]) -> None:
+        shared: list[tuple[str, str, str, str]] = []
         for error in errors:
             if error.code == "AuthFailure.ServiceLinkedRoleCreationNotPermitted":
                 self.unavailable.mark_capacity_type(capacity_type=CAPACITY_TYPE_SPOT, reason=error.code)
             elif error.instance_type and error.zone:
+                capacity_type = error.capacity_type or CAPACITY_TYPE_ON_DEMAND
                 self.unavailable.mark(
-                    instance_type=error.instance_type,
-                    zone=error.zone,
-                    capacity_type=error.capacity_type or CAPACITY_TYPE_ON_DEMAND,
-                    reason=error.code,
+                    instance_type=error.instance_type, zone=error.zone, capacity_type=capacity_type, reason=error.code
+                )
+                shared.append((error.instance_type, error.zone, capacity_type, error.code))
+        if self.state is None or not shared:
+            return
+        expires_at = self._wall() + self._unavailable_ttl
+        for instance_type, zone, capacity_type, code in shared:
+            try:
+                self.state.mark_unavailable(
+                    instance_type=instance_type,
+                    zone=zone,
+                    capacity_type=capacity_type,
+                    expires_at=expires_at,
+                    reason=code,
+                )
+            except Exception as exc:  # the shared layer only improves plans; never fail a launch over it
+                LOG.warning(
+                    "could not share unavailable offering %s/%s/%s: %s", instance_type, zone, capacity_type, exc
                 )
 
+    def sync_unavailable(self) -> int:
+        """Merge the state store's unexpired offering marks into the in-memory cache; returns how many.
+
+        A store error is logged and 0 returned (plans then rely on this container's marks only).
+        """
+        if self.state is None:
+            return 0
+        now = self._wall()
+        try:
+            marks = self.state.list_unavailable(now=now)
+        except Exception as exc:
+            LOG.warning("could not read shared unavailable offerings: %s", exc)
+            return 0
+        for mark in marks:
+            self.unavailable.merge(
+                instance_type=mark.instance_type,
+                zone=mark.zone,
+                capacity_type=mark.capacity_type,
+                seconds=mark.expires_at - now,
+            )
+        return len(marks)
+
     def mark_unavailable(self, *, offerings: Sequence[UnavailableOffering]) -> None:
-        """Mark offerings unavailable (e.g. a spot interruption of (type, zone, spot))."""
+        """Mark offerings unavailable (e.g. a spot interruption of (type, zone, spot)), here and in the state store."""
         self._remember(offerings)
 
     def list_instances(self) -> list[Instance]:
