@@ -6,9 +6,7 @@ runs :func:`nodesmith.services.reconcile.reconcile` and reports:
 
 * metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
   ``OldestPendingPodAgeSeconds``, ``SchedulingDurationSeconds``, ``PodsScheduled``,
-  ``NodeClaimsCreated/Launched/Registered/Initialized``, ``NodeClaimsTerminated`` by ``Reason``,
-  ``NodePoolUtilizationPercent`` by ``NodePool`` and ``Resource`` (those two from
-  :mod:`~nodesmith.handlers.reporting`), ``LaunchFailures`` by
+  ``NodeClaimsCreated/Launched/Registered/Initialized/Terminated``, ``LaunchFailures`` by
   ``ErrorCode``, ``OfferingsMarkedUnavailable``, ``ClusterCostUSDPerHour`` (unit None: USD/hour),
   ``ReconcileDurationSeconds`` and ``ReconcileErrors`` (per-object errors the pass survived, or 1
   when the pass itself failed);
@@ -16,6 +14,12 @@ runs :func:`nodesmith.services.reconcile.reconcile` and reports:
 
 A failed pass is logged and re-raised so the invocation shows as an error; the schedule target has
 no retries (the next tick is a minute away), so nothing is replayed stale.
+
+With a state table (``NODESMITH_STATE_TABLE``) the pass runs under the reconcile lease
+(:mod:`nodesmith.services.leases`; holder = the Lambda request id, TTL = the invocation's remaining
+time plus a margin), which the interruption Lambda's replacement launches take too: when another
+pass holds it the handler returns ``{"status": "skipped: lease held by <holder>"}`` without
+solving, so two passes never launch for the same pods.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.handlers import reporting, wiring
+from nodesmith.handlers import wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
+from nodesmith.services.leases import RECONCILE_LEASE, lease_ttl, with_lease
 from nodesmith.services.reconcile import ReconcileOutcome, reconcile
 
 if TYPE_CHECKING:
@@ -84,6 +89,7 @@ def _emit(outcome: ReconcileOutcome) -> None:
     add(name="NodeClaimsLaunched", unit=MetricUnit.Count, value=outcome.nodeclaims_launched)
     add(name="NodeClaimsRegistered", unit=MetricUnit.Count, value=outcome.nodeclaims_registered)
     add(name="NodeClaimsInitialized", unit=MetricUnit.Count, value=outcome.nodeclaims_initialized)
+    add(name="NodeClaimsTerminated", unit=MetricUnit.Count, value=outcome.nodeclaims_terminated)
     add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
     add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
     add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
@@ -188,7 +194,22 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     if wiring.get_settings().reconcile_mode == "watch":
         return _handle_watch(context, started)
     try:
-        outcome, disruption = _pass_and_disrupt()
+        state = wiring.build_state(wiring.get_settings())
+        if state is None:
+            outcome, disruption = _pass_and_disrupt()
+        else:
+            remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
+            leased = with_lease(
+                state=state,
+                name=RECONCILE_LEASE,
+                holder=str(getattr(context, "aws_request_id", "") or f"reconcile-{time.time():.6f}"),
+                ttl_seconds=lease_ttl(remaining),
+                work=_pass_and_disrupt,
+            )
+            if not leased.acquired or leased.value is None:
+                logger.info("reconcile pass skipped", extra={"reason": leased.skipped_reason})
+                return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
+            outcome, disruption = leased.value
     except Exception:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
@@ -203,7 +224,6 @@ def _report(
     """Metrics and the log line of the (last) pass; returns the summary."""
     duration = time.monotonic() - started
     _emit(outcome)
-    reporting.report_pass(outcome, disruption)
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
     summary = outcome_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)

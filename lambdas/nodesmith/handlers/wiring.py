@@ -3,20 +3,44 @@
 Adapters are imported inside the functions so importing a handler never imports ``kubernetes`` or
 creates boto3 clients (cold start). Tests call :func:`set_ports` to substitute fakes and
 :func:`reset` to forget them.
+
+The state table (``NODESMITH_STATE_TABLE``) backs the shared state store (leases, drain progress,
+unavailable offerings) and the interruption Lambda's idempotency records; without it (the
+embedded default, unit tests) both are absent and the handlers work without them.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nodesmith.handlers.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from nodesmith.core.ports import CloudProvider, Cluster
+    from collections.abc import Callable, Mapping
 
-__all__ = ["build_cloud", "build_cluster", "get_settings", "reset", "set_ports"]
+    from nodesmith.core.ports import CloudProvider, Cluster, StateStore
+    from nodesmith.handlers.idempotency import IdempotentRunner
+
+__all__ = [
+    "KUBE_POOL_MAXSIZE",
+    "build_cloud",
+    "build_cluster",
+    "build_idempotency",
+    "build_requeue",
+    "build_state",
+    "get_settings",
+    "reset",
+    "set_ports",
+]
+
+KUBE_POOL_MAXSIZE = 96
+"""Connections the Kubernetes client may keep open: the interruption Lambda cordons with 16 threads and
+drains 16 nodes with 4 evictions each in flight (``services/interrupt_batch.py``), and one
+``ApiClient`` (urllib3 pool) is shared by all of them."""
+
+_UNSET: Any = object()
 
 
 @dataclass(slots=True)
@@ -24,6 +48,9 @@ class _Cache:
     settings: Settings | None = None
     cluster: Cluster | None = None
     cloud: CloudProvider | None = None
+    state: StateStore | None = _UNSET
+    idempotency: IdempotentRunner | None = _UNSET
+    requeue: Callable[[Mapping[str, Any], int], Any] | None = _UNSET
 
 
 _CACHE = _Cache()
@@ -48,6 +75,7 @@ def build_cluster(settings: Settings) -> Cluster:
             cluster_name=settings.cluster_name,
             cluster_ca_data=settings.cluster_ca_data,
             kube_token=settings.kube_token,
+            pool_maxsize=KUBE_POOL_MAXSIZE,
         )
         _CACHE.cluster = KubeCluster(api_client=api_client)
     return _CACHE.cluster
@@ -56,7 +84,8 @@ def build_cluster(settings: Settings) -> Cluster:
 def build_cloud(settings: Settings) -> CloudProvider:
     """The :class:`~nodesmith.core.ports.CloudProvider` (``Ec2CloudProvider``), cached per container.
 
-    The region is the Lambda's own (``AWS_REGION``).
+    The region is the Lambda's own (``AWS_REGION``). Its unavailable-offerings cache is shared
+    through :func:`build_state` when a state table is configured.
     """
     if _CACHE.cloud is None:
         from nodesmith.adapters.aws.provider import Ec2CloudProvider
@@ -68,12 +97,58 @@ def build_cloud(settings: Settings) -> CloudProvider:
             region=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
             price_table=settings.price_table or None,
             node_role=settings.node_role_arn or None,
+            state=build_state(settings),
         )
     return _CACHE.cloud
 
 
+def _region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
+def build_state(settings: Settings) -> StateStore | None:
+    """The shared :class:`~nodesmith.core.ports.StateStore` (``DynamoStateStore``), or None without a state table."""
+    if _CACHE.state is _UNSET:
+        if not settings.state_table:
+            _CACHE.state = None
+        else:
+            from nodesmith.adapters.aws.state import DynamoStateStore
+
+            _CACHE.state = DynamoStateStore(table_name=settings.state_table, region=_region())
+    return _CACHE.state
+
+
+def build_idempotency(settings: Settings) -> IdempotentRunner | None:
+    """Powertools idempotency on the state table (built lazily: no I/O, no boto3 import), or None without one."""
+    if _CACHE.idempotency is _UNSET:
+        if not settings.state_table:
+            _CACHE.idempotency = None
+        else:
+            from nodesmith.handlers.idempotency import IdempotentRunner
+
+            _CACHE.idempotency = IdempotentRunner(table_name=settings.state_table)
+    return _CACHE.idempotency
+
+
+def build_requeue(settings: Settings) -> Callable[[Mapping[str, Any], int], Any] | None:
+    """``send(body, delay_seconds)`` to the interruption queue, or None when no queue URL is configured."""
+    if _CACHE.requeue is _UNSET:
+        if not settings.interruption_queue_url:
+            _CACHE.requeue = None
+        else:
+            from nodesmith.adapters.aws.queue import InterruptionQueue
+
+            _CACHE.requeue = InterruptionQueue(queue_url=settings.interruption_queue_url, region=_region()).send
+    return _CACHE.requeue
+
+
 def set_ports(
-    *, cluster: Cluster | None = None, cloud: CloudProvider | None = None, settings: Settings | None = None
+    *,
+    cluster: Cluster | None = None,
+    cloud: CloudProvider | None = None,
+    settings: Settings | None = None,
+    state: StateStore | None = None,
+    requeue: Callable[[Mapping[str, Any], int], Any] | None = None,
 ) -> None:
     """Use these ports (and settings) instead of building adapters (tests, the embedded default)."""
     if cluster is not None:
@@ -82,6 +157,10 @@ def set_ports(
         _CACHE.cloud = cloud
     if settings is not None:
         _CACHE.settings = settings
+    if state is not None:
+        _CACHE.state = state
+    if requeue is not None:
+        _CACHE.requeue = requeue
 
 
 def reset() -> None:
@@ -89,3 +168,6 @@ def reset() -> None:
     _CACHE.settings = None
     _CACHE.cluster = None
     _CACHE.cloud = None
+    _CACHE.state = _UNSET
+    _CACHE.idempotency = _UNSET
+    _CACHE.requeue = _UNSET
