@@ -9,9 +9,11 @@ backoff from 100 ms, doubling, capped at 5 s (Karpenter retries 100 ms..10 s; ku
 is gone or was replaced: done, as in Karpenter. Other Kubernetes errors on one pod are retried the
 same way and counted, so one flaky call does not abandon the rest of the node.
 
-Events (:mod:`nodesmith.services.events`, Karpenter's reasons): ``Evicted`` on each pod whose
-eviction was accepted, ``Disrupted`` on each pod deleted for the deadline, ``FailedDraining`` on
-the node when the budget runs out with pods left.
+Evictions of one round are sent in parallel, at most ``eviction_workers`` at a time (kubectl sends
+one goroutine per pod; a bound keeps a pod-dense node from exhausting the client's connection
+pool), and their answers are applied in plan order, so results do not depend on thread timing.
+``on_step`` is called with the result so far after every round that changed something, which is
+how the interruption flow stores drain progress while the drain runs.
 
 Time: ``clock`` is a monotonic clock in seconds and ``sleep`` waits; both are injectable so tests
 run instantly. Wall time inside the loop is ``now + (clock() - start)``.
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT, DrainPlan, plan_drain
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
-from nodesmith.services import events
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -124,24 +126,31 @@ def _force_delete(cluster: Cluster, plan: DrainPlan, state: _State) -> None:
             continue  # already asked with this grace; the API server only shortens it
         with contextlib.suppress(NotFoundError):
             cluster.delete_pod(pod=item.pod, grace_period_seconds=item.grace_period_seconds)
-            events.pod_force_deleted(cluster, item.pod, grace_period_seconds=item.grace_period_seconds, why=item.reason)
         state.force_deleted[pid] = item.grace_period_seconds
 
 
-def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float) -> None:
-    for pod in plan.evict:
+def _attempt(cluster: Cluster, pod: Pod) -> str | KubernetesError:
+    """One eviction: its outcome, or the Kubernetes error it raised (anything else propagates)."""
+    try:
+        return cluster.evict(pod=pod)
+    except (NotFoundError, ConflictError):
+        return "gone"
+    except KubernetesError as exc:
+        return exc
+
+
+def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, workers: int) -> None:
+    due = [pod for pod in plan.evict if state.next_try.get(_pod_id(pod), 0.0) <= t]
+    if workers > 1 and len(due) > 1:
+        with ThreadPoolExecutor(max_workers=min(workers, len(due)), thread_name_prefix="evict") as pool:
+            answers = list(pool.map(lambda pod: _attempt(cluster, pod), due))
+    else:
+        answers = [_attempt(cluster, pod) for pod in due]
+    for pod, outcome in zip(due, answers, strict=True):
         pid = _pod_id(pod)
-        if state.next_try.get(pid, 0.0) > t:
-            continue
-        try:
-            outcome = cluster.evict(pod=pod)
-            if outcome == "evicted":
-                events.pod_evicted(cluster, pod)
-        except (NotFoundError, ConflictError):
-            outcome = "gone"
-        except KubernetesError as exc:
+        if isinstance(outcome, KubernetesError):
             state.errors += 1
-            state.last_error = f"evict {pod.key}: {exc}"
+            state.last_error = f"evict {pod.key}: {outcome}"
             _retry_later(state, pid, t)
             continue
         if outcome == "blocked":
@@ -187,6 +196,8 @@ def drain_node(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     poll_seconds: float = POLL_SECONDS,
+    eviction_workers: int = 1,
+    on_step: Callable[[DrainResult], None] | None = None,
 ) -> DrainResult:
     """Evict the pods of an already cordoned ``node`` until it is drained or ``budget_seconds`` pass.
 
@@ -194,7 +205,9 @@ def drain_node(
     the node goes away; see :func:`nodesmith.core.drain.plan_drain` for which pods are evicted,
     force-deleted, waited for or left. The loop always lists and plans once, so a zero budget still
     reports the node's state. Returns a :class:`DrainResult`; ``complete`` False with a ``reason``
-    when the budget ran out.
+    when the budget ran out. ``eviction_workers`` bounds the evictions in flight at once (1:
+    one after another). ``on_step`` receives the result so far after every round that evicted,
+    force-deleted or was refused something; an exception it raises propagates.
 
     Raises :class:`~nodesmith.core.errors.KubernetesError` when listing pods or deleting a pod
     fails (the caller retries the whole message); eviction errors are retried within the budget.
@@ -211,13 +224,15 @@ def drain_node(
             return _result(node=node, plan=plan, state=state, duration=t - start, reason="")
         if t >= end:
             reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
-            result = _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
-            events.node_failed_to_drain(cluster, node.name, remaining=plan.remaining, blocked=result.blocked_pods)
-            return result
+            return _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
         done_before = len(state.evicted) + len(state.force_deleted)
+        answers_before = state.blocked_responses + state.errors
         _force_delete(cluster, plan, state)
-        _evict(cluster, plan, state, t)
-        if len(state.evicted) + len(state.force_deleted) > done_before:
+        _evict(cluster, plan, state, t, eviction_workers)
+        progressed = len(state.evicted) + len(state.force_deleted) > done_before
+        if on_step is not None and (progressed or state.blocked_responses + state.errors > answers_before):
+            on_step(_result(node=node, plan=plan, state=state, duration=clock() - start, reason="in progress"))
+        if progressed:
             continue  # progress: look again at once (pods with no grace are already gone)
         wake = t + poll_seconds
         retries = [state.next_try[_pod_id(p)] for p in plan.evict if _pod_id(p) in state.next_try]

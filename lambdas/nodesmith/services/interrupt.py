@@ -10,11 +10,12 @@ the message:
    rule reaches every cluster's queue (NTH #787). An instance EC2 no longer knows is looked up among
    our nodes by instance id; not found -> ignored ("unknown instance").
 2. The node by providerID (``aws:///<zone>/<instance-id>``). No node -> nothing to drain.
-3. Events on the node (or the NodeClaim): ``SpotInterrupted``, ``SpotRebalanceRecommendation``,
+3. Taint ``karpenter.sh/disrupted:NoSchedule`` and cordon (idempotent) -- first, so no new pod
+   lands on the node while the rest happens.
+4. Events on the node (or the NodeClaim): ``SpotInterrupted``, ``SpotRebalanceRecommendation``,
    ``InstanceStopping``, ``InstanceTerminating``, ``InstanceUnhealthy`` (scheduled change), plus
    ``TerminatingOnInterruption`` when the node will be removed (Karpenter
    ``[aws]:pkg/controllers/interruption/events/events.go``).
-4. Taint ``karpenter.sh/disrupted:NoSchedule`` and cordon (idempotent).
 5. Drain (:func:`nodesmith.services.drain.drain_node`), except for a shutting-down/terminated
    instance, whose pods are already dying: its Node and NodeClaim are deleted straight away and the
    pod garbage collector removes the pods, so their controllers replace them at once (Karpenter
@@ -27,8 +28,12 @@ Rebalance recommendations follow the ``rebalance_action`` setting (see
 :func:`nodesmith.core.interruption.action_for`) and never terminate the instance.
 
 Everything is idempotent, so a redelivered or duplicate message is harmless. A drain that does not
-finish within the budget sets :attr:`InterruptionOutcome.needs_retry`; the handler then fails the
-SQS record so the message comes back and the drain resumes.
+finish within the budget sets :attr:`InterruptionOutcome.needs_retry`.
+
+:class:`InterruptionRun` splits the flow in two steps, :meth:`~InterruptionRun.begin` (locate,
+cordon, Events) and :meth:`~InterruptionRun.drain` (drain, remove), so a batch of messages can
+cordon every node before any drain starts (:mod:`nodesmith.services.interrupt_batch`, which also
+stores drain progress and continues unfinished drains in later invocations).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ from nodesmith.core.ports import ObjectRef
 from nodesmith.services.drain import DrainResult, cordon_node, drain_node
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from nodesmith.core.model import Node
     from nodesmith.core.ports import CloudProvider, Cluster, Instance
@@ -55,10 +60,13 @@ __all__ = [
     "EVENT_REASONS",
     "NODECLAIM_TAG",
     "NODEPOOL_TAG",
+    "REMOVING_KINDS",
     "TERMINATING_ON_INTERRUPTION",
+    "InstanceCase",
     "InstanceOutcome",
     "InstanceStatus",
     "InterruptionOutcome",
+    "InterruptionRun",
     "Outcome",
     "cluster_tag",
     "handle_interruption",
@@ -77,7 +85,7 @@ EVENT_REASONS: dict[MessageKind, tuple[str, str]] = {
 }
 """Kubernetes Event reason and type per message kind (Karpenter's interruption event reasons)."""
 
-_REMOVING_KINDS = frozenset(
+REMOVING_KINDS = frozenset(
     {
         MessageKind.SPOT_INTERRUPTED,
         MessageKind.SCHEDULED_CHANGE,
@@ -107,9 +115,18 @@ class InstanceStatus(StrEnum):
     DRAINED = "drained"  # drained; not terminated (not launched by us, or a rebalance)
     DRAIN_INCOMPLETE = "drain_incomplete"  # budget spent: retry
     REMOVED = "removed"  # node (and instance / NodeClaim when ours) removed
+    IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # a duplicate delivery: another invocation drains it
+    DRAIN_ABANDONED = "drain_abandoned"  # too many attempts: left cordoned, no more retries
 
 
-_IGNORED_STATUSES = frozenset({InstanceStatus.IGNORED, InstanceStatus.FOREIGN, InstanceStatus.UNKNOWN_INSTANCE})
+_IGNORED_STATUSES = frozenset(
+    {
+        InstanceStatus.IGNORED,
+        InstanceStatus.FOREIGN,
+        InstanceStatus.UNKNOWN_INSTANCE,
+        InstanceStatus.IN_PROGRESS_ELSEWHERE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +135,9 @@ class InstanceOutcome:
 
     ``events`` lists the Event reasons posted. ``interrupted_offering`` is the (type, zone, spot)
     offering to mark unavailable after a spot interruption (Karpenter keeps it out for 3 minutes).
+    ``replayed`` is True when the outcome is the stored result of an earlier delivery of the same
+    message (idempotency): nothing was done again. ``continued`` is True when an unfinished drain
+    was handed to a continuation message.
     """
 
     instance_id: str
@@ -133,6 +153,8 @@ class InstanceOutcome:
     nodeclaim_deleted: bool = False
     interrupted_offering: UnavailableOffering | None = None
     warnings: tuple[str, ...] = ()
+    replayed: bool = False
+    continued: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +188,8 @@ class InterruptionOutcome:
 
     @property
     def needs_retry(self) -> bool:
-        """True when a drain did not finish: the message should come back."""
-        return any(i.status is InstanceStatus.DRAIN_INCOMPLETE for i in self.instances)
+        """True when a drain did not finish and no continuation carries it on: the message should come back."""
+        return any(i.status is InstanceStatus.DRAIN_INCOMPLETE and not i.continued for i in self.instances)
 
     @property
     def nodes_cordoned(self) -> int:
@@ -241,8 +263,9 @@ def _event_message(message: InterruptionMessage, instance_id: str) -> str:
 
 
 @dataclass(slots=True)
-class _Case:
-    """What is known about one instance while it is handled."""
+class InstanceCase:
+    """What is known about one instance while it is handled (between :meth:`InterruptionRun.begin` and
+    :meth:`InterruptionRun.drain`)."""
 
     instance_id: str
     instance: Instance | None = None
@@ -281,8 +304,14 @@ class _Case:
         )
 
 
-class _Run:
-    """One message's work: the ports, the clock and the drain budget shared by its instances."""
+class InterruptionRun:
+    """One message's work: the ports, the clock and the drain budget shared by its instances.
+
+    ``nodes_by_provider`` (providerID -> Node), when given, replaces the per-instance node lookup
+    (a batch lists the nodes once). ``post_events`` False skips the interruption Events (a
+    continued drain already posted them). ``eviction_workers`` bounds parallel evictions per node.
+    ``started_at`` (monotonic seconds, default now) is where the drain budget starts.
+    """
 
     def __init__(
         self,
@@ -296,6 +325,10 @@ class _Run:
         drain_budget_seconds: float,
         sleep: Callable[[float], None],
         clock: Callable[[], float],
+        nodes_by_provider: Mapping[str, Node] | None = None,
+        post_events: bool = True,
+        eviction_workers: int = 1,
+        started_at: float | None = None,
     ) -> None:
         self.message = message
         self.cluster = cluster
@@ -305,29 +338,38 @@ class _Run:
         self.now = now
         self.sleep = sleep
         self.clock = clock
-        self.start = clock()
+        self.start = clock() if started_at is None else started_at
         self.budget_end = self.start + max(0.0, drain_budget_seconds)
-        self.removing = action is Action.CORDON_AND_DRAIN and message.kind in _REMOVING_KINDS
-        self.text = ""
+        self.removing = action is Action.CORDON_AND_DRAIN and message.kind in REMOVING_KINDS
+        self.nodes_by_provider = nodes_by_provider
+        self.post_events = post_events
+        self.eviction_workers = eviction_workers
 
-    def post(self, case: _Case, reason: str, type_: str) -> None:
+    def post(self, case: InstanceCase, reason: str, type_: str) -> None:
         """Post an Event on the case's node or NodeClaim; failures become warnings (Events are best effort)."""
         ref = case.ref()
-        if ref is None:
+        if ref is None or not self.post_events:
             return
+        text = _event_message(self.message, case.instance_id)
         try:
-            self.cluster.record_event(ref=ref, reason=reason, message=self.text, type_=type_)
+            self.cluster.record_event(ref=ref, reason=reason, message=text, type_=type_)
         except KubernetesError as exc:
             case.warnings.append(f"event {reason} on {ref.kind}/{ref.name}: {exc}")
             return
         case.events.append(reason)
 
-    def locate(self, instance_id: str) -> _Case | InstanceOutcome:
+    def _node_for(self, provider_id: str) -> Node | None:
+        if self.nodes_by_provider is not None:
+            return self.nodes_by_provider.get(provider_id)
+        return self.cluster.find_node_by_provider_id(provider_id=provider_id)
+
+    def locate(self, instance_id: str) -> InstanceCase | InstanceOutcome:
         """Find the instance and its node; an :class:`InstanceOutcome` when the instance is not ours."""
-        case = _Case(instance_id=instance_id)
+        case = InstanceCase(instance_id=instance_id)
         instance = self.cloud.get_instance(instance_id=instance_id)
         if instance is None:
-            case.node = next((n for n in self.cluster.list_nodes() if n.instance_id == instance_id), None)
+            nodes = self.nodes_by_provider.values() if self.nodes_by_provider is not None else self.cluster.list_nodes()
+            case.node = next((n for n in nodes if n.instance_id == instance_id), None)
             if case.node is None:
                 return case.outcome(
                     InstanceStatus.UNKNOWN_INSTANCE, "EC2 does not know the instance and no node has it"
@@ -348,34 +390,51 @@ class _Run:
                 capacity_type=CAPACITY_TYPE_SPOT,
                 code="SpotInterruption",
             )
-        case.node = self.cluster.find_node_by_provider_id(provider_id=instance.provider_id)
+        case.node = self._node_for(instance.provider_id)
         return case
 
-    def handle(self, instance_id: str) -> InstanceOutcome:
-        """Locate, post the Event, cordon, then drain and remove as the action says."""
+    def begin(self, instance_id: str) -> InstanceCase | InstanceOutcome:
+        """Locate, taint and cordon, post the Event: a case whose node must be drained, or the final outcome.
+
+        The outcome is final for instances that are not ours, EVENT_ONLY and CORDON actions, and
+        instances without a node (removed when they will not come back).
+        """
         located = self.locate(instance_id)
         if isinstance(located, InstanceOutcome):
             return located
         case = located
         reason, type_ = EVENT_REASONS[self.message.kind]
-        self.text = _event_message(self.message, instance_id)
-        self.post(case, reason, type_)
         if self.action is Action.EVENT_ONLY:
+            self.post(case, reason, type_)
             return case.outcome(InstanceStatus.EVENT_ONLY, "event posted")
         if case.node is not None:
             case.cordoned = cordon_node(cluster=self.cluster, node_name=case.node.name)
             if not case.cordoned:
                 case.node = None  # deleted meanwhile
+        self.post(case, reason, type_)
         if case.node is None:
             if self.removing and (case.gone or case.launched_by_us):
                 return self.remove(case)  # Karpenter deletes the NodeClaim whether or not a node registered
             return case.outcome(InstanceStatus.NO_NODE, "no node for the instance")
         if self.action is Action.CORDON:
             return case.outcome(InstanceStatus.CORDONED, "tainted and cordoned")
-        return self.drain(case, case.node)
+        return case
 
-    def drain(self, case: _Case, node: Node) -> InstanceOutcome:
-        """Drain the cordoned node; remove it afterwards when the instance is not coming back."""
+    def handle(self, instance_id: str) -> InstanceOutcome:
+        """Locate, cordon, post the Event, then drain and remove as the action says."""
+        begun = self.begin(instance_id)
+        if isinstance(begun, InstanceOutcome):
+            return begun
+        assert begun.node is not None  # begin returns a case only with a node to drain
+        return self.drain(begun, begun.node)
+
+    def drain(
+        self, case: InstanceCase, node: Node, *, on_step: Callable[[DrainResult], None] | None = None
+    ) -> InstanceOutcome:
+        """Drain the cordoned node; remove it afterwards when the instance is not coming back.
+
+        ``on_step`` is passed to :func:`~nodesmith.services.drain.drain_node` (progress reports).
+        """
         if self.removing:
             self.post(case, TERMINATING_ON_INTERRUPTION, "Warning")
             if case.gone:
@@ -389,6 +448,8 @@ class _Run:
             budget_seconds=max(0.0, self.budget_end - self.clock()),
             sleep=self.sleep,
             clock=self.clock,
+            eviction_workers=self.eviction_workers,
+            on_step=on_step,
         )
         if not case.drain.complete:
             return case.outcome(InstanceStatus.DRAIN_INCOMPLETE, case.drain.reason)
@@ -397,7 +458,7 @@ class _Run:
         detail = "drained" if case.launched_by_us else "drained; not launched by Nodesmith, left to its owner"
         return case.outcome(InstanceStatus.DRAINED, detail)
 
-    def remove(self, case: _Case) -> InstanceOutcome:
+    def remove(self, case: InstanceCase) -> InstanceOutcome:
         """Terminate the instance (when ours and still up), delete the Node and the NodeClaim."""
         terminated = node_deleted = nodeclaim_deleted = False
         if case.instance is not None and case.launched_by_us and case.instance.state not in _GONE_STATES:
@@ -460,7 +521,7 @@ def handle_interruption(
         return InterruptionOutcome(
             event_id=message.event_id, kind=message.kind, action=action, instances=ignored, reason="action_none"
         )
-    run = _Run(
+    run = InterruptionRun(
         message=message,
         cluster=cluster,
         cloud=cloud,

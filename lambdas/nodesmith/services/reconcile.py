@@ -44,7 +44,6 @@ from .capacity import (
 from .launch import Launcher, LaunchOutcome
 from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
 from .nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
-from .utilization import nodepool_utilization
 
 if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
     from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
     from nodesmith.core.resources import Resources
 
-__all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOutcome", "reconcile"]
+__all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOutcome", "provision_leaving", "reconcile"]
 
 MAX_SOLVE_ATTEMPTS = 6
 """Solves per pass: the first, plus re-solves after capacity errors. Each re-solve sees strictly
@@ -78,9 +77,7 @@ class ReconcileOutcome:
     ``launch_failures`` maps an EC2 error code (or ``NodeClassNotReady``) to failed launches.
     ``cost_per_hour`` is the price of every launched NodeClaim after the pass (USD/hour),
     ``new_cost_per_hour`` that of the ones launched now. ``scheduling_duration_seconds`` sums the
-    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason. ``utilization`` is
-    the percent of allocatable that pods request, per NodePool and resource, after the pass
-    (:func:`~nodesmith.services.utilization.nodepool_utilization`).
+    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason.
     """
 
     pods_pending: int = 0
@@ -103,7 +100,6 @@ class ReconcileOutcome:
     unschedulable: dict[str, str] = field(default_factory=dict)
     launched: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    utilization: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:
@@ -393,7 +389,6 @@ class _Pass:
         out.launched = list(launcher.launched_names)
         out.errors.extend(launcher.errors)
         out.cost_per_hour = _cost(self.claims, self.snap.instances, self.merged) + out.new_cost_per_hour
-        out.utilization = nodepool_utilization(self.existing.values())
         _pod_events(cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events)
         return out
 
@@ -424,6 +419,36 @@ def reconcile(
     """
     run = _Pass(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=now, solver=solver, clock=clock)
     run.lifecycle()
+    run.prepare()
+    run.launch_leftovers()
+    run.provision(max_solve_attempts=max_solve_attempts)
+    return run.finish(max_pod_events=max_pod_events)
+
+
+def provision_leaving(
+    *,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    cluster_name: str,
+    now: float,
+    max_solve_attempts: int = MAX_SOLVE_ATTEMPTS,
+    max_pod_events: int = MAX_POD_EVENTS,
+    solver: Solver = solve,
+    clock: Callable[[], float] = time.perf_counter,
+) -> ReconcileOutcome:
+    """The provisioning half of :func:`reconcile`, for pods of nodes that are going away.
+
+    The interruption Lambda calls this right after it tainted interrupted nodes
+    ``karpenter.sh/disrupted``, so their evictable pods get capacity at once instead of at the next
+    scheduled pass (Karpenter's provisioner picks up pods of deleting nodes in its next batch,
+    ``karpenter-v1.md`` §4.3). Same snapshot, scheduler, launches and capacity-error fallback as
+    :func:`reconcile`, including pending pods, so the two never disagree; NodeClaim registration,
+    liveness and garbage collection are left to the scheduled pass. Hold the reconcile lease
+    (:mod:`nodesmith.services.leases`) around it, as the reconcile handler does, so the two never
+    launch for the same pods at once.
+    """
+    run = _Pass(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=now, solver=solver, clock=clock)
+    run.leaving = leaving_node_names(run.snap.nodes)
     run.prepare()
     run.launch_leftovers()
     run.provision(max_solve_attempts=max_solve_attempts)
