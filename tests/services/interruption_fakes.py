@@ -152,6 +152,7 @@ class FakeCluster:
         self.calls: list[tuple[str, Any]] = []
         self.events: list[tuple[str, str, str, str]] = []  # (kind, name, reason, type)
         self.timeline: list[tuple[str, Any, float]] = []  # (call, argument, wall time)
+        self.lost: list[str] = []  # pods removed with their node instead of evicted or deleted
 
     def _record(self, call: tuple[str, Any]) -> None:
         self.calls.append(call)
@@ -162,7 +163,7 @@ class FakeCluster:
         now = self.clock.wall()
         for key, pod in list(self.pods.items()):
             if pod.deletion_timestamp is not None and pod.deletion_timestamp <= now:
-                del self.pods[key]
+                self.pods.pop(key, None)  # pop: parallel drains may reap the same pod
 
     # -- reads -----------------------------------------------------------------------------------
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
@@ -178,6 +179,22 @@ class FakeCluster:
 
     def get_node(self, *, name: str) -> Node | None:
         return self.nodes.get(name)
+
+    # The replacement pass (reconcile's provisioning half) reads these; no NodePools means it plans nothing.
+    def list_daemonsets(self) -> list[Any]:
+        return []
+
+    def list_pdbs(self) -> list[Any]:
+        return []
+
+    def list_nodepools(self) -> list[Any]:
+        return []
+
+    def list_ec2nodeclasses(self) -> list[Any]:
+        return []
+
+    def list_nodeclaims(self) -> list[Any]:
+        return []
 
     def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
         self._record(("find_node_by_provider_id", provider_id))
@@ -216,7 +233,7 @@ class FakeCluster:
 
     def _delete(self, pod: Pod, grace: int) -> None:
         if grace == 0 or self.instant_termination:
-            del self.pods[pod.key]
+            self.pods.pop(pod.key, None)
             return
         at = self.clock.wall() + grace
         if pod.deletion_timestamp is not None:
@@ -228,7 +245,9 @@ class FakeCluster:
         self.nodes.pop(name, None)
         for key, pod in list(self.pods.items()):  # the pod garbage collector removes orphaned pods
             if pod.node_name == name:
-                del self.pods[key]
+                if not (pod.is_daemonset or pod.is_mirror or pod.owner_kind == "Node"):
+                    self.lost.append(key)  # a workload pod still on the node when it went: not evicted
+                self.pods.pop(key, None)
 
     def delete_nodeclaim(self, *, name: str) -> None:
         self._record(("delete_nodeclaim", name))
@@ -250,3 +269,55 @@ class FakeCluster:
 
     def args(self, call: str) -> list[Any]:
         return [arg for name, arg in self.calls if name == call]
+
+
+# -- events and SQS records ------------------------------------------------------------------------
+
+DETAIL_TYPES = {
+    "spot": "EC2 Spot Instance Interruption Warning",
+    "rebalance": "EC2 Instance Rebalance Recommendation",
+    "state": "EC2 Instance State-change Notification",
+}
+
+
+def event(
+    instance_id: str,
+    *,
+    kind: str = "spot",
+    event_id: str | None = None,
+    time: str = "2026-11-22T06:00:00Z",
+    **detail: Any,
+) -> dict[str, Any]:
+    """An EventBridge event in the documented format for ``instance_id`` (``kind``: spot, rebalance, state)."""
+    body: dict[str, Any] = {"instance-id": instance_id}
+    if kind == "spot":
+        body["instance-action"] = "terminate"
+    body.update(detail)
+    return {
+        "version": "0",
+        "id": event_id or f"evt-{instance_id}",
+        "detail-type": DETAIL_TYPES[kind],
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": time,
+        "region": "us-west-2",
+        "resources": [f"arn:aws:ec2:us-west-2:123456789012:instance/{instance_id}"],
+        "detail": body,
+    }
+
+
+def sqs_record(body: dict[str, Any] | str, *, message_id: str) -> dict[str, Any]:
+    """A Lambda SQS event record carrying ``body``."""
+    import json
+
+    return {
+        "messageId": message_id,
+        "receiptHandle": f"rh-{message_id}",
+        "body": body if isinstance(body, str) else json.dumps(body),
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1795327201000"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-west-2:123456789012:nodesmith-interruption",
+        "awsRegion": "us-west-2",
+    }

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "ConflictError",
+    "InProgressElsewhereError",
     "InsufficientCapacityError",
     "KubernetesError",
     "LaunchError",
@@ -71,6 +72,18 @@ class NotFoundError(KubernetesError):
 
 class ConflictError(KubernetesError):
     """The Kubernetes object changed or already exists (HTTP 409)."""
+
+
+class InProgressElsewhereError(NodesmithError):
+    """The same unit of work (``key``) is being done by another invocation right now.
+
+    Raised by idempotency guards (the interruption Lambda's per-event drain) so a duplicate
+    delivery is acknowledged instead of running a second drain alongside the first.
+    """
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class ManifestError(NodesmithError):

@@ -1,46 +1,56 @@
-"""Interruption Lambda: SQS batch of EventBridge events -> cordon, drain, clean up.
+"""Interruption Lambda: SQS batch of EventBridge events -> cordon every node, launch replacements, drain.
 
-Each record is handled on its own (Powertools ``BatchProcessor``, partial batch responses, the
-event source mapping has ``ReportBatchItemFailures``):
+The batch is handled as a whole (:func:`nodesmith.services.interrupt_batch.handle_batch`): every
+record is parsed first, then every target node is tainted and cordoned in parallel, then one
+replacement pass launches capacity for their pods (the reconcile scheduler, under the reconcile
+lease), then the nodes drain in parallel. The response lists the records to retry (partial batch
+responses; the event source mapping has ``ReportBatchItemFailures``):
 
 * malformed body -> logged with the SQS message id, counted (``InterruptionMessagesMalformed``) and
   acknowledged: retrying cannot fix it (Karpenter deletes unparseable messages too);
 * a message we do not act on (unknown event, state, Health category, foreign instance, action
   NONE) -> acknowledged, counted in ``InterruptionMessagesIgnored`` by ``Reason``;
-* our work raising (a ``KubernetesError``, an AWS error) or a drain that did not finish within the
-  budget -> the record fails and SQS delivers it again after the visibility timeout; everything we
-  do is idempotent, so the retry resumes where this one stopped.
+* our work raising (a ``KubernetesError``, an AWS error) -> only that record fails and SQS
+  delivers it again after the visibility timeout;
+* a drain that does not finish within the budget -> a continuation message (the event plus a
+  ``nodesmith-continuation`` marker) is sent to ``NODESMITH_INTERRUPTION_QUEUE_URL`` with a delay
+  and the record is acknowledged; without a queue URL the record fails instead.
 
-The drain budget per record is ``NODESMITH_DRAIN_TIMEOUT_SECONDS``, cut to what the invocation has
-left minus a safety margin, so a slow drain never times the whole batch out.
+Drains are idempotent per (event id, instance id, attempt) through Powertools idempotency on
+``NODESMITH_STATE_TABLE`` (:mod:`nodesmith.handlers.idempotency`), and their progress is stored
+there, so duplicates drain once and a redelivery after a timeout resumes. The work budget is
+``NODESMITH_DRAIN_TIMEOUT_SECONDS``, cut to what the invocation has left minus a safety margin.
 """
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from nodesmith.core.interruption import MalformedEventError, MessageKind, parse_message
 from nodesmith.handlers import wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
-from nodesmith.services.interrupt import InterruptionOutcome, handle_interruption
+from nodesmith.services import interrupt_batch
+from nodesmith.services.interrupt_batch import BatchItem, BatchOutcome, Continuation, handle_batch
+from nodesmith.services.leases import lease_ttl
+from nodesmith.services.replacement import replacement_launcher
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-__all__ = ["InterruptionRetryError", "handler", "record_handler"]
+    from nodesmith.services.interrupt import InterruptionOutcome
+
+__all__ = ["SAFETY_MARGIN_SECONDS", "handler", "process_records"]
 
 SAFETY_MARGIN_SECONDS = 10.0
-"""Invocation time kept back from draining so the handler can report before Lambda's timeout."""
+"""Invocation time kept back from the work so the handler can report before Lambda's timeout."""
 
-processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-
-
-class InterruptionRetryError(Exception):
-    """The message's work is not finished (a drain ran out of budget): fail the record so SQS redelivers it."""
+CONTINUATION_DELAY_SECONDS = interrupt_batch.CONTINUATION_DELAY_SECONDS
+"""SQS delay of a continuation message (seconds)."""
 
 
 def _queue_age_seconds(record: SQSRecord, now: float) -> float | None:
@@ -51,14 +61,20 @@ def _queue_age_seconds(record: SQSRecord, now: float) -> float | None:
         return None
 
 
-def _budget_seconds(configured: float, lambda_context: LambdaContext | None) -> float:
+def _remaining_seconds(lambda_context: LambdaContext | None) -> float | None:
     if lambda_context is None:
-        return configured
+        return None
     try:
-        left = lambda_context.get_remaining_time_in_millis() / 1000.0 - SAFETY_MARGIN_SECONDS
-    except (AttributeError, TypeError):
+        return float(lambda_context.get_remaining_time_in_millis()) / 1000.0
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _budget_seconds(configured: float, lambda_context: LambdaContext | None) -> float:
+    left = _remaining_seconds(lambda_context)
+    if left is None:
         return configured
-    return max(0.0, min(configured, left))
+    return max(0.0, min(configured, left - SAFETY_MARGIN_SECONDS))
 
 
 def _report(outcome: InterruptionOutcome) -> None:
@@ -76,9 +92,8 @@ def _report(outcome: InterruptionOutcome) -> None:
         metrics.add_metric(name="DrainDurationSeconds", unit=MetricUnit.Seconds, value=outcome.drain_seconds)
 
 
-def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = None) -> None:
-    """Handle one SQS record; returns to acknowledge it, raises to have SQS deliver it again."""
-    now = time.time()
+def _parse(record: SQSRecord, now: float) -> BatchItem | None:
+    """The record as a :class:`BatchItem`, or None when it is acknowledged right away (malformed, no-op)."""
     age = _queue_age_seconds(record, now)
     if age is not None:
         metrics.add_metric(name="InterruptionQueueAgeSeconds", unit=MetricUnit.Seconds, value=age)
@@ -90,7 +105,7 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
             extra={"message_id": record.message_id, "reason": exc.reason},
         )
         metrics.add_metric(name="InterruptionMessagesMalformed", unit=MetricUnit.Count, value=1)
-        return
+        return None
     count_by("InterruptionMessagesReceived", dimension="MessageType", value=message.kind.value)
     if message.kind is MessageKind.NO_OP:
         logger.info(
@@ -99,34 +114,94 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
                    "description": message.description},
         )  # fmt: skip
         count_by("InterruptionMessagesIgnored", dimension="Reason", value=message.reason)
-        return
+        return None
+    event: dict[str, Any] = json.loads(record.body)  # parse_message proved it is a JSON object
+    return BatchItem(
+        item_id=record.message_id, message=message, event=event, continuation=Continuation.from_event(event)
+    )
 
-    try:
-        settings = wiring.get_settings()
-        outcome = handle_interruption(
-            message=message,
-            cluster=wiring.build_cluster(settings),
-            cloud=wiring.build_cloud(settings),
+
+def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: float) -> BatchOutcome:
+    settings = wiring.get_settings()
+    cluster = wiring.build_cluster(settings)
+    cloud = wiring.build_cloud(settings)
+    state = wiring.build_state(settings)
+    once = wiring.build_idempotency(settings)
+    if once is not None:
+        once.bind(lambda_context)
+    holder = str(getattr(lambda_context, "aws_request_id", "") or f"interruption-{now:.6f}")
+    return handle_batch(
+        items=items,
+        cluster=cluster,
+        cloud=cloud,
+        cluster_name=settings.cluster_name,
+        rebalance_action=settings.rebalance_action,
+        now=now,
+        drain_budget_seconds=_budget_seconds(settings.drain_timeout_seconds, lambda_context),
+        state=state,
+        replace_capacity=replacement_launcher(
+            cluster=cluster,
+            cloud=cloud,
             cluster_name=settings.cluster_name,
-            rebalance_action=settings.rebalance_action,
-            now=now,
-            drain_budget_seconds=_budget_seconds(settings.drain_timeout_seconds, lambda_context),
-        )
+            state=state,
+            holder=holder,
+            ttl_seconds=lease_ttl(_remaining_seconds(lambda_context)),
+        ),
+        once=once,
+        requeue=wiring.build_requeue(settings),
+        continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
+    )
+
+
+def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext | None = None) -> list[str]:
+    """Handle the SQS records of one invocation; returns the message ids SQS must deliver again."""
+    now = time.time()
+    items = [item for item in (_parse(SQSRecord(r), now) for r in records) if item is not None]
+    if not items:
+        return []
+    try:
+        batch = _run(items, lambda_context, now)
     except Exception:
         logger.exception(
-            "interruption message failed; SQS will deliver it again",
-            extra={"message_id": record.message_id, "event_id": message.event_id, "kind": message.kind.value,
-                   "instance_ids": list(message.instance_ids)},
-        )  # fmt: skip
-        raise
-    logger.info("interruption handled", extra={"message_id": record.message_id, "outcome": outcome.as_log()})
-    _report(outcome)
-    if outcome.ignored:
-        count_by("InterruptionMessagesIgnored", dimension="Reason", value=outcome.ignore_reason)
-    if outcome.needs_retry:
-        raise InterruptionRetryError(
-            f"event {outcome.event_id}: drain unfinished ({outcome.pods_remaining} pod(s) left); retrying later"
+            "interruption batch failed; SQS will deliver its records again",
+            extra={"message_ids": [i.item_id for i in items]},
         )
+        return [i.item_id for i in items]
+    replacement = batch.replacement
+    logger.info(
+        "interruption batch handled",
+        extra={
+            "records": len(items),
+            "cordon_seconds": round(batch.cordon_seconds, 3),
+            "replace_seconds": round(batch.replace_seconds, 3),
+            "drain_seconds": round(batch.drain_seconds, 3),
+            "drains_run": batch.drains_run,
+            "drains_replayed": batch.drains_replayed,
+            "replacement": None if replacement is None else asdict(replacement),
+        },
+    )
+    if replacement is not None and replacement.nodeclaims_launched:
+        metrics.add_metric(name="NodeClaimsLaunched", unit=MetricUnit.Count, value=replacement.nodeclaims_launched)
+    marked = batch.offerings_marked + (replacement.offerings_marked_unavailable if replacement else 0)
+    if marked:
+        metrics.add_metric(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=marked)
+    failed: list[str] = []
+    for result in batch.items:
+        if result.outcome is None:
+            logger.error(
+                "interruption message failed; SQS will deliver it again",
+                extra={"message_id": result.item_id, "error": result.error},
+            )
+            failed.append(result.item_id)
+            continue
+        outcome = result.outcome
+        logger.info("interruption handled", extra={"message_id": result.item_id, "outcome": outcome.as_log()})
+        _report(outcome)
+        if outcome.ignored:
+            count_by("InterruptionMessagesIgnored", dimension="Reason", value=outcome.ignore_reason)
+        if result.failed:
+            failed.append(result.item_id)
+    return failed
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -134,6 +209,5 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext | None = Non
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.interruption.handler``): returns ``batchItemFailures``."""
-    return dict(
-        process_partial_response(event=event, record_handler=record_handler, processor=processor, context=context)
-    )
+    failed = process_records(list(event.get("Records") or []), context)
+    return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}

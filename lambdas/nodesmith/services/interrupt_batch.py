@@ -1,0 +1,510 @@
+"""Handle a batch of interruption messages: cordon everything first, launch replacements, then drain.
+
+What the single-message flow (:mod:`nodesmith.services.interrupt`) did one record at a time, a batch
+does in three phases, so one slow drain never delays another node's cordon (NTH #310, one
+PDB-blocked drain starving the other events) and pods have somewhere to go before the two minutes
+of a spot interruption run out:
+
+1. **Cordon**: every instance of every message is located, tainted ``karpenter.sh/disrupted`` and
+   cordoned in parallel (``cordon_workers`` threads; nodes listed once for the whole batch), and
+   its Event posted. A spot-interrupted offering (type, zone, spot) is marked unavailable for
+   3 minutes in the shared state store, so the replacement and every later plan avoid it
+   (Karpenter ``[aws]:pkg/controllers/interruption/controller.go``, ``karpenter-v1.md`` §2.5).
+2. **Replace**: one provisioning pass (``replace_capacity``, normally
+   :func:`nodesmith.services.replacement.replacement_launcher`: the
+   reconcile scheduler and launcher under the reconcile lease) plans and launches capacity for the
+   evictable pods of all the cordoned nodes at once.
+3. **Drain**: nodes drain in parallel (``drain_workers``), evictions within a node in parallel
+   (``eviction_workers``). Each (event, instance, attempt) drain runs through ``once`` (Powertools
+   idempotency in the Lambda), so the same event delivered twice, or redelivered after a timeout,
+   drains once. Progress (:class:`~nodesmith.core.ports.DrainProgress`) is stored as the drain
+   goes. A drain that runs out of the invocation's budget enqueues a *continuation* -- the
+   original event plus ``"nodesmith-continuation": {"attempt": n, "instance-ids": [...]}`` --
+   with an SQS delay, inside the idempotent unit, and its record is acknowledged; the continuation
+   has its own idempotency key (attempt n), so it is never deduplicated away. After a crash or
+   timeout the original record comes back after the visibility timeout and, the in-progress
+   marker having expired, the drain resumes from the stored progress (the cluster itself says
+   which pods are left: eviction is idempotent).
+
+Errors: a failure of one instance fails only its own record (SQS delivers it again); a failing
+replacement pass is reported and the drains go on (the scheduled reconcile catches up). Only
+:class:`BaseException` (the Lambda being killed, or a test simulating it) escapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.errors import InProgressElsewhereError, NodesmithError, UnavailableOffering
+from nodesmith.core.interruption import Action, InterruptionMessage, MessageKind, RebalanceAction, action_for
+from nodesmith.core.ports import DrainProgress
+from nodesmith.services.drain import DrainResult
+from nodesmith.services.interrupt import (
+    InstanceCase,
+    InstanceOutcome,
+    InstanceStatus,
+    InterruptionOutcome,
+    InterruptionRun,
+)
+from nodesmith.services.replacement import Replacement
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.core.model import Node
+    from nodesmith.core.ports import CloudProvider, Cluster, StateStore
+
+__all__ = [
+    "CONTINUATION_DELAY_SECONDS",
+    "CONTINUATION_KEY",
+    "DRAIN_PROGRESS_TTL_SECONDS",
+    "MAX_DRAIN_ATTEMPTS",
+    "SPOT_UNAVAILABLE_SECONDS",
+    "BatchItem",
+    "BatchOutcome",
+    "Continuation",
+    "DrainUnfinishedError",
+    "ItemResult",
+    "Once",
+    "Requeue",
+    "continuation_body",
+    "handle_batch",
+]
+
+LOG = logging.getLogger(__name__)
+
+CONTINUATION_KEY = "nodesmith-continuation"
+"""Top-level key a continuation message adds to the original EventBridge event."""
+CONTINUATION_DELAY_SECONDS = 5
+"""SQS ``DelaySeconds`` of a continuation: kubectl's 5 s between PDB retries (max allowed is 900)."""
+MAX_DRAIN_ATTEMPTS = 120
+"""Invocations one drain may take before it is abandoned (the node stays cordoned; logged)."""
+DRAIN_PROGRESS_TTL_SECONDS = 86_400.0
+"""How long stored drain progress is kept (seconds; DynamoDB TTL)."""
+SPOT_UNAVAILABLE_SECONDS = 180.0
+"""Karpenter's ``UnavailableOfferingsTTL``: an interrupted spot offering is avoided for 3 minutes."""
+
+Once = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
+"""``once(key, work)``: run ``work`` unless ``key`` already ran (then return its stored result); raise
+:class:`~nodesmith.core.errors.InProgressElsewhereError` while another invocation runs it."""
+Requeue = Callable[[Mapping[str, Any], int], None]
+"""``requeue(body, delay_seconds)``: send ``body`` (JSON object) to the interruption queue."""
+
+
+class DrainUnfinishedError(NodesmithError):
+    """A drain ran out of budget and no continuation queue is configured: fail the record so SQS
+    delivers it again (raised inside the idempotent unit, so the redelivery drains again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """The marker of a continuation message: which attempt (1 = first continuation) for which instances."""
+
+    attempt: int
+    instance_ids: tuple[str, ...]
+
+    @classmethod
+    def from_event(cls, event: Mapping[str, Any]) -> Continuation | None:
+        """The marker in ``event``, or None when absent or not one we wrote (then it is an original)."""
+        raw = event.get(CONTINUATION_KEY)
+        if not isinstance(raw, dict):
+            return None
+        attempt, ids = raw.get("attempt"), raw.get("instance-ids")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1 or not isinstance(ids, list):
+            return None
+        return cls(attempt=attempt, instance_ids=tuple(str(i) for i in ids if isinstance(i, str)))
+
+
+def continuation_body(event: Mapping[str, Any], *, attempt: int, instance_ids: Sequence[str]) -> dict[str, Any]:
+    """The original event with the continuation marker for ``attempt`` and ``instance_ids``."""
+    body = {k: v for k, v in event.items() if k != CONTINUATION_KEY}
+    body[CONTINUATION_KEY] = {"attempt": attempt, "instance-ids": list(instance_ids)}
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class BatchItem:
+    """One SQS record: its message id, the parsed message, the event as received, its continuation."""
+
+    item_id: str
+    message: InterruptionMessage
+    event: Mapping[str, Any]
+    continuation: Continuation | None = None
+
+    @property
+    def attempt(self) -> int:
+        """0 for an original message, n for the n-th continuation."""
+        return self.continuation.attempt if self.continuation else 0
+
+
+@dataclass(frozen=True, slots=True)
+class ItemResult:
+    """What happened to one record: its outcome, and ``error`` (non-empty: let SQS deliver it again)."""
+
+    item_id: str
+    outcome: InterruptionOutcome | None
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """True when the record must be retried."""
+        return bool(self.error) or (self.outcome is not None and self.outcome.needs_retry)
+
+
+@dataclass(slots=True)
+class BatchOutcome:
+    """Per-record results plus the batch's phases (seconds) and what the replacement did.
+
+    ``drains_run`` counts drains actually performed by this invocation, ``drains_replayed`` those
+    answered from an earlier delivery's stored result; ``offerings_marked`` spot offerings marked.
+    """
+
+    items: list[ItemResult] = field(default_factory=list)
+    replacement: Replacement | None = None
+    cordon_seconds: float = 0.0
+    replace_seconds: float = 0.0
+    drain_seconds: float = 0.0
+    drains_run: int = 0
+    drains_replayed: int = 0
+    offerings_marked: int = 0
+
+
+# --- outcomes as JSON (the idempotency store keeps the result of each drain) -----------------------
+
+
+def _outcome_to_dict(outcome: InstanceOutcome) -> dict[str, Any]:
+    data = asdict(outcome)
+    data["status"] = outcome.status.value
+    return data
+
+
+def _drain_from_dict(data: Mapping[str, Any] | None) -> DrainResult | None:
+    if data is None:
+        return None
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+    return DrainResult(**fields)
+
+
+def _outcome_from_dict(data: Mapping[str, Any]) -> InstanceOutcome:
+    offering = data.get("interrupted_offering")
+    return InstanceOutcome(
+        instance_id=str(data["instance_id"]),
+        status=InstanceStatus(data["status"]),
+        detail=str(data.get("detail", "")),
+        node_name=data.get("node_name"),
+        nodeclaim_name=data.get("nodeclaim_name"),
+        cordoned=bool(data.get("cordoned")),
+        events=tuple(data.get("events") or ()),
+        drain=_drain_from_dict(data.get("drain")),
+        instance_terminated=bool(data.get("instance_terminated")),
+        node_deleted=bool(data.get("node_deleted")),
+        nodeclaim_deleted=bool(data.get("nodeclaim_deleted")),
+        interrupted_offering=None if offering is None else UnavailableOffering(**offering),
+        warnings=tuple(data.get("warnings") or ()),
+        continued=bool(data.get("continued")),
+    )
+
+
+# --- the batch ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Item:
+    item: BatchItem
+    action: Action
+    run: InterruptionRun | None = None
+    results: dict[str, InstanceOutcome] = field(default_factory=dict)
+    cases: list[InstanceCase] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def instance_ids(self) -> tuple[str, ...]:
+        ids = self.item.message.instance_ids
+        if self.item.continuation is not None:
+            wanted = set(self.item.continuation.instance_ids)
+            ids = tuple(i for i in ids if i in wanted)
+        return ids
+
+
+class _Batch:
+    """State shared by the phases of one :func:`handle_batch` call."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        state: StateStore | None,
+        once: Once | None,
+        requeue: Requeue | None,
+        wall: Callable[[], float],
+        continuation_delay_seconds: int,
+        max_attempts: int,
+    ) -> None:
+        self.cluster = cluster
+        self.state = state
+        self.once = once
+        self.requeue = requeue
+        self.wall = wall
+        self.delay = continuation_delay_seconds
+        self.max_attempts = max_attempts
+        self.run_id = uuid.uuid4().hex
+        self.out = BatchOutcome()
+
+    # -- phase 1 ----------------------------------------------------------------------------------
+    def begin(self, entry: _Item, instance_id: str) -> InstanceCase | InstanceOutcome:
+        assert entry.run is not None
+        begun = entry.run.begin(instance_id)
+        offering = begun.interrupted_offering if isinstance(begun, InstanceOutcome) else begun.offering
+        if offering is not None and entry.item.continuation is None:
+            self.mark(offering)
+        return begun
+
+    def mark(self, offering: UnavailableOffering) -> None:
+        if self.state is None:
+            return
+        try:
+            self.state.mark_unavailable(
+                instance_type=offering.instance_type,
+                zone=offering.zone,
+                capacity_type=offering.capacity_type,
+                expires_at=self.wall() + SPOT_UNAVAILABLE_SECONDS,
+                reason=offering.code,
+            )
+            self.out.offerings_marked += 1
+        except Exception as exc:  # the mark only improves plans
+            LOG.warning("could not mark %s/%s/%s unavailable: %s", offering.instance_type, offering.zone,
+                        offering.capacity_type, exc)  # fmt: skip
+
+    # -- phase 3 ----------------------------------------------------------------------------------
+    def save(self, progress: DrainProgress, warnings: list[str]) -> None:
+        if self.state is None:
+            return
+        try:
+            self.state.put_drain(progress=progress, expires_at=self.wall() + DRAIN_PROGRESS_TTL_SECONDS)
+        except Exception as exc:  # progress helps resuming and reporting; the drain itself is idempotent
+            warnings.append(f"drain progress not stored: {exc}")
+
+    def drain(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
+        """The idempotent unit: drain (resuming stored progress), remove, or enqueue a continuation."""
+        item, run = entry.item, entry.run
+        assert run is not None and case.node is not None
+        message = item.message
+        prior = self.state.get_drain(instance_id=case.instance_id) if self.state is not None else None
+        if prior is not None and prior.event_id != message.event_id:
+            prior = None  # another event's drain: this one starts afresh
+        base = prior or DrainProgress(
+            instance_id=case.instance_id,
+            event_id=message.event_id,
+            node_name=case.node.name,
+            deadline=message.deadline,
+            started_at=self.wall(),
+        )
+        attempts = base.attempts + 1
+        if attempts > self.max_attempts:
+            LOG.error("drain of %s abandoned after %d attempts; node %s stays cordoned",
+                      case.instance_id, base.attempts, case.node.name)  # fmt: skip
+            return case.outcome(InstanceStatus.DRAIN_ABANDONED, f"abandoned after {base.attempts} attempts")
+        warnings: list[str] = []
+        current = replace(base, attempts=attempts, replaced=True, updated_at=self.wall())
+        self.save(current, warnings)
+
+        def totals(result: DrainResult) -> DrainProgress:
+            return replace(
+                current,
+                evicted=base.evicted + result.evicted,
+                force_deleted=base.force_deleted + result.force_deleted,
+                blocked_responses=base.blocked_responses + result.blocked_responses,
+                updated_at=self.wall(),
+            )
+
+        outcome = run.drain(case, case.node, on_step=lambda r: self.save(totals(r), warnings))
+        final = totals(outcome.drain) if outcome.drain is not None else current
+        unfinished = outcome.status is InstanceStatus.DRAIN_INCOMPLETE
+        self.save(replace(final, done=not unfinished), warnings)
+        if unfinished:
+            if self.requeue is None:
+                reason = outcome.drain.reason if outcome.drain is not None else outcome.detail
+                raise DrainUnfinishedError(f"drain of {case.instance_id} unfinished: {reason}")
+            body = continuation_body(item.event, attempt=item.attempt + 1, instance_ids=[case.instance_id])
+            self.requeue(body, self.delay)  # raising here undoes the idempotency record: the record is retried
+            outcome = replace(outcome, continued=True)
+        if warnings:
+            outcome = replace(outcome, warnings=(*outcome.warnings, *warnings))
+        return outcome
+
+    def drain_once(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
+        message = entry.item.message
+        key = f"{message.event_id}#{case.instance_id}#{entry.item.attempt}"
+
+        def work() -> dict[str, Any]:
+            return {**_outcome_to_dict(self.drain(entry, case)), "run_id": self.run_id}
+
+        if self.once is None:
+            stored = work()
+        else:
+            try:
+                stored = self.once(key, work)
+            except InProgressElsewhereError:
+                return case.outcome(InstanceStatus.IN_PROGRESS_ELSEWHERE, f"drain {key} runs in another invocation")
+        if stored.get("run_id") == self.run_id:
+            self.out.drains_run += 1
+            return _outcome_from_dict(stored)
+        self.out.drains_replayed += 1
+        return replace(_outcome_from_dict(stored), replayed=True)
+
+
+def _nodes_by_provider(cluster: Cluster) -> dict[str, Node]:
+    return {n.provider_id: n for n in cluster.list_nodes() if n.provider_id}
+
+
+def _gather(tasks: list[tuple[_Item, Any]], fn: Callable[..., Any], workers: int) -> list[Any]:
+    """Run ``fn(entry, arg)`` for every task in a pool; an Exception is recorded on its item, not raised."""
+    if not tasks:
+        return []
+
+    def safe(entry: _Item, arg: Any) -> Any:
+        try:
+            return fn(entry, arg)
+        except Exception as exc:
+            entry.errors.append(f"{type(exc).__name__}: {exc}")
+            LOG.warning("interruption work failed for %s: %s", entry.item.item_id, exc, exc_info=True)
+            return exc
+
+    if workers <= 1 or len(tasks) == 1:
+        return [safe(e, a) for e, a in tasks]
+    with ThreadPoolExecutor(max_workers=min(workers, len(tasks)), thread_name_prefix="interruption") as pool:
+        return list(pool.map(lambda t: safe(*t), tasks))
+
+
+def handle_batch(
+    *,
+    items: Sequence[BatchItem],
+    cluster: Cluster,
+    cloud: CloudProvider,
+    cluster_name: str,
+    rebalance_action: RebalanceAction,
+    now: float,
+    drain_budget_seconds: float,
+    state: StateStore | None = None,
+    replace_capacity: Callable[[], Replacement] | None = None,
+    once: Once | None = None,
+    requeue: Requeue | None = None,
+    cordon_workers: int = 16,
+    drain_workers: int = 16,
+    eviction_workers: int = 4,
+    continuation_delay_seconds: int = CONTINUATION_DELAY_SECONDS,
+    max_attempts: int = MAX_DRAIN_ATTEMPTS,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    wall: Callable[[], float] = time.time,
+) -> BatchOutcome:
+    """Cordon, replace and drain for every message of ``items`` (see the module docstring).
+
+    ``now`` is the wall time at the start (epoch seconds); ``drain_budget_seconds`` is the time the
+    whole batch may work before drains stop and continue later (seconds, counted from the call);
+    ``sleep``/``clock`` (monotonic seconds)/``wall`` (epoch seconds) are injectable for tests.
+    ``state`` stores drain progress and spot marks (None: neither). ``replace_capacity`` runs the
+    replacement pass (None: none). ``once`` makes each drain idempotent (None: always run);
+    ``requeue`` sends a continuation (None: an unfinished drain fails its record instead, and SQS
+    redelivers it after the visibility timeout). Worker counts bound the thread pools.
+
+    Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
+    (the handler acknowledges them); if they are, they are reported as such.
+    """
+    batch = _Batch(
+        cluster=cluster,
+        state=state,
+        once=once,
+        requeue=requeue,
+        wall=wall,
+        continuation_delay_seconds=continuation_delay_seconds,
+        max_attempts=max_attempts,
+    )
+    entries = [_Item(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
+    acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
+    t0 = clock()
+    nodes: dict[str, Node] | None = None
+    if acting:
+        try:
+            nodes = _nodes_by_provider(cluster)
+        except Exception as exc:
+            for e in acting:
+                e.errors.append(f"list nodes: {type(exc).__name__}: {exc}")
+            acting = []
+    for e in acting:
+        e.run = InterruptionRun(
+            message=e.item.message,
+            cluster=cluster,
+            cloud=cloud,
+            cluster_name=cluster_name,
+            action=e.action,
+            now=now,
+            drain_budget_seconds=drain_budget_seconds,
+            sleep=sleep,
+            clock=clock,
+            nodes_by_provider=nodes,
+            post_events=e.item.continuation is None,
+            eviction_workers=eviction_workers,
+            started_at=t0,  # one budget for the whole batch, counted from the call
+        )
+
+    # 1. cordon every node of the batch
+    tasks = [(e, iid) for e in acting for iid in e.instance_ids()]
+    for (e, iid), begun in zip(tasks, _gather(tasks, batch.begin, cordon_workers), strict=True):
+        if isinstance(begun, InstanceOutcome):
+            e.results[iid] = begun
+        elif isinstance(begun, InstanceCase):
+            e.cases.append(begun)
+    batch.out.cordon_seconds = clock() - t0
+
+    # 2. replacement capacity for the pods of the nodes about to be drained
+    t1 = clock()
+    if replace_capacity is not None and any(e.cases and e.item.continuation is None for e in acting):
+        batch.out.replacement = _replace(replace_capacity)
+    batch.out.replace_seconds = clock() - t1
+
+    # 3. drain, in parallel, each drain once per (event, instance, attempt)
+    t2 = clock()
+    drains = [(e, c) for e in acting for c in e.cases]
+    for (e, case), done in zip(drains, _gather(drains, batch.drain_once, drain_workers), strict=True):
+        if isinstance(done, InstanceOutcome):
+            e.results[case.instance_id] = done
+    batch.out.drain_seconds = clock() - t2
+    batch.out.items = [_item_result(e) for e in entries]
+    return batch.out
+
+
+def _replace(replace_capacity: Callable[[], Replacement]) -> Replacement:
+    """Run the replacement pass; its failure is reported, never raised (the scheduled reconcile catches up)."""
+    try:
+        return replace_capacity()
+    except Exception as exc:
+        LOG.warning("replacement capacity pass failed: %s", exc, exc_info=True)
+        return Replacement(ran=False, errors=(f"{type(exc).__name__}: {exc}",))
+
+
+def _item_result(e: _Item) -> ItemResult:
+    message = e.item.message
+    if e.errors:
+        return ItemResult(item_id=e.item.item_id, outcome=None, error="; ".join(e.errors))
+    if message.kind is MessageKind.NO_OP or e.action is Action.NONE:
+        ignored = tuple(
+            InstanceOutcome(iid, InstanceStatus.IGNORED, f"{message.kind.value} is configured to be ignored")
+            for iid in message.instance_ids
+        )
+        outcome = InterruptionOutcome(
+            event_id=message.event_id,
+            kind=message.kind,
+            action=e.action,
+            instances=ignored,
+            reason=message.reason or "action_none",
+        )
+    else:
+        ordered = tuple(e.results[i] for i in e.instance_ids() if i in e.results)
+        outcome = InterruptionOutcome(event_id=message.event_id, kind=message.kind, action=e.action, instances=ordered)
+    return ItemResult(item_id=e.item.item_id, outcome=outcome)
