@@ -76,6 +76,8 @@ class Interruption(Construct):
     ``log_retention``
         Retention of the function's log group.
 
+    The function may send to its own queue (continuations of unfinished drains, with a delay).
+
     Attributes: ``queue``, ``dead_letter_queue``, ``rules`` (id -> ``events.Rule``), ``handler``
     (:class:`NodesmithFunction`), ``function``, ``dlq_alarm`` (DLQ has at least one message).
 
@@ -143,6 +145,8 @@ class Interruption(Construct):
             log_retention=log_retention,
         )
         self.function = self.handler.function
+        # A drain longer than one invocation continues through a delayed message on this queue.
+        self.queue.grant_send_messages(self.function)
         self.function.add_event_source(
             sources.SqsEventSource(
                 self.queue,

@@ -92,8 +92,10 @@ class NodesmithPermissions(Construct):
         Reads, launch, tag, terminate, launch-template cleanup, pricing, AMI parameters, PassRole
         of the node role, Nodesmith's own instance profiles, DescribeCluster.
     ``interruption_policy``
-        Reads, tagging and termination of owned instances, DescribeCluster: the interruption
-        Lambda never launches, so it can pass no role and create nothing.
+        The same launch statements (the interruption Lambda launches replacement capacity for the
+        pods of interrupted nodes through the reconcile scheduler, within the same owned-tag and
+        node-role conditions), reads, tagging and termination of owned instances; it deletes no
+        launch templates (garbage collection is the reconcile Lambda's).
     """
 
     def __init__(
@@ -229,7 +231,22 @@ class NodesmithPermissions(Construct):
         self.interruption_policy = iam.Policy(
             self,
             "InterruptionPolicy",
-            statements=[read, describe_cluster, tag_owned, terminate_owned],
+            statements=[
+                read,
+                describe_cluster,
+                launch_with_referenced,
+                launch_with_owned_template,
+                create_owned,
+                tag_on_create,
+                tag_owned,
+                terminate_owned,
+                pass_node_role,
+                create_profiles,
+                read_profiles,
+                manage_profiles,
+                eks_ami_parameters,
+                pricing,
+            ],
         )
         self._suppress_required_wildcards(cluster_name=cluster_name)
 

@@ -28,10 +28,10 @@ SCHEDULE_PERIOD = Duration.minutes(1)
 """How often EventBridge starts a reconcile pass (``rate(1 minute)``, EventBridge's finest rate)."""
 
 STATE_TABLE_KEYS = ("pk", "sk")
-"""Partition and sort key (both strings) of the state table: single-table design, e.g.
-``pk="lease#reconcile" sk="-"``, ``pk="drain#<node>" sk="<pod uid>"``, ``pk="offering#<type>"
-sk="<zone>#<capacity type>"``. Powertools idempotency works with it via ``key_attr="pk"``,
-``sort_key_attr="sk"``."""
+"""Partition and sort key (both strings) of the state table: single-table design
+(``nodesmith.adapters.aws.state``): ``pk="lease#reconcile" sk="lease"``, ``pk="drain#<instance id>"
+sk="progress"``, ``pk="offering" sk="<type>#<zone>#<capacity type>"``. Powertools idempotency works
+with it via ``key_attr="pk"``, ``sort_key_attr="sk"`` (``pk="idempotency#<function>"``)."""
 
 TTL_ATTRIBUTE = "expires_at"
 """Epoch seconds after which DynamoDB deletes an item (expired leases, idempotency records,
