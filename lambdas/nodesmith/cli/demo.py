@@ -96,6 +96,7 @@ class Observer:
         self.timeline = timeline
         self.pods_running_peak = 0
         self.nodeclaims: set[str] = set()
+        self.cost = 0.0  # USD/hour, as the last reconcile pass reported it (ClusterCostUSDPerHour)
 
     def observe(self) -> list[dict[str, Any]]:
         """Look at Events, NodeClaims, Nodes and pods once; print what is new; return the app's pods."""
@@ -129,6 +130,7 @@ class Observer:
                 "pending": pending,
                 "running": running,
                 "nodes": len(self.world.store.objects("nodes")),
+                "cost": round(self.cost, 6),
             }
         )
         return pods
@@ -143,6 +145,7 @@ class Observer:
                 return
             if reconcile and time.monotonic() >= next_reconcile:
                 summary = self.world.reconcile()
+                self.cost = float(summary.get("cost_usd_per_hour", self.cost))
                 next_reconcile = time.monotonic() + 1.0
                 for reason, count in (summary.get("unschedulable") or {}).items():
                     self.timeline.once(f"unsched:{reason}", "Unschedulable", f"{count} pod(s): {reason}")
