@@ -15,6 +15,10 @@ pool), and their answers are applied in plan order, so results do not depend on 
 ``on_step`` is called with the result so far after every round that changed something, which is
 how the interruption flow stores drain progress while the drain runs.
 
+Events (:mod:`nodesmith.services.events`, Karpenter's reasons): ``Evicted`` on each pod whose
+eviction was accepted, ``Disrupted`` on each pod deleted for the deadline, ``FailedDraining`` on
+the node when the budget runs out with pods left.
+
 Time: ``clock`` is a monotonic clock in seconds and ``sleep`` waits; both are injectable so tests
 run instantly. Wall time inside the loop is ``now + (clock() - start)``.
 """
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT, DrainPlan, plan_drain
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
+from nodesmith.services import events
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -126,13 +131,20 @@ def _force_delete(cluster: Cluster, plan: DrainPlan, state: _State) -> None:
             continue  # already asked with this grace; the API server only shortens it
         with contextlib.suppress(NotFoundError):
             cluster.delete_pod(pod=item.pod, grace_period_seconds=item.grace_period_seconds)
+            events.pod_force_deleted(cluster, item.pod, grace_period_seconds=item.grace_period_seconds, why=item.reason)
         state.force_deleted[pid] = item.grace_period_seconds
 
 
 def _attempt(cluster: Cluster, pod: Pod) -> str | KubernetesError:
-    """One eviction: its outcome, or the Kubernetes error it raised (anything else propagates)."""
+    """One eviction: its outcome, or the Kubernetes error it raised (anything else propagates).
+
+    An accepted eviction posts ``Evicted`` on the pod here, in the eviction's own worker.
+    """
     try:
-        return cluster.evict(pod=pod)
+        answer = cluster.evict(pod=pod)
+        if answer == "evicted":
+            events.pod_evicted(cluster, pod)
+        return answer
     except (NotFoundError, ConflictError):
         return "gone"
     except KubernetesError as exc:
@@ -224,7 +236,9 @@ def drain_node(
             return _result(node=node, plan=plan, state=state, duration=t - start, reason="")
         if t >= end:
             reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
-            return _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
+            result = _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
+            events.node_failed_to_drain(cluster, node.name, remaining=plan.remaining, blocked=result.blocked_pods)
+            return result
         done_before = len(state.evicted) + len(state.force_deleted)
         answers_before = state.blocked_responses + state.errors
         _force_delete(cluster, plan, state)
