@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from nodesmith.core.interruption import MalformedEventError, MessageKind, parse_message
-from nodesmith.handlers import wiring
+from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services import interrupt_batch
 from nodesmith.services.interrupt_batch import BatchItem, BatchOutcome, Continuation, handle_batch
@@ -87,7 +87,12 @@ def _report(outcome: InterruptionOutcome) -> None:
     if outcome.pods_force_deleted:
         metrics.add_metric(name="PodsForceDeleted", unit=MetricUnit.Count, value=outcome.pods_force_deleted)
     if outcome.nodeclaims_terminated:
-        metrics.add_metric(name="NodeClaimsTerminated", unit=MetricUnit.Count, value=outcome.nodeclaims_terminated)
+        count_by(
+            "NodeClaimsTerminated",
+            dimension="Reason",
+            value=reporting.terminated_reason(outcome),
+            count=outcome.nodeclaims_terminated,
+        )
     if any(i.drain is not None for i in outcome.instances):
         metrics.add_metric(name="DrainDurationSeconds", unit=MetricUnit.Seconds, value=outcome.drain_seconds)
 
@@ -159,6 +164,7 @@ def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext
     items = [item for item in (_parse(SQSRecord(r), now) for r in records) if item is not None]
     if not items:
         return []
+    reporting.bind_batch(items)
     try:
         batch = _run(items, lambda_context, now)
     except Exception:
@@ -168,6 +174,7 @@ def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext
         )
         return [i.item_id for i in items]
     replacement = batch.replacement
+    reporting.report_batch(items=items, batch=batch, started_at=now)
     logger.info(
         "interruption batch handled",
         extra={
@@ -195,7 +202,10 @@ def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext
             failed.append(result.item_id)
             continue
         outcome = result.outcome
-        logger.info("interruption handled", extra={"message_id": result.item_id, "outcome": outcome.as_log()})
+        logger.info(
+            "interruption handled",
+            extra={"message_id": result.item_id, **reporting.trace_keys(outcome), "outcome": outcome.as_log()},
+        )
         _report(outcome)
         if outcome.ignored:
             count_by("InterruptionMessagesIgnored", dimension="Reason", value=outcome.ignore_reason)
@@ -208,6 +218,13 @@ def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """Lambda entry point (``nodesmith.handlers.interruption.handler``): returns ``batchItemFailures``."""
-    failed = process_records(list(event.get("Records") or []), context)
+    """Lambda entry point (``nodesmith.handlers.interruption.handler``): returns ``batchItemFailures``.
+
+    Besides the per-record metrics it reports ``InterruptionMessagesAcknowledged`` and, through
+    :mod:`~nodesmith.handlers.reporting`, ``DrainsMissedDeadline`` and the ``event_id`` /
+    ``instance_id`` / ``node`` / ``nodeclaim`` log keys that tie one interruption's lines together.
+    """
+    records = list(event.get("Records") or [])
+    failed = process_records(records, context)
+    reporting.acknowledged(len(records) - len(failed))
     return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}
