@@ -422,7 +422,8 @@ def test_dashboard_reads_every_named_metric_and_no_other(synth: Synth) -> None:
     ]
     read = set()
     for expression in expressions:
-        assert f'Namespace="{NAMESPACE}"' in expression
+        # free-text search in the namespace, or the exact-schema search of a per-NodePool breakdown
+        assert f'Namespace="{NAMESPACE}"' in expression or f"{{{NAMESPACE}," in expression
         read |= set(re.findall(r'MetricName="(\w+)"', expression))
     assert read == {m.value for m in MetricName}
 
@@ -440,7 +441,9 @@ def test_dashboard_is_grouped_for_a_platform_engineer(synth: Synth) -> None:
     assert any(w["type"] == "alarm" for w in body["widgets"])
 
 
-def test_alarms_on_pending_age_reconcile_errors_and_launch_failures_notify_the_topic(synth: Synth) -> None:
+def test_alarms_on_pending_age_reconcile_errors_launch_failures_and_drain_deadlines_notify_the_topic(
+    synth: Synth,
+) -> None:
     from infra.metric_names import MetricName
 
     alarms = synth.resources("AWS::CloudWatch::Alarm").values()
@@ -455,9 +458,10 @@ def test_alarms_on_pending_age_reconcile_errors_and_launch_failures_notify_the_t
         MetricName.OLDEST_PENDING_POD_AGE_SECONDS,
         MetricName.RECONCILE_ERRORS,
         MetricName.LAUNCH_FAILURES,
+        MetricName.DRAINS_MISSED_DEADLINE,
     }
     assert queried[MetricName.OLDEST_PENDING_POD_AGE_SECONDS]["Threshold"] == 240
-    assert len(alarms) == 6  # + DLQ not empty, reconcile and interruption function errors
+    assert len(alarms) == 7  # + DLQ not empty, reconcile and interruption function errors
 
 
 # --- linters ---------------------------------------------------------------------------------

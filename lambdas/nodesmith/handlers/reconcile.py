@@ -6,7 +6,9 @@ runs :func:`nodesmith.services.reconcile.reconcile` and reports:
 
 * metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
   ``OldestPendingPodAgeSeconds``, ``SchedulingDurationSeconds``, ``PodsScheduled``,
-  ``NodeClaimsCreated/Launched/Registered/Initialized/Terminated``, ``LaunchFailures`` by
+  ``NodeClaimsCreated/Launched/Registered/Initialized``, ``NodeClaimsTerminated`` by ``Reason``,
+  ``NodePoolUtilizationPercent`` by ``NodePool`` and ``Resource`` (those two from
+  :mod:`~nodesmith.handlers.reporting`), ``LaunchFailures`` by
   ``ErrorCode``, ``OfferingsMarkedUnavailable``, ``ClusterCostUSDPerHour`` (unit None: USD/hour),
   ``ReconcileDurationSeconds`` and ``ReconcileErrors`` (per-object errors the pass survived, or 1
   when the pass itself failed);
@@ -27,7 +29,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.handlers import wiring
+from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services.leases import RECONCILE_LEASE, lease_ttl, with_lease
 from nodesmith.services.reconcile import ReconcileOutcome, reconcile
@@ -89,7 +91,6 @@ def _emit(outcome: ReconcileOutcome) -> None:
     add(name="NodeClaimsLaunched", unit=MetricUnit.Count, value=outcome.nodeclaims_launched)
     add(name="NodeClaimsRegistered", unit=MetricUnit.Count, value=outcome.nodeclaims_registered)
     add(name="NodeClaimsInitialized", unit=MetricUnit.Count, value=outcome.nodeclaims_initialized)
-    add(name="NodeClaimsTerminated", unit=MetricUnit.Count, value=outcome.nodeclaims_terminated)
     add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
     add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
     add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
@@ -224,6 +225,7 @@ def _report(
     """Metrics and the log line of the (last) pass; returns the summary."""
     duration = time.monotonic() - started
     _emit(outcome)
+    reporting.report_pass(outcome, disruption)
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
     summary = outcome_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)

@@ -44,6 +44,7 @@ from .capacity import (
 from .launch import Launcher, LaunchOutcome
 from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
 from .nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+from .utilization import nodepool_utilization
 
 if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
@@ -77,7 +78,9 @@ class ReconcileOutcome:
     ``launch_failures`` maps an EC2 error code (or ``NodeClassNotReady``) to failed launches.
     ``cost_per_hour`` is the price of every launched NodeClaim after the pass (USD/hour),
     ``new_cost_per_hour`` that of the ones launched now. ``scheduling_duration_seconds`` sums the
-    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason.
+    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason. ``utilization`` is
+    the percent of allocatable that pods request, per NodePool and resource, after the pass
+    (:func:`~nodesmith.services.utilization.nodepool_utilization`).
     """
 
     pods_pending: int = 0
@@ -100,6 +103,7 @@ class ReconcileOutcome:
     unschedulable: dict[str, str] = field(default_factory=dict)
     launched: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    utilization: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:
@@ -389,6 +393,7 @@ class _Pass:
         out.launched = list(launcher.launched_names)
         out.errors.extend(launcher.errors)
         out.cost_per_hour = _cost(self.claims, self.snap.instances, self.merged) + out.new_cost_per_hour
+        out.utilization = nodepool_utilization(self.existing.values())
         _pod_events(cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events)
         return out
 
