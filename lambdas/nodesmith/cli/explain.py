@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -103,11 +104,15 @@ def run_explain(
 ) -> int:
     """Explain ``pod`` for the manifests in ``files``; returns the exit code (module docstring).
 
-    Arguments as ``nodesmith simulate`` (:func:`nodesmith.cli.simulate.run_simulate`); ``packing``
-    is ``karpenter`` or ``nodesmith``. ``instance_types`` skips the catalogue step (tests).
+    Arguments as ``nodesmith simulate`` (:func:`nodesmith.cli.simulate.run_simulate`; the price
+    table defaults to ``$NODESMITH_PRICE_TABLE``); ``packing`` is ``karpenter`` or ``nodesmith``.
+    ``instance_types`` skips the catalogue step (tests).
     """
+    from nodesmith.cli.simulate_catalogue import PRICE_TABLE_ENV
     from nodesmith.core.scheduling.types import PACKING_POLICIES
 
+    if price_table is None and os.environ.get(PRICE_TABLE_ENV, "").strip():
+        price_table = Path(os.environ[PRICE_TABLE_ENV].strip())
     try:
         if output not in OUTPUTS:
             raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
