@@ -30,9 +30,9 @@ from nodesmith.core.scheduling.reasons import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-    from nodesmith.core.model import Pod
+    from nodesmith.core.model import NodeSelectorRequirement, Pod
     from nodesmith.core.scheduling.existing import SimExistingNode
     from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template
     from nodesmith.core.scheduling.pods import PodData
@@ -67,7 +67,9 @@ class Explainer:
         skipped: Sequence[tuple[str, Rejection]],
         existing: Sequence[SimExistingNode],
         topology: Topology,
+        volumes: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
     ) -> None:
+        self.volumes = volumes or {}
         self.templates = templates
         self.skipped = skipped
         self.existing = existing
@@ -94,10 +96,18 @@ class Explainer:
             self._nodes[id(data)] = existing_summary(self.existing, pod, data, self.topology)
         return self._nodes[id(data)]
 
+    def _volumes(self, pod: Pod) -> tuple[str, ...]:
+        return tuple(
+            f"{r.key} {r.operator} [{', '.join(r.values)}]" if r.values else f"{r.key} {r.operator}"
+            for r in self.volumes.get(pod.key, ())
+        )
+
     def failure(self, pod: Pod, failure: Failure, *, original: PodData) -> Explanation:
         """The explanation of a pod no attempt could place (``original``: its unrelaxed pod data)."""
         if failure.error:
-            return Explanation(pod=pod.key, scheduled=False, relaxed=failure.relaxed, error=failure.error)
+            return Explanation(
+                pod=pod.key, scheduled=False, relaxed=failure.relaxed, error=failure.error, volumes=self._volumes(pod)
+            )
         data = failure.data
         if data is not original:
             self.topology.update(pod, data)  # judge existing nodes with the constraints of the last attempt
@@ -113,6 +123,7 @@ class Explainer:
             pools=(*pools, *self._skipped(data)),
             existing=existing,
             relaxed=failure.relaxed,
+            volumes=self._volumes(pod),
         )
 
     def trace(
@@ -147,6 +158,7 @@ class Explainer:
             pools=(*pools, *self._skipped(data)),
             existing=existing,
             relaxed=relaxed,
+            volumes=self._volumes(pod),
         )
 
     def unlaunchable(self, pod: Pod, reason: str, tpl: Template) -> Explanation:

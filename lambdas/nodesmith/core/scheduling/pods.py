@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.model import (
         LabelSelector,
+        NodeSelectorRequirement,
         NodeSelectorTerm,
         Pod,
         PodAffinityTerm,
@@ -196,9 +197,11 @@ class PodData:
     """Everything the scheduler needs from a pod in one relaxation state (shared by identical pods).
 
     ``requests`` (cpu millicores, memory bytes, ``pods`` >= 1 ...); ``requirements`` = node selector +
-    first required term + heaviest preferred term; ``strict`` = the same without the preferred term
+    first required term + heaviest preferred term + the pod's volume topology
+    (:mod:`~nodesmith.core.scheduling.volumes`); ``strict`` = the same without the preferred term
     (``NewStrictPodRequirements``; used for topology domains); ``node_filter_terms`` = node selector
-    ANDed with each required term (ORed; topology spread node inclusion); ``affinity`` /
+    ANDed with each required term (ORed; topology spread node inclusion, volumes left out as
+    Karpenter does); ``affinity`` /
     ``anti_affinity`` = ``(term, namespaces)`` required plus not-yet-relaxed preferred terms.
     ``error`` is set when the pod cannot be scheduled by this implementation at all (malformed
     requirement, unsupported namespaceSelector) and says why.
@@ -221,7 +224,7 @@ class PodData:
         "tolerations",
     )
 
-    def __init__(self, pod: Pod, constraints: Constraints) -> None:
+    def __init__(self, pod: Pod, constraints: Constraints, volume: tuple[NodeSelectorRequirement, ...] = ()) -> None:
         requests = dict(pod.requests)
         if requests.get(PODS, 0) < 1:
             requests[PODS] = 1
@@ -244,6 +247,14 @@ class PodData:
         except RequirementError as exc:
             self.error = f"invalid node affinity: {exc}"
             return
+        if volume:
+            try:
+                from_volumes = Requirements.from_node_selector_requirements(volume).values()
+            except RequirementError as exc:
+                self.error = f"invalid volume topology: {exc}"
+                return
+            self.requirements.add(*from_volumes)
+            self.strict.add(*from_volumes)
         self._build_pod_affinity(pod, constraints)
 
     def _build_requirements(self, pod: Pod, constraints: Constraints) -> None:
@@ -251,11 +262,11 @@ class PodData:
         strict = selector.copy()
         if constraints.required_terms:
             strict.add(*_term_requirements(constraints.required_terms[0]).values())
+        self.strict = strict
         requirements = strict.copy()
         if constraints.preferred_terms:
             requirements.add(*_term_requirements(constraints.preferred_terms[0].term).values())
         self.requirements = requirements
-        self.strict = strict
         if pod.required_node_affinity:
             terms = []
             for term in constraints.required_terms:
@@ -313,25 +324,29 @@ def _base_signature(pod: Pod) -> tuple[object, ...]:
 
 
 class PodDataCache:
-    """Interns :class:`PodData` per (pod signature, constraints) so identical pods share one object."""
+    """Interns :class:`PodData` per (pod signature, constraints) so identical pods share one object.
 
-    __slots__ = ("_by_key", "_signatures")
+    ``volumes`` maps a pod key (``namespace/name``) to its volume topology requirements.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_by_key", "_signatures", "_volumes")
+
+    def __init__(self, volumes: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None) -> None:
         self._by_key: dict[tuple[object, ...], PodData] = {}
         self._signatures: dict[str, tuple[object, ...]] = {}
+        self._volumes = volumes or {}
 
     def get(self, pod: Pod, constraints: Constraints) -> PodData:
         """The shared :class:`PodData` for ``pod`` in relaxation state ``constraints``."""
         pid = pod_id(pod)
         sig = self._signatures.get(pid)
         if sig is None:
-            sig = _base_signature(pod)
+            sig = (*_base_signature(pod), self._volumes.get(pod.key, ()))
             self._signatures[pid] = sig
         key = (sig, constraints)
         data = self._by_key.get(key)
         if data is None:
-            data = PodData(pod, constraints)
+            data = PodData(pod, constraints, self._volumes.get(pod.key, ()))
             self._by_key[key] = data
         return data
 

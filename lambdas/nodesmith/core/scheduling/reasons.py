@@ -185,6 +185,8 @@ class Explanation:
     why existing capacity did not take it (None when there is none or it did). ``relaxed``: the
     soft constraints dropped, in order, before the last attempt. ``error``: the pod itself cannot
     be scheduled by this implementation (malformed affinity, unsupported namespaceSelector).
+    ``volumes``: the requirements its PersistentVolumeClaims impose (rendered), so a zone that
+    comes from storage is not mistaken for one the pod asked for.
     """
 
     pod: str
@@ -194,6 +196,7 @@ class Explanation:
     existing: NodeSummary | None = None
     relaxed: tuple[str, ...] = ()
     error: str = ""
+    volumes: tuple[str, ...] = ()
 
     def text(self) -> str:
         """The one-line reason: every rejecting NodePool's line, then the existing nodes' summary."""
@@ -204,6 +207,8 @@ class Explanation:
             parts = [NO_NODEPOOL]
         if self.existing is not None and self.existing.reasons:
             parts.append(self.existing.text())
+        if self.volumes:
+            parts.append(f"the pod's volumes require {', '.join(self.volumes)}")
         return "; ".join(parts)
 
 

@@ -24,7 +24,8 @@ ephemeral taints ignored on uninitialized nodes), host ports, DaemonSet overhead
 limits (any resource and ``nodes``), topology spread (any key the NodePools or nodes define;
 maxSkew, minDomains, matchLabelKeys, nodeAffinity/nodeTaints policies), required and preferred pod
 affinity/anti-affinity (incl. anti-affinity of running pods), reasons with numbers.
-Not modelled: volume topology (PVC zones), reserved-capacity reservation accounting, DRA, the
+Volume topology comes in as ``SchedulingInput.volume_requirements`` (:mod:`~nodesmith.core.scheduling.volumes`).
+Not modelled: reserved-capacity reservation accounting, DRA, the
 minValues BestEffort policy, and per-NodeClass catalogues (one catalogue for all NodePools).
 A podAffinity/podAntiAffinity term with a non-empty namespaceSelector makes the pod unschedulable
 with that reason instead of being ignored.
@@ -113,7 +114,7 @@ class _Pass:
             ],
             excluded=seen,
         )
-        self.cache = PodDataCache()
+        self.cache = PodDataCache(inp.volume_requirements)
         self.original: dict[str, Constraints] = {}
         for pod in self.pending:
             constraints = Constraints.from_pod(pod)
@@ -123,7 +124,11 @@ class _Pass:
         self._headroom: dict[str, int] = {}
         self.index = ClaimIndex()
         self.explainer = Explainer(
-            templates=self.templates, skipped=self.skipped, existing=self.existing, topology=self.topology
+            templates=self.templates,
+            skipped=self.skipped,
+            existing=self.existing,
+            topology=self.topology,
+            volumes=inp.volume_requirements,
         )
         self.traced = frozenset(inp.explain)
 

@@ -72,6 +72,8 @@ class SchedulingInput:
     among them). ``instance_types`` are the whole catalogue (offerings carry availability and
     USD/hour prices); each NodePool's requirements filter them. ``nodepool_usage`` is what each
     NodePool already has (cpu millicores, memory bytes, ``nodes`` count ...) for its ``limits``.
+    ``volume_requirements`` maps a pod key (``namespace/name``) to the node requirements its
+    PersistentVolumeClaims impose (:func:`nodesmith.core.scheduling.volumes.volume_requirements`).
     ``packing`` is the packing policy (:data:`PACKING_POLICIES`). ``explain`` names pods
     (``namespace/name``) whose placement should be explained even when they schedule
     (``SchedulingResult.explanations``); unschedulable pods are always explained.
@@ -85,6 +87,7 @@ class SchedulingInput:
     nodepool_usage: Mapping[str, Resources] = field(default_factory=dict)
     packing: Packing = "nodesmith"
     explain: frozenset[str] = frozenset()
+    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
