@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from nodesmith.adapters.manifests import ManifestBundle
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
-    from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
+    from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput, SchedulingResult
 
@@ -247,7 +247,28 @@ def build_scheduling_input(bundle: ManifestBundle, instance_types: Sequence[Inst
         existing_nodes=existing,
         daemonsets=list(bundle.daemonsets),
         nodepool_usage=usage,
+        volume_requirements=_volume_requirements(bundle, pending),
     )
+
+
+def _volume_requirements(bundle: ManifestBundle, pods: Sequence[Pod]) -> dict[str, tuple[NodeSelectorRequirement, ...]]:
+    """The zone (or other) requirements each pending pod's PersistentVolumeClaims impose; what
+    Karpenter would refuse the pod for (a claim or class missing from the manifests) is logged."""
+    from nodesmith.core.scheduling.volumes import volume_requirements
+
+    claims = {(c.namespace, c.name): c for c in bundle.volume_claims}
+    volumes = {v.name: v for v in bundle.persistent_volumes}
+    classes = {c.name: c for c in bundle.storage_classes}
+    out: dict[str, tuple[NodeSelectorRequirement, ...]] = {}
+    for pod in pods:
+        if not pod.pvc_names:
+            continue
+        reqs, notes = volume_requirements(pod, claims=claims, volumes=volumes, classes=classes)
+        for note in notes:
+            LOG.warning("pod %s: %s (Karpenter would not provision for it until fixed)", pod.key, note)
+        if reqs:
+            out[pod.key] = reqs
+    return out
 
 
 def _existing_nodes(

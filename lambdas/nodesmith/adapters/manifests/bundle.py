@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget
+    from nodesmith.core.scheduling.volumes import PersistentVolume, StorageClass, VolumeClaim
 
 __all__ = [
     "IgnoredDocument",
@@ -39,6 +40,9 @@ class ManifestBundle:
     daemonsets: list[DaemonSet] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     pdbs: list[PodDisruptionBudget] = field(default_factory=list)
+    volume_claims: list[VolumeClaim] = field(default_factory=list)
+    persistent_volumes: list[PersistentVolume] = field(default_factory=list)
+    storage_classes: list[StorageClass] = field(default_factory=list)
     ignored: list[IgnoredDocument] = field(default_factory=list)
 
     @property
@@ -55,6 +59,9 @@ class ManifestBundle:
         self.daemonsets.extend(other.daemonsets)
         self.nodes.extend(other.nodes)
         self.pdbs.extend(other.pdbs)
+        self.volume_claims.extend(other.volume_claims)
+        self.persistent_volumes.extend(other.persistent_volumes)
+        self.storage_classes.extend(other.storage_classes)
         self.ignored.extend(other.ignored)
 
 

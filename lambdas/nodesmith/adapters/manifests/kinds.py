@@ -20,6 +20,11 @@ from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.objects import daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
+from nodesmith.core.objects.volumes import (
+    persistent_volume_from_dict,
+    storage_class_from_dict,
+    volume_claim_from_dict,
+)
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -68,6 +73,18 @@ def _pdb(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
     bundle.pdbs.append(pdb_from_dict(doc))
 
 
+def _volume_claim(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
+    bundle.volume_claims.append(volume_claim_from_dict(doc))
+
+
+def _persistent_volume(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
+    bundle.persistent_volumes.append(persistent_volume_from_dict(doc))
+
+
+def _storage_class(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
+    bundle.storage_classes.append(storage_class_from_dict(doc))
+
+
 _HANDLERS = {
     "NodePool": _nodepool,
     "EC2NodeClass": _ec2nodeclass,
@@ -76,6 +93,9 @@ _HANDLERS = {
     "Node": _node,
     "DaemonSet": _daemonset,
     "PodDisruptionBudget": _pdb,
+    "PersistentVolumeClaim": _volume_claim,
+    "PersistentVolume": _persistent_volume,
+    "StorageClass": _storage_class,
     "Deployment": _deployment,
     "ReplicaSet": _replicaset,
     "StatefulSet": _statefulset,
