@@ -47,6 +47,10 @@ def simulate(
     min_savings: Annotated[
         float, typer.Option(help="With --disrupt: smallest consolidation saving worth a disruption (USD/hour).")
     ] = 0.0,
+    packing: Annotated[
+        str,
+        typer.Option(help="karpenter (Karpenter's own grouping) or nodesmith (cost-aware re-packing)."),
+    ] = "karpenter",
 ) -> None:
     """Print what Nodesmith would launch for the given manifests, launching nothing.
 
@@ -69,7 +73,40 @@ def simulate(
         )
     from nodesmith.cli.simulate import run_simulate
 
-    raise typer.Exit(run_simulate(files=files, region=region, price_table=price_table, output=output, use_aws=use_aws))
+    raise typer.Exit(
+        run_simulate(
+            files=files, region=region, price_table=price_table, output=output, use_aws=use_aws, packing=packing
+        )
+    )
+
+
+@app.command()
+def explain(
+    pod: Annotated[str, typer.Argument(help="The pod: NAME or NAMESPACE/NAME.")],
+    files: Annotated[
+        list[Path],
+        typer.Option("-f", "--filename", help="Manifest file (multi-document YAML); repeatable."),
+    ],
+    region: Annotated[str, typer.Option(help="AWS region of the instance catalogue.")] = "us-east-1",
+    price_table: Annotated[Path | None, typer.Option(help="JSON price table, as for simulate.")] = None,
+    output: Annotated[str, typer.Option("-o", "--output", help="table or json.")] = "table",
+    packing: Annotated[str, typer.Option(help="karpenter or nodesmith, as for simulate.")] = "karpenter",
+    use_aws: Annotated[bool, typer.Option("--aws", help="Read the catalogue from real AWS.")] = False,
+) -> None:
+    """Explain, per NodePool, why a pod schedules where it does or which constraint rules it out."""
+    from nodesmith.cli.explain import run_explain
+
+    raise typer.Exit(
+        run_explain(
+            pod=pod,
+            files=files,
+            region=region,
+            price_table=price_table,
+            output=output,
+            packing=packing,
+            use_aws=use_aws,
+        )
+    )
 
 
 @app.command()
