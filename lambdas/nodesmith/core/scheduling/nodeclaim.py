@@ -17,8 +17,6 @@ handful of big-int operations instead of a loop over instance types.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nodesmith.core.requirements import (
@@ -37,12 +35,13 @@ from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_o
 from nodesmith.core.scheduling.pods import ports_conflict
 from nodesmith.core.scheduling.reasons import Rejection, fit_failure, limits_failure
 from nodesmith.core.scheduling.taints import first_untolerated, format_taint
+from nodesmith.core.scheduling.typesets import Chosen, SortedAmounts, iter_bits
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.model import InstanceType, Pod, Taint
+    from nodesmith.core.model import Pod, Taint
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.daemonsets import DaemonInfo
     from nodesmith.core.scheduling.instancetypes import TypeInfo
@@ -58,53 +57,9 @@ SIMULATION_KEYS = frozenset({LABEL_HOSTNAME, LABEL_REGISTERED, LABEL_INITIALIZED
 """Requirement keys that exist only during the simulation and never reach a NodeClaim."""
 
 
-def iter_bits(mask: int) -> Iterator[int]:
-    """Indices of the set bits of ``mask``, ascending."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
-
-
 def _node_class_label(np: NodePool) -> tuple[str, str]:
     ref = np.spec.template.spec.node_class_ref
     return f"{ref.group}/{ref.kind.lower()}", ref.name
-
-
-@dataclass(frozen=True, slots=True)
-class Chosen:
-    """What a NodeClaim launches with: types (cheapest allowed offering first) and their offerings' domains."""
-
-    types: tuple[TypeInfo, ...]
-    instance_types: tuple[InstanceType, ...]
-    instance_type_requirement: Requirement
-    zones: frozenset[str]
-    capacity_types: frozenset[str]
-    price: float
-
-
-class _Sorted:
-    """Types sorted by one per-type amount, with prefix bitsets (types ``[:k]`` of that order)."""
-
-    __slots__ = ("order", "prefix", "values")
-
-    def __init__(self, amounts: Sequence[int]) -> None:
-        self.order = sorted(range(len(amounts)), key=lambda i: (amounts[i], i))
-        self.values = [amounts[i] for i in self.order]
-        prefix = [0]
-        acc = 0
-        for i in self.order:
-            acc |= 1 << i
-            prefix.append(acc)
-        self.prefix = prefix
-
-    def below(self, amount: int) -> int:
-        """Bitset of the types whose amount is < ``amount``."""
-        return self.prefix[bisect_left(self.values, amount)]
-
-    def above(self, amount: int) -> int:
-        """Bitset of the types whose amount is > ``amount``."""
-        return self.prefix[-1] & ~self.prefix[bisect_right(self.values, amount)]
 
 
 class Template:
@@ -145,8 +100,8 @@ class Template:
         self._masks: dict[frozenset[Requirement], int] = {}
         self._priced: dict[tuple[Requirement | None, ...], list[PricedType]] = {}
         self._chosen: dict[tuple[object, ...], Chosen] = {}
-        self._fit: dict[str, _Sorted] = {}
-        self._cap: dict[str, _Sorted] = {}
+        self._fit: dict[str, SortedAmounts] = {}
+        self._cap: dict[str, SortedAmounts] = {}
         self._limit_mask: int | None = None
         try:
             reqs = Requirements.from_node_selector_requirements(np.requirements_core())
@@ -276,14 +231,14 @@ class Template:
                 mask |= 1 << i
         return mask
 
-    def _fit_index(self, resource: str) -> _Sorted:
+    def _fit_index(self, resource: str) -> SortedAmounts:
         idx = self._fit.get(resource)
         if idx is None:
             amounts = [
                 t.allocatable.get(resource, 0) - self.groups[self.group_of[i]].overhead.get(resource, 0)
                 for i, t in enumerate(self.types)
             ]
-            idx = _Sorted(amounts)
+            idx = SortedAmounts(amounts)
             self._fit[resource] = idx
         return idx
 
@@ -320,10 +275,10 @@ class Template:
 
     # -- limits ---------------------------------------------------------------------------------
 
-    def _cap_index(self, resource: str) -> _Sorted:
+    def _cap_index(self, resource: str) -> SortedAmounts:
         idx = self._cap.get(resource)
         if idx is None:
-            idx = _Sorted([t.capacity.get(resource, 0) for t in self.types])
+            idx = SortedAmounts([t.capacity.get(resource, 0) for t in self.types])
             self._cap[resource] = idx
         return idx
 
