@@ -11,12 +11,13 @@ import math
 import threading
 from dataclasses import dataclass, field
 
-from nodesmith.core.ports import DrainProgress, OfferingMark
+from nodesmith.core.ports import DrainProgress, LeaseInfo, OfferingMark
 
 
 @dataclass
 class MemoryStateStore:
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (holder, expires_at)
+    acquired: dict[str, float] = field(default_factory=dict)  # name -> when its holder last acquired it
     drains: dict[str, tuple[DrainProgress, float]] = field(default_factory=dict)
     offerings: dict[tuple[str, str, str], OfferingMark] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
@@ -31,6 +32,7 @@ class MemoryStateStore:
             if current is not None and current[1] >= now and current[0] != holder:
                 return False
             self.leases[name] = (holder, math.ceil(now + ttl_seconds))
+            self.acquired[name] = now
             return True
 
     def renew_lease(self, *, name: str, holder: str, ttl_seconds: float, now: float) -> bool:
@@ -52,6 +54,12 @@ class MemoryStateStore:
     def lease_holder(self, *, name: str, now: float) -> str | None:
         current = self.leases.get(name)
         return current[0] if current is not None and current[1] >= now else None
+
+    def lease_info(self, *, name: str, now: float) -> LeaseInfo | None:
+        current = self.leases.get(name)
+        if current is None or current[1] < now:
+            return None
+        return LeaseInfo(holder=current[0], acquired_at=self.acquired.get(name, 0.0), expires_at=current[1])
 
     def get_drain(self, *, instance_id: str) -> DrainProgress | None:
         stored = self.drains.get(instance_id)

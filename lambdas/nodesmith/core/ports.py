@@ -33,6 +33,7 @@ __all__ = [
     "Instance",
     "LaunchRequest",
     "LaunchResult",
+    "LeaseInfo",
     "ObjectRef",
     "OfferingMark",
     "StateStore",
@@ -269,6 +270,15 @@ class OfferingMark:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who holds a lease: ``holder``, since ``acquired_at`` (its last acquire), until ``expires_at`` (epoch seconds)."""
+
+    holder: str
+    acquired_at: float
+    expires_at: float
+
+
 class StateStore(Protocol):
     """State shared by every Lambda container of one Nodesmith: leases, drain progress, capacity marks.
 
@@ -295,6 +305,10 @@ class StateStore(Protocol):
 
     def lease_holder(self, *, name: str, now: float) -> str | None:
         """Who holds lease ``name`` at ``now``, or None when it is free or expired."""
+        ...
+
+    def lease_info(self, *, name: str, now: float) -> LeaseInfo | None:
+        """The holder of lease ``name`` and when it took it, or None when it is free or expired at ``now``."""
         ...
 
     def get_drain(self, *, instance_id: str) -> DrainProgress | None:

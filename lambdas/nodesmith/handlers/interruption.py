@@ -135,6 +135,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
     if once is not None:
         once.bind(lambda_context)
     holder = str(getattr(lambda_context, "aws_request_id", "") or f"interruption-{now:.6f}")
+    budget = _budget_seconds(settings.drain_timeout_seconds, lambda_context)
     return handle_batch(
         items=items,
         cluster=cluster,
@@ -142,7 +143,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         cluster_name=settings.cluster_name,
         rebalance_action=settings.rebalance_action,
         now=now,
-        drain_budget_seconds=_budget_seconds(settings.drain_timeout_seconds, lambda_context),
+        drain_budget_seconds=budget,
         state=state,
         replace_capacity=replacement_launcher(
             cluster=cluster,
@@ -151,6 +152,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
             state=state,
             holder=holder,
             ttl_seconds=lease_ttl(_remaining_seconds(lambda_context)),
+            wait_seconds=max(1.0, budget / 2),  # pods need somewhere to go more than drains need to start
         ),
         once=once,
         requeue=wiring.build_requeue(settings),

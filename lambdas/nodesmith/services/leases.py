@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import StateStore
+    from nodesmith.core.ports import LeaseInfo, StateStore
 
 __all__ = ["DEFAULT_LEASE_TTL_SECONDS", "LEASE_MARGIN_SECONDS", "RECONCILE_LEASE", "Leased", "lease_ttl", "with_lease"]
 
@@ -52,18 +52,23 @@ def lease_ttl(remaining_seconds: float | None) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Leased(Generic[T]):
-    """The result of :func:`with_lease`: ``acquired`` and the work's ``value``, or who held the lease."""
+    """The result of :func:`with_lease`: ``acquired`` and the work's ``value``, or who held the lease.
+
+    ``covered`` is True when the work was skipped because the holder's run already does it.
+    """
 
     acquired: bool
     value: T | None = None
     held_by: str | None = None
+    covered: bool = False
 
     @property
     def skipped_reason(self) -> str:
         """``"skipped: lease held by <holder>"`` when the work did not run, else ''."""
         if self.acquired:
             return ""
-        return f"skipped: lease held by {self.held_by or 'another invocation'}"
+        reason = f"skipped: lease held by {self.held_by or 'another invocation'}"
+        return f"{reason} (its pass covers this work)" if self.covered else reason
 
 
 def with_lease(
@@ -75,6 +80,7 @@ def with_lease(
     work: Callable[[], T],
     wait_seconds: float = 0.0,
     poll_seconds: float = 0.5,
+    covered: Callable[[LeaseInfo], bool] | None = None,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -82,14 +88,20 @@ def with_lease(
     """Run ``work`` while holding lease ``name`` for ``holder``; skip it when another holder has the lease.
 
     Tries to acquire at once, then every ``poll_seconds`` for up to ``wait_seconds`` (seconds; 0
-    means one try). ``wall`` gives epoch seconds for the store, ``clock`` monotonic seconds for the
-    wait. The lease is released when ``work`` returns or raises (a failed release is logged: the
-    TTL frees it). Errors of the store while acquiring propagate: without the lease nothing runs.
+    means one try). ``covered(info)`` may end the wait early: True when the current holder's run
+    does this work anyway (e.g. it took the lease after what this caller needs was written).
+    ``wall`` gives epoch seconds for the store, ``clock`` monotonic seconds for the wait. The lease
+    is released when ``work`` returns or raises (a failed release is logged: the TTL frees it).
+    Errors of the store while acquiring propagate: without the lease nothing runs.
     """
     give_up = clock() + max(0.0, wait_seconds)
     while not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
+        info = state.lease_info(name=name, now=wall())
+        if info is not None and covered is not None and covered(info):
+            LOG.info("lease %s held by %s, whose run covers %s's work", name, info.holder, holder)
+            return Leased(acquired=False, held_by=info.holder, covered=True)
         if clock() >= give_up:
-            held_by = state.lease_holder(name=name, now=wall())
+            held_by = info.holder if info is not None else None
             LOG.info("lease %s held by %s; %s skips", name, held_by, holder)
             return Leased(acquired=False, held_by=held_by)
         sleep(max(0.0, min(poll_seconds, give_up - clock())))

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from nodesmith.core.ports import CloudProvider, Cluster, StateStore
     from nodesmith.services.reconcile import ReconcileOutcome
 
-__all__ = ["Replacement", "replacement_launcher"]
+__all__ = ["CLOCK_SKEW_SECONDS", "Replacement", "replacement_launcher"]
+
+CLOCK_SKEW_SECONDS = 1.0
+"""Margin (seconds) for clock differences between Lambda containers when comparing lease times."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,21 +55,25 @@ def replacement_launcher(
     state: StateStore | None,
     holder: str,
     ttl_seconds: float,
-    wait_seconds: float = 3.0,
+    wait_seconds: float = 10.0,
     wall: Callable[[], float] = time.time,
     provision: Callable[..., ReconcileOutcome] | None = None,
 ) -> Callable[[], Replacement]:
     """A ``replace`` callable for :func:`handle_batch`: one :func:`provision_leaving` under the reconcile lease.
 
-    Waits up to ``wait_seconds`` for the lease (another replacement pass is usually short); when
-    it stays held the pass is skipped. Without a ``state`` store there is no lease (single
-    container, tests, the embedded default) and the pass just runs. ``provision`` defaults to
-    :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a cold
-    interruption Lambda cordons before it loads the scheduler.
+    The callable is invoked once the batch's nodes are cordoned. When another pass holds the lease
+    and took it after that moment (plus :data:`CLOCK_SKEW_SECONDS`), its snapshot already sees these
+    nodes as leaving, so this pass is skipped at once; otherwise it waits up to ``wait_seconds`` for
+    the lease (a pass that started too early to see these nodes) and then runs, or is skipped when
+    the wait runs out (the scheduled reconcile then provisions for the nodes). Without a ``state``
+    store there is no lease (single container, tests, the embedded default) and the pass just runs.
+    ``provision`` defaults to :func:`~nodesmith.services.reconcile.provision_leaving`, imported when
+    the pass runs, so a cold interruption Lambda cordons before it loads the scheduler.
     """
 
     def run() -> Replacement:
         started = time.monotonic()
+        ready_at = wall()  # the batch's nodes are tainted by now: a snapshot taken later sees them leaving
 
         def work() -> ReconcileOutcome:
             if provision is not None:
@@ -86,6 +93,7 @@ def replacement_launcher(
                 work=work,
                 wait_seconds=wait_seconds,
                 wall=wall,
+                covered=lambda info: info.acquired_at >= ready_at + CLOCK_SKEW_SECONDS,
             )
             if not leased.acquired:
                 return Replacement(ran=False, skipped=leased.skipped_reason, seconds=time.monotonic() - started)

@@ -31,7 +31,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws import clients
-from nodesmith.core.ports import DrainProgress, OfferingMark
+from nodesmith.core.ports import DrainProgress, LeaseInfo, OfferingMark
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -159,12 +159,19 @@ class DynamoStateStore:
 
     def lease_holder(self, *, name: str, now: float) -> str | None:
         """The holder of lease ``name`` at ``now`` (strongly consistent read), or None."""
+        info = self.lease_info(name=name, now=now)
+        return info.holder if info is not None else None
+
+    def lease_info(self, *, name: str, now: float) -> LeaseInfo | None:
+        """Holder, acquisition and expiry of lease ``name`` at ``now`` (strongly consistent read), or None."""
         item = self.client.get_item(TableName=self.table_name, Key=self._lease_key(name), ConsistentRead=True).get(
             "Item"
         )
-        if not item or _num(item, "expires_at") < now:
+        if not item or _num(item, "expires_at") < now or not _str(item, "holder"):
             return None
-        return _str(item, "holder") or None
+        return LeaseInfo(
+            holder=_str(item, "holder"), acquired_at=_num(item, "acquired_at"), expires_at=_num(item, "expires_at")
+        )
 
     # -- drain progress ---------------------------------------------------------------------------
 
