@@ -311,6 +311,8 @@ class InterruptionRun:
     (a batch lists the nodes once). ``post_events`` False skips the interruption Events (a
     continued drain already posted them). ``eviction_workers`` bounds parallel evictions per node.
     ``started_at`` (monotonic seconds, default now) is where the drain budget starts.
+    ``instances_by_id`` (instance id -> Instance, or None when EC2 does not know it), when given,
+    replaces the per-instance ``get_instance`` (a batch describes its instances in one call).
     """
 
     def __init__(
@@ -329,6 +331,7 @@ class InterruptionRun:
         post_events: bool = True,
         eviction_workers: int = 1,
         started_at: float | None = None,
+        instances_by_id: Mapping[str, Instance | None] | None = None,
     ) -> None:
         self.message = message
         self.cluster = cluster
@@ -344,6 +347,7 @@ class InterruptionRun:
         self.nodes_by_provider = nodes_by_provider
         self.post_events = post_events
         self.eviction_workers = eviction_workers
+        self.instances_by_id = instances_by_id
 
     def post(self, case: InstanceCase, reason: str, type_: str) -> None:
         """Post an Event on the case's node or NodeClaim; failures become warnings (Events are best effort)."""
@@ -358,15 +362,24 @@ class InterruptionRun:
             return
         case.events.append(reason)
 
-    def _node_for(self, provider_id: str) -> Node | None:
+    def _node_for(self, instance: Instance) -> Node | None:
+        """The instance's node: by providerID in the prefetched map, else by its private DNS name (the
+        node name EKS and Karpenter nodes get; one GET), else a providerID search."""
         if self.nodes_by_provider is not None:
-            return self.nodes_by_provider.get(provider_id)
-        return self.cluster.find_node_by_provider_id(provider_id=provider_id)
+            return self.nodes_by_provider.get(instance.provider_id)
+        if instance.private_dns_name:
+            node = self.cluster.get_node(name=instance.private_dns_name)
+            if node is not None and node.provider_id == instance.provider_id:
+                return node
+        return self.cluster.find_node_by_provider_id(provider_id=instance.provider_id)
 
     def locate(self, instance_id: str) -> InstanceCase | InstanceOutcome:
         """Find the instance and its node; an :class:`InstanceOutcome` when the instance is not ours."""
         case = InstanceCase(instance_id=instance_id)
-        instance = self.cloud.get_instance(instance_id=instance_id)
+        if self.instances_by_id is not None and instance_id in self.instances_by_id:
+            instance = self.instances_by_id[instance_id]
+        else:
+            instance = self.cloud.get_instance(instance_id=instance_id)
         if instance is None:
             nodes = self.nodes_by_provider.values() if self.nodes_by_provider is not None else self.cluster.list_nodes()
             case.node = next((n for n in nodes if n.instance_id == instance_id), None)
@@ -390,7 +403,7 @@ class InterruptionRun:
                 capacity_type=CAPACITY_TYPE_SPOT,
                 code="SpotInterruption",
             )
-        case.node = self._node_for(instance.provider_id)
+        case.node = self._node_for(instance)
         return case
 
     def begin(self, instance_id: str) -> InstanceCase | InstanceOutcome:

@@ -6,9 +6,10 @@ PDB-blocked drain starving the other events) and pods have somewhere to go befor
 of a spot interruption run out:
 
 1. **Cordon**: every instance of every message is located, tainted ``karpenter.sh/disrupted`` and
-   cordoned in parallel (``cordon_workers`` threads; nodes listed once for the whole batch), and
-   its Event posted. A spot-interrupted offering (type, zone, spot) is marked unavailable for
-   3 minutes in the shared state store, so the replacement and every later plan avoid it
+   cordoned in parallel (``cordon_workers`` threads; the batch's instances described in one call,
+   each node fetched by name), and its Event posted. A spot-interrupted offering (type, zone, spot)
+   is marked unavailable for 3 minutes in the shared state store (once per offering and batch), so
+   the replacement and every later plan avoid it
    (Karpenter ``[aws]:pkg/controllers/interruption/controller.go``, ``karpenter-v1.md`` §2.5).
 2. **Replace**: one provisioning pass (``replace_capacity``, normally
    :func:`nodesmith.services.replacement.replacement_launcher`: the
@@ -34,6 +35,7 @@ replacement pass is reported and the drains go on (the scheduled reconcile catch
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,8 +59,7 @@ from nodesmith.services.replacement import Replacement
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nodesmith.core.model import Node
-    from nodesmith.core.ports import CloudProvider, Cluster, StateStore
+    from nodesmith.core.ports import CloudProvider, Cluster, Instance, StateStore
 
 __all__ = [
     "CONTINUATION_DELAY_SECONDS",
@@ -254,6 +255,8 @@ class _Batch:
         self.max_attempts = max_attempts
         self.run_id = uuid.uuid4().hex
         self.out = BatchOutcome()
+        self.lock = threading.Lock()
+        self.marked: set[tuple[str, str, str]] = set()
 
     # -- phase 1 ----------------------------------------------------------------------------------
     def begin(self, entry: _Item, instance_id: str) -> InstanceCase | InstanceOutcome:
@@ -265,8 +268,11 @@ class _Batch:
         return begun
 
     def mark(self, offering: UnavailableOffering) -> None:
-        if self.state is None:
-            return
+        key = (offering.instance_type, offering.zone, offering.capacity_type)
+        with self.lock:
+            if self.state is None or key in self.marked:
+                return  # one write per offering per batch: a burst interrupts many nodes of few offerings
+            self.marked.add(key)
         try:
             self.state.mark_unavailable(
                 instance_type=offering.instance_type,
@@ -358,8 +364,18 @@ class _Batch:
         return replace(_outcome_from_dict(stored), replayed=True)
 
 
-def _nodes_by_provider(cluster: Cluster) -> dict[str, Node]:
-    return {n.provider_id: n for n in cluster.list_nodes() if n.provider_id}
+def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, Instance | None] | None:
+    """Every instance of the batch in one DescribeInstances when the provider can (``get_instances``);
+    ids EC2 does not know map to None. None (look them up one by one) when it cannot or the call fails."""
+    get_instances = getattr(cloud, "get_instances", None)
+    if get_instances is None or not instance_ids:
+        return None
+    try:
+        found: dict[str, Instance] = get_instances(instance_ids=list(dict.fromkeys(instance_ids)))
+    except Exception as exc:
+        LOG.warning("describing the batch's instances failed, looking them up one by one: %s", exc)
+        return None
+    return {iid: found.get(iid) for iid in instance_ids}
 
 
 def _gather(tasks: list[tuple[_Item, Any]], fn: Callable[..., Any], workers: int) -> list[Any]:
@@ -428,14 +444,7 @@ def handle_batch(
     entries = [_Item(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
     t0 = clock()
-    nodes: dict[str, Node] | None = None
-    if acting:
-        try:
-            nodes = _nodes_by_provider(cluster)
-        except Exception as exc:
-            for e in acting:
-                e.errors.append(f"list nodes: {type(exc).__name__}: {exc}")
-            acting = []
+    instances = _describe(cloud, [iid for e in acting for iid in e.instance_ids()])
     for e in acting:
         e.run = InterruptionRun(
             message=e.item.message,
@@ -447,7 +456,7 @@ def handle_batch(
             drain_budget_seconds=drain_budget_seconds,
             sleep=sleep,
             clock=clock,
-            nodes_by_provider=nodes,
+            instances_by_id=instances,
             post_events=e.item.continuation is None,
             eviction_workers=eviction_workers,
             started_at=t0,  # one budget for the whole batch, counted from the call
