@@ -171,7 +171,7 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
             remaining_seconds=remaining,
             drain_budget_seconds=float(settings.drain_timeout_seconds),
             request_id=str(getattr(context, "aws_request_id", "") or f"watch-{time.time():.6f}"),
-            state=None,  # the reconcile lease (state store) hands over between watchers once configured
+            state=wiring.build_state(settings),
         )
     except Exception:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
