@@ -43,9 +43,7 @@ def test_a_burst_is_provisioned_one_idle_second_after_its_last_pod() -> None:
 
 def test_a_steady_trickle_is_cut_into_batches_of_at_most_ten_seconds() -> None:
     ft = FakeTime({round(1.0 + 0.5 * i, 1): {f"p{i}"} for i in range(40)})
-    watch(
-        run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=25.0, clock=ft.clock, sleep=ft.sleep, resync_seconds=99
-    )
+    watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=25.0, clock=ft.clock, sleep=ft.sleep, resync_seconds=99)
     assert 10.8 <= ft.passes[1] <= 11.2  # opened at 1.0, closed at the 10 s maximum
 
 

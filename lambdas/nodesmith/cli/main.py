@@ -138,9 +138,7 @@ def convert(
     """Convert Karpenter v1alpha5/v1beta1 manifests to v1 (YAML on stdout, notes on stderr)."""
     from nodesmith.cli.convert import run_convert
 
-    raise typer.Exit(
-        run_convert(files=files, output_dir=output_dir, default_instance_profile=default_instance_profile)
-    )
+    raise typer.Exit(run_convert(files=files, output_dir=output_dir, default_instance_profile=default_instance_profile))
 
 
 def main() -> None:
