@@ -57,6 +57,8 @@ def replacement_launcher(
     ttl_seconds: float,
     wait_seconds: float = 10.0,
     wall: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
     provision: Callable[..., ReconcileOutcome] | None = None,
 ) -> Callable[[], Replacement]:
     """A ``replace`` callable for :func:`handle_batch`: one :func:`provision_leaving` under the reconcile lease.
@@ -68,11 +70,12 @@ def replacement_launcher(
     the wait runs out (the scheduled reconcile then provisions for the nodes). Without a ``state``
     store there is no lease (single container, tests, the embedded default) and the pass just runs.
     ``provision`` defaults to :func:`~nodesmith.services.reconcile.provision_leaving`, imported when
-    the pass runs, so a cold interruption Lambda cordons before it loads the scheduler.
+    the pass runs, so a cold interruption Lambda cordons before it loads the scheduler. ``wall``
+    (epoch seconds), ``clock`` (monotonic seconds) and ``sleep`` drive the wait (injectable for tests).
     """
 
     def run() -> Replacement:
-        started = time.monotonic()
+        started = clock()
         ready_at = wall()  # the batch's nodes are tainted by now: a snapshot taken later sees them leaving
 
         def work() -> ReconcileOutcome:
@@ -93,10 +96,12 @@ def replacement_launcher(
                 work=work,
                 wait_seconds=wait_seconds,
                 wall=wall,
+                clock=clock,
+                sleep=sleep,
                 covered=lambda info: info.acquired_at >= ready_at + CLOCK_SKEW_SECONDS,
             )
             if not leased.acquired:
-                return Replacement(ran=False, skipped=leased.skipped_reason, seconds=time.monotonic() - started)
+                return Replacement(ran=False, skipped=leased.skipped_reason, seconds=clock() - started)
             out = leased.value
         assert out is not None
         return Replacement(
@@ -107,7 +112,7 @@ def replacement_launcher(
             pods_scheduled=out.pods_scheduled,
             offerings_marked_unavailable=out.offerings_marked_unavailable,
             errors=tuple(out.errors),
-            seconds=time.monotonic() - started,
+            seconds=clock() - started,
         )
 
     return run

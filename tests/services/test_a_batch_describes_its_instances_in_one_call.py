@@ -1,0 +1,126 @@
+"""A burst of interruptions costs few API calls per node: handle_batch describes all the batch's instances
+in one ``get_instances`` call (one by one only when that call fails), finds each node by its name (the
+instance's private DNS name) instead of listing or searching every node, and marks an interrupted
+spot offering once per batch however many of its nodes were interrupted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.interruption import parse_message
+from nodesmith.services.interrupt import InstanceStatus
+from nodesmith.services.interrupt_batch import BatchItem, handle_batch
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+def load_module(name: str, filename: str) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+fakes = load_module("nodesmith_tests_interruption_fakes", "interruption_fakes.py")
+memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
+IDS = [f"i-00000000000000{n:02d}" for n in range(6)]
+ZONES = ["us-west-2a", "us-west-2a", "us-west-2a", "us-west-2a", "us-west-2b", "us-west-2b"]
+
+
+class BatchCloud(fakes.FakeCloud):
+    """A cloud that can describe several instances at once (like ``Ec2CloudProvider.get_instances``)."""
+
+    def __init__(self, instances: list[Any], *, fail_batch: bool = False) -> None:
+        super().__init__(instances)
+        self.fail_batch = fail_batch
+
+    def get_instances(self, *, instance_ids: list[str]) -> dict[str, Any]:
+        self.calls.append(("get_instances", tuple(instance_ids)))
+        if self.fail_batch:
+            raise RuntimeError("DescribeInstances: RequestLimitExceeded")
+        return {i: self.instances[i] for i in instance_ids if i in self.instances}
+
+
+def world(*, fail_batch: bool = False) -> tuple[Any, Any, Any]:
+    clock = fakes.FakeClock()
+    names = [f"ip-10-0-0-{n}.us-west-2.compute.internal" for n in range(len(IDS))]
+    nodes = [fakes.make_node(name, iid, zone) for name, iid, zone in zip(names, IDS, ZONES, strict=True)]
+    pods = [fakes.make_pod(f"web-{n}", node=name, grace=0) for n, name in enumerate(names)]
+    cluster = fakes.FakeCluster(clock=clock, nodes=nodes, pods=pods)
+    instances = [
+        replace(fakes.make_instance(iid, nodeclaim=f"nc-{n}", zone=zone), private_dns_name=names[n])
+        for n, (iid, zone) in enumerate(zip(IDS, ZONES, strict=True))
+    ]
+    return clock, cluster, BatchCloud(instances, fail_batch=fail_batch)
+
+
+def items(ids: list[str]) -> list[BatchItem]:
+    out = []
+    for iid in ids:
+        event = fakes.event(iid)
+        out.append(BatchItem(item_id=f"msg-{iid}", message=parse_message(json.dumps(event)), event=event))
+    return out
+
+
+def run(clock: Any, cluster: Any, cloud: Any, ids: list[str], **kwargs: Any) -> Any:
+    return handle_batch(items=items(ids), cluster=cluster, cloud=cloud, cluster_name=fakes.CLUSTER,
+                        rebalance_action="cordon", now=clock.wall(), drain_budget_seconds=60.0, drain_workers=1,
+                        eviction_workers=1, sleep=clock.sleep, clock=clock, wall=clock.wall, **kwargs)  # fmt: skip
+
+
+def calls(cloud: Any, name: str) -> list[Any]:
+    return [arg for call, arg in cloud.calls if call == name]
+
+
+def test_the_batch_describes_its_instances_in_one_call_and_finds_nodes_by_name() -> None:
+    clock, cluster, cloud = world()
+    out = run(clock, cluster, cloud, IDS, cordon_workers=4)
+
+    assert calls(cloud, "get_instances") == [tuple(IDS)]
+    assert calls(cloud, "get_instance") == []
+    assert cluster.count("list_nodes") == 0 and cluster.count("find_node_by_provider_id") == 0
+    assert cluster.count("taint_and_cordon") == len(IDS)
+    assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * len(IDS)
+
+
+def test_a_failing_batch_describe_falls_back_to_one_call_per_instance() -> None:
+    clock, cluster, cloud = world(fail_batch=True)
+    out = run(clock, cluster, cloud, IDS[:3])
+
+    assert len(calls(cloud, "get_instances")) == 1
+    assert sorted(calls(cloud, "get_instance")) == sorted(IDS[:3])
+    assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * 3
+    assert not any(r.failed for r in out.items)
+
+
+def test_an_instance_ec2_no_longer_knows_is_not_described_again() -> None:
+    clock, cluster, cloud = world()
+    del cloud.instances[IDS[1]]  # terminated long ago: DescribeInstances leaves it out
+    out = run(clock, cluster, cloud, IDS[:2])
+
+    assert calls(cloud, "get_instance") == []
+    gone = out.items[1].outcome.instances[0]
+    assert gone.status is InstanceStatus.REMOVED and gone.node_deleted  # found through its node, removed
+
+
+def test_an_interrupted_spot_offering_is_marked_once_per_batch() -> None:
+    clock, cluster, cloud = world()
+    state = memory.MemoryStateStore()
+    out = run(clock, cluster, cloud, IDS, state=state, cordon_workers=4)
+
+    offering_writes = sorted(w for w in state.writes if w.startswith("offering#"))
+    assert offering_writes == ["offering#m5.large#us-west-2a#spot", "offering#m5.large#us-west-2b#spot"]
+    assert out.offerings_marked == 2
+    assert {(m.zone, m.capacity_type) for m in state.list_unavailable(now=clock.wall())} == {
+        ("us-west-2a", "spot"),
+        ("us-west-2b", "spot"),
+    }
