@@ -26,7 +26,8 @@ maxSkew, minDomains, matchLabelKeys, nodeAffinity/nodeTaints policies), required
 affinity/anti-affinity (incl. anti-affinity of running pods), reasons with numbers.
 Volume topology comes in as ``SchedulingInput.volume_requirements`` (:mod:`~nodesmith.core.scheduling.volumes`).
 Not modelled: reserved-capacity reservation accounting, DRA, the
-minValues BestEffort policy, and per-NodeClass catalogues (one catalogue for all NodePools).
+minValues BestEffort policy. Each NodePool schedules from its EC2NodeClass's catalogue when
+``SchedulingInput.nodepool_instance_types`` names it, else from ``instance_types``.
 A podAffinity/podAntiAffinity term with a non-empty namespaceSelector makes the pod unschedulable
 with that reason instead of being ignored.
 """
@@ -78,11 +79,16 @@ def solve(inp: SchedulingInput) -> SchedulingResult:
 class _Pass:
     def __init__(self, inp: SchedulingInput) -> None:
         self.packing = inp.packing
-        catalogue = [TypeInfo(it) for it in sorted(inp.instance_types, key=lambda it: it.name)]
+        catalogues: dict[int, list[TypeInfo]] = {}  # by id of the types sequence: NodePools sharing one share it
         daemons = daemon_infos(inp.daemonsets)
         self.templates: list[Template] = []
         self.skipped: list[tuple[str, Rejection]] = []
         for np in sorted(inp.nodepools, key=lambda n: (-n.weight_or_zero, n.name)):
+            types = inp.types_for(np.name)
+            catalogue = catalogues.get(id(types))
+            if catalogue is None:
+                catalogue = [TypeInfo(it) for it in sorted(types, key=lambda it: it.name)]
+                catalogues[id(types)] = catalogue
             tpl = Template(np, catalogue=catalogue, daemons=daemons, usage=inp.nodepool_usage.get(np.name, {}))
             if tpl.error is None:
                 self.templates.append(tpl)

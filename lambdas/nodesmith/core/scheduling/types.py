@@ -70,7 +70,10 @@ class SchedulingInput:
 
     ``pods`` are the pending pods to place (the scheduler ignores DaemonSet, mirror and bound pods
     among them). ``instance_types`` are the whole catalogue (offerings carry availability and
-    USD/hour prices); each NodePool's requirements filter them. ``nodepool_usage`` is what each
+    USD/hour prices); each NodePool's requirements filter them. ``nodepool_instance_types`` maps a
+    NodePool name to the catalogue of its own EC2NodeClass (allocatable from the node class's
+    kubelet and AMI family, offerings in its subnets' zones: Karpenter's ``CloudProvider.
+    GetInstanceTypes(nodePool)``); a NodePool it does not name uses ``instance_types``. ``nodepool_usage`` is what each
     NodePool already has (cpu millicores, memory bytes, ``nodes`` count ...) for its ``limits``.
     ``volume_requirements`` maps a pod key (``namespace/name``) to the node requirements its
     PersistentVolumeClaims impose (:func:`nodesmith.core.scheduling.volumes.volume_requirements`).
@@ -88,6 +91,12 @@ class SchedulingInput:
     packing: Packing = "nodesmith"
     explain: frozenset[str] = frozenset()
     volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
+    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] = field(default_factory=dict)
+
+    def types_for(self, nodepool: str) -> Sequence[InstanceType]:
+        """The catalogue NodePool ``nodepool`` schedules from: its own, else the shared one."""
+        own = self.nodepool_instance_types.get(nodepool)
+        return self.instance_types if own is None else own
 
 
 @dataclass(frozen=True, slots=True)
