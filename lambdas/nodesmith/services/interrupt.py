@@ -137,7 +137,8 @@ class InstanceOutcome:
     offering to mark unavailable after a spot interruption (Karpenter keeps it out for 3 minutes).
     ``replayed`` is True when the outcome is the stored result of an earlier delivery of the same
     message (idempotency): nothing was done again. ``continued`` is True when an unfinished drain
-    was handed to a continuation message.
+    was handed to a continuation message. ``nodepool`` / ``capacity_type`` (from the instance's
+    ``karpenter.sh/nodepool`` tag and its lifecycle) are the metric dimensions of its termination.
     """
 
     instance_id: str
@@ -155,6 +156,8 @@ class InstanceOutcome:
     warnings: tuple[str, ...] = ()
     replayed: bool = False
     continued: bool = False
+    nodepool: str | None = None
+    capacity_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +303,8 @@ class InstanceCase:
             drain=self.drain,
             interrupted_offering=self.offering,
             warnings=tuple(self.warnings),
+            nodepool=self.instance.tags.get(NODEPOOL_TAG) if self.instance is not None else None,
+            capacity_type=self.instance.capacity_type if self.instance is not None else None,
             **removed,
         )
 

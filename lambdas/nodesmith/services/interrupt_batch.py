@@ -209,6 +209,8 @@ def _outcome_from_dict(data: Mapping[str, Any]) -> InstanceOutcome:
         interrupted_offering=None if offering is None else UnavailableOffering(**offering),
         warnings=tuple(data.get("warnings") or ()),
         continued=bool(data.get("continued")),
+        nodepool=data.get("nodepool"),
+        capacity_type=data.get("capacity_type"),
     )
 
 
