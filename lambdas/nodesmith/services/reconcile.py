@@ -139,21 +139,33 @@ def _snapshot(*, cluster: Cluster, cloud: CloudProvider) -> _Snapshot:
 def _catalogues(
     *, cloud: CloudProvider, nodeclasses: Mapping[str, EC2NodeClass], wanted: set[str], out: ReconcileOutcome
 ) -> dict[str, dict[str, InstanceType]]:
-    """Instance types per EC2NodeClass name; a NodeClass that does not resolve is reported and left out."""
+    """Instance types per EC2NodeClass name; a NodeClass that does not resolve is reported and left out.
+
+    Each node class gets its own catalogue (Karpenter's ``GetInstanceTypes(nodePool)``: allocatable
+    from its kubelet and AMI family, offerings in its subnets' zones). Node classes whose specs are
+    identical share one computation (and one catalogue object) within the pass.
+    """
     catalogues: dict[str, dict[str, InstanceType]] = {}
+    by_spec: dict[str, dict[str, InstanceType]] = {}
     for name in sorted(wanted):
         nodeclass = nodeclasses.get(name)
         if nodeclass is None:
             continue
+        key = nodeclass.spec.model_dump_json(by_alias=True, exclude_none=True)
+        hit = by_spec.get(key)
+        if hit is not None:
+            catalogues[name] = hit
+            continue
         try:
-            catalogues[name] = {it.name: it for it in cloud.instance_types(nodeclass=nodeclass)}
+            catalogues[name] = by_spec[key] = {it.name: it for it in cloud.instance_types(nodeclass=nodeclass)}
         except NodeClassNotReadyError as exc:
             out.errors.append(f"EC2NodeClass {name}: {exc}")
     return catalogues
 
 
 def _merged(catalogues: Mapping[str, Mapping[str, InstanceType]]) -> dict[str, InstanceType]:
-    """One catalogue for the solver: by type name, the first NodeClass (by name) wins."""
+    """All node classes' types by name (the first NodeClass by name wins): labels and prices of
+    launched instances, whatever their node class. The solver gets each NodePool's own catalogue."""
     merged: dict[str, InstanceType] = {}
     for name in sorted(catalogues):
         for type_name, it in catalogues[name].items():
@@ -310,10 +322,19 @@ class _Pass:
     def _solve_once(self, pods: list[Pod]) -> list[Pod]:
         """One solve and its launches; returns the pods whose NodeClaim hit a capacity error."""
         out = self.out
+        unavailable = self.launcher.unavailable
+        own: dict[int, list[InstanceType]] = {}  # by catalogue identity: pools of one node class share a list
+        per_pool: dict[str, list[InstanceType]] = {}
+        for np in self.pools:
+            catalogue = self.catalogues[np.spec.template.spec.node_class_ref.name]
+            if id(catalogue) not in own:
+                own[id(catalogue)] = _without(catalogue, unavailable)
+            per_pool[np.name] = own[id(catalogue)]
         inp = SchedulingInput(
             pods=pods,
             nodepools=self.pools,
-            instance_types=_without(self.merged, self.launcher.unavailable),
+            instance_types=_without(self.merged, unavailable),
+            nodepool_instance_types=per_pool,
             existing_nodes=list(self.existing.values()),
             daemonsets=self.snap.daemonsets,
             nodepool_usage=self.usage,
