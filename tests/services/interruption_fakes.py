@@ -196,6 +196,11 @@ class FakeCluster:
     def list_nodeclaims(self) -> list[Any]:
         return []
 
+    def volume_context(self) -> Any:
+        from nodesmith.core.scheduling.volumes import VolumeContext
+
+        return VolumeContext()
+
     def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
         self._record(("find_node_by_provider_id", provider_id))
         return next((n for n in self.nodes.values() if n.provider_id == provider_id), None)
@@ -211,6 +216,20 @@ class FakeCluster:
         taints = node.taints if taint in node.taints else (*node.taints, taint)
         self.nodes[node_name] = replace(node, taints=taints, unschedulable=True)
         return True
+
+    def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
+        self._record(("untaint_and_uncordon", node_name))
+        node = self.nodes.get(node_name)
+        if node is None:
+            return False
+        taints = tuple(t for t in node.taints if t.key != taint_key)
+        self.nodes[node_name] = replace(node, taints=taints, unschedulable=False)
+        return True
+
+    def watch_pods(
+        self, *, resource_version: str = "", unscheduled_only: bool = True, timeout_seconds: int = 60
+    ) -> Any:
+        raise NotImplementedError("the interruption path never watches pods")
 
     def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> str:
         self._record(("evict", pod.key))

@@ -17,12 +17,13 @@ from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.errors import InsufficientCapacityError, UnavailableOffering
 from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
-from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef
+from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
 from nodesmith.core.resources import parse_quantity
+from nodesmith.core.scheduling.volumes import VolumeContext
 from nodesmith.services.capacity import to_rfc3339
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
 
@@ -155,6 +156,8 @@ class FakeCluster:
     created: list[str] = field(default_factory=list)
     deleted_nodeclaims: list[str] = field(default_factory=list)
     deleted_nodes: list[str] = field(default_factory=list)
+    volumes: VolumeContext = field(default_factory=VolumeContext)
+    volume_reads: int = 0
 
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
         return [p for p in self.pods if node_name is None or p.node_name == node_name]
@@ -176,6 +179,10 @@ class FakeCluster:
 
     def list_nodeclaims(self) -> list[NodeClaim]:
         return [nc.model_copy(deep=True) for nc in self.nodeclaims.values()]
+
+    def volume_context(self) -> VolumeContext:
+        self.volume_reads += 1
+        return self.volumes
 
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
         from nodesmith.core.errors import ConflictError
@@ -208,6 +215,15 @@ class FakeCluster:
     def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
         raise NotImplementedError
 
+    def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
+        self.nodes = [
+            replace(n, taints=tuple(t for t in n.taints if t.key != taint_key), unschedulable=False)
+            if n.name == node_name
+            else n
+            for n in self.nodes
+        ]
+        return any(n.name == node_name for n in self.nodes)
+
     def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
         self.nodes = [replace(n, labels={**n.labels, **labels}) if n.name == node_name else n for n in self.nodes]
 
@@ -223,6 +239,17 @@ class FakeCluster:
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
         self.events.append((ref.kind, ref.name, reason, message))
+
+    def watch_pods(
+        self, *, resource_version: str = "", unscheduled_only: bool = True, timeout_seconds: int = 60
+    ) -> Iterator[PodEvent]:
+        """A list only: the fake keeps no change feed, so a resumed watch raises (callers retry)."""
+        from nodesmith.core.errors import KubernetesError
+
+        if resource_version:
+            raise KubernetesError("the fake cluster cannot resume a watch", status=503)
+        pods = tuple(p for p in self.pods if not unscheduled_only or p.node_name is None)
+        yield PodEvent(type="SYNCED", pods=pods, resource_version="1")
 
     def reasons(self, kind: str) -> list[str]:
         """Event reasons posted on objects of ``kind``."""

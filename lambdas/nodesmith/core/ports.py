@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -36,6 +36,7 @@ __all__ = [
     "LeaseInfo",
     "ObjectRef",
     "OfferingMark",
+    "PodEvent",
     "StateStore",
 ]
 
@@ -116,6 +117,21 @@ class ObjectRef:
     namespace: str = ""
     uid: str = ""
     api_version: str = "v1"
+
+
+@dataclass(frozen=True, slots=True)
+class PodEvent:
+    """One item of :meth:`Cluster.watch_pods`.
+
+    ``type`` is ``SYNCED`` (a fresh list: ``pods`` is every matching pod, the whole state),
+    ``ADDED``, ``MODIFIED`` or ``DELETED`` (``pods`` holds the one pod; DELETED also when the pod
+    stopped matching the selector, e.g. got bound). ``resource_version`` is where a later watch
+    resumes (the list's, or the pod's after this change).
+    """
+
+    type: Literal["SYNCED", "ADDED", "MODIFIED", "DELETED"]
+    pods: tuple[Pod, ...]
+    resource_version: str
 
 
 EvictionOutcome = Literal["evicted", "blocked", "gone"]
@@ -226,6 +242,27 @@ class Cluster(Protocol):
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
         """Post a Kubernetes Event on ``ref`` (best effort: failures are logged, not raised)."""
+        ...
+
+    def watch_pods(
+        self, *, resource_version: str = "", unscheduled_only: bool = True, timeout_seconds: int = 60
+    ) -> Iterator[PodEvent]:
+        """Pod changes as they happen (the Kubernetes watch API), only unbound pods when ``unscheduled_only``.
+
+        With ``resource_version`` "" the stream starts with one ``SYNCED`` event (a list and its
+        resourceVersion); otherwise it resumes after that version. It ends after about
+        ``timeout_seconds``; call again with the last event's ``resource_version``. Raises
+        ``KubernetesError`` with ``status`` 410 when that version is too old (list again with ""),
+        and ``KubernetesError`` for any other failure.
+        """
+        ...
+
+    def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
+        """Remove every taint with key ``taint_key`` and clear ``spec.unschedulable``; idempotent.
+
+        Returns False if the node is gone. Undoes :meth:`taint_and_cordon` when a disruption is
+        abandoned (Karpenter removes ``karpenter.sh/disrupted`` when a command fails).
+        """
         ...
 
 

@@ -24,12 +24,12 @@ from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.objects import ObjectParseError, daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
     from kubernetes.client import ApiClient
 
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget, Taint
-    from nodesmith.core.ports import EvictionOutcome, ObjectRef
+    from nodesmith.core.ports import EvictionOutcome, ObjectRef, PodEvent
 
 __all__ = ["KubeCluster"]
 
@@ -252,6 +252,40 @@ class KubeCluster:
                 continue
         raise ConflictError(f"taint and cordon node {node_name}: kept conflicting", status=409)
 
+    def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
+        """Remove the taints keyed ``taint_key`` and clear ``spec.unschedulable``; False if the node is gone.
+
+        Same ``resourceVersion``-guarded merge patch as :meth:`taint_and_cordon` (conflicts are
+        retried, ``ConflictError`` after repeated ones). Nothing is written when there is nothing to undo.
+        """
+        for _ in range(5):
+            doc = self._node_json(node_name)
+            if doc is None:
+                return False
+            spec = doc.get("spec") or {}
+            taints = list(spec.get("taints") or [])
+            kept = [t for t in taints if t.get("key") != taint_key]
+            if len(kept) == len(taints) and not spec.get("unschedulable"):
+                return True
+            patch = {
+                "metadata": {"resourceVersion": (doc.get("metadata") or {}).get("resourceVersion")},
+                "spec": {"taints": kept or None, "unschedulable": None},
+            }
+            try:
+                self.rest.request(
+                    "PATCH",
+                    path("api", "v1", "nodes", node_name),
+                    body=patch,
+                    content_type=MERGE_PATCH,
+                    what=f"untaint and uncordon node {node_name}",
+                )
+                return True
+            except NotFoundError:
+                return False
+            except ConflictError:
+                continue
+        raise ConflictError(f"untaint and uncordon node {node_name}: kept conflicting", status=409)
+
     def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
         """Merge ``labels`` into the node's labels; ``NotFoundError`` if the node is gone."""
         self.rest.request(
@@ -317,6 +351,73 @@ class KubeCluster:
             )
         except (NotFoundError, ConflictError):
             return
+
+    # ----------------------------------------------------------------- watch
+    def watch_pods(
+        self, *, resource_version: str = "", unscheduled_only: bool = True, timeout_seconds: int = 60
+    ) -> Iterator[PodEvent]:
+        """Pod changes through ``kubernetes.watch.Watch`` (see :meth:`nodesmith.core.ports.Cluster.watch_pods`).
+
+        ``unscheduled_only`` selects ``spec.nodeName=`` (list and watch), so a pod that gets bound
+        arrives as DELETED. Without ``resource_version`` a list comes first (``SYNCED``). The watch
+        asks the server to end after ``timeout_seconds``; the read timeout is that plus 10 s.
+        BOOKMARK events only move the resume point. A 410 (version too old) raises
+        ``KubernetesError`` with status 410 instead of the client's silent retry.
+        """
+        from nodesmith.core.ports import PodEvent
+
+        selector = "spec.nodeName=" if unscheduled_only else None
+        url = path("api", "v1", "pods")
+        if not resource_version:
+            doc = self.rest.request("GET", url, what="list pods", query={"fieldSelector": selector}) or {}
+            pods = tuple(self._parse(pod_from_dict, i, "pod") for i in doc.get("items") or [])
+            resource_version = str((doc.get("metadata") or {}).get("resourceVersion") or "")
+            yield PodEvent(type="SYNCED", pods=pods, resource_version=resource_version)
+        yield from self._pod_stream(url, selector, resource_version, timeout_seconds)
+
+    def _pod_stream(self, url: str, selector: str | None, since: str, timeout_seconds: int) -> Iterator[PodEvent]:
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch import Watch
+        from urllib3.exceptions import HTTPError
+
+        from nodesmith.adapters.kube.calls import JSON, error_for
+        from nodesmith.core.ports import PodEvent
+
+        rest = self.rest
+
+        def open_watch(**kwargs: Any) -> Any:
+            """GET ``url?watch=1``: the raw urllib3 response ``Watch.stream`` reads lines from."""
+            query = [("watch", "true"), ("allowWatchBookmarks", "true")]
+            query += [("resourceVersion", kwargs["resource_version"]), ("timeoutSeconds", kwargs["timeout_seconds"])]
+            if selector:
+                query.append(("fieldSelector", selector))
+            _, full, headers, _, _ = rest.api_client.param_serialize(
+                "GET", url, query_params=query, header_params={"Accept": JSON}, auth_settings=["BearerToken"]
+            )
+            timeout = (rest.timeout[0], float(timeout_seconds) + 10.0)
+            response = rest.api_client.call_api("GET", full, header_params=headers, _request_timeout=timeout).response
+            if not 200 <= response.status <= 299:
+                data = response.read()
+                response.release_conn()
+                raise error_for(response.status, data, "watch pods", str(response.reason or ""))
+            return response
+
+        watcher = Watch()  # type: ignore[no-untyped-call]
+        try:
+            stream = watcher.stream(open_watch, resource_version=since, timeout_seconds=timeout_seconds)  # type: ignore[no-untyped-call]
+            for event in stream:
+                kind, obj = event.get("type"), event.get("raw_object") or {}
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or since)
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    pod = self._parse(pod_from_dict, obj, "pod")
+                    yield PodEvent(type=kind, pods=(pod,), resource_version=version)
+                since = version
+        except ApiException as exc:  # an ERROR event (410 Gone when the version is too old)
+            raise KubernetesError(f"watch pods: HTTP {exc.status}: {exc.reason}", status=int(exc.status or 0)) from exc
+        except (HTTPError, OSError) as exc:
+            raise KubernetesError(f"watch pods: connection lost: {exc}", status=0) from exc
+        finally:
+            watcher.stop()  # type: ignore[no-untyped-call]
 
     # ----------------------------------------------------------------- events
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
