@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         PodDisruptionBudget,
         Taint,
     )
+    from nodesmith.core.scheduling.volumes import VolumeContext
 
 __all__ = [
     "CloudProvider",
@@ -198,6 +199,14 @@ class Cluster(Protocol):
 
     def list_nodeclaims(self) -> list[NodeClaim]:
         """All ``karpenter.sh/v1`` NodeClaims."""
+        ...
+
+    def volume_context(self) -> VolumeContext:
+        """Every PersistentVolumeClaim, PersistentVolume and StorageClass (core/v1, storage.k8s.io/v1),
+        for volume topology (``[core]:pkg/controllers/provisioning/scheduling/volumetopology.go``).
+
+        Raises ``KubernetesError`` when they cannot be listed.
+        """
         ...
 
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:

@@ -13,6 +13,9 @@ a Lambda has no long-lived informer, so every pass lists the objects once and de
 * **NodePool usage** for ``limits`` — summed NodeClaim capacity (``nodes`` counts NodeClaims),
   as ``cluster.NodePoolResourcesFor`` does;
 * **cost** — the hourly price of every launched NodeClaim's offering (``karpenter_nodepools_cost_total``).
+* **volume topology** — the zone (or other node) requirements pods' PersistentVolumeClaims impose,
+  and the pending pods Karpenter would not provision for because of their claims
+  (:func:`volume_topology`, ``volumetopology.go``).
 
 Everything here is pure: the caller passes the listed objects and the catalogue.
 """
@@ -38,8 +41,9 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
-    from nodesmith.core.model import InstanceType, Node, Pod, Taint
+    from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod, Taint
     from nodesmith.core.ports import Instance
+    from nodesmith.core.scheduling.volumes import VolumeContext
 
 __all__ = [
     "DISRUPTED_TAINT_KEY",
@@ -54,6 +58,7 @@ __all__ = [
     "pending_pods",
     "reschedulable_pods",
     "to_rfc3339",
+    "volume_topology",
 ]
 
 DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
@@ -290,3 +295,31 @@ def nodepool_usage(
             acc[name] = acc.get(name, 0) + amount
         acc["nodes"] = acc.get("nodes", 0) + 1
     return usage
+
+
+def volume_topology(
+    *, pending: Sequence[Pod], moving: Sequence[Pod], context: VolumeContext
+) -> tuple[dict[str, tuple[NodeSelectorRequirement, ...]], dict[str, str]]:
+    """``(requirements, refused)`` for the pods' PersistentVolumeClaims against the cluster's storage objects.
+
+    ``requirements`` maps a pod key (``namespace/name``) to the node requirements its claims impose:
+    a bound claim's PersistentVolume node affinity (its first term, hostname dropped for local
+    volumes), an unbound claim's StorageClass ``allowedTopologies`` (first term)
+    (:func:`~nodesmith.core.scheduling.volumes.volume_requirements`). ``refused`` maps a *pending*
+    pod key to why Karpenter would not provision for it (``ValidatePersistentVolumeClaims``: claim,
+    volume or class missing; unbound claim without a class or with an ``Immediate`` class): such
+    pods are left out of the pass. Pods of nodes going away (``moving``) are never refused.
+    """
+    requirements: dict[str, tuple[NodeSelectorRequirement, ...]] = {}
+    refused: dict[str, str] = {}
+    for pods, validate in ((pending, True), (moving, False)):
+        for pod in pods:
+            if not pod.pvc_names:
+                continue
+            reqs, notes = context.requirements(pod)
+            if validate and notes:
+                refused[pod.key] = "; ".join(notes)
+                continue
+            if reqs:
+                requirements[pod.key] = reqs
+    return requirements, refused

@@ -40,6 +40,7 @@ from .capacity import (
     offering_price,
     pending_pods,
     reschedulable_pods,
+    volume_topology,
 )
 from .launch import Launcher, LaunchOutcome
 from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
+    from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
 
 __all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOutcome", "provision_leaving", "reconcile"]
@@ -305,7 +306,9 @@ class _Pass:
             for pod in self.pending:
                 out.unschedulable[pod.key] = "no NodePool with a ready EC2NodeClass"
             return
-        to_solve: list[Pod] = [*self.pending, *moving]
+        self.volume_requirements, refused = self._volume_topology(moving)
+        out.unschedulable.update(refused)
+        to_solve: list[Pod] = [p for p in (*self.pending, *moving) if p.key not in refused]
         while to_solve:
             out.solve_attempts += 1
             retry = self._solve_once(to_solve)
@@ -318,6 +321,24 @@ class _Pass:
             to_solve = retry
         for pod, _ in self.nominated:
             out.unschedulable.pop(pod.key, None)
+
+    def _volume_topology(
+        self, moving: Sequence[Pod]
+    ) -> tuple[dict[str, tuple[NodeSelectorRequirement, ...]], dict[str, str]]:
+        """Node requirements of the pods' PersistentVolumeClaims, and the pods refused for their claims
+        (:func:`~nodesmith.services.capacity.volume_topology`). The storage objects are listed only
+        when some pod to solve mounts a claim; when they cannot be read, such pods wait for a later
+        pass rather than land in a zone their volumes are not in.
+        """
+        with_claims = [p for p in (*self.pending, *moving) if p.pvc_names]
+        if not with_claims:
+            return {}, {}
+        try:
+            context = self.cluster.volume_context()
+        except KubernetesError as exc:
+            self.out.errors.append(f"list PersistentVolumeClaims, PersistentVolumes and StorageClasses: {exc}")
+            return {}, {p.key: f"cannot read its PersistentVolumeClaims: {exc}" for p in with_claims}
+        return volume_topology(pending=self.pending, moving=moving, context=context)
 
     def _solve_once(self, pods: list[Pod]) -> list[Pod]:
         """One solve and its launches; returns the pods whose NodeClaim hit a capacity error."""
@@ -338,6 +359,7 @@ class _Pass:
             existing_nodes=list(self.existing.values()),
             daemonsets=self.snap.daemonsets,
             nodepool_usage=self.usage,
+            volume_requirements=self.volume_requirements,
         )
         started = self.clock()
         result = self.solver(inp)

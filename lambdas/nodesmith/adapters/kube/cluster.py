@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget, Taint
+    from nodesmith.core.scheduling.volumes import VolumeContext
     from nodesmith.core.ports import EvictionOutcome, ObjectRef, PodEvent
 
 __all__ = ["KubeCluster"]
@@ -138,6 +139,28 @@ class KubeCluster:
         """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""
         items = self._custom(KARPENTER_GROUP, "nodeclaims")
         return [self._parse(NodeClaim.model_validate, i, "nodeclaim") for i in items]
+
+    def volume_context(self) -> VolumeContext:
+        """Every PersistentVolumeClaim, PersistentVolume and StorageClass, for volume topology.
+
+        Three lists (``persistentvolumeclaims`` and ``persistentvolumes`` in core/v1,
+        ``storageclasses`` in storage.k8s.io/v1); an unreadable object raises ``KubernetesError``.
+        """
+        from nodesmith.core.objects.volumes import (
+            persistent_volume_from_dict,
+            storage_class_from_dict,
+            volume_claim_from_dict,
+        )
+        from nodesmith.core.scheduling.volumes import VolumeContext
+
+        claims = self._list(path("api", "v1", "persistentvolumeclaims"), what="list persistentvolumeclaims")
+        volumes = self._list(path("api", "v1", "persistentvolumes"), what="list persistentvolumes")
+        classes = self._list(path("apis", "storage.k8s.io", "v1", "storageclasses"), what="list storageclasses")
+        return VolumeContext.of(
+            claims=[self._parse(volume_claim_from_dict, i, "persistentvolumeclaim") for i in claims],
+            volumes=[self._parse(persistent_volume_from_dict, i, "persistentvolume") for i in volumes],
+            classes=[self._parse(storage_class_from_dict, i, "storageclass") for i in classes],
+        )
 
     # ----------------------------------------------------------------- NodeClaims
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:

@@ -23,14 +23,14 @@ that omit the storage objects still schedules the pod (callers decide what to do
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodesmith.core.model import NodeSelectorRequirement
 from nodesmith.core.requirements import LABEL_HOSTNAME
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from nodesmith.core.model import NodeSelectorTerm, Pod
 
@@ -38,6 +38,7 @@ __all__ = [
     "PersistentVolume",
     "StorageClass",
     "VolumeClaim",
+    "VolumeContext",
     "volume_requirements",
 ]
 
@@ -72,6 +73,37 @@ class StorageClass:
     name: str
     allowed_topologies: tuple[tuple[tuple[str, tuple[str, ...]], ...], ...] = ()
     binding_mode: str = "Immediate"
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeContext:
+    """The storage objects volume topology reads, as listed from a cluster or loaded from manifests.
+
+    ``claims`` are keyed by ``(namespace, name)``, ``volumes`` and ``classes`` by name.
+    """
+
+    claims: Mapping[tuple[str, str], VolumeClaim] = field(default_factory=dict)
+    volumes: Mapping[str, PersistentVolume] = field(default_factory=dict)
+    classes: Mapping[str, StorageClass] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        claims: Iterable[VolumeClaim] = (),
+        volumes: Iterable[PersistentVolume] = (),
+        classes: Iterable[StorageClass] = (),
+    ) -> VolumeContext:
+        """A context indexed from lists of objects (a later duplicate wins)."""
+        return cls(
+            claims={(c.namespace, c.name): c for c in claims},
+            volumes={v.name: v for v in volumes},
+            classes={c.name: c for c in classes},
+        )
+
+    def requirements(self, pod: Pod) -> tuple[tuple[NodeSelectorRequirement, ...], tuple[str, ...]]:
+        """:func:`volume_requirements` of ``pod`` against this context: ``(requirements, notes)``."""
+        return volume_requirements(pod, claims=self.claims, volumes=self.volumes, classes=self.classes)
 
 
 def volume_requirements(

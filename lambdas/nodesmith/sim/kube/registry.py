@@ -142,6 +142,8 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, (), short_names=("cm",)),
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=("pvc",)),
+    ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",)),
+    ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, (), short_names=("sc",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("status", "scale"), short_names=("deploy",)),
     ResourceType(
         "apps",
@@ -161,7 +163,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, custom=True),
     ResourceType("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False, custom=True),
 )
-"""What the emulator serves by default: core, apps, policy, coordination and Karpenter's CRDs."""
+"""What the emulator serves by default: core, apps, policy, coordination, storage and Karpenter's CRDs."""
 
 
 class Registry:
