@@ -7,23 +7,31 @@ watches only while it holds the reconcile lease, named after the moment it will 
 return at once unless that moment is within a schedule period, in which case they wait for the
 release and take over (:func:`~nodesmith.services.watch.handover_wait`). Without a state store
 (the embedded default) the invocation simply watches.
+
+Pending pods come from the Kubernetes watch API (:class:`~nodesmith.services.pod_watch.PendingPodWatch`:
+one list, then a resumed watch in a background thread), which wakes the batcher the moment a pod
+becomes pending; when that watch cannot list within :data:`SYNC_WAIT_SECONDS` the invocation falls
+back to listing pods every poll.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.handlers.observability import logger
 from nodesmith.services.capacity import pending_pods
-from nodesmith.services.watch import handover_wait, holder_name, watch
+from nodesmith.services.pod_watch import PendingPodWatch
+from nodesmith.services.watch import POLL_SECONDS, handover_wait, holder_name, watch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from nodesmith.core.ports import Cluster
 
-__all__ = ["EXIT_MARGIN_SECONDS", "LEASE", "WatchRun", "run_watch"]
+__all__ = ["EXIT_MARGIN_SECONDS", "LEASE", "SYNC_WAIT_SECONDS", "WatchRun", "run_watch"]
 
 EXIT_MARGIN_SECONDS = 30.0
 """Seconds kept free before the function timeout, on top of one pass's drain budget."""
@@ -32,6 +40,12 @@ LEASE = "reconcile"
 """The reconcile lease (the same name :mod:`nodesmith.services.leases` uses)."""
 
 _LEASE_SLACK_SECONDS = 30.0
+
+SYNC_WAIT_SECONDS = 10.0
+"""How long the pod watch may take to list before the invocation falls back to polling."""
+
+WATCHED_POLL_SECONDS = 1.0
+"""The batcher's safety-net poll while the pod watch wakes it (it only reads memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +71,15 @@ def run_watch(
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    watch_pods: bool = True,
 ) -> WatchRun:
     """Watch for pending pods for ``remaining_seconds`` minus the margins, under the lease when ``state`` is set.
 
     ``state`` is a :class:`~nodesmith.core.ports.StateStore` (lease calls only) or None.
     ``run_pass`` runs one provisioning pass (after a batch of pending pods); ``run_full`` (default
     ``run_pass``) one provisioning + disruption pass (at start and every resync). The last value of
-    either is returned.
+    either is returned. ``watch_pods`` False lists pods every poll instead of watching them
+    (``sleep`` is then used as is).
     """
     budget = remaining_seconds - EXIT_MARGIN_SECONDS - drain_budget_seconds
     if budget <= 0:
@@ -76,13 +92,23 @@ def run_watch(
     def full() -> None:
         last[0] = (run_full or run_pass)()
 
-    def pending() -> set[str]:
+    def listed() -> set[str]:
         return {p.key for p in pending_pods(cluster.list_pods())}
 
     if state is None:
-        out = watch(
-            run_pass=one, run_resync=full, pending_pods=pending, stop_at=clock() + budget, clock=clock, sleep=sleep
-        )
+        pending, nap, poll, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, watched=watch_pods)
+        try:
+            out = watch(
+                run_pass=one,
+                run_resync=full,
+                pending_pods=pending,
+                stop_at=clock() + budget,
+                clock=clock,
+                sleep=nap,
+                poll_seconds=poll,
+            )
+        finally:
+            close()
         return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
 
     wait = handover_wait(holder=state.lease_holder(name=LEASE, now=wall()), now=wall())
@@ -102,6 +128,7 @@ def run_watch(
     def renew() -> bool:
         return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
 
+    pending, nap, poll, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, watched=watch_pods)
     try:
         out = watch(
             run_pass=one,
@@ -110,8 +137,30 @@ def run_watch(
             stop_at=clock() + budget,
             renew=renew,
             clock=clock,
-            sleep=sleep,
+            sleep=nap,
+            poll_seconds=poll,
         )
     finally:
+        close()
         state.release_lease(name=LEASE, holder=holder)
     return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
+
+
+def _pending_source(
+    *, cluster: Cluster, listed: Callable[[], set[str]], sleep: Callable[[float], None], watched: bool
+) -> tuple[Callable[[], set[str]], Callable[[float], None], float, Callable[[], None]]:
+    """``(pending, sleep, poll_seconds, close)`` for the batcher: the pod watch when it syncs, else listing."""
+    if not watched:
+        return listed, sleep, POLL_SECONDS, lambda: None
+    changed = threading.Event()
+    tracker = PendingPodWatch(cluster=cluster, on_change=changed.set)
+    if not tracker.start(wait_seconds=SYNC_WAIT_SECONDS):
+        tracker.stop()
+        logger.warning("pod watch did not list in %.0fs; polling pods instead", SYNC_WAIT_SECONDS)
+        return listed, sleep, POLL_SECONDS, lambda: None
+
+    def wait(seconds: float) -> None:
+        changed.wait(seconds)
+        changed.clear()
+
+    return tracker.pending, wait, WATCHED_POLL_SECONDS, tracker.stop

@@ -5,9 +5,10 @@ a pod waits 30 s on average before anything is launched for it. Karpenter's prov
 watches pods and batches them (``[core]:pkg/controllers/provisioning/batcher.go``): a batch opens
 with the first new pending pod and closes after :data:`BATCH_IDLE_SECONDS` without another one, or
 :data:`BATCH_MAX_SECONDS` after it opened (``karpenter-v1.md`` §2.1). :func:`watch` does that inside
-one invocation: it lists pods every ``poll_seconds`` (0.2 s), runs a pass when a batch closes and
-at least every ``resync_seconds`` anyway (registration, initialization, disruption), and returns
-before ``stop_at`` so the invocation ends well inside its timeout.
+one invocation: it reads the pending pods whenever its ``sleep`` returns (watch mode's returns as
+soon as the pod watch of :mod:`.pod_watch` reports a change, and at least every poll), runs a pass
+when a batch closes and at least every ``resync_seconds`` anyway (registration, initialization,
+disruption), and returns before ``stop_at`` so the invocation ends well inside its timeout.
 
 Hand-over between invocations goes through the reconcile lease (:mod:`.leases`): the watcher's
 lease holder name carries the epoch second at which it will leave (:func:`holder_name`); a
@@ -107,7 +108,9 @@ def watch(
     one) and every ``resync_seconds``. ``run_resync`` (default ``run_pass``) is what runs at start
     and on resyncs — the full pass with disruption — so a batch only waits for provisioning.
     ``renew`` is called before every pass; False (the lease was lost) stops the watch at once.
-    Exceptions of ``run_pass`` propagate.
+    ``sleep`` is called with the time to the next due moment (at most ``poll_seconds``); one that
+    returns early when the pending pods change (watch mode's, woken by the pod watch) lets a
+    batch open and close on time without polling. Exceptions of ``run_pass`` propagate.
     """
     out = WatchOutcome()
     full = run_resync or run_pass
@@ -149,4 +152,9 @@ def watch(
                 return out
             last_pass = clock()
             continue
-        sleep(max(0.0, min(poll_seconds, stop_at - now)))
+        # sleep until the next thing due (a batch closing, a resync, the deadline), at most a poll;
+        # a ``sleep`` that returns early when pods change makes the batch open at once
+        due = min(stop_at, last_pass + resync_seconds)
+        if batch:
+            due = min(due, last_seen + idle_seconds, opened + max_seconds)
+        sleep(max(0.0, min(poll_seconds, due - now)))
