@@ -236,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delete", type=float, default=0.4, help="fraction of pods deleted")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--min-savings", type=float, default=0.05, help="nodesmith's minimum saving, USD/hour")
+    parser.add_argument(
+        "--per-node", type=float, default=0.02, help="nodesmith's minimum saving per disrupted node, USD/hour"
+    )
     parser.add_argument("--trace", type=Path, default=DATA / "alibaba-openb-pods-default.csv")
     parser.add_argument("--price-table", type=Path, default=DATA / "ec2-ondemand-prices-us-east-1.json")
     args = parser.parse_args(argv)
@@ -260,7 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     before = sum(_price(cn.node, by_name) for cn in fragmented)
     bound = lp_bound(remaining, catalogue, pool)
     runs = {
-        "nodesmith": DisruptionSettings(min_savings_per_hour=args.min_savings, spot_to_spot=True),
+        "nodesmith": DisruptionSettings(
+            min_savings_per_hour=args.min_savings,
+            spot_to_spot=True,
+            policy="nodesmith",
+            min_savings_per_disrupted_node=args.per_node,
+        ),
         "karpenter": DisruptionSettings(min_savings_per_hour=0.0, spot_to_spot=False),
     }
     out: dict[str, Any] = {

@@ -53,7 +53,10 @@ __all__ = [
     "Outcome",
     "compute_consolidation",
     "consolidation_block",
+    "min_types_for_values",
+    "min_values_gap",
     "multi_node_consolidation",
+    "narrow",
     "single_node_consolidation",
     "worst_launch_price",
 ]
@@ -112,8 +115,9 @@ def _cheapest(it: InstanceType, *, zones: frozenset[str], capacity_types: frozen
     return min(prices) if prices else _INF
 
 
-def _narrow(plan: NodeClaimPlan, types: Sequence[InstanceType], capacity_types: frozenset[str]) -> NodeClaimPlan:
-    """``plan`` restricted to ``types`` (kept cheapest first) and ``capacity_types``."""
+def narrow(plan: NodeClaimPlan, types: Sequence[InstanceType], capacity_types: frozenset[str]) -> NodeClaimPlan:
+    """``plan`` restricted to ``types`` (kept cheapest first) and ``capacity_types``: requirements,
+    zones (those with such an offering), price (the cheapest, USD/hour), pinned zone/capacity type."""
     zones = frozenset(
         o.zone
         for it in types
@@ -143,7 +147,8 @@ def _narrow(plan: NodeClaimPlan, types: Sequence[InstanceType], capacity_types: 
     )
 
 
-def _min_values_gap(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> str | None:
+def min_values_gap(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> str | None:
+    """Why ``types`` cannot meet ``plan``'s ``minValues`` requirements, or None when they can (or it has none)."""
     reqs = Requirements.from_node_selector_requirements(plan.requirements).without(LABEL_INSTANCE_TYPE)
     if not reqs.has_min_values():
         return None
@@ -153,7 +158,7 @@ def _min_values_gap(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> str |
     return f"minValues: {short[0]} needs {short[2]} distinct values, the cheaper types offer {short[1]}"
 
 
-def _min_types_for_values(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> int:
+def min_types_for_values(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> int:
     """How many of the cheapest ``types`` minValues needs (``SatisfiesMinValues``); len(types) when never met."""
     reqs = Requirements.from_node_selector_requirements(plan.requirements).without(LABEL_INSTANCE_TYPE)
     if not reqs.has_min_values():
@@ -267,7 +272,7 @@ def _cheaper_replacement(  # noqa: PLR0911 - one return per price/flexibility ch
         types = [
             it for it in plan.instance_types if worst_launch_price(it, zones=plan.zones, capacity_types=spot) < before
         ]
-        gap = _min_values_gap(plan, types)
+        gap = min_values_gap(plan, types)
         if gap is not None:
             return None, f"filtering by price: {gap}"
         if not types:
@@ -279,14 +284,14 @@ def _cheaper_replacement(  # noqa: PLR0911 - one return per price/flexibility ch
                     f"spot-to-spot consolidation requires {need} cheaper instance type options than the current "
                     f"candidate to consolidate, got {len(types)}"
                 )
-            types = types[: max(need, _min_types_for_values(plan, types))]
-        return _narrow(plan, types, spot), ""
+            types = types[: max(need, min_types_for_values(plan, types))]
+        return narrow(plan, types, spot), ""
     types = [
         it
         for it in plan.instance_types
         if worst_launch_price(it, zones=plan.zones, capacity_types=plan.capacity_types) < before
     ]
-    gap = _min_values_gap(plan, types)
+    gap = min_values_gap(plan, types)
     if gap is not None:
         return None, f"filtering by price: {gap}"
     if not types:
@@ -297,7 +302,7 @@ def _cheaper_replacement(  # noqa: PLR0911 - one return per price/flexibility ch
         types = [it for it in types if _cheapest(it, zones=plan.zones, capacity_types=capacity_types) != _INF]
         if not types:
             return None, "can't replace with a cheaper node (no spot offering among the cheaper types)"
-    return _narrow(plan, types, capacity_types), ""
+    return narrow(plan, types, capacity_types), ""
 
 
 def _filter_same_type(plan: NodeClaimPlan, candidates: Sequence[Candidate]) -> tuple[NodeClaimPlan | None, str]:
@@ -326,10 +331,10 @@ def _filter_same_type(plan: NodeClaimPlan, candidates: Sequence[Candidate]) -> t
         for it in plan.instance_types
         if worst_launch_price(it, zones=plan.zones, capacity_types=plan.capacity_types) < limit
     ]
-    gap = _min_values_gap(plan, types)
+    gap = min_values_gap(plan, types)
     if gap is not None or not types:
         return None, "the replacement would be one of the candidates' own instance types at no lower price"
-    return _narrow(plan, types, plan.capacity_types), ""
+    return narrow(plan, types, plan.capacity_types), ""
 
 
 def sort_by_disruption_cost(candidates: Iterable[Candidate]) -> list[Candidate]:

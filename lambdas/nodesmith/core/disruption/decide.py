@@ -7,6 +7,10 @@ together with Expiration, which is not a method in v1 and ignores budgets
 (``[core]:pkg/controllers/nodeclaim/expiration/controller.go``). Expired nodes count as deleting
 for the methods (they consume budget, their pods must find room, they are not candidates).
 
+With ``DisruptionSettings.policy="nodesmith"`` the two consolidation methods are replaced by the
+Nodesmith policy (:mod:`.repack`): one set of wasteful nodes out, their pods re-packed at the lowest
+cost, under the same candidate filter, budgets and PDBs.
+
 Every budget is computed per NodePool and reason (``Empty``, ``Drifted``, ``Underutilized``) by
 :mod:`.budgets`; candidates come from :mod:`.candidates`; every node a method turned down is in
 ``rejected`` with the reason. Pure and deterministic; times are epoch seconds, prices USD/hour.
@@ -37,6 +41,8 @@ from nodesmith.core.disruption.consolidation import (
 from nodesmith.core.disruption.drift import drift_command, drift_of
 from nodesmith.core.disruption.emptiness import emptiness_command
 from nodesmith.core.disruption.expiration import expiration_decisions, expired_nodes
+from nodesmith.core.disruption.pdb import PdbLimits
+from nodesmith.core.disruption.repack import repack_consolidation
 from nodesmith.core.disruption.simulation import build_context
 from nodesmith.core.disruption.types import DisruptionSettings, Rejection
 
@@ -246,6 +252,11 @@ def decide(
         elif c.pod_block is None or block != c.pod_block:
             rejected.append(Rejection(c.name, block, METHOD_CONSOLIDATION))
     under = _allowed(budgets[REASON_UNDERUTILIZED])
+    if cfg.policy == "nodesmith":
+        limits = PdbLimits(pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods])
+        command, why = repack_consolidation(ctx, eligible, budgets=under, settings=cfg, limits=limits)
+        rejected.extend(why)
+        return done(command)
     multi, why = multi_node_consolidation(ctx, eligible, budgets=under, settings=cfg)
     if multi is not None:
         rejected.extend(why)

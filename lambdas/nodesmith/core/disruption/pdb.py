@@ -119,3 +119,15 @@ class PdbLimits:
             return False
         matching = self._matching(pod)
         return len(matching) > 1 or any(full for _, _, full in matching)
+
+    def allowance(self, pod: Pod) -> tuple[str, int] | None:
+        """The one PDB that limits evicting ``pod`` as ``(namespace/name, disruptionsAllowed)``, or
+        None when none does (not evictable, or no PDB selects it). Several matching PDBs give
+        ``(first's key, 0)``: the Eviction API refuses the pod."""
+        if not _evictable(pod, protected=False):
+            return None
+        matching = self._matching(pod)
+        if not matching:
+            return None
+        pdb, allowed, _ = matching[0]
+        return f"{pdb.namespace}/{pdb.name}", allowed if len(matching) == 1 else 0

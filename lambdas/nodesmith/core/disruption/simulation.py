@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from nodesmith.core.disruption.types import ClusterNode
     from nodesmith.core.model import DaemonSet, InstanceType, Pod
     from nodesmith.core.resources import Resources
-    from nodesmith.core.scheduling.types import NodeClaimPlan, SchedulingResult
+    from nodesmith.core.scheduling.types import NodeClaimPlan, Packing, SchedulingResult
 
 __all__ = ["NEW_PREFIX", "Simulation", "SimulationContext", "as_pending", "build_context", "simulate", "usable_types"]
 
@@ -190,8 +190,15 @@ class Simulation:
         return f"not all pods would schedule: {text}{more}"
 
 
-def simulate(ctx: SimulationContext, candidates: Sequence[Candidate], *, consolidation: bool) -> Simulation:
-    """Simulate removing ``candidates`` (see the module docstring); pure and deterministic."""
+def simulate(
+    ctx: SimulationContext, candidates: Sequence[Candidate], *, consolidation: bool, packing: Packing = "karpenter"
+) -> Simulation:
+    """Simulate removing ``candidates`` (see the module docstring); pure and deterministic.
+
+    ``packing`` is the scheduler's packing policy for the new NodeClaims: ``karpenter`` (its own
+    grouping, what Karpenter's consolidation rules are judged on) or ``nodesmith`` (the cost-aware
+    re-packing the Nodesmith consolidation policy plans with).
+    """
     names = {c.name for c in candidates}
     existing = [
         replace(n, unschedulable=True) if consolidation and name in ctx.recent and not n.unschedulable else n
@@ -213,7 +220,7 @@ def simulate(ctx: SimulationContext, candidates: Sequence[Candidate], *, consoli
             existing_nodes=existing,
             daemonsets=ctx.daemonsets,
             nodepool_usage=usage,
-            packing="karpenter",  # consolidation decides on Karpenter's own scheduling simulation
+            packing=packing,
         )
     )
     failures = {key: why for key, why in result.unschedulable.items() if key in must_place}

@@ -20,10 +20,12 @@ __all__ = [
     "METHOD_EXPIRATION",
     "METHOD_MULTI_NODE",
     "METHOD_SINGLE_NODE",
+    "POLICIES",
     "ClusterNode",
     "Decision",
     "DisruptionSettings",
     "Method",
+    "Policy",
     "Rejection",
 ]
 
@@ -35,6 +37,11 @@ METHOD_MULTI_NODE: Final = "multi-node-consolidation"
 METHOD_SINGLE_NODE: Final = "single-node-consolidation"
 METHODS: Final = (METHOD_EMPTINESS, METHOD_DRIFT, METHOD_MULTI_NODE, METHOD_SINGLE_NODE)
 """The budgeted (graceful) methods in Karpenter v1.5+ order (``controller.go NewMethods``)."""
+
+Policy = Literal["karpenter", "nodesmith"]
+POLICIES: Final = ("karpenter", "nodesmith")
+"""Consolidation policies: ``karpenter`` (multi- then single-node, Karpenter's rules) and ``nodesmith``
+(:mod:`nodesmith.core.disruption.repack`: one set of nodes out, its pods re-packed at the lowest cost)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +138,11 @@ class DisruptionSettings:
     ``max_multi_node_candidates`` caps multi-node batches (Karpenter: 100).
     ``instance_type_not_found_min_age`` (seconds): ``InstanceTypeNotFound`` drift is only checked on
     NodeClaims older than this (Karpenter: 1 h).
+
+    ``policy`` picks the consolidation policy (:data:`POLICIES`; default ``karpenter``, Karpenter's
+    semantics). ``min_savings_per_disrupted_node`` (USD/hour, ``nodesmith`` policy only): each node a
+    command disrupts must pay for itself with at least this much saving, so the policy prefers fewer,
+    more valuable disruptions and stops once what is left would save less.
     """
 
     min_savings_per_hour: float = 0.0
@@ -138,3 +150,5 @@ class DisruptionSettings:
     spot_to_spot_min_types: int = 15
     max_multi_node_candidates: int = 100
     instance_type_not_found_min_age: float = 3600.0
+    policy: Policy = "karpenter"
+    min_savings_per_disrupted_node: float = 0.02
