@@ -43,6 +43,7 @@ from nodesmith.core.disruption import DisruptionSettings, decide, still_valid
 from nodesmith.core.errors import ConflictError, KubernetesError, LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import ObjectRef
 
+from .breakdown import disruption_reason, pool_key
 from .capacity import DISRUPTED_TAINT_KEY, instance_id_of, pending_pods
 from .disruption_state import (
     CONDITION_CANDIDATE,
@@ -109,7 +110,8 @@ class DisruptionOutcome:
     finished, and per expiration); ``executed`` counts commands started by method; ``savings_per_hour``
     sums ``cost_before - cost_after`` of commands started now (USD/hour). ``nodes_terminated`` and
     ``pods_evicted`` count this pass's terminations and evictions; ``errors`` describe calls that
-    failed without stopping the pass.
+    failed without stopping the pass. ``terminated_by`` counts the terminations by (reason,
+    NodePool, capacity type), reasons as Karpenter's (:func:`~nodesmith.services.breakdown.disruption_reason`).
     """
 
     decisions: list[dict[str, Any]] = field(default_factory=list)
@@ -117,6 +119,7 @@ class DisruptionOutcome:
     savings_per_hour: float = 0.0
     candidates: list[str] = field(default_factory=list)
     nodes_terminated: list[str] = field(default_factory=list)
+    terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
     replacements_launched: list[str] = field(default_factory=list)
     pods_evicted: int = 0
     rejected: int = 0
@@ -276,7 +279,7 @@ class _Disruption:
                     )
                 continue
             for node in rec.nodes:
-                self._terminate(node, why=f"{rec.method} ({rec.cause})")
+                self._terminate(node, why=f"{rec.method} ({rec.cause})", method=rec.method)
         return going
 
     def _initialized(self, name: str) -> bool:
@@ -285,8 +288,11 @@ class _Disruption:
         # fails the command there; without an untaint call the nodes are drained as planned.
         return claim is None or claim.is_true(CONDITION_INITIALIZED)
 
-    def _terminate(self, node_name: str, *, why: str) -> bool:
-        """Drain ``node_name`` (already tainted) and, when drained, terminate it. True when gone."""
+    def _terminate(self, node_name: str, *, why: str, method: str) -> bool:
+        """Drain ``node_name`` (already tainted) and, when drained, terminate it. True when gone.
+
+        Counted in ``terminated_by`` under Karpenter's reason for ``method`` (``Empty``, ``Drifted``, ...).
+        """
         node = next((n for n in self.nodes if n.name == node_name), None)
         claim = self._claim_of(node_name)
         if node is not None:
@@ -317,6 +323,8 @@ class _Disruption:
             self.out.errors.append(f"terminate {node_name}: {exc}")
             return False
         self.out.nodes_terminated.append(node_name)
+        key = (disruption_reason(method), *pool_key(nodeclaim=claim, labels=node.labels if node is not None else None))
+        self.out.terminated_by[key] = self.out.terminated_by.get(key, 0) + 1
         return True
 
     # -- step 2: expirations -----------------------------------------------------------------------
@@ -327,7 +335,7 @@ class _Disruption:
             self.out.executed[dec.method] = self.out.executed.get(dec.method, 0) + 1
             self._start(dec)
             for node in dec.nodes:
-                self._terminate(node, why=f"expiration ({dec.reason})")
+                self._terminate(node, why=f"expiration ({dec.reason})", method=dec.method)
 
     # -- step 3: the command -----------------------------------------------------------------------
 
@@ -430,7 +438,7 @@ class _Disruption:
             )
         if not cmd.replacements:
             for node in cmd.nodes:
-                self._terminate(node, why=f"{cmd.method} ({cmd.cause})")
+                self._terminate(node, why=f"{cmd.method} ({cmd.cause})", method=cmd.method)
 
     def _launch(self, cmd: Decision) -> tuple[str, ...] | None:
         """Create and launch the replacements (the provisioning launch path); None if one failed."""

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from nodesmith.core.errors import InsufficientCapacityError, KubernetesError, LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
 
+from .breakdown import Tally, pool_key
 from .capacity import offering_price
 from .lifecycle import nodeclaim_ref
 from .nodeclaims import TAG_NODECLAIM, launch_request, mark_launched
@@ -60,7 +61,8 @@ class Launcher:
     ``catalogues`` are instance types by name per EC2NodeClass name; ``instances`` our live
     instances by id (to adopt an instance launched by an interrupted pass). ``unavailable`` collects
     ``(instance type, zone, capacity type)`` that hit capacity errors; ``failures`` counts failed
-    launches by EC2 error code.
+    launches by EC2 error code; ``launched_by`` counts launches by (NodePool, capacity type of the
+    instance).
     """
 
     cluster: Cluster
@@ -74,6 +76,7 @@ class Launcher:
     failures: Counter[str] = field(default_factory=Counter)
     launched: int = 0
     launched_names: list[str] = field(default_factory=list)
+    launched_by: Tally = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
 
     def _adoptable(self, nodeclaim: NodeClaim) -> LaunchResult | None:
@@ -154,6 +157,7 @@ class Launcher:
             self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
         self.launched += 1
         self.launched_names.append(nodeclaim.name)
+        self.launched_by[pool_key(nodeclaim=nodeclaim, capacity_type=result.capacity_type)] += 1
         self.cluster.record_event(
             ref=nodeclaim_ref(updated),
             reason="Launched",

@@ -22,6 +22,7 @@ schedules, so the capacity it plans against is current:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,14 @@ from nodesmith.core.ports import CloudProvider, Cluster, Instance, ObjectRef
 from nodesmith.core.requirements import LABEL_INITIALIZED, LABEL_REGISTERED
 from nodesmith.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
 
+from .breakdown import (
+    REASON_GARBAGE_COLLECTED,
+    REASON_LAUNCH_TIMEOUT,
+    REASON_REGISTRATION_TIMEOUT,
+    PoolKey,
+    Tally,
+    pool_key,
+)
 from .capacity import UNREGISTERED_TAINT_KEY, from_rfc3339, instance_id_of, to_rfc3339
 from .nodeclaims import TAG_NODECLAIM
 
@@ -85,12 +94,20 @@ _BASE_RESOURCES = frozenset({CPU, MEMORY, PODS, EPHEMERAL_STORAGE})
 
 @dataclass(slots=True)
 class LifecycleOutcome:
-    """What the lifecycle step did: counts, the NodeClaims and Nodes deleted (by name) and errors met."""
+    """What the lifecycle step did: counts, the NodeClaims and Nodes deleted (by name) and errors met.
+
+    ``registered_by`` / ``initialized_by`` count by (NodePool, capacity type);
+    ``terminated_by`` by (reason, NodePool, capacity type), reasons of :mod:`~nodesmith.services.breakdown`
+    (``GarbageCollected``, ``LaunchTimeout``, ``RegistrationTimeout``).
+    """
 
     registered: int = 0
     initialized: int = 0
     terminated: int = 0
     orphans_terminated: int = 0
+    registered_by: Tally = field(default_factory=Counter)
+    initialized_by: Tally = field(default_factory=Counter)
+    terminated_by: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     deleted: set[str] = field(default_factory=set)
     deleted_nodes: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
@@ -148,6 +165,7 @@ def link_nodes(
                 updated.set_condition(CONDITION_REGISTERED, "True", "Registered", "", stamp)
                 changed = True
                 outcome.registered += 1
+                outcome.registered_by[pool_key(nodeclaim=updated, labels=node.labels)] += 1
                 cluster.record_event(
                     ref=nodeclaim_ref(updated),
                     reason="Registered",
@@ -159,6 +177,7 @@ def link_nodes(
                     cluster.label_node(node_name=node.name, labels={LABEL_INITIALIZED: "true"})
                     updated.set_condition(CONDITION_INITIALIZED, "True", "Initialized", "", stamp)
                     outcome.initialized += 1
+                    outcome.initialized_by[pool_key(nodeclaim=updated, labels=node.labels)] += 1
                     changed = True
                     cluster.record_event(
                         ref=nodeclaim_ref(updated),
@@ -190,7 +209,10 @@ def _delete_claim(
     reason: str,
     message: str,
     outcome: LifecycleOutcome,
+    cause: str,
+    key: PoolKey,
 ) -> None:
+    """Terminate, delete the Node and the NodeClaim, post ``reason``; count it under ``cause`` and ``key``."""
     try:
         if instance_ids:
             cloud.terminate(instance_ids=instance_ids)
@@ -205,6 +227,7 @@ def _delete_claim(
     if node_name:
         outcome.deleted_nodes.add(node_name)
     outcome.terminated += 1
+    outcome.terminated_by[(cause, *key)] += 1
 
 
 def _liveness_expired(nodeclaim: NodeClaim, *, now: float, launch_ttl: float, registration_ttl: float) -> str | None:
@@ -246,6 +269,7 @@ def collect_garbage(
     """
     lookup = get_instance or (lambda iid: cloud.get_instance(instance_id=iid))
     node_by_provider = {n.provider_id: n.name for n in nodes if n.provider_id}
+    labels_by_node = {n.name: n.labels for n in nodes}
     for nc in nodeclaims:
         if nc.metadata.deletion_timestamp:
             continue
@@ -254,6 +278,12 @@ def collect_garbage(
         launched = nc.condition(CONDITION_LAUNCHED)
         launched_at = from_rfc3339(launched.last_transition_time) if launched is not None else None
         settled = launched_at is None or now - launched_at >= INSTANCE_GONE_GRACE_SECONDS
+        known = instances.get(iid) if iid is not None else None
+        key = pool_key(
+            nodeclaim=nc,
+            labels=labels_by_node.get(node_name or ""),
+            capacity_type=known.capacity_type if known is not None else None,
+        )
         if iid is not None and settled:
             inst = instances.get(iid)
             if inst is None:
@@ -269,6 +299,8 @@ def collect_garbage(
                     reason="InstanceTerminated",
                     message=f"Instance {iid} is {state}; deleting NodeClaim",
                     outcome=outcome,
+                    cause=REASON_GARBAGE_COLLECTED,
+                    key=key,
                 )
                 continue
         why = _liveness_expired(nc, now=now, launch_ttl=launch_ttl_seconds, registration_ttl=registration_ttl_seconds)
@@ -283,6 +315,8 @@ def collect_garbage(
                 reason="LivenessExpired",
                 message=f"NodeClaim {why}; deleting it and terminating its instance",
                 outcome=outcome,
+                cause=REASON_REGISTRATION_TIMEOUT if nc.is_true(CONDITION_LAUNCHED) else REASON_LAUNCH_TIMEOUT,
+                key=key,
             )
     claimed_ids = {instance_id_of(nc.status.provider_id) for nc in nodeclaims if nc.name not in outcome.deleted}
     claimed_names = {nc.name for nc in nodeclaims if nc.name not in outcome.deleted and not nc.status.provider_id}

@@ -32,6 +32,7 @@ from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult,
 from nodesmith.core.scheduling import solve
 from nodesmith.core.scheduling.types import ExistingNode, NodeClaimPlan, SchedulingInput, SchedulingResult
 
+from .breakdown import PoolKey, pool_key
 from .capacity import (
     existing_capacity,
     inflight_node,
@@ -82,6 +83,11 @@ class ReconcileOutcome:
     solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason. ``utilization`` is
     the percent of allocatable that pods request, per NodePool and resource, after the pass
     (:func:`~nodesmith.services.utilization.nodepool_utilization`).
+
+    Breakdowns for the metrics' dimensions (:mod:`~nodesmith.services.breakdown`): ``created_by``,
+    ``launched_by``, ``registered_by``, ``initialized_by`` count NodeClaims by (NodePool, capacity
+    type); ``terminated_by`` by (reason, NodePool, capacity type); ``cost_by`` is
+    ``cost_per_hour`` split by (NodePool, capacity type) (USD/hour).
     """
 
     pods_pending: int = 0
@@ -105,6 +111,12 @@ class ReconcileOutcome:
     launched: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     utilization: dict[str, dict[str, float]] = field(default_factory=dict)
+    created_by: dict[PoolKey, int] = field(default_factory=dict)
+    launched_by: dict[PoolKey, int] = field(default_factory=dict)
+    registered_by: dict[PoolKey, int] = field(default_factory=dict)
+    initialized_by: dict[PoolKey, int] = field(default_factory=dict)
+    terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    cost_by: dict[PoolKey, float] = field(default_factory=dict)
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:
@@ -233,6 +245,7 @@ class _Pass:
         self.nodes: list[Node] = list(self.snap.nodes)
         self.leaving: set[str] = set()
         self.nominated: list[tuple[Pod, str]] = []
+        self.new_cost_by: dict[PoolKey, float] = {}
 
     def lifecycle(self) -> None:
         """(e) + (f): registration, initialization, liveness and garbage collection."""
@@ -254,6 +267,9 @@ class _Pass:
         out.nodeclaims_registered = life.registered
         out.nodeclaims_initialized = life.initialized
         out.nodeclaims_terminated = life.terminated
+        out.registered_by = dict(life.registered_by)
+        out.initialized_by = dict(life.initialized_by)
+        out.terminated_by = dict(life.terminated_by)
         out.orphans_terminated = life.orphans_terminated
         out.errors.extend(life.errors)
 
@@ -390,6 +406,8 @@ class _Pass:
         _charge(self.usage, claim)
         self.out.pods_scheduled += len(plan.pods)
         self.out.new_cost_per_hour += result.price
+        key = pool_key(nodeclaim=claim, capacity_type=result.capacity_type)
+        self.new_cost_by[key] = self.new_cost_by.get(key, 0.0) + result.price
         self.nominated.extend((p, claim.name) for p in plan.pods)
 
     def _create_and_launch(self, *, plan: NodeClaimPlan, index: int) -> LaunchOutcome | None:
@@ -423,7 +441,11 @@ class _Pass:
                 out.errors.append(f"create NodeClaim {name}: {exc}")
                 return None
             out.nodeclaims_created += 1
-            return self.launcher.launch(created)
+            launched = self.launcher.launch(created)
+            kind = launched.result.capacity_type if launched.result is not None else plan.capacity_type
+            key = pool_key(nodeclaim=created, capacity_type=kind)
+            out.created_by[key] = out.created_by.get(key, 0) + 1
+            return launched
         out.errors.append(f"NodePool {plan.nodepool}: no free NodeClaim name after 3 tries")
         return None
 
@@ -435,7 +457,11 @@ class _Pass:
         out.nodeclaims_launched = launcher.launched
         out.launched = list(launcher.launched_names)
         out.errors.extend(launcher.errors)
-        out.cost_per_hour = _cost(self.claims, self.snap.instances, self.merged) + out.new_cost_per_hour
+        out.launched_by = dict(launcher.launched_by)
+        out.cost_by = _cost(self.claims, self.snap.instances, self.merged)
+        for key, price in self.new_cost_by.items():
+            out.cost_by[key] = out.cost_by.get(key, 0.0) + price
+        out.cost_per_hour = sum(out.cost_by.values())
         out.utilization = nodepool_utilization(self.existing.values())
         _pod_events(cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events)
         return out
@@ -537,14 +563,15 @@ def _charge(usage: dict[str, Resources], nodeclaim: NodeClaim) -> None:
 
 def _cost(
     claims: Sequence[NodeClaim], instances: Mapping[str, Instance], catalogue: Mapping[str, InstanceType]
-) -> float:
-    """Hourly price (USD) of the instances behind the given NodeClaims."""
-    total = 0.0
+) -> dict[PoolKey, float]:
+    """Hourly price (USD) of the instances behind the given NodeClaims, by (NodePool, capacity type)."""
+    total: dict[PoolKey, float] = {}
     for nc in claims:
         provider_id = nc.status.provider_id or ""
         inst = instances.get(provider_id.rsplit("/", 1)[-1]) if provider_id else None
         if inst is not None:
-            total += offering_price(
+            key = pool_key(nodeclaim=nc, capacity_type=inst.capacity_type)
+            total[key] = total.get(key, 0.0) + offering_price(
                 catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
             )
     return total

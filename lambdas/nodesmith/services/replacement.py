@@ -33,7 +33,8 @@ class Replacement:
 
     ``skipped`` is ``"skipped: lease held by <holder>"`` when another pass held the reconcile
     lease (that pass, or the next scheduled one, provisions for the cordoned nodes); ``seconds``
-    is its wall time.
+    is its wall time. ``created_by`` / ``launched_by`` are ``(NodePool, capacity type, count)``
+    triples (JSON-safe, for the metrics' dimensions).
     """
 
     ran: bool
@@ -45,6 +46,8 @@ class Replacement:
     offerings_marked_unavailable: int = 0
     errors: tuple[str, ...] = ()
     seconds: float = 0.0
+    created_by: tuple[tuple[str, str, int], ...] = ()
+    launched_by: tuple[tuple[str, str, int], ...] = ()
 
 
 def replacement_launcher(
@@ -113,6 +116,8 @@ def replacement_launcher(
             offerings_marked_unavailable=out.offerings_marked_unavailable,
             errors=tuple(out.errors),
             seconds=clock() - started,
+            created_by=tuple((pool, kind, n) for (pool, kind), n in sorted(out.created_by.items())),
+            launched_by=tuple((pool, kind, n) for (pool, kind), n in sorted(out.launched_by.items())),
         )
 
     return run
