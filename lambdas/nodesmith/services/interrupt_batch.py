@@ -54,6 +54,7 @@ from nodesmith.services.interrupt import (
     InterruptionOutcome,
     InterruptionRun,
 )
+from nodesmith.services.log_context import log_context
 from nodesmith.services.replacement import Replacement
 
 if TYPE_CHECKING:
@@ -380,18 +381,32 @@ def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, In
     return {iid: found.get(iid) for iid in instance_ids}
 
 
+def _task_keys(entry: _Item, arg: Any) -> dict[str, Any]:
+    """The log keys of one task: its message's event id and its instance (``arg`` is an id or a case)."""
+    item = entry.item
+    keys: dict[str, Any] = {"event_ids": None, "event_id": item.message.event_id, "message_id": item.item_id}
+    if isinstance(arg, str):
+        keys["instance_id"] = arg
+    elif isinstance(arg, InstanceCase):
+        keys["instance_id"] = arg.instance_id
+        keys["node"] = arg.node.name if arg.node is not None else None
+        keys["nodeclaim"] = arg.nodeclaim_name
+    return keys
+
+
 def _gather(tasks: list[tuple[_Item, Any]], fn: Callable[..., Any], workers: int) -> list[Any]:
     """Run ``fn(entry, arg)`` for every task in a pool; an Exception is recorded on its item, not raised."""
     if not tasks:
         return []
 
     def safe(entry: _Item, arg: Any) -> Any:
-        try:
-            return fn(entry, arg)
-        except Exception as exc:
-            entry.errors.append(f"{type(exc).__name__}: {exc}")
-            LOG.warning("interruption work failed for %s: %s", entry.item.item_id, exc, exc_info=True)
-            return exc
+        with log_context(**_task_keys(entry, arg)):
+            try:
+                return fn(entry, arg)
+            except Exception as exc:
+                entry.errors.append(f"{type(exc).__name__}: {exc}")
+                LOG.warning("interruption work failed for %s: %s", entry.item.item_id, exc, exc_info=True)
+                return exc
 
     if workers <= 1 or len(tasks) == 1:
         return [safe(e, a) for e, a in tasks]
