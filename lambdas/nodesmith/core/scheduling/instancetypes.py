@@ -35,6 +35,7 @@ __all__ = [
     "has_offering",
     "min_values_shortfall",
     "offering_allowed",
+    "type_info",
 ]
 
 ABSENT_MEANS_DOES_NOT_EXIST: frozenset[str] = frozenset(
@@ -107,6 +108,30 @@ class TypeInfo:
 
     def __repr__(self) -> str:
         return f"TypeInfo({self.name})"
+
+
+_INFO_CACHE: dict[int, TypeInfo] = {}
+_INFO_CACHE_MAX = 16_384
+
+
+def type_info(it: InstanceType) -> TypeInfo:
+    """``TypeInfo(it)``, built once per :class:`InstanceType` object and reused while it is passed again.
+
+    Building the requirements of every catalogue entry was most of a warm solve (about 1 400 types,
+    each from its labels); a warm reconcile container passes the same catalogue objects again (the
+    EC2 catalogue caches its built lists), so later solves reuse them. Keyed by identity: the cached
+    entry keeps ``it`` alive, so its id cannot be reused meanwhile. TypeInfo is never mutated after
+    construction, so sharing it between solves is safe. The cache is dropped whole when it grows past
+    ``_INFO_CACHE_MAX`` entries (catalogues replaced by new objects).
+    """
+    info = _INFO_CACHE.get(id(it))
+    if info is not None and info.it is it:
+        return info
+    info = TypeInfo(it)
+    if len(_INFO_CACHE) >= _INFO_CACHE_MAX:
+        _INFO_CACHE.clear()
+    _INFO_CACHE[id(it)] = info
+    return info
 
 
 class OfferingFilter:

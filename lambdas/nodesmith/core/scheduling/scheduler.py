@@ -42,7 +42,7 @@ from nodesmith.core.scheduling.claims import ClaimIndex
 from nodesmith.core.scheduling.daemonsets import daemon_infos
 from nodesmith.core.scheduling.existing import SimExistingNode
 from nodesmith.core.scheduling.explain import Explainer, Failure
-from nodesmith.core.scheduling.instancetypes import TypeInfo
+from nodesmith.core.scheduling.instancetypes import TypeInfo, type_info
 from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template, new_nodeclaim
 from nodesmith.core.scheduling.plan import to_plan
 from nodesmith.core.scheduling.pods import Constraints, PodData, PodDataCache, is_provisionable, pod_id, queue_key
@@ -87,7 +87,7 @@ class _Pass:
             types = inp.types_for(np.name)
             catalogue = catalogues.get(id(types))
             if catalogue is None:
-                catalogue = [TypeInfo(it) for it in sorted(types, key=lambda it: it.name)]
+                catalogue = [type_info(it) for it in sorted(types, key=lambda it: it.name)]
                 catalogues[id(types)] = catalogue
             tpl = Template(np, catalogue=catalogue, daemons=daemons, usage=inp.nodepool_usage.get(np.name, {}))
             if tpl.error is None:
