@@ -14,16 +14,18 @@ in US dollars per hour (CloudWatch has no currency unit, so the unit is ``None``
 it), everything else a count; :data:`UNITS` spells that out and a test holds the code to it.
 Karpenter's Prometheus counterpart is noted where there is one (``karpenter-v1.md`` §5).
 
-Breakdown dimensions in use (:class:`Dimension`): ``NodePool`` and ``Resource`` (utilisation),
-``Reason`` (terminations, ignored messages), ``ErrorCode`` (launch failures), ``MessageType``
-(received messages), ``Method`` (disruption).
+Breakdown dimensions in use (:class:`Dimension`): ``NodePool`` and ``CapacityType`` (NodeClaims
+created, launched, registered, initialized; cost per NodePool), ``Reason``, ``NodePool`` and
+``CapacityType`` (NodeClaims terminated), ``NodePool`` and ``Resource`` (utilisation), ``Reason``
+(ignored messages), ``ErrorCode`` (launch failures), ``MessageType`` (received messages),
+``Method`` (disruption). :data:`BREAKDOWNS` lists the exact set for each broken-down metric.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum, unique
 
-__all__ = ["NAMESPACE", "UNITS", "Dimension", "MetricName"]
+__all__ = ["BREAKDOWNS", "NAMESPACE", "UNITS", "Dimension", "MetricName"]
 
 NAMESPACE = "Nodesmith"
 """CloudWatch namespace of every custom metric (Powertools ``POWERTOOLS_METRICS_NAMESPACE``)."""
@@ -37,12 +39,13 @@ class MetricName(StrEnum):
     PODS_PENDING = "PodsPending"  # gauge; karpenter_scheduler_unschedulable_pods_count
     OLDEST_PENDING_POD_AGE_SECONDS = "OldestPendingPodAgeSeconds"  # gauge; pods_unbound_time_seconds
     PODS_SCHEDULED = "PodsScheduled"  # count of pods placed by a reconcile pass
-    CLUSTER_COST_USD_PER_HOUR = "ClusterCostUSDPerHour"  # gauge; karpenter_nodepools_cost_total
+    CLUSTER_COST_USD_PER_HOUR = "ClusterCostUSDPerHour"  # gauge, the whole cluster
+    NODEPOOL_COST_USD_PER_HOUR = "NodePoolCostUSDPerHour"  # gauge by NodePool, CapacityType; nodepools_cost_total
     NODEPOOL_UTILIZATION_PERCENT = "NodePoolUtilizationPercent"  # gauge by NodePool, Resource (cpu, memory)
 
     # Provisioning
     SCHEDULING_DURATION_SECONDS = "SchedulingDurationSeconds"  # scheduler_scheduling_duration_seconds
-    NODECLAIMS_CREATED = "NodeClaimsCreated"  # nodeclaims_created_total
+    NODECLAIMS_CREATED = "NodeClaimsCreated"  # by NodePool, CapacityType; nodeclaims_created_total
     NODECLAIMS_LAUNCHED = "NodeClaimsLaunched"
     NODECLAIMS_REGISTERED = "NodeClaimsRegistered"
     NODECLAIMS_INITIALIZED = "NodeClaimsInitialized"
@@ -61,7 +64,7 @@ class MetricName(StrEnum):
     PODS_FORCE_DELETED = "PodsForceDeleted"  # terminationGracePeriod expired
     DRAIN_DURATION_SECONDS = "DrainDurationSeconds"  # nodes_termination_duration_seconds
     DRAINS_MISSED_DEADLINE = "DrainsMissedDeadline"  # pods still on the node when EC2 reclaimed it
-    NODECLAIMS_TERMINATED = "NodeClaimsTerminated"  # by Reason; nodeclaims_disrupted_total
+    NODECLAIMS_TERMINATED = "NodeClaimsTerminated"  # by Reason, NodePool, CapacityType; nodeclaims_disrupted_total
 
     # Disruption
     DISRUPTION_DECISIONS = "DisruptionDecisions"  # voluntary_disruption_decisions_total
@@ -77,6 +80,7 @@ class Dimension(StrEnum):
     """Breakdown dimensions the code emits besides ``service`` (one set per data point)."""
 
     NODEPOOL = "NodePool"
+    CAPACITY_TYPE = "CapacityType"
     RESOURCE = "Resource"
     REASON = "Reason"
     ERROR_CODE = "ErrorCode"
@@ -97,3 +101,24 @@ UNITS: dict[MetricName, str] = {
     for name in MetricName
 }
 """CloudWatch unit of each metric, as the code must emit it (EMF ``Unit``)."""
+
+_POOL = frozenset({Dimension.NODEPOOL, Dimension.CAPACITY_TYPE})
+
+BREAKDOWNS: dict[MetricName, frozenset[Dimension]] = {
+    MetricName.NODECLAIMS_CREATED: _POOL,
+    MetricName.NODECLAIMS_LAUNCHED: _POOL,
+    MetricName.NODECLAIMS_REGISTERED: _POOL,
+    MetricName.NODECLAIMS_INITIALIZED: _POOL,
+    MetricName.NODECLAIMS_TERMINATED: _POOL | {Dimension.REASON},
+    MetricName.NODEPOOL_COST_USD_PER_HOUR: _POOL,
+    MetricName.NODEPOOL_UTILIZATION_PERCENT: frozenset({Dimension.NODEPOOL, Dimension.RESOURCE}),
+    MetricName.LAUNCH_FAILURES: frozenset({Dimension.ERROR_CODE}),
+    MetricName.INTERRUPTION_MESSAGES_RECEIVED: frozenset({Dimension.MESSAGE_TYPE}),
+    MetricName.INTERRUPTION_MESSAGES_IGNORED: frozenset({Dimension.REASON}),
+    MetricName.DISRUPTION_DECISIONS: frozenset({Dimension.METHOD}),
+    MetricName.DISRUPTION_SAVINGS_USD_PER_HOUR: frozenset({Dimension.METHOD}),
+}
+"""The breakdown dimensions (besides ``service``) each of these metrics is always emitted under.
+
+The dashboard's per-NodePool graphs search exactly these schemas; a test holds every data point
+the code emits for these names to its set."""

@@ -15,7 +15,7 @@ back and checks every (name, dimensions) pair against what the handlers emit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -23,7 +23,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.metric_names import NAMESPACE, Dimension, MetricName
+from infra.metric_names import BREAKDOWNS, NAMESPACE, Dimension, MetricName
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -95,8 +95,55 @@ def _graph(
     )
 
 
+def _sums(title: str, *series: tuple[MetricName, str], width: int = 8, unit: str = "count") -> cloudwatch.GraphWidget:
+    """A graph of counts: one line per ``(metric, label)``, each summed per minute over every series."""
+    return _graph(
+        title,
+        [search_total(name, statistic="Sum", label=label) for name, label in series],
+        width=width,
+        left_label=unit,
+    )
+
+
+def _durations(title: str, name: MetricName, *, width: int = 8) -> cloudwatch.GraphWidget:
+    """A graph of a duration in seconds: the average and the maximum per minute."""
+    return _graph(
+        title,
+        [
+            search_total(name, statistic="Average", aggregate="AVG", label="average"),
+            search_total(name, statistic="Maximum", aggregate="MAX", label="maximum"),
+        ],
+        width=width,
+        left_label="seconds",
+    )
+
+
+def _breakdown(
+    title: str, name: MetricName, *, label: str, statistic: str = "Sum", width: int = 8, unit: str = "count"
+) -> cloudwatch.GraphWidget:
+    """One line per series of ``name`` under its breakdown dimensions (:data:`infra.metric_names.BREAKDOWNS`)."""
+    return _graph(
+        title,
+        [search_each(name, dimensions=sorted(BREAKDOWNS[name]), statistic=statistic, label=label)],
+        width=width,
+        left_label=unit,
+    )
+
+
 def _header(text: str) -> cloudwatch.TextWidget:
     return cloudwatch.TextWidget(markdown=text, width=_FULL_WIDTH, height=2)
+
+
+_BY_POOL = "${PROP('Dim.NodePool')} ${PROP('Dim.CapacityType')}"
+"""Dynamic label of a (NodePool, capacity type) series."""
+
+_NODECLAIM_STAGES = (
+    ("created", M.NODECLAIMS_CREATED),
+    ("launched", M.NODECLAIMS_LAUNCHED),
+    ("registered", M.NODECLAIMS_REGISTERED),
+    ("initialized", M.NODECLAIMS_INITIALIZED),
+)
+"""A NodeClaim's way to a node, in order: (label, metric)."""
 
 
 class NodesmithMonitoring(Construct):
@@ -143,17 +190,23 @@ class NodesmithMonitoring(Construct):
             value=pending_pod_age_threshold.to_seconds(), label="alarm threshold"
         )
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", default_interval=Duration.hours(3))
-        self.dashboard.add_widgets(
-            _header("## Capacity and cost\nWhat the cluster costs now, and whether pods are waiting for capacity."),
-        )
-        self.dashboard.add_widgets(
+        add = self.dashboard.add_widgets
+        peak: dict[str, Any] = {"period": _PERIOD, "statistic": "Maximum"}  # per minute, for SQS gauges
+        add(_header("## Capacity and cost\nWhat the cluster costs now, per NodePool, and whether pods are waiting."))
+        add(
             _graph(
                 "Cluster cost (USD/hour)",
-                [
-                    search_total(M.CLUSTER_COST_USD_PER_HOUR, statistic="Average", label="cost USD/hour"),
-                ],
+                [search_total(M.CLUSTER_COST_USD_PER_HOUR, statistic="Average", label="cost USD/hour")],
                 width=6,
                 left_label="USD/hour",
+            ),
+            _breakdown(
+                "Cost per NodePool and capacity type (USD/hour)",
+                M.NODEPOOL_COST_USD_PER_HOUR,
+                label=_BY_POOL,
+                statistic="Average",
+                width=6,
+                unit="USD/hour",
             ),
             _graph(
                 "Pending and scheduled pods",
@@ -166,82 +219,62 @@ class NodesmithMonitoring(Construct):
             ),
             _graph(
                 "Oldest pending pod (seconds)",
-                [
-                    search_total(M.OLDEST_PENDING_POD_AGE_SECONDS, statistic="Maximum", aggregate="MAX", label="age"),
-                ],
+                [search_total(M.OLDEST_PENDING_POD_AGE_SECONDS, statistic="Maximum", aggregate="MAX", label="age")],
                 width=6,
                 left_label="seconds",
                 annotations=[threshold_line],
             ),
-            _graph(
+        )
+        add(
+            _breakdown(
                 "NodePool utilisation: requested / allocatable (%)",
-                [
-                    search_each(
-                        M.NODEPOOL_UTILIZATION_PERCENT,
-                        dimensions=[D.NODEPOOL, D.RESOURCE],
-                        statistic="Average",
-                        label="${PROP('Dim.NodePool')} ${PROP('Dim.Resource')}",
-                    ),
-                ],
-                width=6,
-                left_label="percent",
+                M.NODEPOOL_UTILIZATION_PERCENT,
+                label="${PROP('Dim.NodePool')} ${PROP('Dim.Resource')}",
+                statistic="Average",
+                width=_FULL_WIDTH,
+                unit="percent",
             ),
         )
-        self.dashboard.add_widgets(_header("## Provisioning\nNodeClaims from creation to an initialized node."))
-        self.dashboard.add_widgets(
-            _graph(
+        add(_header("## Provisioning\nNodeClaims from creation to an initialized node, per NodePool."))
+        add(
+            _sums(
                 "NodeClaim lifecycle (per minute)",
-                [
-                    search_total(M.NODECLAIMS_CREATED, statistic="Sum", label="created"),
-                    search_total(M.NODECLAIMS_LAUNCHED, statistic="Sum", label="launched"),
-                    search_total(M.NODECLAIMS_REGISTERED, statistic="Sum", label="registered"),
-                    search_total(M.NODECLAIMS_INITIALIZED, statistic="Sum", label="initialized"),
-                ],
-                left_label="NodeClaims",
+                *((name, stage) for stage, name in _NODECLAIM_STAGES),
+                unit="NodeClaims",
             ),
-            _graph(
+            _sums(
                 "Launch failures and unavailable offerings",
-                [
-                    search_total(M.LAUNCH_FAILURES, statistic="Sum", label="launch failures"),
-                    search_total(M.OFFERINGS_MARKED_UNAVAILABLE, statistic="Sum", label="offerings marked unavailable"),
-                ],
-                left_label="count",
+                (M.LAUNCH_FAILURES, "launch failures"),
+                (M.OFFERINGS_MARKED_UNAVAILABLE, "offerings marked unavailable"),
             ),
-            _graph(
-                "Scheduling duration (seconds)",
-                [
-                    search_total(M.SCHEDULING_DURATION_SECONDS, statistic="Average", aggregate="AVG", label="average"),
-                    search_total(M.SCHEDULING_DURATION_SECONDS, statistic="Maximum", aggregate="MAX", label="maximum"),
-                ],
-                left_label="seconds",
-            ),
+            _durations("Scheduling duration (seconds)", M.SCHEDULING_DURATION_SECONDS),
         )
-        self.dashboard.add_widgets(
+        add(
+            *(
+                _breakdown(f"NodeClaims {stage} by NodePool and capacity type", name, label=_BY_POOL, width=6)
+                for stage, name in _NODECLAIM_STAGES
+            )
+        )
+        add(
             _header(
                 "## Interruptions and drains\nEC2 and AWS Health events through the queue, and the drains they start."
             ),
         )
-        self.dashboard.add_widgets(
-            _graph(
+        add(
+            _sums(
                 "Interruption messages (per minute)",
-                [
-                    search_total(M.INTERRUPTION_MESSAGES_RECEIVED, statistic="Sum", label="received"),
-                    search_total(M.INTERRUPTION_MESSAGES_ACKNOWLEDGED, statistic="Sum", label="acknowledged"),
-                    search_total(M.INTERRUPTION_MESSAGES_IGNORED, statistic="Sum", label="ignored"),
-                    search_total(M.INTERRUPTION_MESSAGES_MALFORMED, statistic="Sum", label="malformed"),
-                ],
+                (M.INTERRUPTION_MESSAGES_RECEIVED, "received"),
+                (M.INTERRUPTION_MESSAGES_ACKNOWLEDGED, "acknowledged"),
+                (M.INTERRUPTION_MESSAGES_IGNORED, "ignored"),
+                (M.INTERRUPTION_MESSAGES_MALFORMED, "malformed"),
                 width=6,
-                left_label="messages",
+                unit="messages",
             ),
             _graph(
                 "Interruption queue",
                 [
-                    queue.metric_approximate_number_of_messages_visible(
-                        period=_PERIOD, statistic="Maximum", label="queue depth"
-                    ),
-                    dead_letter_queue.metric_approximate_number_of_messages_visible(
-                        period=_PERIOD, statistic="Maximum", label="dead-letter depth"
-                    ),
+                    queue.metric_approximate_number_of_messages_visible(**peak, label="queue depth"),
+                    dead_letter_queue.metric_approximate_number_of_messages_visible(**peak, label="dead-letter depth"),
                 ],
                 width=6,
                 left_label="messages",
@@ -249,9 +282,7 @@ class NodesmithMonitoring(Construct):
             _graph(
                 "Message age (seconds)",
                 [
-                    queue.metric_approximate_age_of_oldest_message(
-                        period=_PERIOD, statistic="Maximum", label="oldest in queue"
-                    ),
+                    queue.metric_approximate_age_of_oldest_message(**peak, label="oldest in queue"),
                     search_total(
                         M.INTERRUPTION_QUEUE_AGE_SECONDS, statistic="Maximum", aggregate="MAX", label="age when handled"
                     ),
@@ -259,70 +290,45 @@ class NodesmithMonitoring(Construct):
                 width=6,
                 left_label="seconds",
             ),
-            _graph(
+            _sums(
                 "Drains",
-                [
-                    search_total(M.NODES_CORDONED, statistic="Sum", label="nodes cordoned"),
-                    search_total(M.PODS_EVICTED, statistic="Sum", label="pods evicted"),
-                    search_total(M.PODS_BLOCKED_BY_PDB, statistic="Sum", label="evictions blocked by PDB"),
-                    search_total(M.PODS_FORCE_DELETED, statistic="Sum", label="pods force-deleted"),
-                ],
+                (M.NODES_CORDONED, "nodes cordoned"),
+                (M.PODS_EVICTED, "pods evicted"),
+                (M.PODS_BLOCKED_BY_PDB, "evictions blocked by PDB"),
+                (M.PODS_FORCE_DELETED, "pods force-deleted"),
                 width=6,
-                left_label="count",
             ),
         )
-        self.dashboard.add_widgets(
-            _graph(
-                "Drain duration (seconds)",
-                [
-                    search_total(M.DRAIN_DURATION_SECONDS, statistic="Average", aggregate="AVG", label="average"),
-                    search_total(M.DRAIN_DURATION_SECONDS, statistic="Maximum", aggregate="MAX", label="maximum"),
-                ],
-                width=16,
-                left_label="seconds",
-            ),
-            _graph(
+        add(
+            _durations("Drain duration (seconds)", M.DRAIN_DURATION_SECONDS, width=16),
+            _sums(
                 "Drains that missed the interruption deadline",
-                [
-                    search_total(M.DRAINS_MISSED_DEADLINE, statistic="Sum", label="missed deadlines"),
-                ],
-                width=8,
-                left_label="drains",
+                (M.DRAINS_MISSED_DEADLINE, "missed deadlines"),
+                unit="drains",
             ),
         )
-        self.dashboard.add_widgets(_header("## Disruption\nNodes removed or replaced, and what that saves."))
-        self.dashboard.add_widgets(
-            _graph(
+        add(_header("## Disruption\nNodes removed or replaced, why, and what that saves."))
+        add(
+            _sums(
                 "Disruption decisions and terminations (per minute)",
-                [
-                    search_total(M.DISRUPTION_DECISIONS, statistic="Sum", label="decisions"),
-                    search_total(M.NODECLAIMS_TERMINATED, statistic="Sum", label="NodeClaims terminated"),
-                ],
-                width=12,
-                left_label="count",
+                (M.DISRUPTION_DECISIONS, "decisions"),
+                (M.NODECLAIMS_TERMINATED, "NodeClaims terminated"),
             ),
-            _graph(
+            _breakdown(
+                "NodeClaims terminated by reason, NodePool and capacity type",
+                M.NODECLAIMS_TERMINATED,
+                label="${PROP('Dim.Reason')} ${PROP('Dim.NodePool')} ${PROP('Dim.CapacityType')}",
+                unit="NodeClaims",
+            ),
+            _sums(
                 "Savings from disruption (USD/hour)",
-                [
-                    search_total(M.DISRUPTION_SAVINGS_USD_PER_HOUR, statistic="Sum", label="savings USD/hour"),
-                ],
-                width=12,
-                left_label="USD/hour",
+                (M.DISRUPTION_SAVINGS_USD_PER_HOUR, "savings USD/hour"),
+                unit="USD/hour",
             ),
         )
-        self.dashboard.add_widgets(
-            _header("## Controller health\nReconcile passes, Lambda errors and throttles, and every alarm."),
-        )
-        self.dashboard.add_widgets(
-            _graph(
-                "Reconcile duration (seconds)",
-                [
-                    search_total(M.RECONCILE_DURATION_SECONDS, statistic="Average", aggregate="AVG", label="average"),
-                    search_total(M.RECONCILE_DURATION_SECONDS, statistic="Maximum", aggregate="MAX", label="maximum"),
-                ],
-                width=6,
-                left_label="seconds",
-            ),
+        add(_header("## Controller health\nReconcile passes, Lambda errors and throttles, and every alarm."))
+        add(
+            _durations("Reconcile duration (seconds)", M.RECONCILE_DURATION_SECONDS, width=6),
             _graph(
                 "Errors (per minute)",
                 [
@@ -352,6 +358,30 @@ class NodesmithMonitoring(Construct):
             ),
         )
 
+    def _alarm(
+        self,
+        construct_id: str,
+        *,
+        description: str,
+        metric: cloudwatch.IMetric,
+        threshold: float,
+        periods: tuple[int, int],
+        comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+    ) -> cloudwatch.Alarm:
+        """An alarm that treats missing data as not breaching; ``periods`` is (datapoints to alarm, out of)."""
+        datapoints, evaluation_periods = periods
+        return cloudwatch.Alarm(
+            self,
+            construct_id,
+            alarm_description=description,
+            metric=metric,
+            threshold=threshold,
+            comparison_operator=comparison,
+            evaluation_periods=evaluation_periods,
+            datapoints_to_alarm=datapoints,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+        )
+
     def _alarms(
         self,
         *,
@@ -359,90 +389,61 @@ class NodesmithMonitoring(Construct):
         interruption_function: lambda_.IFunction,
         pending_pod_age_threshold: Duration,
     ) -> list[cloudwatch.Alarm]:
-        """Create the alarms; each description says what it means and where to look first."""
+        """Create the alarms (:data:`_ALARM_DESCRIPTIONS` says what each means and where to look first)."""
+        age = pending_pod_age_threshold.to_seconds()
+        five_minutes = Duration.minutes(5)
+        above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
         at_least = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
-        not_breaching = cloudwatch.TreatMissingData.NOT_BREACHING
+        # construct id, metric, threshold, (datapoints to alarm, out of periods), comparison
+        rows: list[tuple[str, cloudwatch.IMetric, float, tuple[int, int], cloudwatch.ComparisonOperator]] = [
+            ("OldestPendingPodAge", insights_query(M.OLDEST_PENDING_POD_AGE_SECONDS, function="MAX", period=_PERIOD),
+             age, (2, 2), above),
+            ("ReconcileErrors", insights_query(M.RECONCILE_ERRORS, function="SUM", period=_PERIOD),
+             1, (3, 5), at_least),
+            ("LaunchFailures", insights_query(M.LAUNCH_FAILURES, function="SUM", period=five_minutes),
+             5, (2, 3), at_least),
+            ("DrainsMissedDeadline", insights_query(M.DRAINS_MISSED_DEADLINE, function="SUM", period=five_minutes),
+             1, (1, 1), at_least),
+            ("ReconcileFunctionErrors", reconcile_function.metric_errors(period=_PERIOD, statistic="Sum"),
+             1, (3, 5), at_least),
+            ("InterruptionFunctionErrors", interruption_function.metric_errors(period=_PERIOD, statistic="Sum"),
+             1, (2, 3), at_least),
+        ]  # fmt: skip
         return [
-            cloudwatch.Alarm(
-                self,
-                "OldestPendingPodAge",
-                alarm_description=(
-                    f"A pod has waited more than {int(pending_pod_age_threshold.to_seconds())} s for capacity. "
-                    "Check LaunchFailures, NodePool limits and requirements, and the reconcile logs."
-                ),
-                metric=insights_query(M.OLDEST_PENDING_POD_AGE_SECONDS, function="MAX", period=_PERIOD),
-                threshold=pending_pod_age_threshold.to_seconds(),
-                comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-                evaluation_periods=2,
-                datapoints_to_alarm=2,
-                treat_missing_data=not_breaching,
-            ),
-            cloudwatch.Alarm(
-                self,
-                "ReconcileErrors",
-                alarm_description=(
-                    "Reconcile passes are failing in 3 of the last 5 minutes: provisioning and disruption may "
-                    "have stopped. Check the reconcile function's logs and traces."
-                ),
-                metric=insights_query(M.RECONCILE_ERRORS, function="SUM", period=_PERIOD),
-                threshold=1,
-                comparison_operator=at_least,
-                evaluation_periods=5,
-                datapoints_to_alarm=3,
-                treat_missing_data=not_breaching,
-            ),
-            cloudwatch.Alarm(
-                self,
-                "LaunchFailures",
-                alarm_description=(
-                    "At least 5 launches failed in each of two 5-minute windows out of three: capacity errors "
-                    "across many offerings, quotas, or IAM/launch-template problems. Check the reasons in logs."
-                ),
-                metric=insights_query(M.LAUNCH_FAILURES, function="SUM", period=Duration.minutes(5)),
-                threshold=5,
-                comparison_operator=at_least,
-                evaluation_periods=3,
-                datapoints_to_alarm=2,
-                treat_missing_data=not_breaching,
-            ),
-            cloudwatch.Alarm(
-                self,
-                "DrainsMissedDeadline",
-                alarm_description=(
-                    "A drain did not finish before its interruption deadline: EC2 reclaimed the instance with "
-                    "pods still on it, past their PodDisruptionBudgets. Check PodsBlockedByPDB, long "
-                    "terminationGracePeriodSeconds, do-not-disrupt pods and InterruptionQueueAgeSeconds."
-                ),
-                metric=insights_query(M.DRAINS_MISSED_DEADLINE, function="SUM", period=Duration.minutes(5)),
-                threshold=1,
-                comparison_operator=at_least,
-                evaluation_periods=1,
-                datapoints_to_alarm=1,
-                treat_missing_data=not_breaching,
-            ),
-            cloudwatch.Alarm(
-                self,
-                "ReconcileFunctionErrors",
-                alarm_description="The reconcile Lambda raised (or timed out) in 3 of the last 5 minutes.",
-                metric=reconcile_function.metric_errors(period=_PERIOD, statistic="Sum"),
-                threshold=1,
-                comparison_operator=at_least,
-                evaluation_periods=5,
-                datapoints_to_alarm=3,
-                treat_missing_data=not_breaching,
-            ),
-            cloudwatch.Alarm(
-                self,
-                "InterruptionFunctionErrors",
-                alarm_description=(
-                    "The interruption Lambda failed whole batches in 2 of the last 3 minutes; messages are "
-                    "retried, then dead-lettered."
-                ),
-                metric=interruption_function.metric_errors(period=_PERIOD, statistic="Sum"),
-                threshold=1,
-                comparison_operator=at_least,
-                evaluation_periods=3,
-                datapoints_to_alarm=2,
-                treat_missing_data=not_breaching,
-            ),
+            self._alarm(
+                construct_id,
+                description=_ALARM_DESCRIPTIONS[construct_id].format(age=int(age)),
+                metric=metric,
+                threshold=threshold,
+                periods=periods,
+                comparison=comparison,
+            )
+            for construct_id, metric, threshold, periods, comparison in rows
         ]
+
+
+_ALARM_DESCRIPTIONS = {
+    "OldestPendingPodAge": (
+        "A pod has waited more than {age} s for capacity. "
+        "Check LaunchFailures, NodePool limits and requirements, and the reconcile logs."
+    ),
+    "ReconcileErrors": (
+        "Reconcile passes are failing in 3 of the last 5 minutes: provisioning and disruption may "
+        "have stopped. Check the reconcile function's logs and traces."
+    ),
+    "LaunchFailures": (
+        "At least 5 launches failed in each of two 5-minute windows out of three: capacity errors "
+        "across many offerings, quotas, or IAM/launch-template problems. Check the reasons in logs."
+    ),
+    "DrainsMissedDeadline": (
+        "A drain did not finish before its interruption deadline: EC2 reclaimed the instance with "
+        "pods still on it, past their PodDisruptionBudgets. Check PodsBlockedByPDB, long "
+        "terminationGracePeriodSeconds, do-not-disrupt pods and InterruptionQueueAgeSeconds."
+    ),
+    "ReconcileFunctionErrors": "The reconcile Lambda raised (or timed out) in 3 of the last 5 minutes.",
+    "InterruptionFunctionErrors": (
+        "The interruption Lambda failed whole batches in 2 of the last 3 minutes; messages are "
+        "retried, then dead-lettered."
+    ),
+}
+"""What each alarm means and where to look first (``{age}``: the pending-pod threshold in seconds)."""

@@ -35,8 +35,9 @@ from nodesmith.core.interruption import MalformedEventError, MessageKind, parse_
 from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services import interrupt_batch
-from nodesmith.services.interrupt_batch import BatchItem, BatchOutcome, Continuation, handle_batch
+from nodesmith.services.interrupt_batch import BatchItem, BatchOutcome, Continuation, ItemResult, handle_batch
 from nodesmith.services.leases import lease_ttl
+from nodesmith.services.log_context import log_context
 from nodesmith.services.replacement import replacement_launcher
 
 if TYPE_CHECKING:
@@ -51,6 +52,11 @@ SAFETY_MARGIN_SECONDS = 10.0
 
 CONTINUATION_DELAY_SECONDS = interrupt_batch.CONTINUATION_DELAY_SECONDS
 """SQS delay of a continuation message (seconds)."""
+
+HANDOFF_MIN_DRAINS = 5
+"""A batch leaving at least this many nodes to drain is a burst: it cordons, hands the drains off to
+continuation messages and returns, so the next batches are cordoned within seconds (see
+:mod:`nodesmith.services.interrupt_batch`). One or a few interruptions drain in the same invocation."""
 
 
 def _queue_age_seconds(record: SQSRecord, now: float) -> float | None:
@@ -86,13 +92,7 @@ def _report(outcome: InterruptionOutcome) -> None:
         metrics.add_metric(name="PodsBlockedByPDB", unit=MetricUnit.Count, value=outcome.pods_blocked_by_pdb)
     if outcome.pods_force_deleted:
         metrics.add_metric(name="PodsForceDeleted", unit=MetricUnit.Count, value=outcome.pods_force_deleted)
-    if outcome.nodeclaims_terminated:
-        count_by(
-            "NodeClaimsTerminated",
-            dimension="Reason",
-            value=reporting.terminated_reason(outcome),
-            count=outcome.nodeclaims_terminated,
-        )
+    reporting.report_terminations(outcome)
     if any(i.drain is not None for i in outcome.instances):
         metrics.add_metric(name="DrainDurationSeconds", unit=MetricUnit.Seconds, value=outcome.drain_seconds)
 
@@ -156,6 +156,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         ),
         once=once,
         requeue=wiring.build_requeue(settings),
+        handoff_min_drains=HANDOFF_MIN_DRAINS,
         continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
     )
 
@@ -166,7 +167,12 @@ def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext
     items = [item for item in (_parse(SQSRecord(r), now) for r in records) if item is not None]
     if not items:
         return []
-    reporting.bind_batch(items)
+    with log_context(**reporting.bind_batch(items)):
+        return _handle(items, lambda_context, now)
+
+
+def _handle(items: list[BatchItem], lambda_context: LambdaContext | None, now: float) -> list[str]:
+    """Run the parsed batch and report it; returns the message ids SQS must deliver again."""
     try:
         batch = _run(items, lambda_context, now)
     except Exception:
@@ -189,31 +195,37 @@ def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext
             "replacement": None if replacement is None else asdict(replacement),
         },
     )
-    if replacement is not None and replacement.nodeclaims_launched:
-        metrics.add_metric(name="NodeClaimsLaunched", unit=MetricUnit.Count, value=replacement.nodeclaims_launched)
+    reporting.report_replacement(replacement)
     marked = batch.offerings_marked + (replacement.offerings_marked_unavailable if replacement else 0)
     if marked:
         metrics.add_metric(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=marked)
+    event_ids = {i.item_id: i.message.event_id for i in items}
     failed: list[str] = []
     for result in batch.items:
-        if result.outcome is None:
-            logger.error(
-                "interruption message failed; SQS will deliver it again",
-                extra={"message_id": result.item_id, "error": result.error},
-            )
-            failed.append(result.item_id)
-            continue
-        outcome = result.outcome
-        logger.info(
-            "interruption handled",
-            extra={"message_id": result.item_id, **reporting.trace_keys(outcome), "outcome": outcome.as_log()},
-        )
-        _report(outcome)
-        if outcome.ignored:
-            count_by("InterruptionMessagesIgnored", dimension="Reason", value=outcome.ignore_reason)
-        if result.failed:
-            failed.append(result.item_id)
+        with log_context(event_ids=None, event_id=event_ids.get(result.item_id), message_id=result.item_id):
+            if _report_result(result):
+                failed.append(result.item_id)
     return failed
+
+
+def _report_result(result: ItemResult) -> bool:
+    """Log and count one record's result (inside its own log keys); True when SQS must deliver it again."""
+    if result.outcome is None:
+        logger.error("interruption message failed; SQS will deliver it again", extra={"error": result.error})
+        return True
+    outcome = result.outcome
+    logger.info("interruption handled", extra={**reporting.trace_keys(outcome), "outcome": outcome.as_log()})
+    if len(outcome.instances) > 1:
+        for instance in outcome.instances:
+            logger.info(
+                "interruption instance handled",
+                extra={**reporting.instance_keys(outcome.event_id, instance), "status": instance.status.value,
+                       "detail": instance.detail},
+            )  # fmt: skip
+    _report(outcome)
+    if outcome.ignored:
+        count_by("InterruptionMessagesIgnored", dimension="Reason", value=outcome.ignore_reason)
+    return result.failed
 
 
 @logger.inject_lambda_context(clear_state=True)

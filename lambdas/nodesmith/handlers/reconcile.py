@@ -6,9 +6,10 @@ runs :func:`nodesmith.services.reconcile.reconcile` and reports:
 
 * metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
   ``OldestPendingPodAgeSeconds``, ``SchedulingDurationSeconds``, ``PodsScheduled``,
-  ``NodeClaimsCreated/Launched/Registered/Initialized``, ``NodeClaimsTerminated`` by ``Reason``,
-  ``NodePoolUtilizationPercent`` by ``NodePool`` and ``Resource`` (those two from
-  :mod:`~nodesmith.handlers.reporting`), ``LaunchFailures`` by
+  ``NodeClaimsCreated/Launched/Registered/Initialized`` by ``NodePool`` and ``CapacityType``,
+  ``NodeClaimsTerminated`` by ``Reason``, ``NodePool`` and ``CapacityType``,
+  ``NodePoolCostUSDPerHour`` by ``NodePool`` and ``CapacityType``, ``NodePoolUtilizationPercent``
+  by ``NodePool`` and ``Resource`` (those from :mod:`~nodesmith.handlers.reporting`), ``LaunchFailures`` by
   ``ErrorCode``, ``OfferingsMarkedUnavailable``, ``ClusterCostUSDPerHour`` (unit None: USD/hour),
   ``ReconcileDurationSeconds`` and ``ReconcileErrors`` (per-object errors the pass survived, or 1
   when the pass itself failed);
@@ -87,10 +88,6 @@ def _emit(outcome: ReconcileOutcome) -> None:
     add(name="OldestPendingPodAgeSeconds", unit=MetricUnit.Seconds, value=outcome.oldest_pending_age_seconds)
     add(name="SchedulingDurationSeconds", unit=MetricUnit.Seconds, value=outcome.scheduling_duration_seconds)
     add(name="PodsScheduled", unit=MetricUnit.Count, value=outcome.pods_scheduled)
-    add(name="NodeClaimsCreated", unit=MetricUnit.Count, value=outcome.nodeclaims_created)
-    add(name="NodeClaimsLaunched", unit=MetricUnit.Count, value=outcome.nodeclaims_launched)
-    add(name="NodeClaimsRegistered", unit=MetricUnit.Count, value=outcome.nodeclaims_registered)
-    add(name="NodeClaimsInitialized", unit=MetricUnit.Count, value=outcome.nodeclaims_initialized)
     add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
     add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
     add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
@@ -113,7 +110,9 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
     """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off).
 
     Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
-    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``.
+    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``,
+    ``NodeClaimsTerminated`` by ``Reason`` (``Empty``, ``Drifted``, ``Underutilized``, ``Expired``),
+    ``NodePool`` and ``CapacityType``, and the drains' ``PodsEvicted``.
     """
     from nodesmith.core.disruption import DisruptionSettings
     from nodesmith.services.disruption import disrupt
@@ -134,6 +133,7 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
     )
     for decision in outcome.decisions:
         logger.info("disruption decision", extra={"disruption": decision})
+    reporting.report_disruption(outcome)
     for method, count in sorted(outcome.executed.items()):
         count_by("DisruptionDecisions", dimension="Method", value=method, count=count)
     if outcome.executed:
@@ -225,7 +225,7 @@ def _report(
     """Metrics and the log line of the (last) pass; returns the summary."""
     duration = time.monotonic() - started
     _emit(outcome)
-    reporting.report_pass(outcome, disruption)
+    reporting.report_pass(outcome)
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
     summary = outcome_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)
