@@ -10,8 +10,9 @@ Steps, each with its exit code on failure (0 success, 1 a step failed, 2 bad inp
    no credentials, no moto state left behind) — or real AWS with ``--aws`` (boto3's default
    credential chain).
    Every zone of the region is offered (the simulation does not resolve EC2NodeClass subnets or
-   AMIs); when all NodePools use one EC2NodeClass, its kubelet settings, root volume and
-   ``instanceStorePolicy`` shape the types' allocatable as in Karpenter.
+   AMIs). Each NodePool's EC2NodeClass shapes its own instance types' allocatable with its kubelet
+   settings, root volume and ``instanceStorePolicy``, as in Karpenter
+   (:func:`load_nodepool_catalogues`; node classes with the same spec share one catalogue).
 3. **Prices** (:class:`nodesmith.adapters.aws.pricing.PricingProvider`): ``--price-table`` or
    ``$NODESMITH_PRICE_TABLE`` (on-demand USD/hour by type), the Pricing API with ``--aws``, else
    estimates. Estimated prices are labelled: a note on stderr, and in the table's caption.
@@ -64,6 +65,7 @@ __all__ = [
     "build_scheduling_input",
     "catalogue_cache_path",
     "load_catalogue",
+    "load_nodepool_catalogues",
     "run_simulate",
 ]
 
@@ -183,16 +185,18 @@ def _plan(
         raise _BadInput(str(exc)) from exc
     except OSError as exc:
         raise _BadInput(f"cannot read manifests: {exc}") from exc
+    per_pool: dict[str, list[InstanceType]] = {}
     if instance_types is None:
         try:
-            instance_types = load_catalogue(
-                region=region, price_table=price_table, use_aws=use_aws, nodeclass=_shared_nodeclass(bundle)
+            instance_types, per_pool = load_nodepool_catalogues(
+                bundle, region=region, price_table=price_table, use_aws=use_aws
             )
         except _BadInput:
             raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
-    return solve(replace(build_scheduling_input(bundle, instance_types), packing=packing))  # type: ignore[arg-type]
+    inp = build_scheduling_input(bundle, instance_types)
+    return solve(replace(inp, packing=packing, nodepool_instance_types=per_pool))  # type: ignore[arg-type]
 
 
 def _env_price_table() -> Path | None:
@@ -201,6 +205,41 @@ def _env_price_table() -> Path | None:
 
 
 # --------------------------------------------------------------------------------------- catalogue
+
+
+def load_nodepool_catalogues(
+    bundle: ManifestBundle, *, region: str, price_table: Path | None, use_aws: bool
+) -> tuple[list[InstanceType], dict[str, list[InstanceType]]]:
+    """``(shared, per_nodepool)``: the catalogue of each NodePool's EC2NodeClass, as Karpenter computes
+    instance types per node class (kubelet ``maxPods``/``podsPerCore``/reserved/eviction, root volume,
+    ``instanceStorePolicy``; see :func:`load_catalogue`).
+
+    With one node class in use (or none), ``shared`` is its catalogue (Karpenter's defaults for
+    none) and ``per_nodepool`` is empty. With several, ``per_nodepool`` maps each NodePool whose
+    node class is in the manifests to that class's catalogue (classes with identical specs share
+    one list), and ``shared`` is the first class's (by name): existing nodes' prices and NodePools
+    whose node class is missing use it. Raises what :func:`load_catalogue` raises.
+    """
+    classes = {nc.name: nc for nc in bundle.ec2nodeclasses}
+    used = sorted({np.spec.template.spec.node_class_ref.name for np in bundle.nodepools} & set(classes))
+    if len(used) <= 1:
+        nodeclass = classes[used[0]] if used else None
+        return load_catalogue(region=region, price_table=price_table, use_aws=use_aws, nodeclass=nodeclass), {}
+    by_spec: dict[str, list[InstanceType]] = {}
+    per_class: dict[str, list[InstanceType]] = {}
+    for name in used:
+        key = classes[name].spec.model_dump_json(by_alias=True, exclude_none=True)
+        if key not in by_spec:
+            by_spec[key] = load_catalogue(
+                region=region, price_table=price_table, use_aws=use_aws, nodeclass=classes[name]
+            )
+        per_class[name] = by_spec[key]
+    per_pool = {
+        np.name: per_class[np.spec.template.spec.node_class_ref.name]
+        for np in bundle.nodepools
+        if np.spec.template.spec.node_class_ref.name in per_class
+    }
+    return per_class[used[0]], per_pool
 
 
 def _shared_nodeclass(bundle: ManifestBundle) -> EC2NodeClass | None:
