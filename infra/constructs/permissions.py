@@ -24,10 +24,15 @@ No statement has a wildcard action. The EKS bearer token is a presigned STS
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_cdk import Aws
 from aws_cdk import aws_iam as iam
 from cdk_nag import NagPackSuppression, NagSuppressions
 from constructs import Construct
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = [
     "CLUSTER_TAG_VALUE",
@@ -122,24 +127,19 @@ class NodesmithPermissions(Construct):
             actions=["eks:DescribeCluster"],
             resources=[cluster_arn],
         )
-        tag_owned = iam.PolicyStatement(
-            sid="TagOwnedInstances",
-            actions=["ec2:CreateTags"],
-            resources=[_ec2_arn("instance", account=account)],
-            conditions={"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}},
-        )
-        terminate_owned = iam.PolicyStatement(
-            sid="TerminateOwnedInstances",
-            actions=["ec2:TerminateInstances"],
-            resources=[_ec2_arn("instance", account=account)],
-            conditions={"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}},
-        )
-        delete_owned_templates = iam.PolicyStatement(
-            sid="DeleteOwnedLaunchTemplates",
-            actions=["ec2:DeleteLaunchTemplate"],
-            resources=[_ec2_arn("launch-template", account=account)],
-            conditions={"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}},
-        )
+        owned_resource = {"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}}
+        owned_request = {"StringEquals": {f"aws:RequestTag/{tag_key}": CLUSTER_TAG_VALUE}}
+
+        def on_owned(sid: str, actions: Sequence[str], kind: str) -> iam.PolicyStatement:
+            """``actions`` on this account's EC2 resources of ``kind`` tagged owned."""
+            return iam.PolicyStatement(
+                sid=sid, actions=list(actions), resources=[_ec2_arn(kind, account=account)], conditions=owned_resource
+            )
+
+        tag_owned = on_owned("TagOwnedInstances", ["ec2:CreateTags"], "instance")
+        terminate_owned = on_owned("TerminateOwnedInstances", ["ec2:TerminateInstances"], "instance")
+        delete_owned_templates = on_owned("DeleteOwnedLaunchTemplates", ["ec2:DeleteLaunchTemplate"], "launch-template")
+        launch_with_owned_template = on_owned("LaunchWithOwnedLaunchTemplates", _LAUNCH_ACTIONS, "launch-template")
 
         launch_with_referenced = iam.PolicyStatement(
             sid="LaunchWithReferencedResources",
@@ -149,17 +149,11 @@ class NodesmithPermissions(Construct):
                 *(_ec2_arn(kind, account="") for kind in _PUBLIC_REFERENCED),
             ],
         )
-        launch_with_owned_template = iam.PolicyStatement(
-            sid="LaunchWithOwnedLaunchTemplates",
-            actions=list(_LAUNCH_ACTIONS),
-            resources=[_ec2_arn("launch-template", account=account)],
-            conditions={"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}},
-        )
         create_owned = iam.PolicyStatement(
             sid="CreateOwnedResources",
             actions=list(_CREATE_ACTIONS),
             resources=[_ec2_arn(kind, account=account) for kind in _CREATED_TYPES],
-            conditions={"StringEquals": {f"aws:RequestTag/{tag_key}": CLUSTER_TAG_VALUE}},
+            conditions=owned_request,
         )
         tag_on_create = iam.PolicyStatement(
             sid="TagOnCreate",
@@ -188,66 +182,38 @@ class NodesmithPermissions(Construct):
             sid="CreateOwnedInstanceProfiles",
             actions=["iam:CreateInstanceProfile", "iam:TagInstanceProfile"],
             resources=[profiles],
-            conditions={"StringEquals": {f"aws:RequestTag/{tag_key}": CLUSTER_TAG_VALUE}},
+            conditions=owned_request,
         )
-        read_profiles = iam.PolicyStatement(
-            sid="ReadOwnInstanceProfiles",
-            actions=["iam:GetInstanceProfile"],
-            resources=[profiles],
-        )
+        read_profiles = iam.PolicyStatement(sid="ReadOwnInstanceProfiles", actions=["iam:GetInstanceProfile"],
+                                            resources=[profiles])  # fmt: skip
         manage_profiles = iam.PolicyStatement(
             sid="SetRoleOfOwnedInstanceProfiles",
             actions=["iam:AddRoleToInstanceProfile", "iam:RemoveRoleFromInstanceProfile"],
             resources=[profiles],
-            conditions={"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}},
+            conditions=owned_resource,
         )
-        pricing = iam.PolicyStatement(
-            sid="ReadPrices",
-            actions=["pricing:GetProducts"],
-            resources=["*"],
-        )
+        pricing = iam.PolicyStatement(sid="ReadPrices", actions=["pricing:GetProducts"], resources=["*"])
 
-        self.reconcile_policy = iam.Policy(
-            self,
-            "ReconcilePolicy",
-            statements=[
-                read,
-                describe_cluster,
-                launch_with_referenced,
-                launch_with_owned_template,
-                create_owned,
-                tag_on_create,
-                tag_owned,
-                terminate_owned,
-                delete_owned_templates,
-                pass_node_role,
-                create_profiles,
-                read_profiles,
-                manage_profiles,
-                eks_ami_parameters,
-                pricing,
-            ],
-        )
-        self.interruption_policy = iam.Policy(
-            self,
-            "InterruptionPolicy",
-            statements=[
-                read,
-                describe_cluster,
-                launch_with_referenced,
-                launch_with_owned_template,
-                create_owned,
-                tag_on_create,
-                tag_owned,
-                terminate_owned,
-                pass_node_role,
-                create_profiles,
-                read_profiles,
-                manage_profiles,
-                eks_ami_parameters,
-                pricing,
-            ],
-        )
+        # The interruption Lambda launches replacements with the same scoping; only the reconcile
+        # Lambda garbage-collects launch templates.
+        shared = [
+            read,
+            describe_cluster,
+            launch_with_referenced,
+            launch_with_owned_template,
+            create_owned,
+            tag_on_create,
+            tag_owned,
+            terminate_owned,
+            pass_node_role,
+            create_profiles,
+            read_profiles,
+            manage_profiles,
+            eks_ami_parameters,
+            pricing,
+        ]
+        self.reconcile_policy = iam.Policy(self, "ReconcilePolicy", statements=[*shared, delete_owned_templates])
+        self.interruption_policy = iam.Policy(self, "InterruptionPolicy", statements=shared)
         self._suppress_required_wildcards(cluster_name=cluster_name)
 
     def _suppress_required_wildcards(self, *, cluster_name: str) -> None:
