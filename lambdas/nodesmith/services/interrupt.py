@@ -117,6 +117,7 @@ class InstanceStatus(StrEnum):
     REMOVED = "removed"  # node (and instance / NodeClaim when ours) removed
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # a duplicate delivery: another invocation drains it
     DRAIN_ABANDONED = "drain_abandoned"  # too many attempts: left cordoned, no more retries
+    DRAIN_HANDED_OFF = "drain_handed_off"  # cordoned; a continuation message drains it (a burst)
 
 
 _IGNORED_STATUSES = frozenset(
@@ -316,6 +317,8 @@ class InterruptionRun:
     (a batch lists the nodes once). ``post_events`` False skips the interruption Events (a
     continued drain already posted them). ``eviction_workers`` bounds parallel evictions per node.
     ``started_at`` (monotonic seconds, default now) is where the drain budget starts.
+    ``post_drain_events`` (default: ``post_events``) posts the Event a drain starts with
+    (a drain handed off after the cordon posts it although its cordon Events were posted already).
     ``instances_by_id`` (instance id -> Instance, or None when EC2 does not know it), when given,
     replaces the per-instance ``get_instance`` (a batch describes its instances in one call).
     """
@@ -334,6 +337,7 @@ class InterruptionRun:
         clock: Callable[[], float],
         nodes_by_provider: Mapping[str, Node] | None = None,
         post_events: bool = True,
+        post_drain_events: bool | None = None,
         eviction_workers: int = 1,
         started_at: float | None = None,
         instances_by_id: Mapping[str, Instance | None] | None = None,
@@ -351,13 +355,17 @@ class InterruptionRun:
         self.removing = action is Action.CORDON_AND_DRAIN and message.kind in REMOVING_KINDS
         self.nodes_by_provider = nodes_by_provider
         self.post_events = post_events
+        self.post_drain_events = post_events if post_drain_events is None else post_drain_events
         self.eviction_workers = eviction_workers
         self.instances_by_id = instances_by_id
 
-    def post(self, case: InstanceCase, reason: str, type_: str) -> None:
-        """Post an Event on the case's node or NodeClaim; failures become warnings (Events are best effort)."""
+    def post(self, case: InstanceCase, reason: str, type_: str, *, enabled: bool | None = None) -> None:
+        """Post an Event on the case's node or NodeClaim; failures become warnings (Events are best effort).
+
+        ``enabled`` (default: ``post_events``) says whether this Event is posted at all.
+        """
         ref = case.ref()
-        if ref is None or not self.post_events:
+        if ref is None or not (self.post_events if enabled is None else enabled):
             return
         text = _event_message(self.message, case.instance_id)
         try:
@@ -454,7 +462,7 @@ class InterruptionRun:
         ``on_step`` is passed to :func:`~nodesmith.services.drain.drain_node` (progress reports).
         """
         if self.removing:
-            self.post(case, TERMINATING_ON_INTERRUPTION, "Warning")
+            self.post(case, TERMINATING_ON_INTERRUPTION, "Warning", enabled=self.post_drain_events)
             if case.gone:
                 # The instance is already going and its pods with it: remove the node so they are replaced now.
                 return self.remove(case)

@@ -27,6 +27,16 @@ of a spot interruption run out:
    marker having expired, the drain resumes from the stored progress (the cluster itself says
    which pods are left: eviction is idempotent).
 
+**Burst hand-off**: a batch whose original messages leave at least ``handoff_min_drains`` nodes to
+drain is a sign of a burst (a full batch; more messages are waiting behind it). Holding those
+records for the replacement wait and the drain would keep this invocation from cordoning the
+nodes of the next batch, so after phase 1 such a batch hands each message's drain to a
+*hand-off continuation* (attempt 1, ``"handoff": true``, no delay) and acknowledges: the
+invocations stay seconds long and every node of the burst is cordoned first; the hand-off
+continuations then do phases 2 and 3 (one replacement pass, then drain) like an original
+(Karpenter splits the same way: its interruption controller only taints and deletes the
+NodeClaim, the termination controller drains later).
+
 Errors: a failure of one instance fails only its own record (SQS delivers it again); a failing
 replacement pass is reported and the drains go on (the scheduled reconcile catches up). Only
 :class:`BaseException` (the Lambda being killed, or a test simulating it) escapes.
@@ -106,10 +116,15 @@ class DrainUnfinishedError(NodesmithError):
 
 @dataclass(frozen=True, slots=True)
 class Continuation:
-    """The marker of a continuation message: which attempt (1 = first continuation) for which instances."""
+    """The marker of a continuation message: which attempt (1 = first continuation) for which instances.
+
+    ``handoff`` is True for a drain handed off after the cordon (a burst): it runs the replacement
+    pass and posts the drain's Events like an original message.
+    """
 
     attempt: int
     instance_ids: tuple[str, ...]
+    handoff: bool = False
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Continuation | None:
@@ -120,13 +135,19 @@ class Continuation:
         attempt, ids = raw.get("attempt"), raw.get("instance-ids")
         if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1 or not isinstance(ids, list):
             return None
-        return cls(attempt=attempt, instance_ids=tuple(str(i) for i in ids if isinstance(i, str)))
+        ids_ = tuple(str(i) for i in ids if isinstance(i, str))
+        return cls(attempt=attempt, instance_ids=ids_, handoff=raw.get("handoff") is True)
 
 
-def continuation_body(event: Mapping[str, Any], *, attempt: int, instance_ids: Sequence[str]) -> dict[str, Any]:
-    """The original event with the continuation marker for ``attempt`` and ``instance_ids``."""
+def continuation_body(
+    event: Mapping[str, Any], *, attempt: int, instance_ids: Sequence[str], handoff: bool = False
+) -> dict[str, Any]:
+    """The original event with the continuation marker for ``attempt`` and ``instance_ids`` (and
+    ``"handoff": true`` for a drain handed off after the cordon)."""
     body = {k: v for k, v in event.items() if k != CONTINUATION_KEY}
     body[CONTINUATION_KEY] = {"attempt": attempt, "instance-ids": list(instance_ids)}
+    if handoff:
+        body[CONTINUATION_KEY]["handoff"] = True
     return body
 
 
@@ -164,7 +185,8 @@ class BatchOutcome:
     """Per-record results plus the batch's phases (seconds) and what the replacement did.
 
     ``drains_run`` counts drains actually performed by this invocation, ``drains_replayed`` those
-    answered from an earlier delivery's stored result; ``offerings_marked`` spot offerings marked.
+    answered from an earlier delivery's stored result; ``offerings_marked`` spot offerings marked;
+    ``drains_handed_off`` drains sent on to a hand-off continuation (a burst).
     """
 
     items: list[ItemResult] = field(default_factory=list)
@@ -175,6 +197,7 @@ class BatchOutcome:
     drains_run: int = 0
     drains_replayed: int = 0
     offerings_marked: int = 0
+    drains_handed_off: int = 0
 
 
 # --- outcomes as JSON (the idempotency store keeps the result of each drain) -----------------------
@@ -288,6 +311,17 @@ class _Batch:
         except Exception as exc:  # the mark only improves plans
             LOG.warning("could not mark %s/%s/%s unavailable: %s", offering.instance_type, offering.zone,
                         offering.capacity_type, exc)  # fmt: skip
+
+    def hand_off(self, entry: _Item, cases: list[InstanceCase]) -> list[InstanceOutcome]:
+        """Send the drains of ``cases`` (one message's cordoned nodes) on to a hand-off continuation."""
+        assert self.requeue is not None
+        ids = [c.instance_id for c in cases]
+        body = continuation_body(entry.item.event, attempt=entry.item.attempt + 1, instance_ids=ids, handoff=True)
+        self.requeue(body, 0)  # raising fails the record: SQS delivers it again and the cordon is repeated
+        with self.lock:
+            self.out.drains_handed_off += len(cases)
+        detail = "cordoned; drain handed off to a continuation message (burst)"
+        return [replace(c.outcome(InstanceStatus.DRAIN_HANDED_OFF, detail), continued=True) for c in cases]
 
     # -- phase 3 ----------------------------------------------------------------------------------
     def save(self, progress: DrainProgress, warnings: list[str]) -> None:
@@ -427,6 +461,7 @@ def handle_batch(
     replace_capacity: Callable[[], Replacement] | None = None,
     once: Once | None = None,
     requeue: Requeue | None = None,
+    handoff_min_drains: int | None = None,
     cordon_workers: int = 16,
     drain_workers: int = 16,
     eviction_workers: int = 4,
@@ -444,7 +479,10 @@ def handle_batch(
     ``state`` stores drain progress and spot marks (None: neither). ``replace_capacity`` runs the
     replacement pass (None: none). ``once`` makes each drain idempotent (None: always run);
     ``requeue`` sends a continuation (None: an unfinished drain fails its record instead, and SQS
-    redelivers it after the visibility timeout). Worker counts bound the thread pools.
+    redelivers it after the visibility timeout). ``handoff_min_drains`` (None: never) turns on the
+    burst hand-off (module docstring): when the original messages leave at least that many nodes
+    to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon.
+    Worker counts bound the thread pools.
 
     Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
     (the handler acknowledges them); if they are, they are reported as such.
@@ -475,6 +513,7 @@ def handle_batch(
             clock=clock,
             instances_by_id=instances,
             post_events=e.item.continuation is None,
+            post_drain_events=e.item.continuation is None or e.item.continuation.handoff,
             eviction_workers=eviction_workers,
             started_at=t0,  # one budget for the whole batch, counted from the call
         )
@@ -488,9 +527,20 @@ def handle_batch(
             e.cases.append(begun)
     batch.out.cordon_seconds = clock() - t0
 
+    # 1b. a burst: hand the originals' drains off and acknowledge, so this invocation is free for the next batch
+    originals = [e for e in acting if e.cases and e.item.continuation is None]
+    burst = handoff_min_drains is not None and sum(len(e.cases) for e in originals) >= handoff_min_drains
+    if burst and requeue is not None:
+        handed = [(e, list(e.cases)) for e in originals]
+        for (e, _), sent in zip(handed, _gather(handed, batch.hand_off, cordon_workers), strict=True):
+            if isinstance(sent, list):
+                e.results.update((o.instance_id, o) for o in sent)
+            e.cases = []
+
     # 2. replacement capacity for the pods of the nodes about to be drained
     t1 = clock()
-    if replace_capacity is not None and any(e.cases and e.item.continuation is None for e in acting):
+    fresh = [e for e in acting if e.cases and (e.item.continuation is None or e.item.continuation.handoff)]
+    if replace_capacity is not None and fresh:
         batch.out.replacement = _replace(replace_capacity)
     batch.out.replace_seconds = clock() - t1
 

@@ -1,0 +1,151 @@
+"""In a burst (a batch leaving at least ``handoff_min_drains`` nodes to drain) the invocation cordons every
+node, hands each message's drain to a hand-off continuation and returns without replacing or draining,
+so it is free for the next batch at once; the continuations then run the one replacement pass and the
+drains like originals, post the drain's Event once, and a duplicated hand-off still drains once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.core.errors import InProgressElsewhereError
+from nodesmith.core.interruption import parse_message
+from nodesmith.services.interrupt import InstanceStatus
+from nodesmith.services.interrupt_batch import CONTINUATION_KEY, BatchItem, Continuation, handle_batch
+from nodesmith.services.replacement import Replacement
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+
+
+def load_module(name: str, filename: str) -> ModuleType:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+fakes = load_module("nodesmith_tests_interruption_fakes", "interruption_fakes.py")
+memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
+IDS = [f"i-00000000000000{n:02d}" for n in range(4)]
+
+
+def world() -> tuple[Any, Any, Any]:
+    clock = fakes.FakeClock()
+    nodes = [fakes.make_node(f"node-{n}", iid) for n, iid in enumerate(IDS)]
+    pods = [fakes.make_pod(f"web-{n}-{j}", node=f"node-{n}", grace=0) for n in range(len(IDS)) for j in range(2)]
+    cluster = fakes.FakeCluster(clock=clock, nodes=nodes, pods=pods)
+    cloud = fakes.FakeCloud([fakes.make_instance(iid, nodeclaim=f"nc-{n}") for n, iid in enumerate(IDS)])
+    return clock, cluster, cloud
+
+
+def item_of(body: dict[str, Any], message_id: str) -> BatchItem:
+    return BatchItem(item_id=message_id, message=parse_message(json.dumps(body)), event=body,
+                     continuation=Continuation.from_event(body))  # fmt: skip
+
+
+class Requeue:
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, Any], int]] = []
+
+    def __call__(self, body: Any, delay: int) -> None:
+        self.sent.append((json.loads(json.dumps(body)), delay))
+
+
+class DictOnce:
+    def __init__(self) -> None:
+        self.results: dict[str, dict[str, Any]] = {}
+        self.runs: list[str] = []
+
+    def __call__(self, key: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        if key in self.results:
+            return self.results[key]
+        if key in self.runs:
+            raise InProgressElsewhereError("busy", key=key)
+        self.runs.append(key)
+        self.results[key] = work()
+        return self.results[key]
+
+
+def run(items: list[BatchItem], clock: Any, cluster: Any, cloud: Any, **kwargs: Any) -> Any:
+    return handle_batch(items=items, cluster=cluster, cloud=cloud, cluster_name=fakes.CLUSTER,
+                        rebalance_action="cordon", now=clock.wall(), drain_budget_seconds=60.0, drain_workers=1,
+                        eviction_workers=1, sleep=clock.sleep, clock=clock, wall=clock.wall, **kwargs)  # fmt: skip
+
+
+def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_drain_once() -> None:
+    clock, cluster, cloud = world()
+    requeue, once, state = Requeue(), DictOnce(), memory.MemoryStateStore()
+    passes: list[int] = []
+
+    def replace_capacity() -> Replacement:
+        passes.append(sum(1 for n in cluster.nodes.values() if n.unschedulable))
+        return Replacement(ran=True, nodeclaims_launched=2)
+
+    originals = [item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS]
+    first = run(originals, clock, cluster, cloud, requeue=requeue, once=once, state=state,
+                replace_capacity=replace_capacity, handoff_min_drains=3)  # fmt: skip
+
+    assert cluster.count("taint_and_cordon") == 4 and cluster.count("evict") == 0
+    assert passes == [] and first.replacement is None and first.drains_run == 0
+    assert first.drains_handed_off == 4 and first.offerings_marked == 1
+    statuses = [r.outcome.instances[0].status for r in first.items]
+    assert statuses == [InstanceStatus.DRAIN_HANDED_OFF] * 4
+    assert not any(r.failed for r in first.items)  # acknowledged: the continuations carry the drains on
+    assert [(b[CONTINUATION_KEY], d) for b, d in requeue.sent] == [
+        ({"attempt": 1, "instance-ids": [iid], "handoff": True}, 0) for iid in IDS
+    ]
+    node_events = lambda: sorted(e for e in cluster.events if e[0] == "Node" and e[2] != "TerminatingOnInterruption")  # noqa: E731
+    cordon_events = node_events()
+    assert len(cordon_events) == 4
+
+    # The hand-offs arrive (one of them twice) and drain; the replacement pass runs once, for all four nodes.
+    bodies = [b for b, _ in requeue.sent]
+    continuations = [item_of(b, f"cont-{n}") for n, b in enumerate(bodies)] + [item_of(bodies[0], "cont-dup")]
+    second = run(continuations, clock, cluster, cloud, requeue=requeue, once=once, state=state,
+                 replace_capacity=replace_capacity, handoff_min_drains=3)  # fmt: skip
+
+    assert passes == [4]
+    assert second.drains_handed_off == 0 and len(requeue.sent) == 4  # a hand-off is never handed off again
+    assert sorted(once.runs) == sorted(f"evt-{iid}#{iid}#1" for iid in IDS)  # each drained once
+    assert cluster.count("evict") == 8 and cluster.lost == []
+    assert [r.outcome.instances[0].status for r in second.items[:4]] == [InstanceStatus.REMOVED] * 4
+    assert node_events() == cordon_events  # the interruption Events are not posted again
+    terminating = [e[1] for e in cluster.events if e[2] == "TerminatingOnInterruption"]
+    assert sorted(terminating) == [f"node-{n}" for n in range(4)]  # the drain's Event, once per node
+    assert state.get_drain(instance_id=IDS[0]).done
+
+
+def test_a_batch_below_the_threshold_drains_in_the_same_invocation() -> None:
+    clock, cluster, cloud = world()
+    requeue = Requeue()
+    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS[:2]], clock, cluster, cloud,
+              requeue=requeue, handoff_min_drains=3)  # fmt: skip
+
+    assert requeue.sent == [] and out.drains_handed_off == 0
+    assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * 2
+
+
+def test_without_a_queue_a_burst_drains_in_the_same_invocation() -> None:
+    clock, cluster, cloud = world()
+    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, handoff_min_drains=1)
+    assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * 4
+
+
+def test_a_hand_off_that_cannot_be_sent_fails_its_record_and_leaves_the_node_cordoned() -> None:
+    clock, cluster, cloud = world()
+
+    def broken(body: Any, delay: int) -> None:
+        raise RuntimeError("SendMessage throttled")
+
+    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, requeue=broken,
+              handoff_min_drains=2)  # fmt: skip
+    assert all(r.failed and "throttled" in r.error for r in out.items)  # SQS delivers them again
+    assert cluster.count("evict") == 0 and all(n.unschedulable for n in cluster.nodes.values())
