@@ -88,3 +88,28 @@ def test_nodepools_on_node_classes_with_different_max_pods_get_different_allocat
     assert per_pool == {"dense": 1, "sparse": 2, "sparse-twin": 2}
     # sparse-twin's spec equals sparse's: its catalogue is computed once.
     assert asked == ["dense", "sparse"]
+
+
+def test_explain_loads_the_same_per_node_class_catalogues(
+    write: Callable[[str, str], Path],
+    small_catalogue: list[InstanceType],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from nodesmith.cli.explain import run_explain
+
+    asked: list[str | None] = []
+
+    def per_nodeclass(*, nodeclass: EC2NodeClass | None = None, **_: object) -> list[InstanceType]:
+        asked.append(nodeclass.name if nodeclass is not None else None)
+        return small_catalogue
+
+    monkeypatch.setattr(simulate, "load_catalogue", per_nodeclass)
+    manifests = "".join(
+        NODECLASS.format(name=name, nodeclass=name, max_pods=max_pods) + PODS.format(pool=name)
+        for name, max_pods in (("dense", 110), ("sparse", 4))
+    )
+
+    assert run_explain(pod="dense", files=[write("pools.yaml", manifests)], output="json") == 0
+    assert asked == ["dense", "sparse"]
+    assert json.loads(capsys.readouterr().out)["scheduled"] is True

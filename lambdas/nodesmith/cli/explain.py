@@ -35,8 +35,6 @@ from nodesmith.core.errors import ManifestError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from nodesmith.adapters.manifests import ManifestBundle
-    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.model import InstanceType, Pod
     from nodesmith.core.scheduling.reasons import Explanation, PoolVerdict
 
@@ -81,14 +79,6 @@ def find_pod(pods: Sequence[Pod], wanted: str) -> tuple[Pod, str]:
         return replicas[0], note
     shown = ", ".join(sorted(p.key for p in pods)[:10]) or "none"
     raise _BadInput(f"no pod {wanted!r} in the manifests (pods: {shown})")
-
-
-def _shared_nodeclass(bundle: ManifestBundle) -> EC2NodeClass | None:
-    """The one EC2NodeClass every NodePool uses (its kubelet settings shape the catalogue), else None."""
-    classes = {nc.name: nc for nc in bundle.ec2nodeclasses}
-    used = {np.spec.template.spec.node_class_ref.name for np in bundle.nodepools}
-    found = [classes[name] for name in sorted(used) if name in classes]
-    return found[0] if len(found) == 1 else None
 
 
 def run_explain(
@@ -155,8 +145,8 @@ def _explain(
     instance_types: Sequence[InstanceType] | None,
 ) -> tuple[Explanation, Pod]:
     from nodesmith.adapters.manifests import load_manifests
-    from nodesmith.cli.simulate import build_scheduling_input
-    from nodesmith.cli.simulate_catalogue import BadInputError, load_catalogue
+    from nodesmith.cli.simulate import build_scheduling_input, load_nodepool_catalogues
+    from nodesmith.cli.simulate_catalogue import BadInputError
     from nodesmith.core.scheduling import solve
     from nodesmith.core.scheduling.reasons import Explanation
 
@@ -175,16 +165,17 @@ def _explain(
         ), target
     if target.is_daemonset or target.is_mirror or target.is_terminal:
         raise _BadInput(f"pod {target.key} is not provisioned for (DaemonSet, mirror or finished pod)")
+    per_pool: dict[str, list[InstanceType]] = {}
     if instance_types is None:
         try:
-            instance_types = load_catalogue(
-                region=region, price_table=price_table, use_aws=use_aws, nodeclass=_shared_nodeclass(bundle)
+            instance_types, per_pool = load_nodepool_catalogues(
+                bundle, region=region, price_table=price_table, use_aws=use_aws
             )
         except BadInputError as exc:
             raise _BadInput(str(exc)) from exc
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
-    inp = build_scheduling_input(bundle, instance_types)
+    inp = replace(build_scheduling_input(bundle, instance_types), nodepool_instance_types=per_pool)
     result = solve(replace(inp, packing=packing, explain=frozenset({target.key})))  # type: ignore[arg-type]
     explanation = result.explanations.get(target.key)
     if explanation is None:  # not pending after all (e.g. a duplicate uid)
