@@ -10,6 +10,8 @@ stay alive between steps:
    the Eviction API (:func:`~nodesmith.services.drain.drain_node`, PDBs honoured) and, drained,
    terminated: instance, Node, NodeClaim (event ``DisruptionTerminating``). A drain that runs out
    of its per-pass budget resumes next pass. Their nodes count as deleting for the decision below.
+   A command whose replacement vanished first is abandoned: its nodes are untainted and uncordoned
+   and stay (Karpenter fails the command the same way).
 2. **Expirations** (forceful, not budgeted, no pre-spun replacement; Karpenter's expiration
    controller): tainted, drained and terminated at once; their pods are re-provisioned by the
    next provisioning pass.
@@ -265,6 +267,10 @@ class _Disruption:
             if rec is not None:
                 commands.setdefault(rec.nodes, rec)
         for rec in commands.values():
+            vanished = [r for r in rec.replacements if self._vanished(r)]
+            if vanished:
+                going -= self._abandon(rec, vanished)
+                continue
             going |= set(rec.nodes)
             waiting = [r for r in rec.replacements if not self._initialized(r)]
             if waiting:
@@ -284,9 +290,37 @@ class _Disruption:
 
     def _initialized(self, name: str) -> bool:
         claim = self.claims.get(name)
-        # A replacement that vanished (ICE, liveness) no longer holds the command back: Karpenter
-        # fails the command there; without an untaint call the nodes are drained as planned.
-        return claim is None or claim.is_true(CONDITION_INITIALIZED)
+        return claim is not None and claim.is_true(CONDITION_INITIALIZED)
+
+    def _vanished(self, name: str) -> bool:
+        """True when replacement ``name`` is gone or being deleted (capacity error, liveness, a user)."""
+        claim = self.claims.get(name)
+        return claim is None or claim.metadata.deletion_timestamp is not None
+
+    def _abandon(self, rec: CommandRecord, vanished: list[str]) -> set[str]:
+        """Fail a command whose replacement vanished before it initialized; returns the nodes given back.
+
+        Karpenter un-taints the candidates and starts over ("If a replacement node fails to
+        initialize, un-taint the node(s), and restart", disruption docs; ``karpenter-v1.md`` §3): the
+        ``karpenter.sh/disrupted`` taint and the cordon come off, ``DisruptionReason`` turns False
+        (so no later pass resumes the command) and the nodes are not drained. A node whose untaint
+        failed keeps its command, so the next pass tries again.
+        """
+        why = f"replacement NodeClaim(s) {', '.join(vanished)} vanished before initializing"
+        released: set[str] = set()
+        for node in rec.nodes:
+            try:
+                self.cluster.untaint_and_uncordon(node_name=node, taint_key=DISRUPTED_TAINT_KEY)
+            except KubernetesError as exc:
+                self.out.errors.append(f"untaint {node}: {exc}")
+                continue
+            released.add(node)
+            self._set(node, CONDITION_DISRUPTING, "False", "Abandoned", why)
+            self._event(node, "DisruptionBlocked", f"Abandoned {rec.method} ({rec.cause}): {why}", warning=True)
+        self.out.decisions.append(
+            {"stage": "abandoned", "method": rec.method, "cause": rec.cause, "reason": why, "nodes": list(rec.nodes)}
+        )
+        return released
 
     def _terminate(self, node_name: str, *, why: str, method: str) -> bool:
         """Drain ``node_name`` (already tainted) and, when drained, terminate it. True when gone.
