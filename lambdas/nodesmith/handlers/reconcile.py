@@ -148,13 +148,21 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
     return outcome
 
 
+def _reported(outcome: ReconcileOutcome) -> ReconcileOutcome:
+    """Emit one pass's metrics as soon as it ends: a watch-mode invocation runs many passes, and
+    reporting only the last would lose the NodeClaims the others created, launched or terminated."""
+    _emit(outcome)
+    reporting.report_pass(outcome)
+    return outcome
+
+
 def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    outcome = run_pass()
+    outcome = _reported(run_pass())
     return outcome, run_disruption()
 
 
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    return run_pass(), None
+    return _reported(run_pass()), None
 
 
 def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:
@@ -222,10 +230,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 def _report(
     outcome: ReconcileOutcome, disruption: DisruptionOutcome | None, started: float, **extra: Any
 ) -> dict[str, Any]:
-    """Metrics and the log line of the (last) pass; returns the summary."""
+    """The invocation's duration and the log line of its (last) pass; returns the summary.
+
+    Each pass's own metrics were emitted when it ended (:func:`_reported`).
+    """
     duration = time.monotonic() - started
-    _emit(outcome)
-    reporting.report_pass(outcome)
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
     summary = outcome_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)
