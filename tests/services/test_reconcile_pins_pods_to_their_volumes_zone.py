@@ -4,10 +4,13 @@ Karpenter would refuse gets no NodeClaim and a FailedScheduling event saying why
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.core.errors import KubernetesError
-from nodesmith.core.model import NodeSelectorRequirement, NodeSelectorTerm
+from nodesmith.core.model import Node, NodeSelectorRequirement, NodeSelectorTerm, Taint
 from nodesmith.core.scheduling.volumes import PersistentVolume, StorageClass, VolumeClaim, VolumeContext
 from nodesmith.services.reconcile import reconcile
 
@@ -87,3 +90,27 @@ def test_unreadable_storage_objects_hold_back_only_the_pods_with_claims() -> Non
 
     assert out.pods_scheduled == 1 and "default/db-0" in out.unschedulable
     assert any("403" in e for e in out.errors)
+
+
+@pytest.mark.parametrize(("owner_pod", "zone"), [("worker", "us-east-1a"), ("", "us-east-1b")])
+def test_a_rescheduled_pods_ephemeral_volume_does_not_pin_its_replacement(owner_pod: str, zone: str) -> None:
+    """Karpenter skips generic ephemeral volumes of bound pods (the claim is deleted with the pod);
+    a regular claim keeps the replacement with its volume. us-east-1a is the cheaper zone."""
+    leaving = Node(
+        name="old-node",
+        labels={ZONE: "us-east-1b"},
+        taints=(Taint(key="karpenter.sh/disrupted", effect="NoSchedule"),),
+        allocatable={"cpu": 2000, "memory": 4 * 2**30, "pods": 29},
+        ready=True,
+    )
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], nodes=[leaving])
+    cluster.volumes = replace(
+        CONTEXT, claims={("default", "scratch"): VolumeClaim("default", "scratch", "gp3", "pv-db-0", owner_pod)}
+    )
+    cluster.pods = [make_pod("worker", pvc_names=("scratch",), node_name="old-node", unschedulable=False)]
+    cloud = FakeCloud()
+
+    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+
+    assert out.pods_rescheduled == 1 and out.pods_scheduled == 1
+    assert _zones(cloud) == [zone]

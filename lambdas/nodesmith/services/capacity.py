@@ -308,7 +308,8 @@ def volume_topology(
     (:func:`~nodesmith.core.scheduling.volumes.volume_requirements`). ``refused`` maps a *pending*
     pod key to why Karpenter would not provision for it (``ValidatePersistentVolumeClaims``: claim,
     volume or class missing; unbound claim without a class or with an ``Immediate`` class): such
-    pods are left out of the pass. Pods of nodes going away (``moving``) are never refused.
+    pods are left out of the pass. Pods of nodes going away (``moving``) are never refused, and their
+    generic ephemeral volumes impose nothing (a replacement pod gets new claims).
     """
     requirements: dict[str, tuple[NodeSelectorRequirement, ...]] = {}
     refused: dict[str, str] = {}
@@ -316,7 +317,7 @@ def volume_topology(
         for pod in pods:
             if not pod.pvc_names:
                 continue
-            reqs, notes = context.requirements(pod)
+            reqs, notes = context.requirements(pod, rescheduled=not validate)
             if validate and notes:
                 refused[pod.key] = "; ".join(notes)
                 continue

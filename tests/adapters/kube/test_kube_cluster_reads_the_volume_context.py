@@ -91,3 +91,18 @@ def test_an_unreadable_object_is_a_kubernetes_error_naming_it(cluster: KubeClust
     kube.store.create("persistentvolumes", {"metadata": {"name": "broken"}, "spec": {"nodeAffinity": "zone-a"}})
     with pytest.raises(KubernetesError, match="persistentvolume broken"):
         cluster.volume_context()
+
+
+def test_a_generic_ephemeral_volumes_claim_names_its_pod(cluster: KubeCluster, kube: KubeEmulator) -> None:
+    owners = {
+        "worker-scratch": [{"apiVersion": "v1", "kind": "Pod", "name": "worker", "uid": "u1", "controller": True}],
+        "data-db-0": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u2", "controller": True}],
+    }
+    for name, refs in owners.items():
+        kube.store.create(
+            "persistentvolumeclaims",
+            {"metadata": {"name": name, "namespace": "apps", "ownerReferences": refs}, "spec": {}},
+        )
+    claims = cluster.volume_context().claims
+    assert claims[("apps", "worker-scratch")].owner_pod == "worker"
+    assert claims[("apps", "data-db-0")].owner_pod == ""

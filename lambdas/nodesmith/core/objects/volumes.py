@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.objects.common import _item_map, _list, _map, _str, _str_tuple
-from nodesmith.core.objects.pods import _node_selector_term
+from nodesmith.core.objects.pods import _controller_owner, _node_selector_term
 from nodesmith.core.scheduling.volumes import PersistentVolume, StorageClass, VolumeClaim
 
 if TYPE_CHECKING:
@@ -22,14 +22,17 @@ __all__ = ["persistent_volume_from_dict", "storage_class_from_dict", "volume_cla
 
 
 def volume_claim_from_dict(obj: Mapping[str, Any]) -> VolumeClaim:
-    """A PersistentVolumeClaim (namespace defaults to ``default``)."""
+    """A PersistentVolumeClaim (namespace defaults to ``default``); ``owner_pod`` is the name of its
+    controlling Pod owner (generic ephemeral volumes), "" when another kind or nothing controls it."""
     meta = _map(obj, "metadata", "")
     spec = _map(obj, "spec", "")
+    owner_kind, owner_name = _controller_owner(meta)
     return VolumeClaim(
         namespace=_str(meta, "namespace", "metadata") or "default",
         name=_str(meta, "name", "metadata"),
         storage_class=_str(spec, "storageClassName", "spec"),
         volume_name=_str(spec, "volumeName", "spec"),
+        owner_pod=(owner_name or "") if owner_kind == "Pod" else "",
     )
 
 

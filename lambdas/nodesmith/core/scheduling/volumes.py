@@ -45,13 +45,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class VolumeClaim:
-    """A PersistentVolumeClaim: ``storage_class`` (``spec.storageClassName``, "" when unset) and
-    ``volume_name`` (``spec.volumeName``, "" while unbound)."""
+    """A PersistentVolumeClaim: ``storage_class`` (``spec.storageClassName``, "" when unset),
+    ``volume_name`` (``spec.volumeName``, "" while unbound) and ``owner_pod``: the pod that controls
+    it (a generic ephemeral volume's claim), "" otherwise."""
 
     namespace: str
     name: str
     storage_class: str = ""
     volume_name: str = ""
+    owner_pod: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +103,13 @@ class VolumeContext:
             classes={c.name: c for c in classes},
         )
 
-    def requirements(self, pod: Pod) -> tuple[tuple[NodeSelectorRequirement, ...], tuple[str, ...]]:
+    def requirements(
+        self, pod: Pod, *, rescheduled: bool = False
+    ) -> tuple[tuple[NodeSelectorRequirement, ...], tuple[str, ...]]:
         """:func:`volume_requirements` of ``pod`` against this context: ``(requirements, notes)``."""
-        return volume_requirements(pod, claims=self.claims, volumes=self.volumes, classes=self.classes)
+        return volume_requirements(
+            pod, claims=self.claims, volumes=self.volumes, classes=self.classes, rescheduled=rescheduled
+        )
 
 
 def volume_requirements(
@@ -112,17 +118,23 @@ def volume_requirements(
     claims: Mapping[tuple[str, str], VolumeClaim],
     volumes: Mapping[str, PersistentVolume],
     classes: Mapping[str, StorageClass],
+    rescheduled: bool = False,
 ) -> tuple[tuple[NodeSelectorRequirement, ...], tuple[str, ...]]:
     """``(requirements, notes)`` for the claims ``pod`` mounts (rules in the module docstring).
 
     ``claims`` are keyed by ``(namespace, name)``, ``volumes`` and ``classes`` by name. Notes say
     what Karpenter would reject the pod for (a claim, volume or class that does not exist, an
     unbound claim without a class or with an ``Immediate`` class), naming the object.
+    ``rescheduled``: the pod is bound to a node that is going away; the claims of its generic
+    ephemeral volumes (controlled by the pod) are then skipped, since they are deleted with the pod
+    and its replacement gets new ones (``getRequirements`` skips ephemeral volumes of bound pods).
     """
     out: list[NodeSelectorRequirement] = []
     notes: list[str] = []
     for name in pod.pvc_names:
         claim = claims.get((pod.namespace, name))
+        if rescheduled and claim is not None and claim.owner_pod == pod.name:
+            continue
         if claim is None:
             notes.append(f"PersistentVolumeClaim {pod.namespace}/{name} not found")
             continue
