@@ -270,6 +270,11 @@ def collect_garbage(
     lookup = get_instance or (lambda iid: cloud.get_instance(instance_id=iid))
     node_by_provider = {n.provider_id: n.name for n in nodes if n.provider_id}
     labels_by_node = {n.name: n.labels for n in nodes}
+
+    def key_of(nc: NodeClaim, node_name: str | None, inst: Instance | None) -> PoolKey:
+        kind = inst.capacity_type if inst is not None else None
+        return pool_key(nodeclaim=nc, labels=labels_by_node.get(node_name or ""), capacity_type=kind)
+
     for nc in nodeclaims:
         if nc.metadata.deletion_timestamp:
             continue
@@ -278,16 +283,10 @@ def collect_garbage(
         launched = nc.condition(CONDITION_LAUNCHED)
         launched_at = from_rfc3339(launched.last_transition_time) if launched is not None else None
         settled = launched_at is None or now - launched_at >= INSTANCE_GONE_GRACE_SECONDS
-        known = instances.get(iid) if iid is not None else None
-        key = pool_key(
-            nodeclaim=nc,
-            labels=labels_by_node.get(node_name or ""),
-            capacity_type=known.capacity_type if known is not None else None,
-        )
+        inst = instances.get(iid) if iid is not None else None
         if iid is not None and settled:
-            inst = instances.get(iid)
             if inst is None:
-                inst = lookup(iid)
+                inst = lookup(iid)  # a terminated instance is no longer listed, but still described
             if inst is None or inst.state in GONE_STATES:
                 state = "gone" if inst is None else inst.state
                 _delete_claim(
@@ -300,7 +299,7 @@ def collect_garbage(
                     message=f"Instance {iid} is {state}; deleting NodeClaim",
                     outcome=outcome,
                     cause=REASON_GARBAGE_COLLECTED,
-                    key=key,
+                    key=key_of(nc, node_name, inst),
                 )
                 continue
         why = _liveness_expired(nc, now=now, launch_ttl=launch_ttl_seconds, registration_ttl=registration_ttl_seconds)
@@ -316,7 +315,7 @@ def collect_garbage(
                 message=f"NodeClaim {why}; deleting it and terminating its instance",
                 outcome=outcome,
                 cause=REASON_REGISTRATION_TIMEOUT if nc.is_true(CONDITION_LAUNCHED) else REASON_LAUNCH_TIMEOUT,
-                key=key,
+                key=key_of(nc, node_name, inst),
             )
     claimed_ids = {instance_id_of(nc.status.provider_id) for nc in nodeclaims if nc.name not in outcome.deleted}
     claimed_names = {nc.name for nc in nodeclaims if nc.name not in outcome.deleted and not nc.status.provider_id}
