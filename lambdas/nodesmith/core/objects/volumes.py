@@ -2,9 +2,10 @@
 
 They return the dataclasses of :mod:`nodesmith.core.scheduling.volumes`; errors are
 :class:`~nodesmith.core.objects.common.ObjectParseError` with the path of the offending field.
-Only what volume topology needs is read (``volumetopology.go``): a claim's ``storageClassName`` and
-``volumeName``, a volume's ``nodeAffinity.required`` terms and whether it is ``local``/``hostPath``,
-a class's ``allowedTopologies`` and ``volumeBindingMode``.
+Only what volume topology needs is read (``volumetopology.go``): a claim's ``storageClassName``,
+``volumeName``, controlling Pod owner, ``deletionTimestamp`` and ``Lost`` phase; a volume's
+``nodeAffinity.required`` terms, ``deletionTimestamp`` and whether it is ``local``/``hostPath``; a
+class's ``allowedTopologies`` and ``volumeBindingMode``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def volume_claim_from_dict(obj: Mapping[str, Any]) -> VolumeClaim:
         storage_class=_str(spec, "storageClassName", "spec"),
         volume_name=_str(spec, "volumeName", "spec"),
         owner_pod=(owner_name or "") if owner_kind == "Pod" else "",
+        deleting=meta.get("deletionTimestamp") is not None,
+        lost=_str(_map(obj, "status", ""), "phase", "status") == "Lost",
     )
 
 
@@ -50,6 +53,7 @@ def persistent_volume_from_dict(obj: Mapping[str, Any]) -> PersistentVolume:
         name=_str(meta, "name", "metadata"),
         node_affinity=terms,
         local=spec.get("local") is not None or spec.get("hostPath") is not None,
+        deleting=meta.get("deletionTimestamp") is not None,
     )
 
 

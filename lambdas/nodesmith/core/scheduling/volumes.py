@@ -46,24 +46,29 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class VolumeClaim:
     """A PersistentVolumeClaim: ``storage_class`` (``spec.storageClassName``, "" when unset),
-    ``volume_name`` (``spec.volumeName``, "" while unbound) and ``owner_pod``: the pod that controls
-    it (a generic ephemeral volume's claim), "" otherwise."""
+    ``volume_name`` (``spec.volumeName``, "" while unbound), ``owner_pod``: the pod that controls
+    it (a generic ephemeral volume's claim), "" otherwise; ``deleting`` when it has a
+    ``deletionTimestamp``, ``lost`` when its ``status.phase`` is ``Lost`` (its volume is gone)."""
 
     namespace: str
     name: str
     storage_class: str = ""
     volume_name: str = ""
     owner_pod: str = ""
+    deleting: bool = False
+    lost: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class PersistentVolume:
     """A PersistentVolume: its ``nodeAffinity.required`` terms (ORed) and whether it is a ``local``
-    or ``hostPath`` volume (whose hostname requirement is dropped)."""
+    or ``hostPath`` volume (whose hostname requirement is dropped); ``deleting`` when it has a
+    ``deletionTimestamp``."""
 
     name: str
     node_affinity: tuple[NodeSelectorTerm, ...] = ()
     local: bool = False
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,45 +128,71 @@ def volume_requirements(
     """``(requirements, notes)`` for the claims ``pod`` mounts (rules in the module docstring).
 
     ``claims`` are keyed by ``(namespace, name)``, ``volumes`` and ``classes`` by name. Notes say
-    what Karpenter would reject the pod for (a claim, volume or class that does not exist, an
-    unbound claim without a class or with an ``Immediate`` class), naming the object.
-    ``rescheduled``: the pod is bound to a node that is going away; the claims of its generic
-    ephemeral volumes (controlled by the pod) are then skipped, since they are deleted with the pod
-    and its replacement gets new ones (``getRequirements`` skips ephemeral volumes of bound pods).
+    what Karpenter would reject the pod for (``ValidatePersistentVolumeClaims``: a claim, volume or
+    class that does not exist, a claim or volume being deleted, a ``Lost`` claim, an unbound claim
+    without a class or with an ``Immediate`` class), naming the object. ``rescheduled``: the pod is
+    bound to a node that is going away; the claims of its generic ephemeral volumes (controlled by
+    the pod) are then skipped, since they are deleted with the pod and its replacement gets new ones
+    (``getRequirements`` skips ephemeral volumes of bound pods).
     """
     out: list[NodeSelectorRequirement] = []
     notes: list[str] = []
     for name in pod.pvc_names:
+        ref = f"{pod.namespace}/{name}"
         claim = claims.get((pod.namespace, name))
-        if rescheduled and claim is not None and claim.owner_pod == pod.name:
-            continue
         if claim is None:
-            notes.append(f"PersistentVolumeClaim {pod.namespace}/{name} not found")
+            notes.append(f"PersistentVolumeClaim {ref} not found")
+            continue
+        if rescheduled and claim.owner_pod == pod.name:
+            continue
+        if claim.deleting or claim.lost:
+            state = (
+                "is being deleted" if claim.deleting else f"is Lost (its PersistentVolume {claim.volume_name} is gone)"
+            )
+            notes.append(f"PersistentVolumeClaim {ref} {state}")
             continue
         if claim.volume_name:
-            volume = volumes.get(claim.volume_name)
-            if volume is None:
-                notes.append(f"PersistentVolume {claim.volume_name} (of claim {pod.namespace}/{name}) not found")
-                continue
-            if volume.node_affinity:
-                first = volume.node_affinity[0].match_expressions
-                out.extend(r for r in first if not (volume.local and r.key == LABEL_HOSTNAME))
-            continue
-        if not claim.storage_class:
-            notes.append(f"unbound PersistentVolumeClaim {pod.namespace}/{name} has no storage class")
-            continue
-        storage_class = classes.get(claim.storage_class)
-        if storage_class is None:
-            notes.append(f"StorageClass {claim.storage_class} (of claim {pod.namespace}/{name}) not found")
-            continue
-        if storage_class.binding_mode == "Immediate":
-            notes.append(
-                f"unbound PersistentVolumeClaim {pod.namespace}/{name} uses StorageClass {storage_class.name} "
-                "with volumeBindingMode Immediate: it must be bound first"
-            )
-        if storage_class.allowed_topologies:
-            out.extend(
-                NodeSelectorRequirement(key=key, operator="In", values=values)
-                for key, values in storage_class.allowed_topologies[0]
-            )
+            reqs, note = _bound(claim, ref, volumes)
+        else:
+            reqs, note = _unbound(claim, ref, classes)
+        out.extend(reqs)
+        if note:
+            notes.append(note)
     return tuple(out), tuple(notes)
+
+
+def _bound(
+    claim: VolumeClaim, ref: str, volumes: Mapping[str, PersistentVolume]
+) -> tuple[tuple[NodeSelectorRequirement, ...], str]:
+    """A bound claim: its volume's first node-affinity term (hostname dropped for local volumes)."""
+    volume = volumes.get(claim.volume_name)
+    if volume is None:
+        return (), f"PersistentVolume {claim.volume_name} (of claim {ref}) not found"
+    if volume.deleting:
+        return (), f"PersistentVolume {claim.volume_name} (of claim {ref}) is being deleted"
+    if not volume.node_affinity:
+        return (), ""
+    first = volume.node_affinity[0].match_expressions
+    return tuple(r for r in first if not (volume.local and r.key == LABEL_HOSTNAME)), ""
+
+
+def _unbound(
+    claim: VolumeClaim, ref: str, classes: Mapping[str, StorageClass]
+) -> tuple[tuple[NodeSelectorRequirement, ...], str]:
+    """An unbound claim: its StorageClass's first ``allowedTopologies`` term (also with a note for Immediate)."""
+    if not claim.storage_class:
+        return (), f"unbound PersistentVolumeClaim {ref} has no storage class"
+    storage_class = classes.get(claim.storage_class)
+    if storage_class is None:
+        return (), f"StorageClass {claim.storage_class} (of claim {ref}) not found"
+    note = ""
+    if storage_class.binding_mode == "Immediate":
+        note = (
+            f"unbound PersistentVolumeClaim {ref} uses StorageClass {storage_class.name} "
+            "with volumeBindingMode Immediate: it must be bound first"
+        )
+    reqs = tuple(
+        NodeSelectorRequirement(key=key, operator="In", values=values)
+        for key, values in (storage_class.allowed_topologies[0] if storage_class.allowed_topologies else ())
+    )
+    return reqs, note
