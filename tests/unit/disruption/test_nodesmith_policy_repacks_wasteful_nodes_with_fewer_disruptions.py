@@ -121,3 +121,14 @@ def test_karpenter_is_the_default_policy() -> None:
     )
     assert default.command == karpenter.command
     assert default.command is not None and "nodesmith policy" not in default.command.reason
+
+
+def test_capacity_that_is_not_initialized_is_no_destination_rather_than_a_veto() -> None:
+    nodes = fragmented()
+    nodes.append(make_node("launching", instance_type="m5.4xlarge", labels={"karpenter.sh/initialized": "false"}))
+    plan = decide(
+        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=NODESMITH
+    )
+    cmd = plan.command
+    assert cmd is not None and set(cmd.nodes) == {"big-0", "big-1"}
+    assert "launching" not in {dest for _, dest in cmd.placements}

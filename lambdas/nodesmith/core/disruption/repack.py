@@ -5,8 +5,9 @@ NodeClaim, tries prefixes of one fixed order (disruption cost), and judges a mov
 grouping. On a fragmented cluster that mostly deletes small, well-used nodes into the free space of
 big, half-empty ones: many disruptions, and the expensive half-empty nodes stay. This policy keeps
 every Karpenter constraint (candidate filter: do-not-disrupt, PDB-blocked pods, initialized managed
-nodes, ``consolidateAfter``; the ``Underutilized`` budget; moved pods must all schedule and never
-onto uninitialized capacity) and changes what it looks for:
+nodes, ``consolidateAfter``; the ``Underutilized`` budget; moved pods must all schedule, and never
+onto uninitialized capacity: such nodes are simply no destination here) and changes what it looks
+for:
 
 1. **Rank by waste per evicted pod.** Each pod gets a fair price: the cheapest cost of its dominant
    share of an instance type, ``min_t price_t * max_r request_r / allocatable_r`` (USD/hour, as in
@@ -23,8 +24,10 @@ onto uninitialized capacity) and changes what it looks for:
    ``max_multi_node_candidates``) are simulated with the cost-aware packer (``packing="nodesmith"``,
    any number of new NodeClaims): a prefix's value is its saving (the nodes' price minus the
    replacements' worst-case launch price) minus ``min_savings_per_disrupted_node`` per node
-   disrupted. A coarse grid of prefix lengths is refined around the best one; the best valid
-   prefix, if its saving is at least ``min_savings_per_hour``, is the command.
+   disrupted. A coarse grid of prefix lengths is refined around the best one. Then nodes of the
+   best prefix are left out one at a time (first those whose instance type a replacement would
+   launch again, then the last ranked) while the command is worth at least as much without them.
+   The result, if its saving is at least ``min_savings_per_hour``, is the command.
 4. **Launch like Karpenter would be safe to.** Each replacement may be spot when its NodePool allows
    it (pinned to spot then, so a spot shortage cannot become a dearer on-demand node), keeps the
    types whose worst-case launch price is within 10 % of its cheapest one (or as many as
@@ -71,6 +74,7 @@ _TOLERANCE = 1.10
 _INF = float("inf")
 _GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96)
 _REFINE_STEPS = 4
+_PRUNE_TRIALS = 12
 
 
 class FairPrices:
@@ -141,7 +145,7 @@ def _launchable(plan: NodeClaimPlan, *, spot_allowed: bool) -> tuple[NodeClaimPl
 
 
 def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: DisruptionSettings, method: str) -> _Trial:
-    sim = simulate(ctx, chosen, consolidation=True, packing="nodesmith")
+    sim = simulate(ctx, chosen, consolidation=True, packing="nodesmith", skip_uninitialized=True)
     if not sim.all_scheduled:
         return _Trial(None, -_INF, sim.explain_failures())
     if sim.uninitialized is not None:
@@ -236,6 +240,29 @@ def _ranked(
     return out, rejected
 
 
+def _prune(
+    ctx: SimulationContext, chosen: Sequence[Candidate], trial: _Trial, *, settings: DisruptionSettings
+) -> _Trial:
+    """Leave out nodes of ``chosen`` whose disruption does not pay: first those whose instance type a
+    replacement would launch again, then the last ranked; a node stays out when the command is worth
+    at least as much without it. At most ``_PRUNE_TRIALS`` simulations."""
+    relaunched = {r.instance_types[0].name for r in trial.decision.replacements} if trial.decision else set()
+    order = sorted(
+        range(len(chosen)),
+        key=lambda i: (chosen[i].facts.instance_type_name not in relaunched, -i),
+    )
+    current = list(chosen)
+    for i in order[:_PRUNE_TRIALS]:
+        if len(current) <= 1:
+            break
+        without = [c for c in current if c.name != chosen[i].name]
+        method = METHOD_SINGLE_NODE if len(without) == 1 else METHOD_MULTI_NODE
+        attempt = _trial(ctx, without, settings=settings, method=method)
+        if attempt.decision is not None and attempt.net >= trial.net:
+            current, trial = without, attempt
+    return trial
+
+
 def repack_consolidation(
     ctx: SimulationContext,
     candidates: Sequence[Candidate],
@@ -282,11 +309,14 @@ def repack_consolidation(
             run(k)
         best = max(trials, key=lambda k: (trials[k].net, -k))
     chosen = trials[best]
+    if chosen.decision is not None:
+        chosen = _prune(ctx, ranked[:best], chosen, settings=settings)
     if chosen.decision is None:
         why = chosen.why_not or "no set of nodes saves enough"
         rejected.extend(Rejection(c.name, f"nodesmith policy: {why}", METHOD_REPACK) for c in ranked[:1])
         return None, rejected
-    kept = ranked[best:]
+    taken = set(chosen.decision.nodes)
+    kept = [c for c in ranked if c.name not in taken]
     rejected.extend(
         Rejection(c.name, "nodesmith policy: moving its pods saves less than keeping the node", METHOD_REPACK)
         for c in kept

@@ -191,17 +191,27 @@ class Simulation:
 
 
 def simulate(
-    ctx: SimulationContext, candidates: Sequence[Candidate], *, consolidation: bool, packing: Packing = "karpenter"
+    ctx: SimulationContext,
+    candidates: Sequence[Candidate],
+    *,
+    consolidation: bool,
+    packing: Packing = "karpenter",
+    skip_uninitialized: bool = False,
 ) -> Simulation:
     """Simulate removing ``candidates`` (see the module docstring); pure and deterministic.
 
     ``packing`` is the scheduler's packing policy for the new NodeClaims: ``karpenter`` (its own
     grouping, what Karpenter's consolidation rules are judged on) or ``nodesmith`` (the cost-aware
-    re-packing the Nodesmith consolidation policy plans with).
+    re-packing the Nodesmith consolidation policy plans with). ``skip_uninitialized`` makes
+    uninitialized nodes no destination for any pod (the Nodesmith policy plans around capacity
+    that is not there yet instead of giving up, as Karpenter does, when a pod would land on it).
     """
     names = {c.name for c in candidates}
     existing = [
-        replace(n, unschedulable=True) if consolidation and name in ctx.recent and not n.unschedulable else n
+        replace(n, unschedulable=True)
+        if not n.unschedulable
+        and ((consolidation and name in ctx.recent) or (skip_uninitialized and not n.initialized))
+        else n
         for name, n in ctx.destinations.items()
         if name not in names
     ]
