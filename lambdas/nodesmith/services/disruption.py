@@ -110,7 +110,8 @@ class DisruptionOutcome:
 
     ``decisions`` are JSON-safe explanations (one per command found, validated, executed or
     finished, and per expiration); ``executed`` counts commands started by method; ``savings_per_hour``
-    sums ``cost_before - cost_after`` of commands started now (USD/hour). ``nodes_terminated`` and
+    sums ``cost_before - cost_after`` of commands started now (USD/hour), ``savings_by_method`` splits
+    it by the method that claims it. ``nodes_terminated`` and
     ``pods_evicted`` count this pass's terminations and evictions; ``errors`` describe calls that
     failed without stopping the pass. ``terminated_by`` counts the terminations by (reason,
     NodePool, capacity type), reasons as Karpenter's (:func:`~nodesmith.services.breakdown.disruption_reason`).
@@ -119,6 +120,7 @@ class DisruptionOutcome:
     decisions: list[dict[str, Any]] = field(default_factory=list)
     executed: dict[str, int] = field(default_factory=dict)
     savings_per_hour: float = 0.0
+    savings_by_method: dict[str, float] = field(default_factory=dict)
     candidates: list[str] = field(default_factory=list)
     nodes_terminated: list[str] = field(default_factory=list)
     terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -455,6 +457,8 @@ class _Disruption:
     def _execute(self, cmd: Decision) -> None:
         self.out.executed[cmd.method] = self.out.executed.get(cmd.method, 0) + 1
         self.out.savings_per_hour += cmd.savings_per_hour
+        by_method = self.out.savings_by_method
+        by_method[cmd.method] = by_method.get(cmd.method, 0.0) + cmd.savings_per_hour
         names = self._launch(cmd)
         if names is None:
             self.out.decisions.append(_explain(cmd, stage="failed-launch"))
