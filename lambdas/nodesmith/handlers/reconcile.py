@@ -1,0 +1,243 @@
+"""Reconcile Lambda: one provisioning pass per EventBridge schedule tick (``rate(1 minute)``).
+
+The event's content is not used (any scheduled event, or ``{}`` when invoked by hand or by the
+embedded demo). The handler loads the settings, gets the ports from :mod:`~nodesmith.handlers.wiring`,
+runs :func:`nodesmith.services.reconcile.reconcile` and reports:
+
+* metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
+  ``OldestPendingPodAgeSeconds``, ``SchedulingDurationSeconds``, ``PodsScheduled``,
+  ``NodeClaimsCreated/Launched/Registered/Initialized`` by ``NodePool`` and ``CapacityType``,
+  ``NodeClaimsTerminated`` by ``Reason``, ``NodePool`` and ``CapacityType``,
+  ``NodePoolCostUSDPerHour`` by ``NodePool`` and ``CapacityType``, ``NodePoolUtilizationPercent``
+  by ``NodePool`` and ``Resource`` (those from :mod:`~nodesmith.handlers.reporting`), ``LaunchFailures`` by
+  ``ErrorCode``, ``OfferingsMarkedUnavailable``, ``ClusterCostUSDPerHour`` (unit None: USD/hour),
+  ``ReconcileDurationSeconds`` and ``ReconcileErrors`` (per-object errors the pass survived, or 1
+  when the pass itself failed);
+* one structured log line with the outcome.
+
+A failed pass is logged and re-raised so the invocation shows as an error; the schedule target has
+no retries (the next tick is a minute away), so nothing is replayed stale.
+
+With a state table (``NODESMITH_STATE_TABLE``) the pass runs under the reconcile lease
+(:mod:`nodesmith.services.leases`; holder = the Lambda request id, TTL = the invocation's remaining
+time plus a margin), which the interruption Lambda's replacement launches take too: when another
+pass holds it the handler returns ``{"status": "skipped: lease held by <holder>"}`` without
+solving, so two passes never launch for the same pods.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from nodesmith.handlers import reporting, wiring
+from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
+from nodesmith.services.leases import RECONCILE_LEASE, lease_ttl, with_lease
+from nodesmith.services.reconcile import ReconcileOutcome, reconcile
+
+if TYPE_CHECKING:
+    from nodesmith.services.disruption import DisruptionOutcome, PendingCommand
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+__all__ = ["handler", "outcome_summary", "run_disruption", "run_pass"]
+
+_PENDING: dict[str, PendingCommand] = {}
+"""Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
+_RECENT_EVENTS: dict[str, float] = {}
+"""Rejection Events this container posted recently (deduplication)."""
+
+_MAX_LOGGED_REASONS = 20
+
+
+def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
+    """A JSON-safe summary of ``outcome`` for logs and the handler's return value.
+
+    Unschedulable pods are summarised by reason (at most 20 reasons, with pod counts).
+    """
+    reasons = sorted(outcome.unschedulable_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "pods_pending": outcome.pods_pending,
+        "oldest_pending_age_seconds": round(outcome.oldest_pending_age_seconds, 3),
+        "pods_scheduled": outcome.pods_scheduled,
+        "pods_awaiting_capacity": outcome.pods_awaiting_capacity,
+        "pods_rescheduled": outcome.pods_rescheduled,
+        "nodeclaims_created": outcome.nodeclaims_created,
+        "nodeclaims_launched": outcome.nodeclaims_launched,
+        "nodeclaims_registered": outcome.nodeclaims_registered,
+        "nodeclaims_initialized": outcome.nodeclaims_initialized,
+        "nodeclaims_terminated": outcome.nodeclaims_terminated,
+        "orphans_terminated": outcome.orphans_terminated,
+        "launched": list(outcome.launched),
+        "launch_failures": dict(outcome.launch_failures),
+        "offerings_marked_unavailable": outcome.offerings_marked_unavailable,
+        "cost_usd_per_hour": round(outcome.cost_per_hour, 6),
+        "new_cost_usd_per_hour": round(outcome.new_cost_per_hour, 6),
+        "scheduling_duration_seconds": round(outcome.scheduling_duration_seconds, 6),
+        "solve_attempts": outcome.solve_attempts,
+        "unschedulable": len(outcome.unschedulable),
+        "unschedulable_reasons": dict(reasons[:_MAX_LOGGED_REASONS]),
+        "errors": list(outcome.errors),
+    }
+
+
+def _emit(outcome: ReconcileOutcome) -> None:
+    add = metrics.add_metric
+    add(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods_pending)
+    add(name="OldestPendingPodAgeSeconds", unit=MetricUnit.Seconds, value=outcome.oldest_pending_age_seconds)
+    add(name="SchedulingDurationSeconds", unit=MetricUnit.Seconds, value=outcome.scheduling_duration_seconds)
+    add(name="PodsScheduled", unit=MetricUnit.Count, value=outcome.pods_scheduled)
+    add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
+    add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
+    add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
+    for code, count in sorted(outcome.launch_failures.items()):
+        count_by("LaunchFailures", dimension="ErrorCode", value=code, count=count)
+
+
+def run_pass(*, now: float | None = None) -> ReconcileOutcome:
+    """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds)."""
+    settings = wiring.get_settings()
+    return reconcile(
+        cluster=wiring.build_cluster(settings),
+        cloud=wiring.build_cloud(settings),
+        cluster_name=settings.cluster_name,
+        now=time.time() if now is None else now,
+    )
+
+
+def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
+    """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off).
+
+    Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
+    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``,
+    ``NodeClaimsTerminated`` by ``Reason`` (``Empty``, ``Drifted``, ``Underutilized``, ``Expired``),
+    ``NodePool`` and ``CapacityType``, and the drains' ``PodsEvicted``.
+    """
+    from nodesmith.core.disruption import DisruptionSettings
+    from nodesmith.services.disruption import disrupt
+
+    settings = wiring.get_settings()
+    if not settings.disruption:
+        return None
+    outcome = disrupt(
+        cluster=wiring.build_cluster(settings),
+        cloud=wiring.build_cloud(settings),
+        cluster_name=settings.cluster_name,
+        now=time.time() if now is None else now,
+        settings=DisruptionSettings(min_savings_per_hour=settings.disruption_min_savings_usd_per_hour),
+        pending=_PENDING,
+        recent_events=_RECENT_EVENTS,
+        validation_delay=settings.disruption_validation_delay_seconds,
+        drain_budget_seconds=float(settings.drain_timeout_seconds),
+    )
+    for decision in outcome.decisions:
+        logger.info("disruption decision", extra={"disruption": decision})
+    reporting.report_disruption(outcome)
+    for method, count in sorted(outcome.executed.items()):
+        count_by("DisruptionDecisions", dimension="Method", value=method, count=count)
+    for method, saved in sorted(outcome.savings_by_method.items()):
+        count_by("DisruptionSavingsUSDPerHour", dimension="Method", value=method, count=saved, unit=MetricUnit.NoUnit)
+    return outcome
+
+
+def _reported(outcome: ReconcileOutcome) -> ReconcileOutcome:
+    """Emit one pass's metrics as soon as it ends: a watch-mode invocation runs many passes, and
+    reporting only the last would lose the NodeClaims the others created, launched or terminated."""
+    _emit(outcome)
+    reporting.report_pass(outcome)
+    return outcome
+
+
+def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    outcome = _reported(run_pass())
+    return outcome, run_disruption()
+
+
+def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    return _reported(run_pass()), None
+
+
+def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:
+    """Watch mode (:mod:`nodesmith.handlers.watch_mode`): passes as pending pods arrive, until near the timeout."""
+    from nodesmith.handlers.watch_mode import run_watch
+
+    settings = wiring.get_settings()
+    remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else 900.0
+    try:
+        run = run_watch(
+            run_pass=_provision_only,
+            run_full=_pass_and_disrupt,
+            cluster=wiring.build_cluster(settings),
+            remaining_seconds=remaining,
+            drain_budget_seconds=float(settings.drain_timeout_seconds),
+            request_id=str(getattr(context, "aws_request_id", "") or f"watch-{time.time():.6f}"),
+            state=wiring.build_state(settings),
+        )
+    except Exception:
+        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+        logger.exception("reconcile watch failed")
+        raise
+    if run.skipped or run.value is None:
+        logger.info("reconcile watch skipped", extra={"reason": run.skipped})
+        return {"status": run.skipped or "no pass ran"}
+    outcome, disruption = run.value
+    return _report(
+        outcome, disruption, started, mode="watch", passes=run.passes, batches=list(run.batches), stopped=run.stopped
+    )
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
+    started = time.monotonic()
+    if wiring.get_settings().reconcile_mode == "watch":
+        return _handle_watch(context, started)
+    try:
+        state = wiring.build_state(wiring.get_settings())
+        if state is None:
+            outcome, disruption = _pass_and_disrupt()
+        else:
+            remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
+            leased = with_lease(
+                state=state,
+                name=RECONCILE_LEASE,
+                holder=str(getattr(context, "aws_request_id", "") or f"reconcile-{time.time():.6f}"),
+                ttl_seconds=lease_ttl(remaining),
+                work=_pass_and_disrupt,
+            )
+            if not leased.acquired or leased.value is None:
+                logger.info("reconcile pass skipped", extra={"reason": leased.skipped_reason})
+                return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
+            outcome, disruption = leased.value
+    except Exception:
+        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
+        logger.exception("reconcile pass failed")
+        raise
+    return _report(outcome, disruption, started)
+
+
+def _report(
+    outcome: ReconcileOutcome, disruption: DisruptionOutcome | None, started: float, **extra: Any
+) -> dict[str, Any]:
+    """The invocation's duration and the log line of its (last) pass; returns the summary.
+
+    Each pass's own metrics were emitted when it ended (:func:`_reported`).
+    """
+    duration = time.monotonic() - started
+    metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
+    summary = outcome_summary(outcome)
+    summary["duration_seconds"] = round(duration, 3)
+    summary.update(extra)
+    if disruption is not None:
+        from nodesmith.services.disruption import summary as disruption_summary
+
+        summary["disruption"] = dict(disruption_summary(disruption))
+    if outcome.errors:
+        logger.warning("reconcile pass finished with errors", extra={"outcome": summary})
+    else:
+        logger.info("reconcile pass finished", extra={"outcome": summary})
+    return summary
