@@ -37,11 +37,11 @@ memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
 IDS = [f"i-00000000000000{n:02d}" for n in range(4)]
 
 
-def world() -> tuple[Any, Any, Any]:
+def world(**cluster_kwargs: Any) -> tuple[Any, Any, Any]:
     clock = fakes.FakeClock()
     nodes = [fakes.make_node(f"node-{n}", iid) for n, iid in enumerate(IDS)]
     pods = [fakes.make_pod(f"web-{n}-{j}", node=f"node-{n}", grace=0) for n in range(len(IDS)) for j in range(2)]
-    cluster = fakes.FakeCluster(clock=clock, nodes=nodes, pods=pods)
+    cluster = fakes.FakeCluster(clock=clock, nodes=nodes, pods=pods, **cluster_kwargs)
     cloud = fakes.FakeCloud([fakes.make_instance(iid, nodeclaim=f"nc-{n}") for n, iid in enumerate(IDS)])
     return clock, cluster, cloud
 
@@ -75,9 +75,10 @@ class DictOnce:
 
 
 def run(items: list[BatchItem], clock: Any, cluster: Any, cloud: Any, **kwargs: Any) -> Any:
+    params: dict[str, Any] = {"drain_budget_seconds": 60.0, "drain_workers": 1, "eviction_workers": 1, **kwargs}
     return handle_batch(items=items, cluster=cluster, cloud=cloud, cluster_name=fakes.CLUSTER,
-                        rebalance_action="cordon", now=clock.wall(), drain_budget_seconds=60.0, drain_workers=1,
-                        eviction_workers=1, sleep=clock.sleep, clock=clock, wall=clock.wall, **kwargs)  # fmt: skip
+                        rebalance_action="cordon", now=clock.wall(), sleep=clock.sleep, clock=clock, wall=clock.wall,
+                        **params)  # fmt: skip
 
 
 def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_drain_once() -> None:
@@ -114,7 +115,7 @@ def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_d
 
     assert passes == [4]
     assert second.drains_handed_off == 0 and len(requeue.sent) == 4  # a hand-off is never handed off again
-    assert sorted(once.runs) == sorted(f"evt-{iid}#{iid}#1" for iid in IDS)  # each drained once
+    assert sorted(once.runs) == sorted(f"evt-{iid}#{iid}#0" for iid in IDS)  # each drained once, as the original
     assert cluster.count("evict") == 8 and cluster.lost == []
     assert [r.outcome.instances[0].status for r in second.items[:4]] == [InstanceStatus.REMOVED] * 4
     assert node_events() == cordon_events  # the interruption Events are not posted again
@@ -149,3 +150,21 @@ def test_a_hand_off_that_cannot_be_sent_fails_its_record_and_leaves_the_node_cor
               handoff_min_drains=2)  # fmt: skip
     assert all(r.failed and "throttled" in r.error for r in out.items)  # SQS delivers them again
     assert cluster.count("evict") == 0 and all(n.unschedulable for n in cluster.nodes.values())
+
+
+def test_a_duplicate_drained_in_place_and_its_hand_off_are_one_drain() -> None:
+    clock, cluster, cloud = world(pdb_blocks={"default/web-0-1": -1})  # node-0's drain never finishes
+    requeue, once = Requeue(), DictOnce()
+    burst = [item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS]
+    run(burst, clock, cluster, cloud, requeue=requeue, once=once, handoff_min_drains=3)  # hands all four off
+    handoff = item_of(requeue.sent[0][0], "cont-0")
+    # SQS delivers the first event again, alone in a small batch: it is drained in place (and continued).
+    alone = run([item_of(fakes.event(IDS[0]), "msg-dup")], clock, cluster, cloud, requeue=requeue, once=once,
+                handoff_min_drains=3, drain_budget_seconds=2.0)  # fmt: skip
+    assert alone.drains_run == 1 and alone.items[0].outcome.instances[0].continued
+    evictions = cluster.count("evict")
+    # Then the hand-off arrives: the same drain, already done (and continued) under the original's key.
+    later = run([handoff], clock, cluster, cloud, requeue=requeue, once=once, handoff_min_drains=3,
+                drain_budget_seconds=2.0)  # fmt: skip
+    assert later.drains_run == 0 and cluster.count("evict") == evictions
+    assert once.runs.count(f"evt-{IDS[0]}#{IDS[0]}#0") == 1

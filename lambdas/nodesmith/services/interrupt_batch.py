@@ -31,7 +31,8 @@ of a spot interruption run out:
 drain is a sign of a burst (a full batch; more messages are waiting behind it). Holding those
 records for the replacement wait and the drain would keep this invocation from cordoning the
 nodes of the next batch, so after phase 1 such a batch hands each message's drain to a
-*hand-off continuation* (attempt 1, ``"handoff": true``, no delay) and acknowledges: the
+*hand-off continuation* (attempt 1, ``"handoff": true``, no delay; its drain keeps the original's
+idempotency key, attempt 0, so a duplicate drained in place is not drained again) and acknowledges: the
 invocations stay seconds long and every node of the burst is cordoned first; the hand-off
 continuations then do phases 2 and 3 (one replacement pass, then drain) like an original
 (Karpenter splits the same way: its interruption controller only taints and deletes the
@@ -382,7 +383,11 @@ class _Batch:
 
     def drain_once(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
         message = entry.item.message
-        key = f"{message.event_id}#{case.instance_id}#{entry.item.attempt}"
+        # A hand-off drains under the original's key: a duplicate of the event drained in place (a
+        # small batch) and its hand-off (a burst) are the same drain, done once.
+        continuation = entry.item.continuation
+        attempt = 0 if continuation is not None and continuation.handoff else entry.item.attempt
+        key = f"{message.event_id}#{case.instance_id}#{attempt}"
 
         def work() -> dict[str, Any]:
             return {**_outcome_to_dict(self.drain(entry, case)), "run_id": self.run_id}
