@@ -160,7 +160,7 @@ def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
 
 def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:
     """Watch mode (:mod:`nodesmith.handlers.watch_mode`): passes as pending pods arrive, until near the timeout."""
-    from nodesmith.handlers.watch_mode import run_watch
+    from nodesmith.handlers.watch_mode import run_watch, warm_scheduler
 
     settings = wiring.get_settings()
     remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else 900.0
@@ -173,6 +173,7 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
             drain_budget_seconds=float(settings.drain_timeout_seconds),
             request_id=str(getattr(context, "aws_request_id", "") or f"watch-{time.time():.6f}"),
             state=wiring.build_state(settings),
+            warm=lambda: warm_scheduler(cluster=wiring.build_cluster(settings), cloud=wiring.build_cloud(settings)),
         )
     except Exception:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
