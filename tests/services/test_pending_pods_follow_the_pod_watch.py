@@ -10,17 +10,19 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from reconcile_fakes import make_pod
+from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_pod
 
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.ports import PodEvent
-from nodesmith.handlers.watch_mode import run_watch
+from nodesmith.core.scheduling import instancetypes
+from nodesmith.handlers.watch_mode import run_watch, warm_scheduler
 from nodesmith.services.pod_watch import PendingPodWatch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from nodesmith.core.model import Pod
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.model import InstanceType, Pod
 
 
 def waiting(name: str) -> Pod:
@@ -172,7 +174,30 @@ def test_watch_mode_provisions_for_a_pod_the_watch_reports_pending_without_listi
         remaining_seconds=36.0,  # watches for 6 s: the 30 s exit margin is kept
         drain_budget_seconds=0.0,
         request_id="req-1",
+        warm=lambda: passes.append("warm"),
     )
-    assert passes == ["full", "batch"]  # catch-up pass, then the batch the watched pod opened
+    assert passes == ["full", "warm", "batch"]  # catch-up pass (then warm-up), the batch the watched pod opened
     assert out.batches == (1,)
     assert cluster.listed == 0
+
+
+@dataclass
+class PrefetchingCloud:
+    types: list[InstanceType]
+    prefetched: list[str] = field(default_factory=list)
+
+    def prefetch(self, *, nodeclass: EC2NodeClass) -> list[InstanceType]:
+        self.prefetched.append(nodeclass.name)
+        return self.types
+
+    def instance_types(self, *, nodeclass: EC2NodeClass | None = None) -> list[InstanceType]:
+        raise AssertionError("prefetch refreshes caches; instance_types alone would not")
+
+
+def test_warming_prefetches_each_nodeclass_catalogue_and_builds_the_scheduler_data() -> None:
+    cloud = PrefetchingCloud(types=FakeCloud().instance_types())
+    cluster = FakeCluster(nodeclasses=[make_nodeclass()])
+    ready = warm_scheduler(cluster=cluster, cloud=cloud)  # type: ignore[arg-type]
+    assert cloud.prefetched == [cluster.nodeclasses[0].name]
+    assert ready == len(cloud.types)
+    assert all(instancetypes._INFO_CACHE[id(it)].it is it for it in cloud.types)

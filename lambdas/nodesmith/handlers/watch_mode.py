@@ -29,9 +29,9 @@ from nodesmith.services.watch import POLL_SECONDS, handover_wait, holder_name, w
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import Cluster
+    from nodesmith.core.ports import CloudProvider, Cluster
 
-__all__ = ["EXIT_MARGIN_SECONDS", "LEASE", "SYNC_WAIT_SECONDS", "WatchRun", "run_watch"]
+__all__ = ["EXIT_MARGIN_SECONDS", "LEASE", "SYNC_WAIT_SECONDS", "WatchRun", "run_watch", "warm_scheduler"]
 
 EXIT_MARGIN_SECONDS = 30.0
 """Seconds kept free before the function timeout, on top of one pass's drain budget."""
@@ -72,6 +72,7 @@ def run_watch(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     watch_pods: bool = True,
+    warm: Callable[[], object] | None = None,
 ) -> WatchRun:
     """Watch for pending pods for ``remaining_seconds`` minus the margins, under the lease when ``state`` is set.
 
@@ -79,7 +80,8 @@ def run_watch(
     ``run_pass`` runs one provisioning pass (after a batch of pending pods); ``run_full`` (default
     ``run_pass``) one provisioning + disruption pass (at start and every resync). The last value of
     either is returned. ``watch_pods`` False lists pods every poll instead of watching them
-    (``sleep`` is then used as is).
+    (``sleep`` is then used as is). ``warm`` (e.g. :func:`warm_scheduler`) runs after every full
+    pass, so what a batch pass needs is loaded while no pod waits.
     """
     budget = remaining_seconds - EXIT_MARGIN_SECONDS - drain_budget_seconds
     if budget <= 0:
@@ -91,6 +93,8 @@ def run_watch(
 
     def full() -> None:
         last[0] = (run_full or run_pass)()
+        if warm is not None:
+            warm()
 
     def listed() -> set[str]:
         return {p.key for p in pending_pods(cluster.list_pods())}
@@ -164,3 +168,30 @@ def _pending_source(
         changed.clear()
 
     return tracker.pending, wait, WATCHED_POLL_SECONDS, tracker.stop
+
+
+def warm_scheduler(*, cluster: Cluster, cloud: CloudProvider) -> int:
+    """Load every EC2NodeClass's catalogue now and build the scheduler's per-type data for it.
+
+    Watch mode runs it after each full (resync) pass, so the pass a batch of pending pods triggers
+    finds the catalogue (its EC2 and pricing reads, refreshed every 5 minutes), the resolved node
+    class (subnets, security groups, AMIs) and the solver's per-type requirements
+    (:func:`~nodesmith.core.scheduling.instancetypes.type_info`) already built, instead of building
+    them between the pods becoming unschedulable and CreateFleet. With ``cloud.prefetch``
+    (:meth:`~nodesmith.adapters.aws.provider.Ec2CloudProvider.prefetch`) caches about to expire are
+    refreshed now too. Returns how many instance types are ready; a node class that fails is logged
+    and skipped (the pass reports it).
+    """
+    from nodesmith.core.scheduling.instancetypes import type_info
+
+    prefetch = getattr(cloud, "prefetch", None)  # Ec2CloudProvider: also refreshes caches about to expire
+    ready = 0
+    for nodeclass in cluster.list_ec2nodeclasses():
+        try:
+            types = prefetch(nodeclass=nodeclass) if prefetch is not None else cloud.instance_types(nodeclass=nodeclass)
+            for it in types:
+                type_info(it)
+                ready += 1
+        except Exception as exc:  # warming only saves time; the pass itself reports the failure
+            logger.warning("could not warm the catalogue of EC2NodeClass %s: %s", nodeclass.name, exc)
+    return ready

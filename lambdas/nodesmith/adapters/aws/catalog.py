@@ -97,12 +97,16 @@ class InstanceTypeCatalog:
         self._data_expires = float("-inf")
         self._built: dict[Any, list[InstanceType]] = {}
 
-    def data(self) -> CatalogData:
-        """The raw catalogue, refreshed when older than the TTL (raises botocore errors on failure)."""
-        if self._data is not None and self._clock() < self._data_expires:
+    def data(self, *, fresh_for: float = 0.0) -> CatalogData:
+        """The raw catalogue, refreshed when older than the TTL (raises botocore errors on failure).
+
+        ``fresh_for`` (seconds) also refreshes it when it would expire within that long, so a caller
+        with time to spare (watch mode between batches) pays for the refresh instead of the next pass.
+        """
+        if self._data is not None and self._clock() + fresh_for < self._data_expires:
             return self._data
         with self._lock:
-            if self._data is None or self._clock() >= self._data_expires:
+            if self._data is None or self._clock() + fresh_for >= self._data_expires:
                 self._data = self._fetch()
                 self._data_expires = self._clock() + self._ttl
                 self._built.clear()

@@ -178,17 +178,18 @@ class NodeClassResolver:
         """The cluster's Kubernetes minor version (``"1.31"``)."""
         return self._k8s_version() if callable(self._k8s_version) else self._k8s_version
 
-    def resolve(self, *, nodeclass: Any) -> ResolvedNodeClass:
+    def resolve(self, *, nodeclass: Any, fresh_for: float = 0.0) -> ResolvedNodeClass:
         """Resolve ``nodeclass`` (model or manifest dict); cached per spec for the TTL.
 
-        Raises ``NodeClassNotReadyError`` naming every selector that matched nothing, and
-        ``QuantityError`` for an invalid volume size.
+        ``fresh_for`` (seconds) resolves again when the cached result would expire within that
+        long (refresh ahead, off the launch path). Raises ``NodeClassNotReadyError`` naming every
+        selector that matched nothing, and ``QuantityError`` for an invalid volume size.
         """
         name, spec = nodeclass_json(nodeclass)
         key = name + "\x00" + json.dumps(spec, sort_keys=True, default=str)
         now = self._clock()
         hit = self._cache.get(key)
-        if hit and now < hit[0]:
+        if hit and now + fresh_for < hit[0]:
             return hit[1]
         resolved = self._resolve(name, spec)
         with self._lock:

@@ -17,6 +17,7 @@ Clients are created lazily from :mod:`nodesmith.adapters.aws.clients` unless inj
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from nodesmith.core.ports import StateStore
 
 __all__ = [
+    "PREFETCH_AHEAD_SECONDS",
     "UNAVAILABLE_OFFERINGS_TTL_SECONDS",
     "Ec2CloudProvider",
     "UnavailableOfferings",
@@ -60,6 +62,9 @@ UNAVAILABLE_OFFERINGS_TTL_SECONDS = 180.0
 NODECLAIM_TAG = "karpenter.sh/nodeclaim"
 EKS_CLUSTER_TAG = "eks:eks-cluster-name"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+
+PREFETCH_AHEAD_SECONDS = 20.0
+""":meth:`Ec2CloudProvider.prefetch` refreshes caches expiring within this long (twice watch mode's resync)."""
 
 
 class UnavailableOfferings:
@@ -247,6 +252,19 @@ class Ec2CloudProvider:
             LOG.warning("%s", exc)
             return self.catalog.instance_types(zones=frozenset(), unavailable=universe_blocked)
         return self._instance_types_for(resolved)
+
+    def prefetch(self, *, nodeclass: EC2NodeClass, ahead_seconds: float = PREFETCH_AHEAD_SECONDS) -> list[InstanceType]:
+        """:meth:`instance_types` for ``nodeclass`` after refreshing what expires within ``ahead_seconds``.
+
+        The catalogue data (5-minute TTL) and the node class resolution (1 minute) are fetched
+        again ahead of their expiry, so a caller that calls this regularly with time to spare (watch
+        mode after each resync, every 10 s) keeps them from expiring on the way to CreateFleet.
+        ``ahead_seconds`` must exceed that calling interval. Errors as :meth:`instance_types`.
+        """
+        self.catalog.data(fresh_for=ahead_seconds)
+        with contextlib.suppress(NodeClassNotReadyError):  # instance_types reports it
+            self.nodeclasses.resolve(nodeclass=nodeclass, fresh_for=ahead_seconds)
+        return self.instance_types(nodeclass=nodeclass)
 
     def _instance_types_for(self, resolved: ResolvedNodeClass) -> list[InstanceType]:
         return self.catalog.instance_types(
