@@ -31,7 +31,13 @@ Running and Ready on a node that was not interrupted (null if that never happene
 directly (force-deleted for the deadline, bypassing PodDisruptionBudgets). ``pdb_violations``
 counts times a budgeted Deployment had fewer healthy pods than the budget allows.
 ``drains_per_event`` is how many times a drain actually ran per (event, instance) on its first
-attempt (target exactly 1, duplicates included); continuations of long drains are counted apart.
+attempt -- the original message, or its hand-off continuation in a burst -- (target exactly 1,
+duplicates included); continuations of long drains are counted apart. ``pods_lost`` also counts
+Ready pods removed with their node (the pod garbage collector), never evicted.
+``--crash-every n`` kills the invocation draining every n-th instance once, right after its first
+evictions' progress was stored (a ``BaseException``, as if Lambda timed out): nothing of that
+invocation is acknowledged, its records come back after the visibility timeout, and
+``crash_resume`` reports how many drains resumed from the progress in DynamoDB.
 
 Caveats, also in the output: every "Lambda invocation" is a thread of this one process, sharing
 the GIL with moto and the emulator, and the Kubernetes client and caches of one container; real
@@ -65,6 +71,10 @@ REPLICAS = 20
 NOTICE_SECONDS = 120.0
 SCHEDULE_SECONDS = 60.0
 DISRUPTED = "karpenter.sh/disrupted"
+BATCHING_WINDOW_SECONDS = 1.0
+"""The stack's ``MaximumBatchingWindowInSeconds``: the event source mapping fills a batch for up to this long."""
+VISIBILITY_TIMEOUT_SECONDS = 60
+"""How long a received message stays invisible: a killed invocation's records come back after this."""
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, str]:
@@ -93,6 +103,8 @@ class Monitor:
         self.all_running_at: float | None = None
         self.violations = 0
         self.in_violation: set[str] = set()
+        self.details: list[dict[str, Any]] = []
+        self.deleted_while_ready: list[tuple[str, str, bool]] = []  # (pod key, node, node already deleted)
         self.removed_nodes: set[str] = set()
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -146,6 +158,8 @@ class Monitor:
         key = f"{meta.get('namespace')}/{meta['name']}"
         app = (meta.get("labels") or {}).get("app", "")
         old = self.pods.pop(key, None)
+        if deleted and old is not None and old[2]:
+            self.deleted_while_ready.append((key, old[1], old[1] in self.removed_nodes))
         if old is not None and old[2]:
             self.healthy_by_app[old[0]] -= 1
             self.safe -= old[1] not in self.nodes
@@ -170,16 +184,31 @@ class Monitor:
             if below and app not in self.in_violation:
                 self.violations += 1
                 self.in_violation.add(app)
+                if len(self.details) < 5:
+                    unhealthy = sorted(node for a, node, healthy in self.pods.values() if a == app and not healthy)
+                    self.details.append({"t": round(now, 2), "app": app, "healthy": self.healthy_by_app[app],
+                                         "unhealthy_on": unhealthy})  # fmt: skip
             elif not below:
                 self.in_violation.discard(app)
 
 
+class LambdaKilled(BaseException):
+    """The bench's stand-in for Lambda killing an invocation mid-drain (timeout, out of memory): a
+    BaseException, so no handler code catches it and SQS delivers the invocation's records again."""
+
+
 class Counters:
-    """Calls the bench counts by wrapping the real code: drains run, continuations, direct pod deletes."""
+    """Calls the bench counts by wrapping the real code: drains run, continuations, direct pod deletes;
+    and the crash injection: the first progress save of a target instance's drain after at least one
+    eviction kills the invocation (:class:`LambdaKilled`), once per target."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.drains: Counter[tuple[str, str, int]] = Counter()
+        self.crash_targets: set[str] = set()
+        self.crashed: set[str] = set()
+        self.resumed_from_progress: dict[str, int] = {}  # instance id -> pods evicted before the crash
+        self.drains: Counter[tuple[str, str, int]] = Counter()  # (event, instance, attempt; 0 = first drain)
+        self.handed_off = 0
         self.continuations = 0
         self.force_deleted = 0
         self.invocations = 0
@@ -193,6 +222,7 @@ class Counters:
         from nodesmith.services import interrupt_batch
 
         drain, send, delete_pod = interrupt_batch._Batch.drain, InterruptionQueue.send, KubeCluster.delete_pod
+        save, hand_off = interrupt_batch._Batch.save, interrupt_batch._Batch.hand_off
         replace_capacity = interrupt_batch._replace
         counters = self
 
@@ -204,8 +234,38 @@ class Counters:
 
         def counted_drain(self: Any, entry: Any, case: Any) -> Any:
             with counters.lock:
-                counters.drains[(entry.item.message.event_id, case.instance_id, entry.item.attempt)] += 1
+                first = entry.item.continuation is None or entry.item.continuation.handoff
+                counters.drains[
+                    (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
+                ] += 1
+                crashed = case.instance_id in counters.crashed
+            if crashed and self.state is not None:
+                prior = self.state.get_drain(instance_id=case.instance_id)
+                if (
+                    prior is not None
+                    and prior.event_id == entry.item.message.event_id
+                    and prior.evicted
+                    and not prior.done
+                ):
+                    with counters.lock:
+                        counters.resumed_from_progress[case.instance_id] = prior.evicted
             return drain(self, entry, case)
+
+        def counted_hand_off(self: Any, entry: Any, cases: Any) -> Any:
+            out = hand_off(self, entry, cases)
+            with counters.lock:
+                counters.handed_off += len(cases)
+            return out
+
+        def crashing_save(self: Any, progress: Any, warnings: list[str]) -> None:
+            save(self, progress, warnings)
+            iid = progress.instance_id
+            if iid in counters.crash_targets and progress.evicted >= 1 and not progress.done:
+                with counters.lock:
+                    if iid in counters.crashed:
+                        return
+                    counters.crashed.add(iid)
+                raise LambdaKilled(f"invocation killed mid-drain of {iid} after {progress.evicted} evictions")
 
         def counted_send(self: Any, body: Any, delay_seconds: int) -> str:
             with counters.lock:
@@ -218,16 +278,147 @@ class Counters:
             delete_pod(self, **kwargs)
 
         interrupt_batch._Batch.drain = counted_drain  # type: ignore[method-assign]
+        interrupt_batch._Batch.save = crashing_save  # type: ignore[method-assign]
+        interrupt_batch._Batch.hand_off = counted_hand_off  # type: ignore[method-assign]
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
         interrupt_batch._replace = counted_replace
+
+
+SIM_MIN_STEP_SECONDS = 0.5
+"""Shortest time between two steps of a simulated scheduler, kubelet or controller (seconds)."""
+
+KUBELET_INSTANCE_CACHE_SECONDS = 3.0
+"""How long the simulated kubelet reuses its instance list (seconds): it delays node registration and
+NotReady by at most this much, and keeps moto's quadratic DescribeInstances from eating the GIL."""
+
+EMULATOR_SHORTCUTS = [
+    "moto SQS ReceiveMessage: the retention check per message reads the queue's retention period instead of "
+    "recomputing every queue attribute (moto's check is O(queue) per message)",
+    f"simulated kubelet: EC2 instance list cached {KUBELET_INSTANCE_CACHE_SECONDS:g} s",
+    "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
+    "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
+    "simulated ReplicaSet controller: pods indexed by owner once per step instead of a scan per ReplicaSet",
+    f"simulated scheduler, kubelet and controllers step at most every {SIM_MIN_STEP_SECONDS:g} s",
+    "SQS event source mapping: receives until 10 messages or the stack's 1 s batching window",
+]
+
+
+def _patch_moto_sqs() -> None:
+    """Make moto's per-message retention check O(1) (same answer: sent time + retention period > now)."""
+    from moto.sqs.models import SQSBackend
+
+    def valid(self: Any, queue_name: str, message: Any) -> bool:
+        queue = self.get_queue(queue_name)
+        return bool(int(queue.message_retention_period) + message.sent_timestamp / 1000 > time.time())
+
+    SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign]
+
+
+class _FreshBindStore:
+    """The emulator store as the simulated kube-scheduler sees it, except that a bind to a node that is
+    cordoned or tainted ``karpenter.sh/disrupted`` *now* is refused (409), as a scheduler whose cache
+    is current would not have chosen it; the pod stays pending for the next step."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def bind(self, name: str, *, namespace: str, node_name: str) -> Any:
+        from nodesmith.sim.kube import errors
+
+        node = self._store.find("nodes", node_name)
+        spec = (node or {}).get("spec") or {}
+        if (
+            node is None
+            or spec.get("unschedulable")
+            or any(t.get("key") == DISRUPTED for t in spec.get("taints") or [])
+        ):
+            raise errors.conflict("pods", name, "", f"node {node_name} was cordoned after the scheduler's snapshot")
+        return self._store.bind(name, namespace=namespace, node_name=node_name)
+
+
+def _throttled(component: Any) -> Any:
+    """``component`` stepping at most every :data:`SIM_MIN_STEP_SECONDS`: the Runner steps on every watch
+    event, and in a burst there always is one, so the simulated controllers would otherwise spin on the GIL."""
+
+    class Throttled(type(component)):  # type: ignore[misc]
+        def __init__(self) -> None:  # the wrapped component's state is shared, not rebuilt
+            self.__dict__ = component.__dict__
+            self._last_step = 0.0
+
+        def step(self, now: float) -> Any:
+            wait = self._last_step + SIM_MIN_STEP_SECONDS - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self._last_step = time.monotonic()
+            return super().step(now)
+
+    Throttled.__name__ = type(component).__name__
+    return Throttled()
+
+
+def _indexed_controllers(base: Any) -> Any:
+    """The simulated Deployment/ReplicaSet controllers with the ReplicaSet loop's pod lookup indexed by owner:
+    the same decisions as ``SimControllers._replicaset`` (create or delete to reach spec.replicas, unbound,
+    then not ready, then newest deleted first), computed from one pass over the pods per step."""
+    from nodesmith.sim import controllers as c
+
+    class Indexed(base):  # type: ignore[misc, valid-type]
+        _index: dict[tuple[str, str], list[dict[str, Any]]] | None = None
+
+        def step(self, now: float) -> None:
+            self._index = None
+            super().step(now)
+
+        def _owned_pods(self, ns: str, uid: str) -> list[dict[str, Any]]:
+            if self._index is None:
+                index: dict[tuple[str, str], list[dict[str, Any]]] = {}
+                for pod in self.store.objects("pods"):
+                    owner = c._controller(pod) or {}
+                    index.setdefault((pod["metadata"].get("namespace") or "default", owner.get("uid", "")), []).append(
+                        pod
+                    )
+                self._index = index
+            return self._index.get((ns, uid), [])
+
+        def _replicaset(self, rs: Any) -> None:
+            meta = rs["metadata"]
+            ns, uid = meta.get("namespace") or "default", meta.get("uid")
+            active = [p for p in self._owned_pods(ns, uid) if c._active(p)]
+            diff = c._replicas(rs) - len(active)
+            if diff > 0:
+                for _ in range(diff):
+                    self._create_pod(rs)
+            elif diff < 0:
+                ranked = sorted(active, key=lambda p: p["metadata"]["name"])
+                ranked.sort(key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+                ranked.sort(key=lambda p: (bool((p.get("spec") or {}).get("nodeName")), c._ready(p)))
+                for pod in ranked[:-diff]:
+                    self._delete("pods", pod["metadata"]["name"], ns)
+                active = ranked[-diff:]
+            ready = sum(1 for p in active if c._ready(p))
+            replicas = len(active) + max(diff, 0)
+            status = {
+                "observedGeneration": meta.get("generation", 1),
+                "replicas": replicas,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "fullyLabeledReplicas": replicas,
+            }
+            self._set_status(c._REPLICASETS, rs, status)
+
+    return Indexed
 
 
 def _world_class() -> Any:
     from nodesmith.cli.world import EmbeddedWorld
 
     class BenchWorld(EmbeddedWorld):
-        """The demo's world, with the kubelet's instance list cached for a second (moto lists are slow)."""
+        """The demo's world, with the kubelet's instance list cached (moto's tag-filtered DescribeInstances is
+        quadratic in instances x tags) and the ReplicaSet controller indexing pods once per step."""
 
         def _start_components(self) -> None:
             from nodesmith.handlers import wiring
@@ -240,17 +431,20 @@ def _world_class() -> Any:
             cache: dict[str, Any] = {"at": 0.0, "items": []}
 
             def instances() -> list[Any]:
-                if time.monotonic() - cache["at"] > 1.0:
+                if time.monotonic() - cache["at"] > KUBELET_INSTANCE_CACHE_SECONDS:
                     cache["items"] = cloud.list_instances()
                     cache["at"] = time.monotonic()
                 return list(cache["items"])
 
             components = (
-                SimControllers(store=self.store),
-                SimScheduler(store=self.store),
+                _indexed_controllers(SimControllers)(store=self.store),
+                SimScheduler(store=_FreshBindStore(self.store)),
                 SimKubelet(store=self.store, instances=instances, ready_delay=self.ready_delay),
             )
-            self._runners = [Runner(c, interval=0.5).start() for c in components]  # type: ignore[arg-type]
+            self._runners = [
+                Runner(_throttled(c), interval=0.5).start()  # type: ignore[arg-type]
+                for c in components
+            ]
 
     return BenchWorld
 
@@ -425,12 +619,16 @@ def _warm_up() -> None:
     wiring.build_requeue(settings)
 
 
-def _put_events(world: Any, launched: list[dict[str, Any]]) -> dict[str, float]:
-    """One spot interruption warning per instance on the default bus; returns instance id -> deadline (monotonic)."""
+def _put_events(world: Any, launched: list[dict[str, Any]], threads: int = 8) -> dict[str, float]:
+    """One spot interruption warning per instance on the default bus, ``threads`` PutEvents callers at once
+    (EC2 sends them all at the same moment; one caller would spread them over seconds of moto time);
+    returns instance id -> deadline (monotonic)."""
     events = world.client("events")
     deadlines: dict[str, float] = {}
-    for start in range(0, len(launched), 10):
-        chunk = launched[start : start + 10]
+    chunks = [launched[start : start + 10] for start in range(0, len(launched), 10)]
+    lock = threading.Lock()
+
+    def put(chunk: list[dict[str, Any]]) -> None:
         answer = events.put_events(
             Entries=[
                 {
@@ -444,8 +642,14 @@ def _put_events(world: Any, launched: list[dict[str, Any]]) -> dict[str, float]:
         )
         if answer.get("FailedEntryCount"):
             raise RuntimeError(f"PutEvents failed: {answer['Entries']}")
-        for i in chunk:
-            deadlines[i["InstanceId"]] = time.monotonic() + NOTICE_SECONDS
+        with lock:
+            for i in chunk:
+                deadlines[i["InstanceId"]] = time.monotonic() + NOTICE_SECONDS
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="put-events") as pool:
+        list(pool.map(put, chunks))
     return deadlines
 
 
@@ -459,6 +663,7 @@ class Consumer:
         self.stop = stop
         self.seen = 0
         self.duplicated: set[str] = set()
+        self.killed = 0
         self.lock = threading.Lock()
         self.sqs = world.client("sqs")
 
@@ -468,11 +673,15 @@ class Consumer:
 
         arn = "arn:aws:sqs:us-east-1:123456789012:" + self.world.queue_url.rsplit("/", 1)[-1]
         while not self.stop.is_set():
-            messages = self.sqs.receive_message(
-                QueueUrl=self.world.queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=60
-            ).get("Messages", [])
+            messages = self._receive(10, wait=1)
             if not messages:
                 continue
+            window_end = time.monotonic() + BATCHING_WINDOW_SECONDS
+            while len(messages) < 10 and time.monotonic() < window_end and not self.stop.is_set():
+                more = self._receive(10 - len(messages), wait=0)
+                if not more:
+                    self.stop.wait(0.1)
+                messages += more
             self._duplicate(messages)
             records = [
                 {
@@ -493,6 +702,10 @@ class Consumer:
                     {"Records": records}, LambdaContext(function_name="nodesmith-interruption", timeout_seconds=20)
                 )
                 failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+            except LambdaKilled:  # nothing is deleted: every record comes back after the visibility timeout
+                with self.lock:
+                    self.killed += 1
+                continue
             except Exception as exc:  # the invocation failed as a whole: SQS redelivers every record
                 failed = {m["MessageId"] for m in messages}
                 with self.counters.lock:
@@ -503,6 +716,16 @@ class Consumer:
             for m in messages:
                 if m["MessageId"] not in failed:
                     self.sqs.delete_message(QueueUrl=self.world.queue_url, ReceiptHandle=m["ReceiptHandle"])
+
+    def _receive(self, count: int, *, wait: int) -> list[dict[str, Any]]:
+        return list(
+            self.sqs.receive_message(
+                QueueUrl=self.world.queue_url,
+                MaxNumberOfMessages=count,
+                WaitTimeSeconds=wait,
+                VisibilityTimeout=VISIBILITY_TIMEOUT_SECONDS,
+            ).get("Messages", [])
+        )
 
     def _duplicate(self, messages: list[dict[str, Any]]) -> None:
         """At-least-once delivery: send every n-th original event's body again, unchanged."""
@@ -521,11 +744,13 @@ class Consumer:
                 self.sqs.send_message(QueueUrl=self.world.queue_url, MessageBody=m["Body"])
 
 
-def _reclaim(world: Any, launched: list[dict[str, Any]], deadlines: dict[str, float], stop: threading.Event) -> int:
+def _reclaim(
+    world: Any, launched: list[dict[str, Any]], deadlines: dict[str, float], stop: threading.Event
+) -> set[str]:
     """EC2 takes back every interrupted instance still running at its deadline; returns the pods lost with them."""
     ec2 = world.client("ec2")
     by_id = {i["InstanceId"]: i for i in launched}
-    lost = 0
+    lost: set[str] = set()
     pending = dict(deadlines)
     while pending and not stop.is_set():
         now = time.monotonic()
@@ -538,11 +763,11 @@ def _reclaim(world: Any, launched: list[dict[str, Any]], deadlines: dict[str, fl
                 if i["State"]["Name"] in ("pending", "running")
             }
             names = {by_id[iid]["PrivateDnsName"] for iid in running}
-            lost += sum(
-                1
+            lost |= {
+                f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
                 for p in world.store.objects("pods")
                 if (p.get("spec") or {}).get("nodeName") in names and (p["metadata"].get("labels") or {}).get("app")
-            )
+            }
             if running:
                 ec2.terminate_instances(InstanceIds=sorted(running))
             for iid in due:
@@ -576,6 +801,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     counters = Counters()
     counters.install()
+    _patch_moto_sqs()
     started = time.monotonic()
     world = _world_class()(ready_delay=1.0).start()
     try:
@@ -588,6 +814,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             world.store.apply(doc)
         launched = _launch_nodes(world, args.nodes)
         names = {i["PrivateDnsName"] for i in launched}
+        if args.crash_every:
+            counters.crash_targets = {i["InstanceId"] for i in launched[:: args.crash_every]}
 
         def ready() -> int:
             nodes = world.store.objects("nodes")
@@ -612,13 +840,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         stop = threading.Event()
         t0 = time.monotonic()
+        cpu0 = time.process_time()
         monitor.start(t0, total_pods)
         consumer = Consumer(world=world, counters=counters, duplicate_every=args.duplicate_every, stop=stop)
         workers = [threading.Thread(target=consumer.run, name=f"esm-{i}", daemon=True) for i in range(args.concurrency)]
         for w in workers:
             w.start()
         deadlines = _put_events(world, launched)
-        lost_box: list[int] = []
+        events_put = time.monotonic() - t0
+        lost_box: list[set[str]] = []
         reclaimer = threading.Thread(
             target=lambda: lost_box.append(_reclaim(world, launched, deadlines, stop)), name="reclaim", daemon=True
         )
@@ -646,10 +876,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             t.join(timeout=120)
         monitor.stop.set()
         end = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
         done = finished()
         with monitor.lock:
+            reclaimed = lost_box[0] if lost_box else set()
+            # Ready pods deleted after their node was: the pod garbage collector removed them, never evicted.
+            with_node = {key for key, _, gone in monitor.deleted_while_ready if gone}
             cordoned = max(monitor.cordoned.values()) if len(monitor.cordoned) == len(names) else None
-            first_attempts = [n for (_, _, attempt), n in counters.drains.items() if attempt == 0]
+            first_attempts = [
+                n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid not in counters.crashed
+            ]
+            crashed_attempts = [
+                n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid in counters.crashed
+            ]
             return {
                 "nodes": args.nodes,
                 "pods": total_pods,
@@ -662,8 +901,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "pods_running_again_seconds": None
                 if monitor.all_running_at is None
                 else round(monitor.all_running_at, 2),
-                "pods_lost": (lost_box[0] if lost_box else 0) + counters.force_deleted,
-                "pods_lost_to_reclaim": lost_box[0] if lost_box else 0,
+                "pods_lost": len(reclaimed | with_node) + counters.force_deleted,
+                "pods_lost_to_reclaim": len(reclaimed),
+                "pods_lost_with_their_node": len(with_node - reclaimed),
+                "pods_lost_with_their_node_examples": sorted(
+                    f"{key} on {node}" for key, node, gone in monitor.deleted_while_ready if gone
+                )[:5],
                 "pods_force_deleted": counters.force_deleted,
                 "pdb_violations": monitor.violations,
                 "drains_per_event": {
@@ -672,7 +915,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "events": len(first_attempts),
                     "duplicated_deliveries": len(consumer.duplicated),
                 },
-                "continuations": counters.continuations,
+                "crash_resume": None
+                if not args.crash_every
+                else {
+                    "targets": len(counters.crash_targets),
+                    "invocations_killed": consumer.killed,
+                    "drains_killed": len(counters.crashed),
+                    "resumed_from_stored_progress": len(counters.resumed_from_progress),
+                    "pods_evicted_before_crash": sum(counters.resumed_from_progress.values()),
+                    "drains_per_crashed_event": {
+                        "min": min(crashed_attempts, default=0),
+                        "max": max(crashed_attempts, default=0),
+                    },
+                    "visibility_timeout_seconds": VISIBILITY_TIMEOUT_SECONDS,
+                },
+                "events_put_seconds": round(events_put, 2),
+                "process_cpu_seconds": round(cpu, 1),
+                "process_cpu_share": round(cpu / end / (os.cpu_count() or 1), 2),
+                "emulator_shortcuts": EMULATOR_SHORTCUTS,
+                "pdb_violation_details": monitor.details[:5],
+                "continuations": counters.continuations - counters.handed_off,
+                "drains_handed_off": counters.handed_off,
                 "invocations": counters.invocations,
                 "records_failed": counters.failed_records,
                 "reconcile_ticks": len(ticks),
@@ -686,7 +949,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "run_seconds": round(end, 2),
                 "setup_seconds": round(setup_seconds, 2),
                 "timed_out": not done,
-                "note": "one process: handler threads share the GIL with moto and the Kubernetes emulator",
+                "note": "one process: handler threads (one per concurrent invocation) share one GIL and "
+                f"{os.cpu_count()} cores with moto (EC2, SQS, EventBridge, DynamoDB), the Kubernetes API "
+                "emulator and the simulated scheduler/kubelet/controllers; real invocations each have their own CPU",
             }
     finally:
         world.stop()
@@ -704,6 +969,12 @@ def main() -> None:
     parser.add_argument("--pdb-every", type=int, default=4, help="every n-th Deployment gets a PDB (0: none)")
     parser.add_argument("--concurrency", type=int, default=10, help="concurrent handler invocations")
     parser.add_argument("--duplicate-every", type=int, default=10, help="deliver every n-th message twice (0: never)")
+    parser.add_argument(
+        "--crash-every",
+        type=int,
+        default=0,
+        help="kill the invocation draining every n-th instance once, after its first eviction (0: never)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--verbose", action="store_true", help="progress on stderr")
