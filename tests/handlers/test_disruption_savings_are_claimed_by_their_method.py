@@ -1,5 +1,6 @@
 """The savings a disruption pass claims are reported under the method that claims them: an expiration
-executed in the same pass as a consolidation does not take the consolidation's savings."""
+executed in the same pass as a consolidation does not take the consolidation's savings. The pass's
+terminations and replacement NodeClaims are reported with their breakdowns too."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ def test_each_method_reports_only_its_own_savings(
         savings_per_hour=0.25,
         savings_by_method={"single-node-consolidation": 0.25},
         terminated_by={("Expired", "default", "spot"): 1},
+        created_by={("default", "on-demand"): 1},
+        launched_by={("default", "on-demand"): 1},
     )
 
     def disrupt(**_: Any) -> DisruptionOutcome:
@@ -56,3 +59,5 @@ def test_each_method_reports_only_its_own_savings(
     ]
     ((count, dims, _),) = metrics["NodeClaimsTerminated"]
     assert (count, dims["Reason"], dims["NodePool"], dims["CapacityType"]) == (1, "Expired", "default", "spot")
+    for name in ("NodeClaimsCreated", "NodeClaimsLaunched"):  # the consolidation's replacement
+        assert [(v, d["NodePool"], d["CapacityType"]) for v, d, _ in metrics[name]] == [(1, "default", "on-demand")]

@@ -119,11 +119,14 @@ def report_pass(outcome: ReconcileOutcome) -> None:
 
 
 def report_disruption(disruption: DisruptionOutcome) -> None:
-    """Emit a disruption pass's ``NodeClaimsTerminated`` (by reason, NodePool, capacity type) and ``PodsEvicted``.
+    """Emit a disruption pass's ``NodeClaimsTerminated`` (by reason, NodePool, capacity type), its
+    replacements' ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` (by NodePool, capacity type) and ``PodsEvicted``.
 
     Called right after each disruption pass (a watch-mode invocation runs several), so none is lost.
     """
     _terminated(disruption.terminated_by.items())
+    _by_pool("NodeClaimsCreated", disruption.created_by.items())
+    _by_pool("NodeClaimsLaunched", disruption.launched_by.items())
     if disruption.pods_evicted:
         metrics.add_metric(name="PodsEvicted", unit=MetricUnit.Count, value=disruption.pods_evicted)
 

@@ -45,7 +45,7 @@ from nodesmith.core.disruption import DisruptionSettings, decide, still_valid
 from nodesmith.core.errors import ConflictError, KubernetesError, LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import ObjectRef
 
-from .breakdown import disruption_reason, pool_key
+from .breakdown import PoolKey, disruption_reason, pool_key
 from .capacity import DISRUPTED_TAINT_KEY, instance_id_of, pending_pods
 from .disruption_state import (
     CONDITION_CANDIDATE,
@@ -114,7 +114,8 @@ class DisruptionOutcome:
     it by the method that claims it. ``nodes_terminated`` and
     ``pods_evicted`` count this pass's terminations and evictions; ``errors`` describe calls that
     failed without stopping the pass. ``terminated_by`` counts the terminations by (reason,
-    NodePool, capacity type), reasons as Karpenter's (:func:`~nodesmith.services.breakdown.disruption_reason`).
+    NodePool, capacity type), reasons as Karpenter's (:func:`~nodesmith.services.breakdown.disruption_reason`);
+    ``created_by`` / ``launched_by`` count replacement NodeClaims by (NodePool, capacity type).
     """
 
     decisions: list[dict[str, Any]] = field(default_factory=list)
@@ -124,6 +125,8 @@ class DisruptionOutcome:
     candidates: list[str] = field(default_factory=list)
     nodes_terminated: list[str] = field(default_factory=list)
     terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    created_by: dict[PoolKey, int] = field(default_factory=dict)
+    launched_by: dict[PoolKey, int] = field(default_factory=dict)
     replacements_launched: list[str] = field(default_factory=list)
     pods_evicted: int = 0
     rejected: int = 0
@@ -510,13 +513,20 @@ class _Disruption:
                 self.out.errors.append(f"create replacement NodeClaim {name}: {exc}")
                 return None
             launched = launcher.launch(created)
+            kind = launched.result.capacity_type if launched.result is not None else plan.capacity_type
+            _tally(self.out.created_by, pool_key(nodeclaim=created, capacity_type=kind))
             if launched.nodeclaim is None:
                 self.out.errors.append(f"launch replacement NodeClaim {name}: {launched.message}")
                 return None
+            _tally(self.out.launched_by, pool_key(nodeclaim=created, capacity_type=kind))
             names.append(name)
             self.out.replacements_launched.append(name)
         self.out.errors.extend(launcher.errors)
         return tuple(names)
+
+
+def _tally(counts: dict[PoolKey, int], key: PoolKey) -> None:
+    counts[key] = counts.get(key, 0) + 1
 
 
 def _camel(method: str) -> str:
