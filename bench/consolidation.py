@@ -8,19 +8,27 @@
 3. Consolidation runs until a pass finds nothing: :func:`plan_disruptions` plays every command of a
    pass; its moves are applied (pods to their simulated destinations, replacements become nodes)
    and the clock moves one hour, so every node is past ``consolidateAfter``. Twice, from the same
-   start: **nodesmith** (``--min-savings`` USD/hour per consolidation, spot-to-spot allowed with 15
-   cheaper types) and **karpenter** (Karpenter's defaults: spot-to-spot off, no minimum saving; the
-   core already orders candidates as Karpenter does).
+   start: **nodesmith** (the ``nodesmith`` consolidation policy, :mod:`nodesmith.core.disruption.repack`:
+   ``--min-savings`` USD/hour per command, ``--per-node`` USD/hour per disrupted node, spot-to-spot
+   allowed) and **karpenter** (the ``karpenter`` policy with Karpenter's defaults: multi- then
+   single-node consolidation, spot-to-spot off, no minimum saving).
 
-Reported per run: cost per hour before/after (USD), the LP lower bound for the remaining pods (HiGHS
-via ``scipy.optimize.linprog``: continuous instance counts per type at its cheapest offering,
-covering total cpu, memory and GPUs — ignores bin-packing, so no real packing can beat it), the gap
-to it, nodes disrupted, pods evicted, rounds and seconds. Every workload (4 pods) has a
-``maxUnavailable: 1`` PodDisruptionBudget; the candidate filter refuses nodes whose pods a PDB
-blocks, and commands are executed through the Eviction API, which enforces PDBs, so
-``pdb_violations`` is 0 by construction; ``pdb_waits`` counts the evictions that would have to wait
-for a sibling pod of the same workload evicted by the same command to be running again (the
-concurrency a command asks of the PDBs). One JSON line with ``--json``.
+Reported: the lower bound for the remaining pods, ``bound_usd_per_hour``: the configuration-LP
+bound of ``bench/bounds.py`` (column generation, Farley's bound, or the class LP when higher: pods
+whole, only on types that hold them) over the instance types the NodePool can launch at their
+cheapest spot or on-demand offering, resources cpu, memory, GPUs and pods; no packing can beat it.
+When ``bench/bounds.py`` is absent it is the plain LP (``plain_lp_bound_usd_per_hour``: continuous
+instance counts covering total cpu, memory and GPUs, HiGHS via ``scipy.optimize.linprog``), which is
+always reported too. Per policy: cost per hour before/after (USD), the gap to the bound, nodes
+disrupted (``empty_nodes_deleted`` of them by emptiness), pods evicted, rounds, commands and
+seconds. Every workload (4 pods) has a ``maxUnavailable: 1`` PodDisruptionBudget; the candidate
+filter refuses nodes whose pods a PDB blocks, and commands are executed through the Eviction API,
+which enforces PDBs, so ``pdb_violations`` is 0 by construction; ``pdb_waits`` counts the evictions
+that would have to wait for a sibling pod of the same workload evicted by the same command to be
+running again (the concurrency a command asks of the PDBs); ``pods_lost`` counts pods no longer on
+any node at the end (0: every eviction was planned a destination). ``targets`` says whether the
+nodesmith run is within 10 % of the bound and disrupted fewer nodes than the karpenter run. One
+JSON line with ``--json``.
 
     python bench/consolidation.py --json
 """
@@ -150,6 +158,33 @@ def pack(pods: list[Pod], catalogue: list[InstanceType], pool: NodePool, *, now:
     return nodes
 
 
+def configuration_bound(pods: list[Pod], catalogue: list[InstanceType], pool: NodePool) -> dict[str, Any] | None:
+    """``bench/bounds.py``'s configuration-LP lower bound for ``pods`` (its JSON fields), None when absent.
+
+    Instance types: those the NodePool can launch (:func:`usable_types`), each at its cheapest
+    available spot or on-demand offering; resources cpu, memory, NVIDIA GPUs and pods.
+    """
+    try:
+        import bounds  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    from nodesmith.core.disruption.simulation import usable_types
+
+    resources = [CPU, MEMORY, GPU_NVIDIA, "pods"]
+    types = [
+        replace(
+            it, offerings=tuple(o for o in it.offerings if o.available and o.capacity_type in {"on-demand", "spot"})
+        )
+        for it in usable_types(catalogue, [pool])
+    ]
+    result = bounds.configuration_lp_bound(
+        bounds.pod_classes([p.requests for p in pods], resources),
+        bounds.bin_types(types, resources),
+        max_seconds=30.0,
+    )
+    return dict(result.as_json())
+
+
 def lp_bound(pods: list[Pod], catalogue: list[InstanceType], pool: NodePool) -> float:
     """LP lower bound (USD/hour) on any cluster holding ``pods``: min Σ price_t x_t, x >= 0, covering cpu/memory/gpu."""
     import numpy as np
@@ -191,7 +226,8 @@ def consolidate(
     """Consolidate ``start`` until a pass finds nothing; returns the run's figures."""
     by_name = {it.name: it for it in catalogue}
     state = list(start)
-    disrupted = evicted = waits = rounds = commands = 0
+    disrupted = evicted = waits = rounds = commands = empties = 0
+    pods_before = {p.key for cn in start for p in cn.pods}
     methods: Counter[str] = Counter()
     started = time.perf_counter()
     for rounds in range(1, max_rounds + 1):
@@ -204,6 +240,7 @@ def consolidate(
             commands += 1
             methods[cmd.method] += 1
             disrupted += len(cmd.nodes)
+            empties += len(cmd.nodes) if cmd.method == "emptiness" else 0
             evicted += len(cmd.pods)
             per_workload = Counter(p.split("/", 1)[1] for p in cmd.pods)
             workloads = {p.name: p.labels.get("workload") for cn in state for p in cn.pods}
@@ -214,12 +251,16 @@ def consolidate(
         now += 3600.0
         state = [_initialized(cn, at=now - 3600.0) for cn in state]
     return {
+        "cost_before_usd_per_hour": round(sum(_price(cn.node, by_name) for cn in start), 4),
         "cost_after_usd_per_hour": round(sum(_price(cn.node, by_name) for cn in state), 4),
+        "nodes_before": len(start),
         "nodes_after": len(state),
         "nodes_disrupted": disrupted,
+        "empty_nodes_deleted": empties,
         "pods_evicted": evicted,
         "pdb_violations": 0,
         "pdb_waits": waits,
+        "pods_lost": len(pods_before - {p.key for cn in state for p in cn.pods}),
         "commands": commands,
         "methods": dict(methods),
         "rounds": rounds,
@@ -242,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", type=Path, default=DATA / "alibaba-openb-pods-default.csv")
     parser.add_argument("--price-table", type=Path, default=DATA / "ec2-ondemand-prices-us-east-1.json")
     args = parser.parse_args(argv)
+    started = time.perf_counter()
 
     import logging
 
@@ -261,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     remaining = [p for cn in fragmented for p in cn.pods]
     pdbs = _pdbs(remaining)
     before = sum(_price(cn.node, by_name) for cn in fragmented)
-    bound = lp_bound(remaining, catalogue, pool)
+    plain = lp_bound(remaining, catalogue, pool)
+    config = configuration_bound(remaining, catalogue, pool)
+    bound = float(config["lower_bound_cost_per_hour"]) if config is not None else plain
     runs = {
         "nodesmith": DisruptionSettings(
             min_savings_per_hour=args.min_savings,
@@ -269,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             policy="nodesmith",
             min_savings_per_disrupted_node=args.per_node,
         ),
-        "karpenter": DisruptionSettings(min_savings_per_hour=0.0, spot_to_spot=False),
+        "karpenter": DisruptionSettings(min_savings_per_hour=0.0, spot_to_spot=False, policy="karpenter"),
     }
     out: dict[str, Any] = {
         "pods_packed": len(pods),
@@ -278,16 +322,30 @@ def main(argv: list[str] | None = None) -> int:
         "cost_packed_usd_per_hour": round(packed_cost, 4),
         "pods_remaining": len(remaining),
         "cost_before_usd_per_hour": round(before, 4),
-        "lp_bound_usd_per_hour": round(bound, 4),
+        "bound_usd_per_hour": round(bound, 4),
+        "bound_kind": config["bound_kind"] if config is not None else "plain-lp (bench/bounds.py absent)",
+        "plain_lp_bound_usd_per_hour": round(plain, 4),
+        "bound": config,
         "seed": args.seed,
     }
     for label, settings in runs.items():
         result = consolidate(fragmented, catalogue=catalogue, pool=pool, pdbs=pdbs, settings=settings, now=now)
         result.pop("_state")
         result["gap_to_bound"] = round(result["cost_after_usd_per_hour"] / bound - 1.0, 4) if bound else None
+        result["policy"] = settings.policy
         result["min_savings_usd_per_hour"] = settings.min_savings_per_hour
+        if settings.policy == "nodesmith":
+            result["min_savings_per_disrupted_node_usd_per_hour"] = settings.min_savings_per_disrupted_node
         result["spot_to_spot"] = settings.spot_to_spot
         out[label] = result
+    ours, theirs = out["nodesmith"], out["karpenter"]
+    out["targets"] = {
+        "nodesmith_within_10pct_of_bound": bool(ours["gap_to_bound"] is not None and ours["gap_to_bound"] <= 0.10),
+        "nodesmith_fewer_disruptions_than_karpenter": ours["nodes_disrupted"] < theirs["nodes_disrupted"],
+        "nodesmith_cheaper_than_karpenter": ours["cost_after_usd_per_hour"] < theirs["cost_after_usd_per_hour"],
+        "pdb_violations": ours["pdb_violations"] + theirs["pdb_violations"],
+    }
+    out["seconds"] = round(time.perf_counter() - started, 2)
     print(json.dumps(out) if args.json else json.dumps(out, indent=2), flush=True)
     return 0
 
