@@ -26,6 +26,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from nodesmith.core.model import NodeSelectorRequirement
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
     LABEL_HOSTNAME,
@@ -41,13 +42,14 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
-    from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod, Taint
+    from nodesmith.core.model import InstanceType, Node, Pod, Taint
     from nodesmith.core.ports import Instance
     from nodesmith.core.scheduling.volumes import VolumeContext
 
 __all__ = [
     "DISRUPTED_TAINT_KEY",
     "UNREGISTERED_TAINT_KEY",
+    "disruption_volume_topology",
     "existing_capacity",
     "from_rfc3339",
     "inflight_node",
@@ -324,3 +326,31 @@ def volume_topology(
             if reqs:
                 requirements[pod.key] = reqs
     return requirements, refused
+
+
+def disruption_volume_topology(
+    *, pods: Sequence[Pod], nodes: Sequence[Node], context: VolumeContext | None
+) -> dict[str, tuple[NodeSelectorRequirement, ...]]:
+    """Node requirements of every pod's PersistentVolumeClaims, for a disruption simulation.
+
+    A pod bound to a node would move if the node went away: its claims pin it like a rescheduled
+    pod's (generic ephemeral volumes skipped); pending pods' claims pin them as in provisioning.
+    What Karpenter would refuse is not reported here (the pod is already running, or provisioning
+    reports it). ``context`` None means the storage objects could not be read: a bound pod with
+    claims is then pinned to its node's zone (where a zonal volume must be), a pending pod to nothing.
+    """
+    zone_of = {n.name: n.labels.get(LABEL_ZONE, "") for n in nodes}
+    out: dict[str, tuple[NodeSelectorRequirement, ...]] = {}
+    for pod in pods:
+        if not pod.pvc_names or pod.is_terminal:
+            continue
+        bound = bool(pod.node_name)
+        if context is None:
+            zone = zone_of.get(pod.node_name or "", "")
+            if bound and zone:
+                out[pod.key] = (NodeSelectorRequirement(key=LABEL_ZONE, operator="In", values=(zone,)),)
+            continue
+        reqs, _ = context.requirements(pod, rescheduled=bound)
+        if reqs:
+            out[pod.key] = reqs
+    return out

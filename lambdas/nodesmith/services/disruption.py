@@ -46,7 +46,7 @@ from nodesmith.core.errors import ConflictError, KubernetesError, LaunchError, N
 from nodesmith.core.ports import ObjectRef
 
 from .breakdown import PoolKey, disruption_reason, pool_key
-from .capacity import DISRUPTED_TAINT_KEY, instance_id_of, pending_pods
+from .capacity import DISRUPTED_TAINT_KEY, disruption_volume_topology, instance_id_of, pending_pods
 from .disruption_state import (
     CONDITION_CANDIDATE,
     CONDITION_DISRUPTING,
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.disruption import ClusterNode, Decision, DisruptionPlan
-    from nodesmith.core.model import InstanceType, Node
+    from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement
     from nodesmith.core.ports import CloudProvider, Cluster, Instance
 
 __all__ = [
@@ -217,6 +217,27 @@ class _Disruption:
             errors=self.out.errors,
         )
         self.by_name: dict[str, ClusterNode] = {v.name: v for v in self.views}
+
+    def pool_types(self) -> dict[str, list[InstanceType]]:
+        """Each NodePool's own EC2NodeClass catalogue (Karpenter's ``GetInstanceTypes(nodePool)``);
+        NodePools of one node class share a list."""
+        lists = {name: list(catalogue.values()) for name, catalogue in self.catalogues.items()}
+        refs = {np.name: np.spec.template.spec.node_class_ref.name for np in self.nodepools}
+        return {pool: lists[ref] for pool, ref in refs.items() if ref in lists}
+
+    def volume_requirements(self) -> dict[str, tuple[NodeSelectorRequirement, ...]]:
+        """The node requirements of the pods' PersistentVolumeClaims, so a simulated move keeps a pod
+        in its volume's zone. Read only when some pod mounts a claim; when the storage objects cannot
+        be read, bound pods with claims stay in their node's zone
+        (:func:`~nodesmith.services.capacity.disruption_volume_topology`)."""
+        if not any(p.pvc_names for p in self.pods):
+            return {}
+        try:
+            context = self.cluster.volume_context()
+        except KubernetesError as exc:
+            self.out.errors.append(f"list PersistentVolumeClaims, PersistentVolumes and StorageClasses: {exc}")
+            context = None
+        return disruption_volume_topology(pods=self.pods, nodes=self.nodes, context=context)
 
     def _claim_of(self, node: str) -> NodeClaim | None:
         view = self.by_name.get(node)
@@ -594,6 +615,8 @@ def disrupt(
         daemonsets=run.daemonsets,
         deleting=going,
         settings=run.settings,
+        volume_requirements=run.volume_requirements(),
+        nodepool_instance_types=run.pool_types(),
     )
     run.expire(plan)
     run.command(plan)

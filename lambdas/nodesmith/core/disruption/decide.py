@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
     from nodesmith.core.disruption.drift import Drift, NodeClassResolution
     from nodesmith.core.disruption.types import ClusterNode, Decision
-    from nodesmith.core.model import DaemonSet, InstanceType, Pod, PodDisruptionBudget
+    from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod, PodDisruptionBudget
 
 __all__ = ["METHOD_CONSOLIDATION", "DisruptionPlan", "decide", "still_valid"]
 
@@ -168,6 +168,8 @@ def decide(
     deleting: Collection[str] = (),
     settings: DisruptionSettings | None = None,
     expire: bool = True,
+    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
+    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> DisruptionPlan:
     """Decide one disruption pass over the cluster snapshot.
 
@@ -178,6 +180,9 @@ def decide(
     ``resolutions``: node class name -> what its selectors resolve to now (default: what each
     EC2NodeClass states, :func:`~.drift.resolution_from_nodeclass`). ``deleting``: node names
     already being disrupted by earlier commands. ``expire=False`` skips expiration.
+    ``volume_requirements``: pod key -> the node requirements its PersistentVolumeClaims impose
+    (volume topology: moved pods stay in their volumes' zones). ``nodepool_instance_types``:
+    NodePool name -> the catalogue of its own EC2NodeClass (default: ``instance_types`` for all).
 
     Returns a :class:`DisruptionPlan` with the expirations and at most one command.
     Raises nothing for odd nodes or pods: they are rejected with a reason.
@@ -213,6 +218,8 @@ def decide(
         daemonsets=daemonsets,
         pending=pending_pods,
         recent=_recent(selection, nodepools, now),
+        volume_requirements=volume_requirements,
+        nodepool_instance_types=nodepool_instance_types,
     )
     candidates = selection.candidates
 

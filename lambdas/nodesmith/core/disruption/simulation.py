@@ -9,7 +9,10 @@ Mirrors Karpenter ``SimulateScheduling`` (``[core]:pkg/controllers/disruption/he
 * for consolidation (``IsConsolidationSimulation``) nodes still inside their own
   ``consolidateAfter`` quiet period receive no pods (Karpenter still lets pending pods land there;
   here they do not either, which is only more conservative);
-* NodePool limits see the usage of the remaining nodes (the candidates' capacity is freed).
+* NodePool limits see the usage of the remaining nodes (the candidates' capacity is freed);
+* as in provisioning, each NodePool schedules from its own EC2NodeClass's instance types and the
+  pods' PersistentVolumeClaims pin them to their volumes' zones (volume topology), so a pod is
+  never consolidated away from its zonal volume.
 
 :func:`~nodesmith.core.scheduling.solve` does the placement. The outcome says which moved pods
 could not be placed, whether a moved pod would land on an uninitialized node (Karpenter refuses
@@ -21,7 +24,7 @@ delete into a strange "replace"; not counting them never disrupts more.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.requirements import LABEL_HOSTNAME, RequirementError, Requirements
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.candidates import Candidate, NodeFacts
     from nodesmith.core.disruption.types import ClusterNode
-    from nodesmith.core.model import DaemonSet, InstanceType, Pod
+    from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.types import NodeClaimPlan, Packing, SchedulingResult
 
@@ -58,7 +61,9 @@ class SimulationContext:
     ``destinations``: every live node as an existing node, by name. ``capacity``: each managed
     live node's capacity (+ ``nodes: 1``) and NodePool, for limits. ``deleting_pods``: pods of
     nodes already deleting (to be placed again). ``recent``: nodes inside their
-    ``consolidateAfter`` quiet period.
+    ``consolidateAfter`` quiet period. ``volume_requirements``: pod key -> the node requirements its
+    PersistentVolumeClaims impose. ``nodepool_instance_types``: NodePool name -> its own EC2NodeClass's
+    usable types (a NodePool not named uses ``instance_types``).
     """
 
     destinations: Mapping[str, ExistingNode]
@@ -69,6 +74,8 @@ class SimulationContext:
     instance_types: tuple[InstanceType, ...]
     daemonsets: tuple[DaemonSet, ...]
     recent: frozenset[str]
+    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
+    nodepool_instance_types: Mapping[str, tuple[InstanceType, ...]] = field(default_factory=dict)
 
 
 def build_context(
@@ -80,6 +87,8 @@ def build_context(
     daemonsets: Sequence[DaemonSet],
     pending: Sequence[Pod],
     recent: Collection[str],
+    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
+    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> SimulationContext:
     """Build the :class:`SimulationContext`. ``facts`` must hold every node of ``nodes``.
 
@@ -127,7 +136,26 @@ def build_context(
         instance_types=usable_types(instance_types, nodepools),
         daemonsets=tuple(daemonsets),
         recent=frozenset(recent),
+        volume_requirements=dict(volume_requirements or {}),
+        nodepool_instance_types=_usable_per_pool(nodepool_instance_types or {}, nodepools),
     )
+
+
+def _usable_per_pool(
+    types_by_pool: Mapping[str, Sequence[InstanceType]], nodepools: Sequence[NodePool]
+) -> dict[str, tuple[InstanceType, ...]]:
+    """:func:`usable_types` of each NodePool's own catalogue, once per catalogue (NodePools sharing
+    a node class share one filtered tuple)."""
+    groups: dict[int, list[NodePool]] = {}
+    for pool in nodepools:
+        types = types_by_pool.get(pool.name)
+        if types is not None:
+            groups.setdefault(id(types), []).append(pool)
+    out: dict[str, tuple[InstanceType, ...]] = {}
+    for pools in groups.values():
+        usable = usable_types(types_by_pool[pools[0].name], pools)
+        out.update((pool.name, usable) for pool in pools)
+    return out
 
 
 def usable_types(instance_types: Sequence[InstanceType], nodepools: Sequence[NodePool]) -> tuple[InstanceType, ...]:
@@ -231,6 +259,8 @@ def simulate(
             daemonsets=ctx.daemonsets,
             nodepool_usage=usage,
             packing=packing,
+            volume_requirements=ctx.volume_requirements,
+            nodepool_instance_types=ctx.nodepool_instance_types,
         )
     )
     failures = {key: why for key, why in result.unschedulable.items() if key in must_place}
