@@ -125,7 +125,9 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
         cloud=wiring.build_cloud(settings),
         cluster_name=settings.cluster_name,
         now=time.time() if now is None else now,
-        settings=DisruptionSettings(min_savings_per_hour=settings.disruption_min_savings_usd_per_hour),
+        settings=DisruptionSettings(
+            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour, policy=settings.disruption_policy
+        ),
         pending=_PENDING,
         recent_events=_RECENT_EVENTS,
         validation_delay=settings.disruption_validation_delay_seconds,

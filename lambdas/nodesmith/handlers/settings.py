@@ -40,6 +40,7 @@ class ENV:
     DISRUPTION = "NODESMITH_DISRUPTION"
     DISRUPTION_VALIDATION_DELAY_SECONDS = "NODESMITH_DISRUPTION_VALIDATION_DELAY_SECONDS"
     DISRUPTION_MIN_SAVINGS_USD_PER_HOUR = "NODESMITH_DISRUPTION_MIN_SAVINGS_USD_PER_HOUR"
+    DISRUPTION_POLICY = "NODESMITH_DISRUPTION_POLICY"
     RECONCILE_MODE = "NODESMITH_RECONCILE_MODE"
 
 
@@ -56,7 +57,10 @@ class Settings(BaseModel):
     ``disruption`` turns the disruption pass after provisioning on or off;
     ``disruption_validation_delay_seconds`` is how long a disruption command waits before it is
     re-validated and executed (Karpenter: 15 s); ``disruption_min_savings_usd_per_hour`` is the
-    least a consolidation must save. ``reconcile_mode`` is ``poll`` (one pass per scheduled
+    least a consolidation must save; ``disruption_policy`` is the consolidation policy, ``nodesmith``
+    (default: a set of wasteful nodes out, their pods re-packed at the lowest cost,
+    ``nodesmith.core.disruption.repack``) or ``karpenter`` (Karpenter's multi- and single-node
+    consolidation). ``reconcile_mode`` is ``poll`` (one pass per scheduled
     invocation) or ``watch`` (one invocation watches pods for most of its timeout).
     """
 
@@ -76,6 +80,7 @@ class Settings(BaseModel):
     disruption: bool = True
     disruption_validation_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 15.0
     disruption_min_savings_usd_per_hour: Annotated[float, Field(ge=0)] = 0.0
+    disruption_policy: Literal["karpenter", "nodesmith"] = "nodesmith"
     reconcile_mode: Literal["poll", "watch"] = "poll"
 
 
@@ -98,6 +103,7 @@ _FIELDS = {
     "disruption": ENV.DISRUPTION,
     "disruption_validation_delay_seconds": ENV.DISRUPTION_VALIDATION_DELAY_SECONDS,
     "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,
+    "disruption_policy": ENV.DISRUPTION_POLICY,
     "reconcile_mode": ENV.RECONCILE_MODE,
 }
 
