@@ -3,8 +3,8 @@
 The batch is worked in thread pools (cordon, then drain, one task per instance). A line logged
 inside a task -- here a service's own warning when the drain of the second node fails -- must carry
 its own ``event_id``, ``instance_id``, ``node`` and ``nodeclaim``, never the batch's list of event
-ids; the handler's per-message lines carry their message's keys; only the batch-wide lines carry
-``event_ids``. Every line is captured as the JSON the Powertools handler writes.
+ids; the handler's per-message lines (and the missed-deadline warning) carry their message's keys;
+only the batch-wide lines carry ``event_ids``. Every line is captured as the JSON the Powertools handler writes.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def written() -> Iterator[list[dict[str, Any]]]:
     )
     now = time.time()
     records = [
-        spot_record(event_id="evt-a", instance_id=A, sent=now - 2, message_id="m-a"),
+        spot_record(event_id="evt-a", instance_id=A, sent=now - 150, message_id="m-a"),  # handled too late
         spot_record(event_id="evt-b", instance_id=B, sent=now - 2, message_id="m-b"),
     ]
     try:
@@ -94,6 +94,10 @@ def test_every_line_about_one_interruption_carries_only_its_own_keys(written: li
         assert mismatched == {}, line
     (handled_a,) = [line for line in about_one if line["message"] == "interruption handled"]
     assert {key: handled_a[key] for key in TRACE} == EXPECTED["evt-a"]
+    (late_a,) = [line for line in about_one if "missed the interruption deadline" in line["message"]]
+    assert {key: late_a[key] for key in ("instance_id", "node", "nodeclaim")} == {
+        key: EXPECTED["evt-a"][key] for key in ("instance_id", "node", "nodeclaim")
+    }
     (failed_b,) = [line for line in about_one if line["message"].startswith("interruption message failed")]
     assert failed_b["event_id"] == "evt-b" and failed_b["message_id"] == "m-b"
 

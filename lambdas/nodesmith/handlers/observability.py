@@ -44,13 +44,16 @@ TRACE_KEYS = ("event_id", "instance_id", "node", "nodeclaim")
 class ScopedKeysFilter(logging.Filter):
     """Adds the keys of the current :func:`~nodesmith.services.log_context.log_context` to each record.
 
-    Keys the record already has (its ``extra=``) are left alone. Installed on the handler, so it
-    sees the lines of every ``nodesmith.*`` logger that propagate to it.
+    Keys the record already has (its ``extra=``) are left alone, and a line about one interruption
+    (its own ``event_id``) does not get the batch's ``event_ids`` list. Installed on the handler, so
+    it sees the lines of every ``nodesmith.*`` logger that propagate to it.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in current_log_keys().items():
-            if not hasattr(record, key):
+        scoped = current_log_keys()
+        about_one = getattr(record, "event_id", None) or scoped.get("event_id")
+        for key, value in scoped.items():
+            if not hasattr(record, key) and not (key == "event_ids" and about_one):
                 setattr(record, key, value)
         return True
 
