@@ -47,12 +47,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 from nodesmith.core.errors import ManifestError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from nodesmith.adapters.manifests import ManifestBundle
     from nodesmith.core.disruption import Decision, DisruptionPlan
     from nodesmith.core.disruption.types import ClusterNode
-    from nodesmith.core.model import InstanceType
+    from nodesmith.core.model import InstanceType, NodeSelectorRequirement
     from nodesmith.core.scheduling.types import NodeClaimPlan
 
 __all__ = ["build_cluster_nodes", "plan_to_json", "run_simulate_disrupt"]
@@ -92,11 +92,13 @@ def run_simulate_disrupt(
         _check_arguments(files=files, output=output, price_table=table)
         with contextlib.redirect_stdout(sys.stderr):  # only the result may reach stdout
             bundle = _load(files)
-            catalogue = instance_types
-            if catalogue is None:
-                catalogue = _catalogue(bundle, region=region, price_table=table, use_aws=use_aws)
+            per_pool: dict[str, list[InstanceType]] = {}
+            if instance_types is None:
+                catalogue, per_pool = _catalogue(bundle, region=region, price_table=table, use_aws=use_aws)
+            else:
+                catalogue = list(instance_types)
             at = _when(now)
-            plan = _plan(bundle, catalogue, files=files, now=at, min_savings=min_savings_per_hour)
+            plan = _plan(bundle, catalogue, files=files, now=at, min_savings=min_savings_per_hour, per_pool=per_pool)
     except simulate._BadInput as exc:
         _err(f"error: {exc}")
         return EXIT_BAD_INPUT
@@ -160,13 +162,12 @@ def _load(files: Sequence[Path]) -> ManifestBundle:
 
 def _catalogue(
     bundle: ManifestBundle, *, region: str, price_table: Path | None, use_aws: bool
-) -> Sequence[InstanceType]:
+) -> tuple[list[InstanceType], dict[str, list[InstanceType]]]:
+    """``(shared, per_nodepool)`` as ``simulate`` loads them (:func:`.simulate.load_nodepool_catalogues`)."""
     from nodesmith.cli import simulate
 
     try:
-        return simulate.load_catalogue(
-            region=region, price_table=price_table, use_aws=use_aws, nodeclass=simulate._shared_nodeclass(bundle)
-        )
+        return simulate.load_nodepool_catalogues(bundle, region=region, price_table=price_table, use_aws=use_aws)
     except simulate._BadInput:
         raise
     except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
@@ -223,12 +224,28 @@ def build_cluster_nodes(
 
 
 def _plan(
-    bundle: ManifestBundle, catalogue: Sequence[InstanceType], *, files: Sequence[Path], now: float, min_savings: float
+    bundle: ManifestBundle,
+    catalogue: Sequence[InstanceType],
+    *,
+    files: Sequence[Path],
+    now: float,
+    min_savings: float,
+    per_pool: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> DisruptionPlan:
     from nodesmith.core.disruption import DisruptionSettings, plan_disruptions
+    from nodesmith.core.scheduling.volumes import VolumeContext
 
     ready = _nodes_without_ready_condition(bundle, files)
     nodes, pending = build_cluster_nodes(bundle, catalogue, assume_ready=ready)
+    storage = VolumeContext.of(
+        claims=bundle.volume_claims, volumes=bundle.persistent_volumes, classes=bundle.storage_classes
+    )
+    volumes: dict[str, tuple[NodeSelectorRequirement, ...]] = {}  # moved pods keep their volumes' zones
+    for pod in bundle.pods:
+        if pod.pvc_names and not pod.is_terminal:
+            reqs, _ = storage.requirements(pod, rescheduled=bool(pod.node_name))
+            if reqs:
+                volumes[pod.key] = reqs
     return plan_disruptions(
         now=now,
         nodes=nodes,
@@ -239,6 +256,8 @@ def _plan(
         pdbs=bundle.pdbs,
         daemonsets=bundle.daemonsets,
         settings=DisruptionSettings(min_savings_per_hour=min_savings),
+        volume_requirements=volumes,
+        nodepool_instance_types=per_pool,
     )
 
 

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.drift import NodeClassResolution
     from nodesmith.core.disruption.types import Decision, DisruptionSettings
-    from nodesmith.core.model import DaemonSet, InstanceType, Pod, PodDisruptionBudget
+    from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod, PodDisruptionBudget
     from nodesmith.core.scheduling.types import NodeClaimPlan
 
 __all__ = ["REPLACEMENT_PREFIX", "plan_disruptions", "replacement_node"]
@@ -130,6 +130,8 @@ def plan_disruptions(
     deleting: Collection[str] = (),
     settings: DisruptionSettings | None = None,
     max_commands: int = 100,
+    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
+    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> DisruptionPlan:
     """Expirations plus every graceful command the loop would start now (see the module docstring).
 
@@ -152,6 +154,8 @@ def plan_disruptions(
             deleting=gone,
             settings=settings,
             expire=expire,
+            volume_requirements=volume_requirements,
+            nodepool_instance_types=nodepool_instance_types,
         )
 
     first = run(nodes, deleting, expire=True)
