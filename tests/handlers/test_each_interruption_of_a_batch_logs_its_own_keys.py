@@ -19,7 +19,7 @@ from test_one_interruption_can_be_followed_in_the_logs import Context, fakes, sp
 
 from nodesmith.core.errors import KubernetesError
 from nodesmith.handlers import interruption, wiring
-from nodesmith.handlers.observability import logger
+from nodesmith.handlers.observability import logger, tracer
 from nodesmith.handlers.settings import Settings
 
 if TYPE_CHECKING:
@@ -44,7 +44,14 @@ class DrainOfBFails(fakes.FakeCluster):  # type: ignore[misc,name-defined]
 
 
 @pytest.fixture
-def written() -> Iterator[list[dict[str, Any]]]:
+def annotations(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    seen: list[tuple[str, str]] = []
+    monkeypatch.setattr(tracer, "put_annotation", lambda key, value: seen.append((key, value)))
+    return seen
+
+
+@pytest.fixture
+def written(annotations: list[tuple[str, str]]) -> Iterator[list[dict[str, Any]]]:
     """The JSON lines the Powertools handler writes during one two-message invocation."""
     handler = logger.registered_handler
     stream = io.StringIO()
@@ -107,3 +114,9 @@ def test_only_the_batch_wide_lines_carry_the_list_of_event_ids(written: list[dic
     assert batch_wide, "the batch summary line is missing"
     assert all(line.get("event_ids") == ["evt-a", "evt-b"] for line in batch_wide), batch_wide
     assert any(line["message"] == "interruption batch handled" for line in batch_wide)
+
+
+def test_the_trace_of_the_batch_names_every_interruption_in_it(
+    written: list[dict[str, Any]], annotations: list[tuple[str, str]]
+) -> None:
+    assert ("event_ids", "evt-a,evt-b") in annotations and ("instance_ids", f"{A},{B}") in annotations

@@ -39,7 +39,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.handlers.observability import MetricUnit, emit, log_keys, logger, metrics
+from nodesmith.handlers.observability import MetricUnit, emit, log_keys, logger, metrics, tracer
 from nodesmith.services.breakdown import UNKNOWN
 from nodesmith.services.drain_deadlines import missed_deadlines
 from nodesmith.services.interrupt import EVENT_REASONS
@@ -141,14 +141,22 @@ def bind_batch(items: Sequence[BatchItem]) -> dict[str, Any]:
     instance, ``instance_id`` are appended to every line and become X-Ray annotations; returns
     ``{}``. Several messages: returns ``{"event_ids": [...]}`` for the caller to scope the batch's
     lines with (:func:`~nodesmith.services.log_context.log_context`); each message's and each
-    instance's own lines then carry their own ``event_id`` (and instance keys) instead.
+    instance's own lines then carry their own ``event_id`` (and instance keys) instead. The trace
+    (one per invocation) is annotated with ``event_ids`` and ``instance_ids``, comma-separated.
     """
     if len(items) == 1:
         message = items[0].message
         only = message.instance_ids[0] if len(message.instance_ids) == 1 else None
         log_keys(event_id=message.event_id, instance_id=only)
         return {}
-    return {"event_ids": [item.message.event_id for item in items]} if items else {}
+    if not items:
+        return {}
+    event_ids = [item.message.event_id for item in items]
+    instance_ids = [iid for item in items for iid in item.message.instance_ids]
+    # One trace per invocation: annotate it with every id, so `annotation.event_ids CONTAINS "..."` finds it.
+    tracer.put_annotation(key="event_ids", value=",".join(event_ids))
+    tracer.put_annotation(key="instance_ids", value=",".join(instance_ids))
+    return {"event_ids": event_ids}
 
 
 def instance_keys(event_id: str, instance: InstanceOutcome) -> dict[str, Any]:
