@@ -20,7 +20,8 @@ cheapest spot or on-demand offering, resources cpu, memory, GPUs and pods; no pa
 When ``bench/bounds.py`` is absent it is the plain LP (``plain_lp_bound_usd_per_hour``: continuous
 instance counts covering total cpu, memory and GPUs, HiGHS via ``scipy.optimize.linprog``), which is
 always reported too. Per policy: cost per hour before/after (USD), the gap to the bound, nodes
-disrupted (``empty_nodes_deleted`` of them by emptiness), pods evicted, rounds, commands and
+disrupted (``empty_nodes_deleted`` of them by emptiness, ``replacements_disrupted_again`` of them
+replacements an earlier command launched), pods evicted, rounds, commands and
 seconds. Every workload (4 pods) has a ``maxUnavailable: 1`` PodDisruptionBudget; the candidate
 filter refuses nodes whose pods a PDB blocks, and commands are executed through the Eviction API,
 which enforces PDBs, so ``pdb_violations`` is 0 by construction; ``pdb_waits`` counts the evictions
@@ -50,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.disruption import ClusterNode, DisruptionSettings, plan_disruptions
-from nodesmith.core.disruption.sequence import _advance, replacement_node
+from nodesmith.core.disruption.sequence import REPLACEMENT_PREFIX, _advance, replacement_node
 from nodesmith.core.model import InstanceType, LabelSelector, Node, Pod, PodDisruptionBudget
 from nodesmith.core.requirements import LABEL_CAPACITY_TYPE, LABEL_INITIALIZED, LABEL_INSTANCE_TYPE, LABEL_ZONE
 from nodesmith.core.resources import CPU, GPU_NVIDIA, MEMORY
@@ -226,7 +227,7 @@ def consolidate(
     """Consolidate ``start`` until a pass finds nothing; returns the run's figures."""
     by_name = {it.name: it for it in catalogue}
     state = list(start)
-    disrupted = evicted = waits = rounds = commands = empties = 0
+    disrupted = evicted = waits = rounds = commands = empties = churn = 0
     pods_before = {p.key for cn in start for p in cn.pods}
     methods: Counter[str] = Counter()
     started = time.perf_counter()
@@ -241,6 +242,7 @@ def consolidate(
             methods[cmd.method] += 1
             disrupted += len(cmd.nodes)
             empties += len(cmd.nodes) if cmd.method == "emptiness" else 0
+            churn += sum(1 for n in cmd.nodes if n.startswith(REPLACEMENT_PREFIX))
             evicted += len(cmd.pods)
             per_workload = Counter(p.split("/", 1)[1] for p in cmd.pods)
             workloads = {p.name: p.labels.get("workload") for cn in state for p in cn.pods}
@@ -257,6 +259,7 @@ def consolidate(
         "nodes_after": len(state),
         "nodes_disrupted": disrupted,
         "empty_nodes_deleted": empties,
+        "replacements_disrupted_again": churn,
         "pods_evicted": evicted,
         "pdb_violations": 0,
         "pdb_waits": waits,
