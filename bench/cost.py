@@ -11,25 +11,31 @@ Linux type, on-demand only, no limits and no DaemonSets.
 
 Both packing policies are solved on the same input (only :func:`solve` is timed):
 ``karpenter`` (Karpenter's grouping, cheapest fitting type per NodeClaim) and ``nodesmith``
-(the default, cost-aware re-packing). Two lower bounds, LPs solved with HiGHS
-(``scipy.optimize.linprog(method="highs")``):
+(the default, cost-aware re-packing). Lower bounds come from ``bench/bounds.py`` (LPs solved with
+HiGHS through scipy; pods grouped into classes of identical request vectors, dominated types left
+out):
 
-* ``lower_bound_cost_per_hour``: instance counts ``x_t >= 0`` covering the pods' total cpu,
-  memory, GPUs and pods: ``min sum_t price_t x_t  s.t.  sum_t alloc_{t,r} x_t >= demand_r``.
-  Loose: a GPU pod's cpu may sit on a cheap CPU-only type.
-* ``class_lower_bound_cost_per_hour``: the same with pods kept whole per class: ``z_{k,t} >= 0``
-  pods of class k (one request vector) on type t, only where one such pod fits t (so GPU pods go
-  to GPU types, a 32-vCPU pod to types with 32 vCPU free), ``sum_t z_{k,t} >= count_k`` and
-  ``sum_k demand_{k,r} z_{k,t} <= alloc_{t,r} x_t``. Types dominated by a cheaper-or-equal type
-  with at least as much of every resource are left out (never needed).
+* ``lower_bound_cost_per_hour``: the configuration LP bound (:func:`bounds.configuration_lp_bound`):
+  one variable per (type, pattern of pods that fits it in cpu, memory, GPUs and pods at once), by
+  column generation seeded with both policies' NodeClaims, for at most ``--bound-seconds``.
+  Valid even when stopped early (Farley's bound); ``bound_kind`` says which bound it is
+  (``configuration-lp`` converged, ``configuration-lp-farley`` stopped early, ``class-count-lp``
+  when the class LP with per-instance count cuts was still higher), ``bound_gap`` how far the
+  restricted master's value (``bound_master_cost_per_hour``, not a bound) is above it.
+* ``class_lower_bound_cost_per_hour``: pods kept whole per class, only on types that hold one,
+  fractional instances (GPU pods go to GPU types, a 32-vCPU pod to types with 32 vCPU free).
+* ``plain_lower_bound_cost_per_hour``: fractional instance counts covering the pods' total cpu,
+  memory, GPUs and pods; loose (a GPU pod's cpu may sit on a cheap CPU-only type).
 
 Pods that fit no instance type at all are excluded from both policies and both bounds, and
 counted. Prints one JSON line::
 
     {"pods", "nodesmith_cost_per_hour", "karpenter_policy_cost_per_hour", "lower_bound_cost_per_hour",
-     "nodesmith_over_bound", "seconds", "class_lower_bound_cost_per_hour", "nodesmith_over_class_bound",
-     "karpenter_policy_over_class_bound", "nodeclaims", "karpenter_policy_nodeclaims",
-     "karpenter_policy_seconds", "excluded_pods", "instance_types"}
+     "nodesmith_over_bound", "karpenter_policy_over_bound", "seconds", "bound_kind", "bound_gap",
+     "bound_master_cost_per_hour", "bound_iterations", "bound_seconds", "class_lower_bound_cost_per_hour",
+     "nodesmith_over_class_bound", "plain_lower_bound_cost_per_hour", "nodesmith_over_plain_bound",
+     "nodeclaims", "karpenter_policy_nodeclaims", "karpenter_policy_seconds", "excluded_pods",
+     "instance_types"}
 
 ``*_over_*`` are fractions above the bound (0.05 = 5% dearer); ``seconds`` is the nodesmith solve.
 
@@ -211,108 +217,54 @@ def to_pods(trace: Sequence[TracePod]) -> list[Pod]:
 # ----------------------------------------------------------------------------------------- bounds
 
 
-def _scale(types: Sequence[InstanceType]) -> Any:
-    """Per resource, the largest allocatable of any type: LP rows are divided by it so every
-    coefficient is O(1) (memory in bytes would otherwise be ~1e12 next to GPU counts of 1)."""
-    import numpy as np
+def _bounds() -> Any:
+    """``bench/bounds.py`` (shared with the other benchmarks), importable however this file was loaded."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import bounds
 
-    return np.array([max(1, *(it.allocatable.get(r, 0) for it in types)) for r in RESOURCES], dtype=float)
-
-
-def _type_matrix(types: Sequence[InstanceType]) -> tuple[Any, Any]:
-    import numpy as np
-
-    alloc = np.array([[it.allocatable.get(r, 0) for r in RESOURCES] for it in types], dtype=float) / _scale(types)
-    price = np.array([min(o.price for o in it.offerings) for it in types], dtype=float)
-    return alloc, price
+    return bounds
 
 
-def _demand(pod: TracePod, scale: Any) -> Any:
-    import numpy as np
-
-    req = pod.requests()
-    return np.array([req.get(r, 0) for r in RESOURCES], dtype=float) / scale
+def _classes_and_types(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> tuple[list[Any], list[Any]]:
+    b = _bounds()
+    return b.pod_classes((p.requests() for p in trace), RESOURCES), b.bin_types(types, RESOURCES)
 
 
 def plain_bound(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> float:
     """LP: cheapest fractional instance counts covering the total cpu, memory, GPUs and pods (USD/hour)."""
-    import numpy as np
-    from scipy.optimize import linprog
-
-    alloc, price = _type_matrix(types)
-    scale = _scale(types)
-    demand = np.zeros(len(RESOURCES))
-    for p in trace:
-        demand += _demand(p, scale)
-    res = linprog(price, A_ub=-alloc.T, b_ub=-demand, bounds=(0, None), method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"plain bound LP failed: {res.message}")
-    return float(res.fun)
-
-
-def _undominated(alloc: Any, price: Any) -> list[int]:
-    """Indices of types no cheaper-or-equal type dominates (>= in every resource), cheapest first."""
-    import numpy as np
-
-    kept: list[int] = []
-    for t in sorted(range(len(price)), key=lambda i: (price[i], i)):
-        if kept and bool(np.any(np.all(alloc[kept] >= alloc[t], axis=1))):
-            continue
-        kept.append(t)
-    return kept
+    return float(_bounds().plain_lp_bound(*_classes_and_types(trace, types)))
 
 
 def class_bound(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> float:
     """LP with pods whole per class and only on types that hold one (module docstring; USD/hour)."""
-    from collections import Counter
+    return float(_bounds().class_lp_bound(*_classes_and_types(trace, types)))
 
-    import numpy as np
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix
 
-    alloc, price = _type_matrix(types)
-    kept = _undominated(alloc, price)
-    classes = Counter(tuple(p.requests().get(r, 0) for r in RESOURCES) for p in trace)
-    demand = np.array(list(classes), dtype=float) / _scale(types)
-    counts = np.array(list(classes.values()), dtype=float)
-    pairs = [(k, t) for k in range(len(demand)) for t in kept if bool(np.all(alloc[t] >= demand[k]))]
-    nz, nx = len(pairs), len(kept)
-    col_x = {t: nz + i for i, t in enumerate(kept)}
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    rhs: list[float] = []
-    for j, (k, _) in enumerate(pairs):  # sum_t z_kt >= count_k
-        rows.append(k)
-        cols.append(j)
-        vals.append(-1.0)
-    rhs.extend(-counts)
-    row = len(demand)
-    cap_row = {(t, r): row + i * len(RESOURCES) + r for i, t in enumerate(kept) for r in range(len(RESOURCES))}
-    for j, (k, t) in enumerate(pairs):  # sum_k d_kr z_kt - alloc_tr x_t <= 0
-        for r in range(len(RESOURCES)):
-            if demand[k, r]:
-                rows.append(cap_row[(t, r)])
-                cols.append(j)
-                vals.append(demand[k, r])
-    for t in kept:
-        for r in range(len(RESOURCES)):
-            rows.append(cap_row[(t, r)])
-            cols.append(col_x[t])
-            vals.append(-alloc[t, r])
-    rhs.extend([0.0] * (len(kept) * len(RESOURCES)))
-    a_ub = csr_matrix((vals, (rows, cols)), shape=(len(rhs), nz + nx))
-    cost = np.concatenate([np.zeros(nz), price[kept]])
-    res = linprog(cost, A_ub=a_ub, b_ub=np.array(rhs), bounds=(0, None), method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"class bound LP failed: {res.message}")
-    return float(res.fun)
+def configuration_bound(
+    trace: Sequence[TracePod], types: Sequence[InstanceType], *, plans: Sequence[Any] = (), max_seconds: float = 45.0
+) -> Any:
+    """The configuration LP bound (``bounds.BoundResult``), its master seeded with the pods of each
+    ``NodeClaimPlan`` in ``plans`` (a known packing's instances)."""
+    b = _bounds()
+    classes, bins = _classes_and_types(trace, types)
+    index = {c.demand: i for i, c in enumerate(classes)}
+    patterns = []
+    for plan in plans:
+        pattern = [0] * len(classes)
+        for pod in plan.pods:
+            pattern[index[tuple(pod.requests.get(r, 0) for r in RESOURCES)]] += 1
+        patterns.append(pattern)
+    return b.configuration_lp_bound(classes, bins, initial_patterns=patterns, max_seconds=max_seconds)
 
 
 # ------------------------------------------------------------------------------------------- run
 
 
-def run(*, pods_csv: Path, prices: Path, region: str = "us-east-1", limit: int | None = None) -> dict[str, Any]:
+def run(
+    *, pods_csv: Path, prices: Path, region: str = "us-east-1", limit: int | None = None, bound_seconds: float = 45.0
+) -> dict[str, Any]:
     """Read, solve with both policies, bound, and return the JSON object (keys in the module docstring)."""
     from nodesmith.core.scheduling import SchedulingInput, solve
 
@@ -330,8 +282,11 @@ def run(*, pods_csv: Path, prices: Path, region: str = "us-east-1", limit: int |
             some = next(iter(results[policy].unschedulable.items()))
             raise RuntimeError(f"{policy}: {len(results[policy].unschedulable)} pod(s) not placed, e.g. {some}")
     nodesmith, karpenter = results["nodesmith"].cost_per_hour, results["karpenter"].cost_per_hour
-    plain = plain_bound(kept, types) if kept else 0.0
-    tight = class_bound(kept, types) if kept else 0.0
+    plans = [*results["nodesmith"].nodeclaims, *results["karpenter"].nodeclaims]
+    bound = configuration_bound(kept, types, plans=plans, max_seconds=bound_seconds).as_json() if kept else {}
+    lower = bound.get("lower_bound_cost_per_hour", 0.0)
+    plain = bound.get("plain_lower_bound_cost_per_hour", 0.0)
+    per_class = bound.get("class_lower_bound_cost_per_hour", 0.0)
 
     def over(cost: float, bound: float) -> float | None:
         return round(cost / bound - 1, 4) if bound > 0 else None
@@ -340,12 +295,19 @@ def run(*, pods_csv: Path, prices: Path, region: str = "us-east-1", limit: int |
         "pods": len(kept),
         "nodesmith_cost_per_hour": round(nodesmith, 4),
         "karpenter_policy_cost_per_hour": round(karpenter, 4),
-        "lower_bound_cost_per_hour": round(plain, 4),
-        "nodesmith_over_bound": over(nodesmith, plain),
+        "lower_bound_cost_per_hour": lower,
+        "nodesmith_over_bound": over(nodesmith, lower),
+        "karpenter_policy_over_bound": over(karpenter, lower),
         "seconds": round(timings["nodesmith"], 3),
-        "class_lower_bound_cost_per_hour": round(tight, 4),
-        "nodesmith_over_class_bound": over(nodesmith, tight),
-        "karpenter_policy_over_class_bound": over(karpenter, tight),
+        "bound_kind": bound.get("bound_kind"),
+        "bound_gap": bound.get("bound_gap"),
+        "bound_master_cost_per_hour": bound.get("bound_master_cost_per_hour"),
+        "bound_iterations": bound.get("bound_iterations"),
+        "bound_seconds": bound.get("bound_seconds"),
+        "class_lower_bound_cost_per_hour": per_class,
+        "nodesmith_over_class_bound": over(nodesmith, per_class),
+        "plain_lower_bound_cost_per_hour": plain,
+        "nodesmith_over_plain_bound": over(nodesmith, plain),
         "nodeclaims": len(results["nodesmith"].nodeclaims),
         "karpenter_policy_nodeclaims": len(results["karpenter"].nodeclaims),
         "karpenter_policy_seconds": round(timings["karpenter"], 3),
@@ -360,10 +322,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prices", type=Path, required=True, help="price table JSON (on-demand USD/hour by type)")
     parser.add_argument("--region", default="us-east-1")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N pods of the trace")
+    parser.add_argument(
+        "--bound-seconds", type=float, default=45.0, help="column generation budget of the configuration LP bound"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line (the default output anyway)")
     args = parser.parse_args(argv)
     try:
-        out = run(pods_csv=args.pods, prices=args.prices, region=args.region, limit=args.limit)
+        out = run(
+            pods_csv=args.pods,
+            prices=args.prices,
+            region=args.region,
+            limit=args.limit,
+            bound_seconds=args.bound_seconds,
+        )
     except BenchInputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,4 @@
-"""bench/cost.py: the trace format, the two LP lower bounds and one end-to-end run."""
+"""bench/cost.py: the trace format, the plain and class LP lower bounds and one end-to-end run."""
 
 from __future__ import annotations
 
@@ -100,8 +100,10 @@ def test_end_to_end_on_a_slice_of_the_alibaba_trace(
     assert out["pods"] == 40 and out["excluded_pods"] == 1
     for key in ("nodesmith_cost_per_hour", "karpenter_policy_cost_per_hour", "lower_bound_cost_per_hour", "seconds"):
         assert out[key] > 0
-    assert out["lower_bound_cost_per_hour"] <= out["class_lower_bound_cost_per_hour"] + 1e-6
-    assert out["class_lower_bound_cost_per_hour"] <= out["nodesmith_cost_per_hour"] + 1e-6
+    assert out["plain_lower_bound_cost_per_hour"] <= out["class_lower_bound_cost_per_hour"] + 1e-6
+    assert out["class_lower_bound_cost_per_hour"] <= out["lower_bound_cost_per_hour"] + 1e-6
+    assert out["lower_bound_cost_per_hour"] <= out["nodesmith_cost_per_hour"] + 1e-6
+    assert out["bound_kind"] in {"configuration-lp", "configuration-lp-farley", "class-count-lp"}
     assert out["nodesmith_cost_per_hour"] <= out["karpenter_policy_cost_per_hour"] + 1e-6
     assert out["nodesmith_over_bound"] == pytest.approx(
         out["nodesmith_cost_per_hour"] / out["lower_bound_cost_per_hour"] - 1, abs=1e-3

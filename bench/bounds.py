@@ -1,0 +1,542 @@
+"""Lower bounds on the cost of packing pods onto instances, for the benchmarks (HiGHS via scipy).
+
+The problem: ``count_k`` pods of each class ``k`` (one request vector ``demand_k`` over some
+resources: cpu millicores, memory bytes, GPUs, pods ...) must be placed on instances; an instance of
+type ``t`` costs ``price_t`` USD/hour and holds any set of pods whose summed requests stay within
+its ``capacity_t`` in every resource. Three valid lower bounds (USD/hour) on the cheapest packing,
+each at least the previous one:
+
+* :func:`plain_lp_bound`: fractional instance counts covering the total of every resource (types
+  that hold no pod included: their cpu may cover a GPU pod's).
+* :func:`class_lp_bound`: pods kept whole per class, only on types one of them fits, fractional
+  instances (a GPU pod's cpu cannot sit on a CPU-only type).
+* :func:`configuration_lp_bound`: the configuration LP (Gilmore & Gomory, "A linear programming
+  approach to the cutting-stock problem", Operations Research 9, 1961; Gabay & Zaourar, "Vector bin
+  packing with heterogeneous bins", Annals of OR 242, 2016): one variable per (type, pattern), a
+  pattern being pod counts per class that fit the type in every resource at once,
+  ``min sum price_t x_{t,p}  s.t.  sum a_{k,p} x_{t,p} >= count_k, x >= 0``. Solved by column
+  generation, the pricing problem (an integer knapsack per type) by HiGHS MILP. The bound it
+  reports is valid even when column generation stops early: Farley's bound ("A note on bounding a
+  class of linear programming problems, including cutting stock problems", Operations Research 38,
+  1990): for any duals ``pi >= 0`` of the cover rows, ``pi / theta`` with
+  ``theta = max_t (max_pattern pi . a) / price_t`` is feasible for the dual of the full
+  configuration LP, so ``pi . count / max(1, theta)`` bounds it from below. ``theta`` uses an upper
+  bound of each knapsack's value (the MILP's dual bound), never a heuristic value, so the bound
+  stays valid if a knapsack is not solved to optimality.
+
+Types dominated by a cheaper-or-equal type with at least as much of every resource are left out,
+and so are types that hold no pod (except in the plain bound): neither changes the bound. Pattern
+counts are capped at the class counts (a real packing never puts more pods of a class on one
+instance than exist), which keeps the configuration LP a relaxation of the packing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+_DEBUG = bool(os.environ.get("NODESMITH_BOUNDS_DEBUG"))
+
+__all__ = [
+    "BinType",
+    "BoundResult",
+    "PodClass",
+    "bin_types",
+    "class_lp_bound",
+    "configuration_lp_bound",
+    "plain_lp_bound",
+    "pod_classes",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PodClass:
+    """``count`` pods that each request ``demand`` (one int per resource, in the caller's order)."""
+
+    demand: tuple[int, ...]
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BinType:
+    """An instance type: ``capacity`` (allocatable per resource, same order as the pod classes'
+    ``demand``) at ``price`` USD/hour."""
+
+    name: str
+    capacity: tuple[int, ...]
+    price: float
+
+
+@dataclass(frozen=True, slots=True)
+class BoundResult:
+    """What :func:`configuration_lp_bound` found (all costs USD/hour).
+
+    ``lower_bound`` is valid for every packing: the best of the Farley bound over all column
+    generation iterations and the class LP bound. ``kind`` names which one it is:
+    ``"configuration-lp"`` when column generation converged (``lower_bound`` within ``tolerance``
+    of ``master_cost``: the configuration LP's optimum up to that tolerance),
+    ``"configuration-lp-farley"`` when it stopped early (time or iteration budget), and
+    ``"class-lp"`` when the class LP bound was still higher. ``master_cost`` is the restricted
+    master LP's value (the configuration LP optimum is between ``lower_bound`` and it; it is not a
+    bound on packings); ``gap = master_cost / lower_bound - 1``.
+    """
+
+    lower_bound: float
+    kind: str
+    master_cost: float
+    gap: float
+    class_bound: float
+    class_count_bound: float
+    plain_bound: float
+    iterations: int
+    columns: int
+    types: int
+    seconds: float
+
+    def as_json(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (costs rounded to 1e-4 USD/hour)."""
+        return {
+            "lower_bound_cost_per_hour": round(self.lower_bound, 4),
+            "bound_kind": self.kind,
+            "bound_master_cost_per_hour": round(self.master_cost, 4),
+            "bound_gap": round(self.gap, 6),
+            "class_lower_bound_cost_per_hour": round(self.class_bound, 4),
+            "class_count_lower_bound_cost_per_hour": round(self.class_count_bound, 4),
+            "plain_lower_bound_cost_per_hour": round(self.plain_bound, 4),
+            "bound_iterations": self.iterations,
+            "bound_columns": self.columns,
+            "bound_types": self.types,
+            "bound_seconds": round(self.seconds, 3),
+        }
+
+
+def pod_classes(requests: Iterable[Mapping[str, int]], resources: Sequence[str]) -> list[PodClass]:
+    """Group request maps (resource name -> int amount) into classes of identical vectors over
+    ``resources``, in order of first appearance."""
+    counts: dict[tuple[int, ...], int] = {}
+    for req in requests:
+        key = tuple(int(req.get(r, 0)) for r in resources)
+        counts[key] = counts.get(key, 0) + 1
+    return [PodClass(k, n) for k, n in counts.items()]
+
+
+def bin_types(instance_types: Iterable[Any], resources: Sequence[str]) -> list[BinType]:
+    """``BinType`` of each instance type (anything with ``name``, ``allocatable`` (resource ->
+    int) and ``offerings`` with ``price``), at its cheapest offering; types without offerings
+    are skipped. Filter the offerings (capacity type, availability) before calling."""
+    out = []
+    for it in instance_types:
+        prices = [o.price for o in it.offerings]
+        if prices:
+            out.append(BinType(it.name, tuple(int(it.allocatable.get(r, 0)) for r in resources), min(prices)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- shared
+
+
+class _Instance:
+    """Classes and kept types as scaled numpy arrays (every resource divided by its largest
+    capacity, so memory bytes and GPU counts are both O(1) in the LPs)."""
+
+    def __init__(self, classes: Sequence[PodClass], types: Sequence[BinType], *, useful_only: bool = True) -> None:
+        import numpy as np
+
+        classes = [c for c in classes if c.count > 0]
+        if not classes:
+            raise ValueError("no pods to bound")
+        dims = {len(c.demand) for c in classes} | {len(t.capacity) for t in types}
+        if len(dims) != 1:
+            raise ValueError(f"demand and capacity vectors differ in length: {sorted(dims)}")
+        self.demand_int = np.array([c.demand for c in classes], dtype=np.int64)
+        self.count = np.array([c.count for c in classes], dtype=float)
+        cap_all = np.array([t.capacity for t in types], dtype=np.int64).reshape(len(types), -1)
+        price_all = np.array([t.price for t in types], dtype=float)
+        fits_all = np.all(cap_all[:, None, :] >= self.demand_int[None, :, :], axis=2)  # [t, k]
+        unplaceable = np.flatnonzero(~fits_all.any(axis=0))
+        if unplaceable.size:
+            raise ValueError(f"{unplaceable.size} pod class(es) fit no type, e.g. {classes[int(unplaceable[0])]}")
+        kept: list[int] = []
+        for t in sorted(range(len(types)), key=lambda i: (price_all[i], i)):
+            if useful_only and not fits_all[t].any():
+                continue
+            if kept and bool(np.any(np.all(cap_all[kept] >= cap_all[t], axis=1))):
+                continue
+            kept.append(t)
+        self.names = [types[t].name for t in kept]
+        self.cap_int = cap_all[kept]
+        self.price = price_all[kept]
+        self.fits = fits_all[kept]
+        self.scale = np.maximum(1, self.cap_int.max(axis=0)).astype(float)
+        self.demand = self.demand_int / self.scale
+        self.cap = self.cap_int / self.scale
+        # most pods of class k one instance of type t holds (capped at the class count)
+        with np.errstate(divide="ignore"):
+            per = np.where(
+                self.demand_int[None, :, :] > 0,
+                self.cap_int[:, None, :] // np.maximum(self.demand_int[None, :, :], 1),
+                np.iinfo(np.int64).max,
+            ).min(axis=2)
+        self.most = np.minimum(per, self.count[None, :].astype(np.int64)).astype(float)  # [t, k]
+
+
+def plain_lp_bound(classes: Sequence[PodClass], types: Sequence[BinType]) -> float:
+    """``min sum_t price_t x_t  s.t.  sum_t capacity_{t,r} x_t >= sum_k count_k demand_{k,r}``, x >= 0
+    (USD/hour). Loose: a GPU pod's cpu may be covered by a cheap CPU-only type."""
+    from scipy.optimize import linprog
+
+    inst = _Instance(classes, types, useful_only=False)
+    need = inst.count @ inst.demand
+    res = linprog(inst.price, A_ub=-inst.cap.T, b_ub=-need, bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"plain bound LP failed: {res.message}")
+    return float(res.fun)
+
+
+def class_lp_bound(classes: Sequence[PodClass], types: Sequence[BinType]) -> float:
+    """Pods whole per class, fractional instances (USD/hour): ``z_{k,t} >= 0`` pods of class k on
+    type t only where one fits, ``sum_t z_{k,t} >= count_k``, ``sum_k demand_{k,r} z_{k,t} <=
+    capacity_{t,r} x_t``, minimise ``sum_t price_t x_t``."""
+    return _class_lp(_Instance(classes, types))[0]
+
+
+def _class_lp(inst: _Instance, *, count_cuts: bool = False) -> tuple[float, Any]:
+    """The class LP's value and the duals of its cover rows (one per class, >= 0).
+
+    With ``count_cuts``, also ``z_{k,t} <= most_{t,k} x_t``: an instance of type t never holds more
+    than ``most_{t,k}`` (the integer number that fits) pods of class k, so no packing violates it;
+    it stops the LP from splitting a large pod over the fractional remainder of an instance.
+    """
+    import numpy as np
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    ncls, ntyp, nres = len(inst.count), len(inst.price), inst.cap.shape[1]
+    pairs = [(k, t) for t in range(ntyp) for k in range(ncls) if inst.fits[t, k]]
+    nz = len(pairs)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    for j, (k, t) in enumerate(pairs):
+        rows.append(k)  # -sum_t z_kt <= -count_k
+        cols.append(j)
+        vals.append(-1.0)
+        for r in range(nres):  # sum_k d_kr z_kt - cap_tr x_t <= 0
+            if inst.demand[k, r]:
+                rows.append(ncls + t * nres + r)
+                cols.append(j)
+                vals.append(float(inst.demand[k, r]))
+    for t in range(ntyp):
+        for r in range(nres):
+            rows.append(ncls + t * nres + r)
+            cols.append(nz + t)
+            vals.append(-float(inst.cap[t, r]))
+    nrows = ncls + ntyp * nres
+    if count_cuts:
+        for j, (k, t) in enumerate(pairs):  # z_kt - most_tk x_t <= 0
+            rows.extend((nrows + j, nrows + j))
+            cols.extend((j, nz + t))
+            vals.extend((1.0, -float(inst.most[t, k])))
+        nrows += nz
+    a_ub = csr_matrix((vals, (rows, cols)), shape=(nrows, nz + ntyp))
+    rhs = np.concatenate([-inst.count, np.zeros(nrows - ncls)])
+    res = linprog(np.concatenate([np.zeros(nz), inst.price]), A_ub=a_ub, b_ub=rhs, bounds=(0, None), method="highs")
+    if res.status != 0:
+        raise RuntimeError(f"class bound LP failed: {res.message}")
+    return float(res.fun), np.maximum(-np.asarray(res.ineqlin.marginals[:ncls], dtype=float), 0.0)
+
+
+# -------------------------------------------------------------------------- configuration LP
+
+
+class _Pricer:
+    """The pricing problem of type ``t``: ``max pi . a  s.t.  demand^T a <= capacity_t``,
+    ``0 <= a_k <= most_{t,k}``, ``a`` integer."""
+
+    def __init__(self, inst: _Instance, *, milp_seconds: float) -> None:
+        self.inst = inst
+        self.milp_seconds = milp_seconds
+        self.milps = 0
+
+    def dantzig(self, pi: Any) -> Any:
+        """Per type, an upper bound of the knapsack's value: the best single-resource fractional
+        knapsack bound (each resource alone is a relaxation), vectorised over types."""
+        import numpy as np
+
+        inst = self.inst
+        ub = inst.most * pi[None, :]  # [t, k] value of the most that fit
+        best = ub.sum(axis=1)
+        for r in range(inst.cap.shape[1]):
+            d = inst.demand[:, r]
+            weight = inst.most * d[None, :]  # [t, k]
+            free_value = np.where(d[None, :] > 0, 0.0, ub).sum(axis=1)
+            order = np.argsort(-np.where(d > 0, pi / np.where(d > 0, d, 1.0), 0.0), kind="stable")
+            order = order[d[order] > 0]
+            if order.size == 0:
+                continue
+            w = weight[:, order]
+            v = ub[:, order]
+            cw = np.cumsum(w, axis=1)
+            cap = inst.cap[:, r][:, None]
+            full = cw <= cap
+            taken = np.where(full, v, 0.0).sum(axis=1)
+            # the first item that does not fit entirely is taken fractionally
+            first = np.argmin(full, axis=1)
+            partial = ~full[np.arange(len(first)), first]
+            before = np.where(first > 0, cw[np.arange(len(first)), np.maximum(first - 1, 0)], 0.0)
+            room = np.maximum(inst.cap[:, r] - before, 0.0)
+            wf = w[np.arange(len(first)), first]
+            frac = np.where(partial & (wf > 0), room / np.where(wf > 0, wf, 1.0), 0.0)
+            taken = taken + np.minimum(frac, 1.0) * v[np.arange(len(first)), first] * partial
+            best = np.minimum(best, free_value + taken)
+        return best * (1 + 1e-9) + 1e-12
+
+    def relaxed(self, t: int, pi: Any) -> tuple[Any, float]:
+        """Type ``t``'s knapsack LP relaxation (HiGHS): ``(its solution rounded down, a pattern;
+        the LP value padded for tolerances, an upper bound of the knapsack's value)``."""
+        import numpy as np
+        from scipy.optimize import linprog
+
+        inst = self.inst
+        items = np.flatnonzero((pi > 1e-12) & (inst.most[t] >= 1))
+        pattern = np.zeros(len(pi))
+        if items.size == 0:
+            return pattern, 0.0
+        rows = np.flatnonzero(inst.cap[t] > 0)
+        a = (inst.demand[items][:, rows] / inst.cap[t, rows]).T
+        res = linprog(
+            -pi[items],
+            A_ub=a,
+            b_ub=np.ones(rows.size),
+            bounds=np.c_[np.zeros(items.size), inst.most[t, items]],
+            method="highs",
+        )
+        if res.status != 0:
+            return pattern, float(pi[items] @ inst.most[t, items])
+        pattern[items] = np.floor(res.x + 1e-9)
+        return self.repair(t, pattern), -float(res.fun) * (1 + 1e-7) + 1e-9
+
+    def exact(self, t: int, pi: Any) -> tuple[Any, float, float]:
+        """HiGHS MILP on type ``t``: ``(pattern, its value, upper bound of the optimum)``; the upper
+        bound is the MILP's dual bound, valid when the time limit cuts the search short."""
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        inst = self.inst
+        items = np.flatnonzero((pi > 1e-12) & (inst.most[t] >= 1))
+        pattern = np.zeros(len(pi))
+        if items.size == 0:
+            return pattern, 0.0, 0.0
+        rows = np.flatnonzero(inst.cap[t] > 0)
+        a = (inst.demand[items][:, rows] / inst.cap[t, rows]).T
+        self.milps += 1
+        res = milp(
+            -pi[items],
+            integrality=np.ones(items.size),
+            bounds=Bounds(0, inst.most[t, items]),
+            constraints=LinearConstraint(a, -np.inf, 1.0),
+            options={"time_limit": self.milp_seconds, "mip_rel_gap": 1e-3, "disp": False},
+        )
+        upper = float(pi[items] @ inst.most[t, items])
+        dual = getattr(res, "mip_dual_bound", None)
+        if dual is not None and math.isfinite(dual):
+            upper = min(upper, -float(dual))
+        if res.x is not None:
+            pattern[items] = np.round(res.x)
+            pattern = self.repair(t, pattern)
+        value = float(pi @ pattern)
+        return pattern, value, max(upper, value) * (1 + 1e-9) + 1e-12
+
+    def greedy(self, t: int, pi: Any) -> list[Any]:
+        """Feasible patterns for ``t``: classes by value per summed share and per largest share of
+        ``t`` (two orders), as many of each as still fit."""
+        import numpy as np
+
+        inst = self.inst
+        ok = np.flatnonzero((pi > 1e-12) & (inst.most[t] >= 1))
+        shares = inst.demand[ok] / np.where(inst.cap[t] > 0, inst.cap[t], 1.0)
+        out = []
+        for size in (shares.sum(axis=1), shares.max(axis=1)):
+            order = ok[np.argsort(-pi[ok] / np.maximum(size, 1e-12), kind="stable")]
+            room = inst.cap_int[t].copy()
+            pattern = np.zeros(len(pi))
+            for k in order:
+                d = inst.demand_int[k]
+                pos = d > 0
+                n = int(min(inst.most[t, k], (room[pos] // d[pos]).min() if pos.any() else inst.most[t, k]))
+                if n > 0:
+                    pattern[k] = n
+                    room -= n * d
+            out.append(pattern)
+        return out
+
+    def repair(self, t: int, pattern: Any) -> Any:
+        """``pattern`` trimmed (last classes first) until it fits ``t`` in exact integer arithmetic
+        (HiGHS checks constraints up to a tolerance)."""
+        import numpy as np
+
+        inst = self.inst
+        counts = pattern.astype(np.int64)
+        while np.any(counts @ inst.demand_int > inst.cap_int[t]):
+            k = int(np.flatnonzero(counts)[-1])
+            counts[k] -= 1
+        return counts.astype(float)
+
+
+def configuration_lp_bound(
+    classes: Sequence[PodClass],
+    types: Sequence[BinType],
+    *,
+    tolerance: float = 1e-3,
+    max_seconds: float = 45.0,
+    max_iterations: int = 500,
+    milp_seconds: float = 0.3,
+    alpha: float = 0.7,
+    exact_every: int = 1,
+    initial_patterns: Sequence[Sequence[int]] = (),
+) -> BoundResult:
+    """A valid lower bound (USD/hour) on packing ``classes`` onto ``types``: the configuration LP's
+    Farley bound by column generation (module docstring), or the class LP bound if higher.
+
+    ``classes[k].demand`` and ``types[t].capacity`` are int vectors over the same resources.
+    Column generation stops when the best Farley bound is within ``tolerance`` (relative) of the
+    restricted master's value (``kind="configuration-lp"``), or after ``max_seconds`` /
+    ``max_iterations`` (``kind="configuration-lp-farley"``: still a valid bound, ``gap`` says how far
+    from converged). ``initial_patterns`` (pod counts per class, in ``classes`` order, e.g. the
+    instances of a known packing) seed the master, each on the cheapest type that holds it; they
+    speed convergence and never change the bound's validity. Raises ``ValueError`` when there is
+    no pod or some class fits no type.
+    """
+    import numpy as np
+    from scipy.optimize import linprog
+
+    start = time.perf_counter()
+    inst = _Instance(classes, types)
+    plain = plain_lp_bound(classes, types)
+    per_class = _class_lp(inst)[0]
+    per_class_counted, class_duals = _class_lp(inst, count_cuts=True)
+    pricer = _Pricer(inst, milp_seconds=milp_seconds)
+    ncls = len(inst.count)
+    col_type: list[int] = []
+    col_pattern: list[Any] = []
+    seen: set[tuple[int, bytes]] = set()
+
+    def add(t: int, pattern: Any) -> bool:
+        key = (t, pattern.astype(np.int64).tobytes())
+        if key in seen or not pattern.any():
+            return False
+        seen.add(key)
+        col_type.append(t)
+        col_pattern.append(pattern)
+        return True
+
+    for k in range(ncls):  # every class alone on the cheapest type holding it (types are cheapest first)
+        t = int(np.flatnonzero(inst.fits[:, k])[0])
+        add(t, np.where(np.arange(ncls) == k, inst.most[t, k], 0.0))
+    # a first mixed set: greedy fills valued by each class's cheapest dominant share
+    share = (inst.demand[None, :, :] / np.where(inst.cap > 0, inst.cap, np.inf)[:, None, :]).max(axis=2)
+    fair = np.where(inst.fits, inst.price[:, None] * share, np.inf).min(axis=0)
+    for t in range(len(inst.price)):
+        for pattern in pricer.greedy(t, fair):
+            add(t, pattern)
+
+    live = [i for i, c in enumerate(classes) if c.count > 0]
+    for given in initial_patterns:
+        pattern = np.minimum(np.array([given[i] for i in live], dtype=float), inst.count)
+        holders = np.flatnonzero(np.all(pattern.astype(np.int64) @ inst.demand_int <= inst.cap_int, axis=1))
+        if holders.size:
+            add(int(holders[0]), pattern)
+
+    best_lb, master, iterations = per_class_counted, math.inf, 0  # the class LP's duals give its value
+    improved = False
+    farley = 0.0
+    # Wentges smoothing: pricing at a mix of the master's duals and the duals of the best Farley
+    # bound so far (the class LP's duals are not used as a centre: mixes with them price poorly)
+    center: Any = None
+    del class_duals
+    smoothing = alpha
+    converged = False
+    while True:
+        iterations += 1
+        res = linprog(
+            inst.price[col_type], A_ub=-np.array(col_pattern).T, b_ub=-inst.count, bounds=(0, None), method="highs"
+        )
+        if res.status != 0:
+            raise RuntimeError(f"configuration LP master failed: {res.message}")
+        master = float(res.fun)
+        pi_master = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=float), 0.0)
+        pi = pi_master if center is None else smoothing * center + (1 - smoothing) * pi_master
+        new = 0
+
+        def offer(t: int, pattern: Any, pi_master: Any = pi_master, pi: Any = pi) -> int:
+            """Add ``pattern`` on ``t`` when its reduced cost is negative at either set of duals."""
+            limit = inst.price[t] * (1 + 1e-9)
+            return int((pi_master @ pattern > limit or pi @ pattern > limit) and add(t, pattern))
+
+        upper = pricer.dantzig(pi)
+        for t in np.flatnonzero(upper > inst.price * (1 + 1e-9)):
+            for pattern in pricer.greedy(int(t), pi):
+                new += offer(int(t), pattern)
+        # theta = max_t (knapsack value upper bound) / price_t, refined lazily: Dantzig, LP, MILP
+        heap = [(-upper[t] / inst.price[t], t, 0) for t in range(len(inst.price))]
+        heapq.heapify(heap)
+        theta = 0.0
+        while heap:
+            neg, t, level = heapq.heappop(heap)
+            if level == 2 or -neg <= 1.0 or (level == 1 and iterations % exact_every):
+                theta = -neg
+                break
+            if level == 0:
+                pattern, bound = pricer.relaxed(t, pi)
+                new += offer(t, pattern)
+            else:
+                pattern, _, bound = pricer.exact(t, pi)
+                new += offer(t, pattern)
+            heapq.heappush(heap, (-bound / inst.price[t], t, level + 1))
+        lb = float(pi @ inst.count) / max(1.0, theta)
+        if lb > farley:
+            farley, center = lb, pi
+        if lb > best_lb:
+            best_lb, improved = lb, True
+        if _DEBUG:
+            print(
+                f"it={iterations} t={time.perf_counter() - start:.1f}s master={master:.2f} lb={lb:.2f} "
+                f"best={best_lb:.2f} theta={theta:.4f} cols={len(col_type)} milps={pricer.milps} a={smoothing}",
+                file=sys.stderr,
+            )
+        if master - best_lb <= tolerance * master:
+            converged = True
+            break
+        if iterations >= max_iterations or time.perf_counter() - start > max_seconds:
+            break
+        if not new:  # mispricing: the smoothed duals found nothing the master can use
+            if smoothing == 0.0:
+                break
+            smoothing = 0.0
+        else:
+            smoothing = alpha
+    if not improved:
+        kind, lower = "class-count-lp", per_class_counted
+    else:
+        kind, lower = ("configuration-lp" if converged else "configuration-lp-farley"), best_lb
+    return BoundResult(
+        lower_bound=lower,
+        kind=kind,
+        master_cost=master,
+        gap=master / lower - 1 if lower > 0 else math.inf,
+        class_bound=per_class,
+        class_count_bound=per_class_counted,
+        plain_bound=plain,
+        iterations=iterations,
+        columns=len(col_type),
+        types=len(inst.price),
+        seconds=time.perf_counter() - start,
+    )
