@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from nodesmith.adapters.manifests import ManifestBundle
-    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput, SchedulingResult
@@ -240,26 +239,6 @@ def load_nodepool_catalogues(
         if np.spec.template.spec.node_class_ref.name in per_class
     }
     return per_class[used[0]], per_pool
-
-
-def _shared_nodeclass(bundle: ManifestBundle) -> EC2NodeClass | None:
-    """The one EC2NodeClass every NodePool uses, or None (none, or several: defaults apply, with a warning).
-
-    The scheduler takes one catalogue for all NodePools, so per-node-class capacity settings can
-    only be honoured when the NodePools agree on the node class.
-    """
-    classes = {nc.name: nc for nc in bundle.ec2nodeclasses}
-    used = sorted({np.spec.template.spec.node_class_ref.name for np in bundle.nodepools})
-    found = [classes[name] for name in used if name in classes]
-    if len(found) == 1:
-        return found[0]
-    if len(found) > 1:
-        LOG.warning(
-            "NodePools use several EC2NodeClasses (%s): their kubelet and block-device settings are not "
-            "applied; instance capacity follows Karpenter's defaults",
-            ", ".join(used),
-        )
-    return None
 
 
 # ------------------------------------------------------------------------------- scheduling input
