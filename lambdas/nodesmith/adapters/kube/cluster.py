@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget, Taint
-    from nodesmith.core.scheduling.volumes import VolumeContext
     from nodesmith.core.ports import EvictionOutcome, ObjectRef, PodEvent
+    from nodesmith.core.scheduling.volumes import VolumeContext
 
 __all__ = ["KubeCluster"]
 
