@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from nodesmith.adapters.manifests import ManifestBundle
     from nodesmith.core.disruption import Decision, DisruptionPlan
-    from nodesmith.core.disruption.types import ClusterNode
+    from nodesmith.core.disruption.types import ClusterNode, Policy
     from nodesmith.core.model import InstanceType, NodeSelectorRequirement
     from nodesmith.core.scheduling.types import NodeClaimPlan
 
@@ -74,6 +74,7 @@ def run_simulate_disrupt(
     now: float | str | None = None,
     use_aws: bool = False,
     min_savings_per_hour: float = 0.0,
+    policy: str = "karpenter",
     instance_types: Sequence[InstanceType] | None = None,
 ) -> int:
     """Print the disruption decisions for the manifests in ``files``; returns the exit code (0, 1 or 2).
@@ -83,13 +84,15 @@ def run_simulate_disrupt(
     (``2025-10-09T08:00:00Z``); default the current time — pass the snapshot's time to replay an
     old snapshot, or expireAfter will judge its nodes by today's clock.
     ``use_aws``: read the catalogue from real AWS. ``min_savings_per_hour``: consolidation must save
-    at least this (USD/hour). ``instance_types`` skips the catalogue step (tests).
+    at least this (USD/hour). ``policy``: the consolidation policy, ``karpenter`` (default, Karpenter's
+    multi- and single-node consolidation) or ``nodesmith`` (:mod:`nodesmith.core.disruption.repack`).
+    ``instance_types`` skips the catalogue step (tests).
     """
     from nodesmith.cli import simulate
 
     table = price_table if price_table is not None else simulate._env_price_table()
     try:
-        _check_arguments(files=files, output=output, price_table=table)
+        _check_arguments(files=files, output=output, price_table=table, policy=policy)
         with contextlib.redirect_stdout(sys.stderr):  # only the result may reach stdout
             bundle = _load(files)
             per_pool: dict[str, list[InstanceType]] = {}
@@ -98,7 +101,15 @@ def run_simulate_disrupt(
             else:
                 catalogue = list(instance_types)
             at = _when(now)
-            plan = _plan(bundle, catalogue, files=files, now=at, min_savings=min_savings_per_hour, per_pool=per_pool)
+            plan = _plan(
+                bundle,
+                catalogue,
+                files=files,
+                now=at,
+                min_savings=min_savings_per_hour,
+                per_pool=per_pool,
+                policy=policy,
+            )
     except simulate._BadInput as exc:
         _err(f"error: {exc}")
         return EXIT_BAD_INPUT
@@ -134,11 +145,16 @@ def _when(now: float | str | None) -> float:
     return parsed
 
 
-def _check_arguments(*, files: Sequence[Path], output: str, price_table: Path | None) -> None:
+def _check_arguments(
+    *, files: Sequence[Path], output: str, price_table: Path | None, policy: str = "karpenter"
+) -> None:
     from nodesmith.cli.simulate import _BadInput
+    from nodesmith.core.disruption.types import POLICIES
 
     if output not in OUTPUTS:
         raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
+    if policy not in POLICIES:
+        raise _BadInput(f"--policy must be one of {', '.join(POLICIES)}, not {policy!r}")
     if not files:
         raise _BadInput("no manifest file given (use -f FILE, repeatable)")
     missing = [str(f) for f in files if not Path(f).exists()]
@@ -146,6 +162,11 @@ def _check_arguments(*, files: Sequence[Path], output: str, price_table: Path | 
         raise _BadInput(f"manifest file not found: {', '.join(missing)}")
     if price_table is not None and not Path(price_table).is_file():
         raise _BadInput(f"price table not found: {price_table}")
+
+
+def _policy(value: str) -> Policy:
+    """``value`` as a consolidation policy (checked by ``_check_arguments``)."""
+    return "nodesmith" if value == "nodesmith" else "karpenter"
 
 
 def _load(files: Sequence[Path]) -> ManifestBundle:
@@ -230,6 +251,7 @@ def _plan(
     files: Sequence[Path],
     now: float,
     min_savings: float,
+    policy: str = "karpenter",
     per_pool: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> DisruptionPlan:
     from nodesmith.core.disruption import DisruptionSettings, plan_disruptions
@@ -255,7 +277,7 @@ def _plan(
         pending_pods=pending,
         pdbs=bundle.pdbs,
         daemonsets=bundle.daemonsets,
-        settings=DisruptionSettings(min_savings_per_hour=min_savings),
+        settings=DisruptionSettings(min_savings_per_hour=min_savings, policy=_policy(policy)),
         volume_requirements=volumes,
         nodepool_instance_types=per_pool,
     )

@@ -47,6 +47,13 @@ def simulate(
     min_savings: Annotated[
         float, typer.Option(help="With --disrupt: smallest consolidation saving worth a disruption (USD/hour).")
     ] = 0.0,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="With --disrupt: consolidation policy, karpenter (Karpenter's multi/single-node) or nodesmith "
+            "(wasteful nodes out, their pods re-packed at the lowest cost)."
+        ),
+    ] = "karpenter",
     packing: Annotated[
         str,
         typer.Option(help="karpenter (Karpenter's own grouping) or nodesmith (cost-aware re-packing)."),
@@ -69,6 +76,7 @@ def simulate(
                 use_aws=use_aws,
                 now=now,
                 min_savings_per_hour=min_savings,
+                policy=policy,
             )
         )
     from nodesmith.cli.simulate import run_simulate
