@@ -24,7 +24,8 @@ result is printed. ``-o json`` prints exactly one JSON object on stdout::
                     "savings_per_hour": float,
                     "cause": str, "reason": str, "cost_before": float, "cost_after": float,
                     "pods": ["namespace/name", ...],
-                    "replacements": [...]            # only when a drift needs several NodeClaims
+                    "replacements": [...]            # only when a command launches several NodeClaims
+                                                     # (drift, or the nodesmith policy's consolidation)
                    }, ...],
      "rejected": [{"node": str, "method": str | null, "reason": str}, ...],
      "cost_per_hour": {"before": float, "after": float}}
