@@ -17,7 +17,8 @@ Timed run, from ``t0`` = the moment the bench starts putting the events on Event
 * one real-format ``EC2 Spot Instance Interruption Warning`` per node goes to the default event bus
   (``PutEvents``, 10 entries a call); the rule delivers it to the SQS queue;
 * ``--concurrency`` threads do what the Lambda SQS event source mapping does: receive up to 10
-  messages, invoke the interruption handler, delete what it did not report as failed. Every
+  messages (filling the batch for up to the stack's 1 s batching window), invoke the interruption
+  handler, delete what it did not report as failed. Every
   ``--duplicate-every``-th message is delivered twice (SQS is at-least-once);
 * the reconcile handler runs every 60 s from ``t0 + 60`` (the EventBridge schedule);
 * at each event's deadline (event time + 120 s) EC2 reclaims its instance if it is still running
@@ -41,7 +42,10 @@ invocation is acknowledged, its records come back after the visibility timeout, 
 
 Caveats, also in the output: every "Lambda invocation" is a thread of this one process, sharing
 the GIL with moto and the emulator, and the Kubernetes client and caches of one container; real
-invocations each have their own CPU.
+invocations each have their own CPU (``process_cpu_share`` says how busy the machine's cores were).
+Where moto or the simulation is quadratic in the number of nodes, pods or messages, the bench
+takes a shortcut with the same answers and lists it in ``emulator_shortcuts``; the handlers,
+services and adapters run unchanged.
 
     python bench/interruptions.py --nodes 100 --json
 """
@@ -73,8 +77,9 @@ SCHEDULE_SECONDS = 60.0
 DISRUPTED = "karpenter.sh/disrupted"
 BATCHING_WINDOW_SECONDS = 1.0
 """The stack's ``MaximumBatchingWindowInSeconds``: the event source mapping fills a batch for up to this long."""
-VISIBILITY_TIMEOUT_SECONDS = 60
-"""How long a received message stays invisible: a killed invocation's records come back after this."""
+VISIBILITY_TIMEOUT_SECONDS = 6 * 20 + 1
+"""How long a received message stays invisible (the stack's 6 x the 20 s function timeout + the 1 s batching
+window; ``--visibility-timeout``): a killed invocation's records come back after this."""
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, str]:
@@ -293,8 +298,9 @@ KUBELET_INSTANCE_CACHE_SECONDS = 3.0
 NotReady by at most this much, and keeps moto's quadratic DescribeInstances from eating the GIL."""
 
 EMULATOR_SHORTCUTS = [
-    "moto SQS ReceiveMessage: the retention check per message reads the queue's retention period instead of "
-    "recomputing every queue attribute (moto's check is O(queue) per message)",
+    "moto SQS: the retention check per received message reads the retention period, and queue attributes "
+    "(scanned on every SendMessage) are recomputed at most once a second (moto's are O(queue) per message)",
+    "moto EC2: an instance's tags are read by its id (moto filters every tag of the account per instance)",
     f"simulated kubelet: EC2 instance list cached {KUBELET_INSTANCE_CACHE_SECONDS:g} s",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
     "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
@@ -304,15 +310,49 @@ EMULATOR_SHORTCUTS = [
 ]
 
 
-def _patch_moto_sqs() -> None:
-    """Make moto's per-message retention check O(1) (same answer: sent time + retention period > now)."""
-    from moto.sqs.models import SQSBackend
+def _patch_moto() -> None:
+    """Take moto's quadratic paths out of the measurement (same answers):
+
+    * SQS: the retention check of every received message reads the retention period instead of all
+      queue attributes, and a queue's attributes (whose Approximate* counts scan every message, read on
+      every SendMessage) are recomputed at most once a second (and at once after SetQueueAttributes);
+    * EC2: an instance's tags are read from the tag store by id instead of filtering every tag of the
+      account (done per instance by every DescribeInstances).
+    """
+    from moto.ec2.models.core import TaggedEC2Resource
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+    from moto.sqs.models import Queue, SQSBackend
 
     def valid(self: Any, queue_name: str, message: Any) -> bool:
         queue = self.get_queue(queue_name)
         return bool(int(queue.message_retention_period) + message.sent_timestamp / 1000 > time.time())
 
+    attributes = Queue.attributes.fget  # type: ignore[attr-defined]
+    set_attributes = Queue._set_attributes
+
+    def cached_attributes(self: Any) -> dict[str, Any]:
+        entry = self.__dict__.get("_bench_attributes")
+        if entry is None or time.monotonic() - entry[0] > 1.0:
+            entry = (time.monotonic(), attributes(self))
+            self.__dict__["_bench_attributes"] = entry
+        return dict(entry[1])
+
+    def set_and_forget(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__.pop("_bench_attributes", None)
+        return set_attributes(self, *args, **kwargs)
+
+    def get_tags(self: Any) -> list[dict[str, str]]:
+        rid = getattr(self, "id", None)
+        if not rid:
+            return []
+        kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(rid), "")
+        tags = self.ec2_backend.tags.get(rid, {})
+        return [{"resource_id": rid, "key": k, "value": v, "resource_type": kind} for k, v in tags.items()]
+
     SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign]
+    Queue.attributes = property(cached_attributes)  # type: ignore[assignment, method-assign]
+    Queue._set_attributes = set_and_forget  # type: ignore[method-assign]
+    TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
 
 
 class _FreshBindStore:
@@ -664,6 +704,7 @@ class Consumer:
         self.seen = 0
         self.duplicated: set[str] = set()
         self.killed = 0
+        self.visibility_timeout = VISIBILITY_TIMEOUT_SECONDS
         self.lock = threading.Lock()
         self.sqs = world.client("sqs")
 
@@ -723,7 +764,7 @@ class Consumer:
                 QueueUrl=self.world.queue_url,
                 MaxNumberOfMessages=count,
                 WaitTimeSeconds=wait,
-                VisibilityTimeout=VISIBILITY_TIMEOUT_SECONDS,
+                VisibilityTimeout=self.visibility_timeout,
             ).get("Messages", [])
         )
 
@@ -801,7 +842,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     counters = Counters()
     counters.install()
-    _patch_moto_sqs()
+    _patch_moto()
     started = time.monotonic()
     world = _world_class()(ready_delay=1.0).start()
     try:
@@ -843,6 +884,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu0 = time.process_time()
         monitor.start(t0, total_pods)
         consumer = Consumer(world=world, counters=counters, duplicate_every=args.duplicate_every, stop=stop)
+        consumer.visibility_timeout = args.visibility_timeout
         workers = [threading.Thread(target=consumer.run, name=f"esm-{i}", daemon=True) for i in range(args.concurrency)]
         for w in workers:
             w.start()
@@ -927,7 +969,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "min": min(crashed_attempts, default=0),
                         "max": max(crashed_attempts, default=0),
                     },
-                    "visibility_timeout_seconds": VISIBILITY_TIMEOUT_SECONDS,
+                    "visibility_timeout_seconds": args.visibility_timeout,
                 },
                 "events_put_seconds": round(events_put, 2),
                 "process_cpu_seconds": round(cpu, 1),
@@ -974,6 +1016,12 @@ def main() -> None:
         type=int,
         default=0,
         help="kill the invocation draining every n-th instance once, after its first eviction (0: never)",
+    )
+    parser.add_argument(
+        "--visibility-timeout",
+        type=int,
+        default=VISIBILITY_TIMEOUT_SECONDS,
+        help="seconds a received message stays invisible (default: the stack's)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
