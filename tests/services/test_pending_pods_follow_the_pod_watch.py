@@ -201,3 +201,20 @@ def test_warming_prefetches_each_nodeclass_catalogue_and_builds_the_scheduler_da
     assert cloud.prefetched == [cluster.nodeclasses[0].name]
     assert ready == len(cloud.types)
     assert all(instancetypes._INFO_CACHE[id(it)].it is it for it in cloud.types)
+
+
+def test_each_pod_is_stamped_when_it_first_became_pending_and_a_relist_keeps_the_stamp() -> None:
+    t = [10.0]
+    cluster = ScriptedCluster(steps=[])
+    tracker = PendingPodWatch(cluster=cluster, clock=lambda: t[0])  # type: ignore[arg-type]
+    tracker.apply(PodEvent(type="SYNCED", pods=(make_pod("a"),), resource_version="5"))
+    t[0] = 12.0
+    tracker.apply(PodEvent(type="MODIFIED", pods=(make_pod("b"),), resource_version="6"))
+    t[0] = 13.0
+    tracker.apply(PodEvent(type="MODIFIED", pods=(make_pod("b"),), resource_version="7"))  # still pending
+    assert tracker.arrived_at({"default/a", "default/b"}) == (10.0, 12.0)
+    t[0] = 20.0
+    tracker.apply(PodEvent(type="SYNCED", pods=(make_pod("a"), make_pod("c")), resource_version="9"))
+    assert tracker.arrived_at({"default/a"}) == (10.0, 10.0)
+    assert tracker.arrived_at({"default/c"}) == (20.0, 20.0)
+    assert tracker.arrived_at({"default/b"}) is None  # gone from the list

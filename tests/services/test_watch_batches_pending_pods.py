@@ -68,3 +68,33 @@ def test_only_a_watcher_about_to_leave_is_waited_for() -> None:
     assert handover_wait(holder=leaving_late, now=1_000_000.0) == 0.0
     assert handover_wait(holder="a-poll-pass", now=1_000_000.0) == 0.0
     assert handover_wait(holder=None, now=1_000_000.0) == 0.0
+
+
+def test_a_pod_that_arrived_during_a_long_pass_is_batched_from_its_arrival_not_the_pass_end() -> None:
+    t = [0.0]
+    passes: list[float] = []
+    arrivals = {"a": 1.0}  # became pending 1 s into the 3 s catch-up pass
+
+    def run_pass() -> None:
+        passes.append(t[0])
+        if len(passes) == 1:
+            t[0] += 3.0
+
+    def sleep(seconds: float) -> None:
+        t[0] = round(t[0] + seconds, 6)
+
+    def arrived_at(keys: set[str]) -> tuple[float, float]:
+        times = [arrivals[k] for k in keys]
+        return min(times), max(times)
+
+    out = watch(
+        run_pass=run_pass,
+        pending_pods=lambda: {k for k, at in arrivals.items() if at <= t[0]},
+        arrived_at=arrived_at,
+        stop_at=6.0,
+        clock=lambda: t[0],
+        sleep=sleep,
+        resync_seconds=99,
+    )
+    assert out.batches == [1]
+    assert passes == [0.0, 3.0]  # its idle second had passed when the pass ended: no extra wait

@@ -100,17 +100,9 @@ def run_watch(
         return {p.key for p in pending_pods(cluster.list_pods())}
 
     if state is None:
-        pending, nap, poll, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, watched=watch_pods)
+        source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
         try:
-            out = watch(
-                run_pass=one,
-                run_resync=full,
-                pending_pods=pending,
-                stop_at=clock() + budget,
-                clock=clock,
-                sleep=nap,
-                poll_seconds=poll,
-            )
+            out = watch(run_pass=one, run_resync=full, stop_at=clock() + budget, clock=clock, **source)
         finally:
             close()
         return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
@@ -132,18 +124,9 @@ def run_watch(
     def renew() -> bool:
         return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
 
-    pending, nap, poll, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, watched=watch_pods)
+    source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
     try:
-        out = watch(
-            run_pass=one,
-            run_resync=full,
-            pending_pods=pending,
-            stop_at=clock() + budget,
-            renew=renew,
-            clock=clock,
-            sleep=nap,
-            poll_seconds=poll,
-        )
+        out = watch(run_pass=one, run_resync=full, stop_at=clock() + budget, renew=renew, clock=clock, **source)
     finally:
         close()
         state.release_lease(name=LEASE, holder=holder)
@@ -151,23 +134,39 @@ def run_watch(
 
 
 def _pending_source(
-    *, cluster: Cluster, listed: Callable[[], set[str]], sleep: Callable[[float], None], watched: bool
-) -> tuple[Callable[[], set[str]], Callable[[float], None], float, Callable[[], None]]:
-    """``(pending, sleep, poll_seconds, close)`` for the batcher: the pod watch when it syncs, else listing."""
+    *,
+    cluster: Cluster,
+    listed: Callable[[], set[str]],
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    watched: bool,
+) -> tuple[dict[str, Any], Callable[[], None]]:
+    """The batcher's pending-pod keyword arguments and a ``close``: the pod watch when it syncs, else listing.
+
+    With the watch: ``pending_pods`` reads memory, ``sleep`` returns as soon as a pod becomes
+    pending, ``arrived_at`` says when each did. Listing: every :data:`POLL_SECONDS`, ``sleep`` as given.
+    """
+    polling: dict[str, Any] = {"pending_pods": listed, "sleep": sleep, "poll_seconds": POLL_SECONDS}
     if not watched:
-        return listed, sleep, POLL_SECONDS, lambda: None
+        return polling, lambda: None
     changed = threading.Event()
-    tracker = PendingPodWatch(cluster=cluster, on_change=changed.set)
+    tracker = PendingPodWatch(cluster=cluster, on_change=changed.set, clock=clock)
     if not tracker.start(wait_seconds=SYNC_WAIT_SECONDS):
         tracker.stop()
         logger.warning("pod watch did not list in %.0fs; polling pods instead", SYNC_WAIT_SECONDS)
-        return listed, sleep, POLL_SECONDS, lambda: None
+        return polling, lambda: None
 
     def wait(seconds: float) -> None:
         changed.wait(seconds)
         changed.clear()
 
-    return tracker.pending, wait, WATCHED_POLL_SECONDS, tracker.stop
+    watching: dict[str, Any] = {
+        "pending_pods": tracker.pending,
+        "sleep": wait,
+        "poll_seconds": WATCHED_POLL_SECONDS,
+        "arrived_at": tracker.arrived_at,
+    }
+    return watching, tracker.stop
 
 
 def warm_scheduler(*, cluster: Cluster, cloud: CloudProvider) -> int:

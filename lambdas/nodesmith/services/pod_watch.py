@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import KubernetesError
@@ -43,7 +44,8 @@ class PendingPodWatch:
     a pod becomes pending or the set is replaced by a list. :attr:`relists` counts lists (the
     first one included), :attr:`resumes` watches resumed from a resourceVersion,
     :attr:`expired` 410 answers, :attr:`errors` other failures. Call :meth:`start`, then
-    :meth:`pending` as often as needed (no API call), and :meth:`stop` when done.
+    :meth:`pending` as often as needed (no API call), and :meth:`stop` when done. ``clock``
+    (monotonic seconds) stamps when each pod became pending (:meth:`arrived_at`).
     """
 
     def __init__(
@@ -53,13 +55,15 @@ class PendingPodWatch:
         on_change: Callable[[], None] | None = None,
         stream_seconds: int = STREAM_SECONDS,
         retry_seconds: float = RETRY_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._cluster = cluster
         self._on_change = on_change
         self._stream_seconds = stream_seconds
         self._retry_seconds = retry_seconds
         self._lock = threading.Lock()
-        self._pending: set[str] = set()
+        self._pending: dict[str, float] = {}  # key -> clock() when it was first seen pending
+        self._clock = clock
         self._stopped = threading.Event()
         self._synced = threading.Event()
         self._thread: threading.Thread | None = None
@@ -86,6 +90,12 @@ class PendingPodWatch:
         with self._lock:
             return set(self._pending)
 
+    def arrived_at(self, keys: set[str]) -> tuple[float, float] | None:
+        """The first and last ``clock`` time at which any of ``keys`` became pending (None: none known)."""
+        with self._lock:
+            times = [self._pending[k] for k in keys if k in self._pending]
+        return (min(times), max(times)) if times else None
+
     @property
     def synced(self) -> bool:
         """True once the first list arrived."""
@@ -95,17 +105,19 @@ class PendingPodWatch:
 
     def apply(self, event: PodEvent) -> bool:
         """Fold one event into the pending set; True when a pod became pending (or a list arrived)."""
+        now = self._clock()
         with self._lock:
             if event.type == "SYNCED":
-                self._pending = {p.key for p in pending_pods(event.pods)}
+                old = self._pending
+                self._pending = {p.key: old.get(p.key, now) for p in pending_pods(event.pods)}
                 return True
             grew = False
             for pod in event.pods:
                 if event.type != "DELETED" and pending_pods([pod]):
-                    grew = pod.key not in self._pending
-                    self._pending.add(pod.key)
+                    grew = grew or pod.key not in self._pending
+                    self._pending.setdefault(pod.key, now)
                 else:
-                    self._pending.discard(pod.key)
+                    self._pending.pop(pod.key, None)
             return grew
 
     def run(self) -> None:

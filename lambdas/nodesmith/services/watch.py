@@ -99,6 +99,7 @@ def watch(
     idle_seconds: float = BATCH_IDLE_SECONDS,
     max_seconds: float = BATCH_MAX_SECONDS,
     resync_seconds: float = RESYNC_SECONDS,
+    arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None,
 ) -> WatchOutcome:
     """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
 
@@ -110,7 +111,11 @@ def watch(
     ``renew`` is called before every pass; False (the lease was lost) stops the watch at once.
     ``sleep`` is called with the time to the next due moment (at most ``poll_seconds``); one that
     returns early when the pending pods change (watch mode's, woken by the pod watch) lets a
-    batch open and close on time without polling. Exceptions of ``run_pass`` propagate.
+    batch open and close on time without polling. ``arrived_at`` (optional) gives the first and
+    last ``clock`` time at which the given pods became pending: a pod that arrived while a pass ran
+    then opens its batch at that moment, not when the pass ended, so the batch's idle and maximum
+    windows are real time as in Karpenter (whose provisioner does not wait for disruption).
+    Exceptions of ``run_pass`` propagate.
     """
     out = WatchOutcome()
     full = run_resync or run_pass
@@ -138,10 +143,13 @@ def watch(
         new = current - seen
         seen = current
         if new:
+            first, last = (now, now) if arrived_at is None else arrived_at(new) or (now, now)
+            first, last = min(first, now), min(last, now)
             if not batch:
-                opened = now
+                opened, last_seen = first, last
+            else:
+                last_seen = max(last_seen, last)
             batch |= new
-            last_seen = now
         closes = bool(batch) and (now - last_seen >= idle_seconds or now - opened >= max_seconds)
         if closes or now - last_pass >= resync_seconds:
             if batch:
