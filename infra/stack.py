@@ -20,7 +20,7 @@ from infra.constructs.cluster_access import ClusterAccess
 from infra.constructs.dashboard import NodesmithMonitoring
 from infra.constructs.interruption import Interruption
 from infra.constructs.permissions import NodesmithPermissions
-from infra.constructs.reconcile import Reconcile
+from infra.constructs.reconcile import WATCH_CONCURRENCY, Reconcile
 from nodesmith.handlers.settings import ENV
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class NodesmithStack(Stack):
             ),
             timeout=reconcile_timeout,
             log_retention=log_retention,
+            concurrency=WATCH_CONCURRENCY if config.reconcile_mode == "watch" else 1,
         )
         interruption = Interruption(
             self,

@@ -3,6 +3,12 @@
 One invocation runs snapshot -> solve -> launch / disrupt (``design.md``). Reserved concurrency 1
 makes it the single writer, as Karpenter's leader election does; ticks that arrive while a pass is
 still running are dropped rather than queued, because the next tick is at most a minute away.
+
+In watch mode one invocation watches for ~14 minutes and the next scheduled one takes over from it
+through the reconcile lease (``nodesmith.handlers.watch_mode``): that one has to run *while* the
+leaving watcher still runs, so the reserved concurrency is :data:`WATCH_CONCURRENCY` (2) and the
+lease, not the concurrency, keeps a single pass active. With 1, the successor tick would be
+throttled until the watcher returned, then retried by Lambda's backoff: a gap of up to ~30 s.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from nodesmith.handlers.settings import ENV
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["SCHEDULE_PERIOD", "STATE_TABLE_KEYS", "TTL_ATTRIBUTE", "Reconcile"]
+__all__ = ["SCHEDULE_PERIOD", "STATE_TABLE_KEYS", "TTL_ATTRIBUTE", "WATCH_CONCURRENCY", "Reconcile"]
 
 SCHEDULE_PERIOD = Duration.minutes(1)
 """How often EventBridge starts a reconcile pass (``rate(1 minute)``, EventBridge's finest rate)."""
@@ -32,6 +38,9 @@ STATE_TABLE_KEYS = ("pk", "sk")
 (``nodesmith.adapters.aws.state``): ``pk="lease#reconcile" sk="lease"``, ``pk="drain#<instance id>"
 sk="progress"``, ``pk="offering" sk="<type>#<zone>#<capacity type>"``. Powertools idempotency works
 with it via ``key_attr="pk"``, ``sort_key_attr="sk"`` (``pk="idempotency#<function>"``)."""
+
+WATCH_CONCURRENCY = 2
+"""Reserved concurrency in watch mode: the watcher and its successor waiting for the lease."""
 
 TTL_ATTRIBUTE = "expires_at"
 """Epoch seconds after which DynamoDB deletes an item (expired leases, idempotency records,
@@ -49,6 +58,8 @@ class Reconcile(Construct):
         Function timeout (at most 15 minutes, Lambda's limit).
     ``log_retention``
         Retention of the function's log group.
+    ``concurrency``
+        Reserved concurrency: 1 (default, one pass per tick) or :data:`WATCH_CONCURRENCY` in watch mode.
 
     Attributes: ``table`` (on-demand, point-in-time recovery, AWS-managed KMS encryption, TTL on
     ``expires_at``; the stack grants it to both functions), ``handler`` (:class:`NodesmithFunction`),
@@ -63,6 +74,7 @@ class Reconcile(Construct):
         environment: Mapping[str, str],
         timeout: Duration,
         log_retention: logs.RetentionDays,
+        concurrency: int = 1,
     ) -> None:
         super().__init__(scope, construct_id)
         partition_key, sort_key = STATE_TABLE_KEYS
@@ -90,7 +102,7 @@ class Reconcile(Construct):
             memory_size_mib=1024,
             environment={**environment, ENV.STATE_TABLE: self.table.table_name},
             log_retention=log_retention,
-            reserved_concurrency=1,
+            reserved_concurrency=concurrency,
         )
         self.function = self.handler.function
         # A tick throttled by the reserved concurrency would otherwise wait in Lambda's async queue
