@@ -15,8 +15,8 @@ first CreateFleet call after ``t0``, recorded by wrapping the cloud provider the
   measures ``t1 - t0`` (the pass's own time to CreateFleet) and adds a phase drawn uniformly from
   [0, 60) s with a fixed seed. The output says so (``poll_phase``).
 
-Prints one JSON line with ``--json``: per mode ``{"samples", "p50_seconds", "p95_seconds"}`` and the
-settings used.
+Prints one JSON line with ``--json``: per mode ``{"samples", "p50_seconds", "p95_seconds"}`` (watch
+mode also each burst's seconds, ``per_burst_seconds``) and the settings used.
 
     python bench/latency.py --json
 """
@@ -136,12 +136,14 @@ def run(*, bursts: int, gap: float, seed: int) -> dict[str, Any]:
         thread.start()
         time.sleep(1.0)
         watch: list[float] = []
+        per_burst: list[float | None] = []
         for b, size in enumerate(sizes):
             names = [f"w{b}-{i}" for i in range(size)]
             for name in names:
                 world.store.apply(_pod(name, "3"))
             t0 = _wait_unschedulable(world, names)
             t1 = _first_after(calls, t0, timeout=20.0)
+            per_burst.append(None if t1 is None else round(t1 - t0, 3))
             if t1 is not None:
                 watch.extend([t1 - t0] * size)
             time.sleep(gap)
@@ -151,6 +153,7 @@ def run(*, bursts: int, gap: float, seed: int) -> dict[str, Any]:
             "p50_seconds": _pct(watch, 0.5),
             "p95_seconds": _pct(watch, 0.95),
             "passes": (box.get("out") or {}).get("passes"),
+            "per_burst_seconds": per_burst,
         }
 
         # -- poll mode: one pass per tick; the tick's phase is simulated ------------------------------
