@@ -218,3 +218,16 @@ def test_each_pod_is_stamped_when_it_first_became_pending_and_a_relist_keeps_the
     assert tracker.arrived_at({"default/a"}) == (10.0, 10.0)
     assert tracker.arrived_at({"default/c"}) == (20.0, 20.0)
     assert tracker.arrived_at({"default/b"}) is None  # gone from the list
+
+
+def test_a_refused_watch_lists_again_after_backing_off() -> None:
+    cluster = ScriptedCluster(
+        steps=[
+            [PodEvent(type="SYNCED", pods=(), resource_version="5")],
+            KubernetesError("watch pods: HTTP 403: forbidden", status=403),
+            [PodEvent(type="SYNCED", pods=(make_pod("a"),), resource_version="8")],
+        ]
+    )
+    tracker, _ = run(cluster)
+    assert cluster.versions == ["", "5", "", "8"]  # a list keeps the pending set current without the watch
+    assert tracker.pending() == {"default/a"} and tracker.errors == 1

@@ -4,7 +4,8 @@ Listing every pod every 0.2 s (what watch mode did first) costs a full LIST per 
 sees a pod up to a poll late. :class:`PendingPodWatch` instead lists the unbound pods once
 (``spec.nodeName=``), then follows :meth:`~nodesmith.core.ports.Cluster.watch_pods` from that
 list's ``resourceVersion`` in a background thread, resuming each stream where the last one ended
-(client-go's reflector: list, watch, resume; ``410 Gone`` -> list again). Every change that adds a
+(client-go's reflector: list, watch, resume; ``410 Gone`` -> list again; a lost connection resumes,
+a refused watch lists again, both after a doubling back-off). Every change that adds a
 pending pod (:func:`~nodesmith.services.capacity.pending_pods`: unbound, marked Unschedulable by the
 kube-scheduler, not a DaemonSet/mirror pod, not terminating or finished) wakes the batcher at once
 through ``on_change``, so a batch opens the moment the kube-scheduler gives up on a pod.
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.ports import Cluster, PodEvent
 
-__all__ = ["STREAM_SECONDS", "PendingPodWatch"]
+__all__ = ["MAX_RETRY_SECONDS", "RETRY_SECONDS", "STREAM_SECONDS", "PendingPodWatch"]
 
 LOG = logging.getLogger(__name__)
 
@@ -34,7 +35,10 @@ STREAM_SECONDS = 60
 """Each watch request asks the API server to end after this long (then it is resumed)."""
 
 RETRY_SECONDS = 1.0
-"""Wait after a failed list or watch before trying again (seconds)."""
+"""Wait after a failed list or watch before trying again (seconds), doubled per failure in a row."""
+
+MAX_RETRY_SECONDS = 8.0
+"""The longest wait between failed attempts (the batcher's resync passes still see new pods)."""
 
 
 class PendingPodWatch:
@@ -122,6 +126,7 @@ class PendingPodWatch:
 
     def run(self) -> None:
         """The thread's loop: list, then watch and resume until :meth:`stop` (also usable inline in tests)."""
+        failures = 0
         while not self._stopped.is_set():
             since = self.resource_version
             if since:
@@ -130,6 +135,7 @@ class PendingPodWatch:
                 for event in self._cluster.watch_pods(
                     resource_version=since, unscheduled_only=True, timeout_seconds=self._stream_seconds
                 ):
+                    failures = 0
                     if event.type == "SYNCED":
                         self.relists += 1
                     changed = self.apply(event)
@@ -148,5 +154,9 @@ class PendingPodWatch:
                     LOG.info("pod watch expired at %s; listing again", since)
                     continue
                 self.errors += 1
-                LOG.warning("pod watch failed (retrying in %.1fs): %s", self._retry_seconds, exc)
-                self._stopped.wait(self._retry_seconds)
+                failures += 1
+                if exc.status not in (0, 429, 500, 503, 504):
+                    self.resource_version = ""  # refused (403, 400, ...): a fresh list keeps the set current
+                delay = min(self._retry_seconds * 2 ** (failures - 1), MAX_RETRY_SECONDS)
+                LOG.warning("pod watch failed %d time(s) (retrying in %.1fs): %s", failures, delay, exc)
+                self._stopped.wait(delay)
