@@ -378,6 +378,25 @@ class _Pricer:
             out.append(pattern)
         return out
 
+    def complete(self, t: int, pattern: Any, pi: Any) -> Any:
+        """``pattern`` (fits ``t``) with the room left filled greedily by value per summed share."""
+        import numpy as np
+
+        inst = self.inst
+        counts = pattern.copy()
+        room = inst.cap_int[t] - counts.astype(np.int64) @ inst.demand_int
+        ok = np.flatnonzero((pi > 1e-12) & (inst.most[t] > counts))
+        size = (inst.demand[ok] / np.where(inst.cap[t] > 0, inst.cap[t], 1.0)).sum(axis=1)
+        for k in ok[np.argsort(-pi[ok] / np.maximum(size, 1e-12), kind="stable")]:
+            d = inst.demand_int[k]
+            pos = d > 0
+            left = inst.most[t, k] - counts[k]
+            n = int(min(left, (room[pos] // d[pos]).min() if pos.any() else left))
+            if n > 0:
+                counts[k] += n
+                room -= n * d
+        return counts
+
     def repair(self, t: int, pattern: Any) -> Any:
         """``pattern`` trimmed (last classes first) until it fits ``t`` in exact integer arithmetic
         (HiGHS checks constraints up to a tolerance)."""
@@ -400,7 +419,8 @@ def configuration_lp_bound(
     max_iterations: int = 500,
     milp_seconds: float = 0.3,
     alpha: float = 0.7,
-    exact_every: int = 1,
+    exact_every: int = 3,
+    lp_columns: int = 30,
     initial_patterns: Sequence[Sequence[int]] = (),
 ) -> BoundResult:
     """A valid lower bound (USD/hour) on packing ``classes`` onto ``types``: the configuration LP's
@@ -463,6 +483,7 @@ def configuration_lp_bound(
     center: Any = None
     del class_duals
     smoothing = alpha
+    stalled = False  # the last iteration added no column: price exactly (MILPs) in this one
     converged = False
     while True:
         iterations += 1
@@ -475,6 +496,7 @@ def configuration_lp_bound(
         pi_master = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=float), 0.0)
         pi = pi_master if center is None else smoothing * center + (1 - smoothing) * pi_master
         new = 0
+        exact_now = stalled or iterations % exact_every == 0
 
         def offer(t: int, pattern: Any, pi_master: Any = pi_master, pi: Any = pi) -> int:
             """Add ``pattern`` on ``t`` when its reduced cost is negative at either set of duals."""
@@ -482,21 +504,29 @@ def configuration_lp_bound(
             return int((pi_master @ pattern > limit or pi @ pattern > limit) and add(t, pattern))
 
         upper = pricer.dantzig(pi)
-        for t in np.flatnonzero(upper > inst.price * (1 + 1e-9)):
+        promising = np.flatnonzero(upper > inst.price * (1 + 1e-9))
+        for t in promising:
             for pattern in pricer.greedy(int(t), pi):
                 new += offer(int(t), pattern)
+        relaxed: dict[int, float] = {}
+        for t in promising[np.argsort(-upper[promising] / inst.price[promising])][:lp_columns]:
+            pattern, relaxed[int(t)] = pricer.relaxed(int(t), pi)
+            new += offer(int(t), pricer.complete(int(t), pattern, pi))
         # theta = max_t (knapsack value upper bound) / price_t, refined lazily: Dantzig, LP, MILP
         heap = [(-upper[t] / inst.price[t], t, 0) for t in range(len(inst.price))]
         heapq.heapify(heap)
         theta = 0.0
         while heap:
             neg, t, level = heapq.heappop(heap)
-            if level == 2 or -neg <= 1.0 or (level == 1 and iterations % exact_every):
+            if level == 2 or -neg <= 1.0 or (level == 1 and not exact_now):
                 theta = -neg
                 break
             if level == 0:
-                pattern, bound = pricer.relaxed(t, pi)
-                new += offer(t, pattern)
+                if t in relaxed:
+                    bound = relaxed[t]
+                else:
+                    pattern, bound = pricer.relaxed(t, pi)
+                    new += offer(t, pricer.complete(t, pattern, pi))
             else:
                 pattern, _, bound = pricer.exact(t, pi)
                 new += offer(t, pattern)
@@ -518,11 +548,11 @@ def configuration_lp_bound(
         if iterations >= max_iterations or time.perf_counter() - start > max_seconds:
             break
         if not new:  # mispricing: the smoothed duals found nothing the master can use
-            if smoothing == 0.0:
-                break
-            smoothing = 0.0
+            if smoothing == 0.0 and exact_now:
+                break  # nothing to add even by exact pricing at the master's duals
+            smoothing, stalled = 0.0, True
         else:
-            smoothing = alpha
+            smoothing, stalled = alpha, False
     if not improved:
         kind, lower = "class-count-lp", per_class_counted
     else:

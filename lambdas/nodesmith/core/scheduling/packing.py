@@ -15,9 +15,11 @@ packing with heterogeneous bins", Annals of OR 242, 2016):
 2. **Pod values.** Each pod class gets a fair price ``v_k``: the cheapest cost of its dominant
    share over the types that hold it, ``min_t price_t * max_r demand_{k,r} / free_{t,r}``.
 3. **Greedy patterns.** A candidate bin for type ``t`` is filled with the remaining pods in
-   decreasing order of value per share of ``t``; its score is ``price_t / value(bin)`` (USD per
-   USD of fair value; lower is better). The best bin is taken as many times as the remaining
-   counts allow (the same fill would repeat), scores are refreshed lazily, until no pod is left.
+   decreasing order of value per size in ``t``, three times with three measures of size (largest
+   share of a resource, sum of shares, their Euclidean norm), keeping the most valuable fill; its
+   score is ``price_t / value(bin)`` (USD per USD of fair value; lower is better). The best bin is
+   taken as many times as the remaining counts allow (the same fill would repeat), scores are
+   refreshed lazily, until no pod is left.
 4. **Re-typing and re-pricing.** Every bin is re-typed to the cheapest type that holds its
    contents. Then each class's value is re-estimated as its average share of the price of the bins
    it landed in (a cheap stand-in for the duals of the configuration LP), and step 3 runs again;
@@ -44,6 +46,9 @@ _PRICE_ROUNDS = 5
 """Greedy rounds; after each, the classes' values are re-estimated from the bins they ended up in."""
 _DAMPING = 0.5
 """Weight of the re-estimated values against the previous ones."""
+_SIZE_MEASURES = 3
+"""Fill orders per type (:meth:`_Problem.sizes_of`): a pattern filled by largest share alone leaves
+room a sum-of-shares order would use, and the other way round; the fuller pattern is kept."""
 _STEP_BUDGET = 30_000_000
 """Fill steps (one class looked at for one candidate bin) after which no new round starts: bounds
 the time on very diverse batches (thousands of distinct pod shapes)."""
@@ -81,14 +86,15 @@ class _Problem:
         self.shares = {
             t: {k: self.share(k, t) for k in range(len(self.demands)) if self.fits(k, t)} for t in self.types
         }
+        self.sizes = {t: {k: self.sizes_of(k, t) for k in shares} for t, shares in self.shares.items()}
         self.values: list[float] = []
-        self.orders: dict[int, list[int]] = {}
+        self.orders: dict[int, list[list[int]]] = {}
         self.set_values(self._values())
 
     def set_values(self, values: Sequence[float]) -> None:
         """Use ``values`` as the classes' fair prices (USD/hour per pod) and rebuild the fill orders."""
         self.values = [max(v, _EPS) for v in values]
-        self.orders = {t: self._fill_order(t) for t in self.types}
+        self.orders = {t: self._fill_orders(t) for t in self.types}
 
     def fits(self, k: int, t: int) -> bool:
         cap = self.capacities[t]
@@ -100,6 +106,14 @@ class _Problem:
         cap = self.capacities[t]
         d = self.demands[k]
         return max((d[r] / cap[r] for r in self.nonzero[k]), default=0.0)
+
+    def sizes_of(self, k: int, t: int) -> tuple[float, ...]:
+        """How much of type ``t`` one pod of class ``k`` takes, three ways: its largest share of a
+        resource, the sum of its shares, and their Euclidean norm."""
+        cap = self.capacities[t]
+        d = self.demands[k]
+        shares = [d[r] / cap[r] for r in self.nonzero[k]]
+        return (max(shares, default=0.0), sum(shares), sum(x * x for x in shares) ** 0.5)
 
     def _kept_types(self) -> list[int]:
         """Types that hold some class and that no cheaper-or-equal kept type dominates, cheapest first."""
@@ -121,15 +135,30 @@ class _Problem:
                 values[k] = min(values[k], price * share)
         return [v if v != float("inf") else 0.0 for v in values]
 
-    def _fill_order(self, t: int) -> list[int]:
-        """Classes type ``t`` can hold, by fair value per share of ``t`` (most valuable use of room first)."""
+    def _fill_orders(self, t: int) -> list[list[int]]:
+        """Classes type ``t`` can hold, by fair value per size in ``t`` (most valuable use of room
+        first), one order per measure of size (:meth:`sizes_of`), duplicates dropped."""
         values = self.values
-        dens = sorted((-(values[k] / max(share, _EPS)), k) for k, share in self.shares[t].items())
-        return [k for _, k in dens]
+        orders: list[list[int]] = []
+        for m in range(_SIZE_MEASURES):
+            dens = sorted((-(values[k] / max(sizes[m], _EPS)), k) for k, sizes in self.sizes[t].items())
+            order = [k for _, k in dens]
+            if order not in orders:
+                orders.append(order)
+        return orders
 
     def fill(self, t: int, counts: Sequence[int]) -> tuple[dict[int, int], float]:
-        """Fill one instance of ``t`` from ``counts`` in its fill order: ``({class: pods}, value)``."""
-        order = self.orders[t]
+        """Fill one instance of ``t`` from ``counts`` in each of its fill orders and keep the most
+        valuable: ``({class: pods}, value)``."""
+        best: tuple[dict[int, int], float] = ({}, 0.0)
+        for order in self.orders[t]:
+            take, value = self._fill_in(t, counts, order)
+            if value > best[1]:
+                best = (take, value)
+        return best
+
+    def _fill_in(self, t: int, counts: Sequence[int], order: Sequence[int]) -> tuple[dict[int, int], float]:
+        """Greedy: as many pods of each class in ``order`` as still fit one instance of ``t``."""
         self.steps += len(order)
         rem = list(self.capacities[t])
         take: dict[int, int] = {}
