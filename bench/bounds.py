@@ -22,7 +22,11 @@ each at least the previous one:
   ``theta = max_t (max_pattern pi . a) / price_t`` is feasible for the dual of the full
   configuration LP, so ``pi . count / max(1, theta)`` bounds it from below. ``theta`` uses an upper
   bound of each knapsack's value (the MILP's dual bound), never a heuristic value, so the bound
-  stays valid if a knapsack is not solved to optimality.
+  stays valid if a knapsack is not solved to optimality. Every knapsack solved also yields a cut
+  for the class LP (``w . z_t <= u x_t``: no instance of t holds a pattern worth more than ``u`` at
+  weights ``w``), and the class LP with these cuts, always a valid bound, is the fallback when
+  the Farley bound has not caught up (Kelley's cutting planes: Kelley, "The cutting-plane method
+  for solving convex programs", J. SIAM 8, 1960).
 
 Types dominated by a cheaper-or-equal type with at least as much of every resource are left out,
 and so are types that hold no pod (except in the plain bound): neither changes the bound. Pattern
@@ -79,14 +83,15 @@ class BinType:
 class BoundResult:
     """What :func:`configuration_lp_bound` found (all costs USD/hour).
 
-    ``lower_bound`` is valid for every packing: the best of the Farley bound over all column
-    generation iterations and the class LP bound. ``kind`` names which one it is:
-    ``"configuration-lp"`` when column generation converged (``lower_bound`` within ``tolerance``
-    of ``master_cost``: the configuration LP's optimum up to that tolerance),
-    ``"configuration-lp-farley"`` when it stopped early (time or iteration budget), and
-    ``"class-lp"`` when the class LP bound was still higher. ``master_cost`` is the restricted
-    master LP's value (the configuration LP optimum is between ``lower_bound`` and it; it is not a
-    bound on packings); ``gap = master_cost / lower_bound - 1``.
+    ``lower_bound`` is valid for every packing: the best of the bounds
+    :func:`configuration_lp_bound` computes, named by ``kind``: ``"configuration-lp"`` when column
+    generation converged (``lower_bound`` within ``tolerance`` of ``master_cost``: the
+    configuration LP's optimum up to that tolerance), ``"configuration-lp-farley"`` when it stopped
+    early (time or iteration budget), ``"class-lp-knapsack-cuts"`` when the class LP strengthened
+    by the knapsack cuts was higher, ``"class-count-lp"`` when the class LP with count cuts alone
+    was. ``master_cost`` is the restricted master LP's value (the configuration LP optimum is
+    between ``lower_bound`` and it; it is not a bound on packings); ``gap = master_cost /
+    lower_bound - 1``.
     """
 
     lower_bound: float
@@ -97,6 +102,7 @@ class BoundResult:
     class_count_bound: float
     plain_bound: float
     iterations: int
+    cut_rounds: int
     columns: int
     types: int
     seconds: float
@@ -112,6 +118,7 @@ class BoundResult:
             "class_count_lower_bound_cost_per_hour": round(self.class_count_bound, 4),
             "plain_lower_bound_cost_per_hour": round(self.plain_bound, 4),
             "bound_iterations": self.iterations,
+            "bound_cut_rounds": self.cut_rounds,
             "bound_columns": self.columns,
             "bound_types": self.types,
             "bound_seconds": round(self.seconds, 3),
@@ -208,12 +215,17 @@ def class_lp_bound(classes: Sequence[PodClass], types: Sequence[BinType]) -> flo
     return _class_lp(_Instance(classes, types))[0]
 
 
-def _class_lp(inst: _Instance, *, count_cuts: bool = False) -> tuple[float, Any]:
+def _class_lp(
+    inst: _Instance, *, count_cuts: bool = False, cuts: Sequence[tuple[int, Any, float]] = ()
+) -> tuple[float, Any]:
     """The class LP's value and the duals of its cover rows (one per class, >= 0).
 
     With ``count_cuts``, also ``z_{k,t} <= most_{t,k} x_t``: an instance of type t never holds more
     than ``most_{t,k}`` (the integer number that fits) pods of class k, so no packing violates it;
     it stops the LP from splitting a large pod over the fractional remainder of an instance.
+    Each of ``cuts``, ``(t, w, u)`` with ``w >= 0`` per class and ``u`` at least the largest
+    ``w . a`` over the patterns ``a`` that fit type t, adds ``sum_k w_k z_{k,t} <= u x_t``: every
+    instance of t holds some pattern, so no packing violates it either.
     """
     import numpy as np
     from scipy.optimize import linprog
@@ -246,6 +258,18 @@ def _class_lp(inst: _Instance, *, count_cuts: bool = False) -> tuple[float, Any]
             cols.extend((j, nz + t))
             vals.extend((1.0, -float(inst.most[t, k])))
         nrows += nz
+    at = {(k, t): j for j, (k, t) in enumerate(pairs)}
+    for t, w, u in cuts:
+        for k in np.flatnonzero(w > 0):
+            j = at.get((int(k), t))
+            if j is not None:
+                rows.append(nrows)
+                cols.append(j)
+                vals.append(float(w[k]))
+        rows.append(nrows)
+        cols.append(nz + t)
+        vals.append(-float(u))
+        nrows += 1
     a_ub = csr_matrix((vals, (rows, cols)), shape=(nrows, nz + ntyp))
     rhs = np.concatenate([-inst.count, np.zeros(nrows - ncls)])
     res = linprog(np.concatenate([np.zeros(nz), inst.price]), A_ub=a_ub, b_ub=rhs, bounds=(0, None), method="highs")
@@ -265,6 +289,7 @@ class _Pricer:
         self.inst = inst
         self.milp_seconds = milp_seconds
         self.milps = 0
+        self.cuts: list[tuple[int, Any, float]] = []  # (type, weights, upper bound of the knapsack)
 
     def dantzig(self, pi: Any) -> Any:
         """Per type, an upper bound of the knapsack's value: the best single-resource fractional
@@ -353,7 +378,9 @@ class _Pricer:
             pattern[items] = np.round(res.x)
             pattern = self.repair(t, pattern)
         value = float(pi @ pattern)
-        return pattern, value, max(upper, value) * (1 + 1e-9) + 1e-12
+        bound = max(upper, value) * (1 + 1e-9) + 1e-12
+        self.cuts.append((t, np.where(pi > 1e-12, pi, 0.0), bound))
+        return pattern, value, bound
 
     def greedy(self, t: int, pi: Any) -> list[Any]:
         """Feasible patterns for ``t``: classes by value per summed share and per largest share of
@@ -415,22 +442,33 @@ def configuration_lp_bound(
     types: Sequence[BinType],
     *,
     tolerance: float = 1e-3,
-    max_seconds: float = 45.0,
+    max_seconds: float = 30.0,
     max_iterations: int = 500,
     milp_seconds: float = 0.3,
     alpha: float = 0.7,
     exact_every: int = 3,
     lp_columns: int = 30,
+    cut_seconds: float = 15.0,
+    cut_types: int = 12,
     initial_patterns: Sequence[Sequence[int]] = (),
 ) -> BoundResult:
-    """A valid lower bound (USD/hour) on packing ``classes`` onto ``types``: the configuration LP's
-    Farley bound by column generation (module docstring), or the class LP bound if higher.
+    """A valid lower bound (USD/hour) on packing ``classes`` onto ``types``, from the
+    configuration LP (module docstring): the best of three, each valid on its own.
 
-    ``classes[k].demand`` and ``types[t].capacity`` are int vectors over the same resources.
-    Column generation stops when the best Farley bound is within ``tolerance`` (relative) of the
-    restricted master's value (``kind="configuration-lp"``), or after ``max_seconds`` /
-    ``max_iterations`` (``kind="configuration-lp-farley"``: still a valid bound, ``gap`` says how far
-    from converged). ``initial_patterns`` (pod counts per class, in ``classes`` order, e.g. the
+    1. Column generation (Wentges-smoothed duals, greedy and LP-rounded columns, HiGHS MILP pricing
+       every ``exact_every`` iterations and whenever a round adds nothing) for ``max_seconds`` or
+       ``max_iterations``; every exactly priced iteration gives a Farley bound. It stops early when
+       that bound is within ``tolerance`` (relative) of the restricted master's value.
+    2. The class LP with count cuts and, for every knapsack solved, the cut
+       ``sum_k w_k z_{k,t} <= u x_t`` (``w`` the duals it was solved at, ``u`` its MILP upper bound);
+       then Kelley rounds for up to ``cut_seconds`` more: knapsacks solved at that LP's own duals
+       add cuts, until it stops rising.
+    3. The class LP with count cuts alone.
+
+    ``kind`` says which won: ``configuration-lp`` (converged: the configuration LP's optimum within
+    ``tolerance``), ``configuration-lp-farley`` (stopped early), ``class-lp-knapsack-cuts`` or
+    ``class-count-lp``. ``classes[k].demand`` and ``types[t].capacity`` are int vectors over the
+    same resources. ``initial_patterns`` (pod counts per class, in ``classes`` order, e.g. the
     instances of a known packing) seed the master, each on the cheapest type that holds it; they
     speed convergence and never change the bound's validity. Raises ``ValueError`` when there is
     no pod or some class fits no type.
@@ -553,7 +591,30 @@ def configuration_lp_bound(
             smoothing, stalled = 0.0, True
         else:
             smoothing, stalled = alpha, False
-    if not improved:
+    # Kelley's cutting planes on the class LP: each knapsack solved at the cut LP's own duals
+    # adds a cut where that LP is too optimistic; its value is a valid bound after every round.
+    with_cuts, cut_rounds, flat = 0.0, 0, 0
+    while pricer.cuts:
+        value, duals = _class_lp(inst, count_cuts=True, cuts=pricer.cuts)
+        flat = flat + 1 if value <= with_cuts * (1 + 1e-5) else 0
+        with_cuts = max(with_cuts, value)
+        cut_rounds += 1
+        if _DEBUG:
+            print(f"cuts round {cut_rounds} t={time.perf_counter() - start:.1f}s lb={value:.2f}", file=sys.stderr)
+        if flat >= 2 or master - with_cuts <= tolerance * master:
+            break
+        if time.perf_counter() - start > max_seconds + cut_seconds:
+            break
+        loose = np.flatnonzero(pricer.dantzig(duals) > inst.price * (1 + 1e-6))
+        ratio = {int(t): pricer.relaxed(int(t), duals)[1] / inst.price[t] for t in loose}
+        candidates = sorted((t for t, r in ratio.items() if r > 1 + 1e-6), key=lambda t: -ratio[t])
+        if not candidates:
+            break  # the duals price no pattern above its type: the configuration LP is reached
+        for t in candidates[:cut_types]:
+            pricer.exact(t, duals)
+    if with_cuts > best_lb:
+        kind, lower = "class-lp-knapsack-cuts", with_cuts
+    elif not improved:
         kind, lower = "class-count-lp", per_class_counted
     else:
         kind, lower = ("configuration-lp" if converged else "configuration-lp-farley"), best_lb
@@ -566,6 +627,7 @@ def configuration_lp_bound(
         class_count_bound=per_class_counted,
         plain_bound=plain,
         iterations=iterations,
+        cut_rounds=cut_rounds,
         columns=len(col_type),
         types=len(inst.price),
         seconds=time.perf_counter() - start,

@@ -18,10 +18,11 @@ out):
 * ``lower_bound_cost_per_hour``: the configuration LP bound (:func:`bounds.configuration_lp_bound`):
   one variable per (type, pattern of pods that fits it in cpu, memory, GPUs and pods at once), by
   column generation seeded with both policies' NodeClaims, for at most ``--bound-seconds``.
-  Valid even when stopped early (Farley's bound); ``bound_kind`` says which bound it is
-  (``configuration-lp`` converged, ``configuration-lp-farley`` stopped early, ``class-count-lp``
-  when the class LP with per-instance count cuts was still higher), ``bound_gap`` how far the
-  restricted master's value (``bound_master_cost_per_hour``, not a bound) is above it.
+  Valid even when stopped early; ``bound_kind`` says which bound it is (``configuration-lp``
+  converged, ``configuration-lp-farley`` stopped early (Farley's bound),
+  ``class-lp-knapsack-cuts`` the class LP with count cuts and cuts from the pricing knapsacks,
+  ``class-count-lp`` with count cuts only), ``bound_gap`` how far the restricted master's value
+  (``bound_master_cost_per_hour``, not a bound) is above it.
 * ``class_lower_bound_cost_per_hour``: pods kept whole per class, only on types that hold one,
   fractional instances (GPU pods go to GPU types, a 32-vCPU pod to types with 32 vCPU free).
 * ``plain_lower_bound_cost_per_hour``: fractional instance counts covering the pods' total cpu,
@@ -32,8 +33,9 @@ counted. Prints one JSON line::
 
     {"pods", "nodesmith_cost_per_hour", "karpenter_policy_cost_per_hour", "lower_bound_cost_per_hour",
      "nodesmith_over_bound", "karpenter_policy_over_bound", "seconds", "bound_kind", "bound_gap",
-     "bound_master_cost_per_hour", "bound_iterations", "bound_seconds", "class_lower_bound_cost_per_hour",
-     "nodesmith_over_class_bound", "plain_lower_bound_cost_per_hour", "nodesmith_over_plain_bound",
+     "bound_master_cost_per_hour", "bound_iterations", "bound_cut_rounds", "bound_seconds",
+     "class_lower_bound_cost_per_hour", "nodesmith_over_class_bound", "plain_lower_bound_cost_per_hour",
+     "nodesmith_over_plain_bound",
      "nodeclaims", "karpenter_policy_nodeclaims", "karpenter_policy_seconds", "excluded_pods",
      "instance_types"}
 
@@ -246,7 +248,8 @@ def configuration_bound(
     trace: Sequence[TracePod], types: Sequence[InstanceType], *, plans: Sequence[Any] = (), max_seconds: float = 45.0
 ) -> Any:
     """The configuration LP bound (``bounds.BoundResult``), its master seeded with the pods of each
-    ``NodeClaimPlan`` in ``plans`` (a known packing's instances)."""
+    ``NodeClaimPlan`` in ``plans`` (a known packing's instances); two thirds of ``max_seconds`` go
+    to column generation, one third to the cutting-plane rounds."""
     b = _bounds()
     classes, bins = _classes_and_types(trace, types)
     index = {c.demand: i for i, c in enumerate(classes)}
@@ -256,7 +259,9 @@ def configuration_bound(
         for pod in plan.pods:
             pattern[index[tuple(pod.requests.get(r, 0) for r in RESOURCES)]] += 1
         patterns.append(pattern)
-    return b.configuration_lp_bound(classes, bins, initial_patterns=patterns, max_seconds=max_seconds)
+    return b.configuration_lp_bound(
+        classes, bins, initial_patterns=patterns, max_seconds=max_seconds * 2 / 3, cut_seconds=max_seconds / 3
+    )
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -303,6 +308,7 @@ def run(
         "bound_gap": bound.get("bound_gap"),
         "bound_master_cost_per_hour": bound.get("bound_master_cost_per_hour"),
         "bound_iterations": bound.get("bound_iterations"),
+        "bound_cut_rounds": bound.get("bound_cut_rounds"),
         "bound_seconds": bound.get("bound_seconds"),
         "class_lower_bound_cost_per_hour": per_class,
         "nodesmith_over_class_bound": over(nodesmith, per_class),
