@@ -36,6 +36,7 @@ instance than exist), which keeps the configuration LP a relaxation of the packi
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import math
 import os
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 _DEBUG = bool(os.environ.get("NODESMITH_BOUNDS_DEBUG"))
 
@@ -148,6 +149,29 @@ def bin_types(instance_types: Iterable[Any], resources: Sequence[str]) -> list[B
 
 
 # ---------------------------------------------------------------------------------------- shared
+
+
+@contextlib.contextmanager
+def _native_stdout_silenced() -> Iterator[None]:
+    """Send file descriptor 1 to /dev/null: HiGHS's MIP solver prints debug lines from C++ that
+    ``disp=False`` does not stop, and the benchmarks' stdout must stay one JSON line."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no real stdout (e.g. captured): nothing to protect
+        yield
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 1)
+        finally:
+            os.close(devnull)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 class _Instance:
@@ -363,13 +387,14 @@ class _Pricer:
         rows = np.flatnonzero(inst.cap[t] > 0)
         a = (inst.demand[items][:, rows] / inst.cap[t, rows]).T
         self.milps += 1
-        res = milp(
-            -pi[items],
-            integrality=np.ones(items.size),
-            bounds=Bounds(0, inst.most[t, items]),
-            constraints=LinearConstraint(a, -np.inf, 1.0),
-            options={"time_limit": self.milp_seconds, "mip_rel_gap": 1e-3, "disp": False},
-        )
+        with _native_stdout_silenced():
+            res = milp(
+                -pi[items],
+                integrality=np.ones(items.size),
+                bounds=Bounds(0, inst.most[t, items]),
+                constraints=LinearConstraint(a, -np.inf, 1.0),
+                options={"time_limit": self.milp_seconds, "mip_rel_gap": 1e-3, "disp": False},
+            )
         upper = float(pi[items] @ inst.most[t, items])
         dual = getattr(res, "mip_dual_bound", None)
         if dual is not None and math.isfinite(dual):
