@@ -95,14 +95,19 @@ def _emit(outcome: ReconcileOutcome) -> None:
         count_by("LaunchFailures", dimension="ErrorCode", value=code, count=count)
 
 
-def run_pass(*, now: float | None = None) -> ReconcileOutcome:
-    """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds)."""
+def run_pass(*, now: float | None = None, provision_first: bool = False) -> ReconcileOutcome:
+    """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds).
+
+    ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes, see
+    :func:`~nodesmith.services.reconcile.reconcile`).
+    """
     settings = wiring.get_settings()
     return reconcile(
         cluster=wiring.build_cluster(settings),
         cloud=wiring.build_cloud(settings),
         cluster_name=settings.cluster_name,
         now=time.time() if now is None else now,
+        provision_first=provision_first,
     )
 
 
@@ -157,7 +162,7 @@ def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
 
 
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    return _reported(run_pass()), None
+    return _reported(run_pass(provision_first=True)), None
 
 
 def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:

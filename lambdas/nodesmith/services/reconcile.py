@@ -486,6 +486,7 @@ def reconcile(
     max_pod_events: int = MAX_POD_EVENTS,
     solver: Solver = solve,
     clock: Callable[[], float] = time.perf_counter,
+    provision_first: bool = False,
 ) -> ReconcileOutcome:
     """Run one provisioning pass and return what it did.
 
@@ -499,8 +500,21 @@ def reconcile(
     ``clock`` only measures the solver's duration (seconds). ``solver`` defaults to the core
     scheduler. Kubernetes and EC2 errors on one object are reported in ``outcome.errors`` and do
     not stop the pass; errors while listing (the snapshot) propagate.
+
+    ``provision_first`` (watch mode's batch passes) solves and launches before the NodeClaim
+    lifecycle, whose registration writes (labels, status, Events) then no longer sit between the
+    pending pods and CreateFleet, as in Karpenter where provisioning and the lifecycle are separate
+    controllers. Capacity is unaffected (nodes match NodeClaims by providerID, linked or not);
+    nodes going away are taken from the snapshot, and NodeClaims left unlaunched wait for the next
+    full pass (its garbage collection decides first).
     """
     run = _Pass(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=now, solver=solver, clock=clock)
+    if provision_first:
+        run.leaving = leaving_node_names(run.snap.nodes)
+        run.prepare()
+        run.provision(max_solve_attempts=max_solve_attempts)
+        run.lifecycle()
+        return run.finish(max_pod_events=max_pod_events)
     run.lifecycle()
     run.prepare()
     run.launch_leftovers()
