@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--min-savings", type=float, default=0.05, help="nodesmith's minimum saving, USD/hour")
     parser.add_argument(
-        "--per-node", type=float, default=0.02, help="nodesmith's minimum saving per disrupted node, USD/hour"
+        "--per-node", type=float, default=0.05, help="nodesmith's minimum saving per disrupted node, USD/hour"
     )
     parser.add_argument("--trace", type=Path, default=DATA / "alibaba-openb-pods-default.csv")
     parser.add_argument("--price-table", type=Path, default=DATA / "ec2-ondemand-prices-us-east-1.json")
@@ -346,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
         "nodesmith_within_10pct_of_bound": bool(ours["gap_to_bound"] is not None and ours["gap_to_bound"] <= 0.10),
         "nodesmith_fewer_disruptions_than_karpenter": ours["nodes_disrupted"] < theirs["nodes_disrupted"],
         "nodesmith_cheaper_than_karpenter": ours["cost_after_usd_per_hour"] < theirs["cost_after_usd_per_hour"],
+        "nodesmith_fewer_evictions_than_karpenter": ours["pods_evicted"] < theirs["pods_evicted"],
         "pdb_violations": ours["pdb_violations"] + theirs["pdb_violations"],
     }
     out["seconds"] = round(time.perf_counter() - started, 2)

@@ -151,4 +151,4 @@ class DisruptionSettings:
     max_multi_node_candidates: int = 100
     instance_type_not_found_min_age: float = 3600.0
     policy: Policy = "karpenter"
-    min_savings_per_disrupted_node: float = 0.02
+    min_savings_per_disrupted_node: float = 0.05
