@@ -24,6 +24,10 @@ packing with heterogeneous bins", Annals of OR 242, 2016):
    contents. Then each class's value is re-estimated as its average share of the price of the bins
    it landed in (a cheap stand-in for the duals of the configuration LP), and step 3 runs again;
    the cheapest of a few rounds wins.
+5. **Repair.** A few times, the least efficient fifth of the bins (fair value of their pods per USD
+   of their price, values re-estimated from the best packing) is emptied and its pods packed
+   again by step 3 alone, where leftovers of the whole-batch greedy can combine better; the new
+   packing is kept only when cheaper (a large-neighbourhood search).
 
 Everything is integer arithmetic on resource amounts (cpu millicores, memory bytes, pods, GPUs
 ...) with float prices (USD/hour), deterministic for a given input.
@@ -49,6 +53,10 @@ _DAMPING = 0.5
 _SIZE_MEASURES = 3
 """Fill orders per type (:meth:`_Problem.sizes_of`): a pattern filled by largest share alone leaves
 room a sum-of-shares order would use, and the other way round; the fuller pattern is kept."""
+_REPAIR_ROUNDS = 6
+"""Step 5 rounds: the least efficient bins are re-packed together, kept when cheaper."""
+_REPAIR_SHARE = 0.2
+"""Share of the bins (least fair value per USD first) that step 5 re-packs each round."""
 _STEP_BUDGET = 30_000_000
 """Fill steps (one class looked at for one candidate bin) after which no new round starts: bounds
 the time on very diverse batches (thousands of distinct pod shapes)."""
@@ -324,4 +332,33 @@ def pack(
             break
         attributed = _attributed_values(problem, bins)
         problem.set_values([_DAMPING * a + (1 - _DAMPING) * v for a, v in zip(attributed, problem.values, strict=True)])
+    return _repair(problem, best)
+
+
+def _repair(problem: _Problem, bins: list[Bin]) -> list[Bin]:
+    """Step 5 (module docstring): ``bins`` or a cheaper packing of the same pods."""
+    best, best_cost = bins, packing_cost(bins, problem.prices)
+    ncls = len(problem.demands)
+    for _ in range(_REPAIR_ROUNDS):
+        if problem.steps > _STEP_BUDGET or len(best) < 2:
+            break
+        attributed = _attributed_values(problem, best)
+        problem.set_values([_DAMPING * a + (1 - _DAMPING) * v for a, v in zip(attributed, problem.values, strict=True)])
+        values, prices = problem.values, problem.prices
+        efficiency = sorted(
+            (sum(n * values[k] for k, n in enumerate(b.counts) if n) / prices[b.type_index], i)
+            for i, b in enumerate(best)
+        )
+        worst = {i for _, i in efficiency[: max(2, int(len(best) * _REPAIR_SHARE))]}
+        counts = [0] * ncls
+        for i in worst:
+            for k, n in enumerate(best[i].counts):
+                counts[k] += n
+        again = _greedy(problem, counts)
+        if again is None:
+            break
+        candidate = [b for i, b in enumerate(best) if i not in worst] + _retype(problem, again)
+        cost = packing_cost(candidate, prices)
+        if cost < best_cost - 1e-9:
+            best, best_cost = candidate, cost
     return best
