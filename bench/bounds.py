@@ -236,13 +236,14 @@ def class_lp_bound(classes: Sequence[PodClass], types: Sequence[BinType]) -> flo
     """Pods whole per class, fractional instances (USD/hour): ``z_{k,t} >= 0`` pods of class k on
     type t only where one fits, ``sum_t z_{k,t} >= count_k``, ``sum_k demand_{k,r} z_{k,t} <=
     capacity_{t,r} x_t``, minimise ``sum_t price_t x_t``."""
-    return _class_lp(_Instance(classes, types))[0]
+    return float(_class_lp(_Instance(classes, types))[0])
 
 
 def _class_lp(
     inst: _Instance, *, count_cuts: bool = False, cuts: Sequence[tuple[int, Any, float]] = ()
-) -> tuple[float, Any]:
-    """The class LP's value and the duals of its cover rows (one per class, >= 0).
+) -> tuple[float, Any, dict[int, tuple[Any, float]]]:
+    """The class LP's value, the duals of its cover rows (one per class, >= 0) and, per type it
+    uses, ``(pods of each class on it, instances of it)``.
 
     With ``count_cuts``, also ``z_{k,t} <= most_{t,k} x_t``: an instance of type t never holds more
     than ``most_{t,k}`` (the integer number that fits) pods of class k, so no packing violates it;
@@ -299,7 +300,13 @@ def _class_lp(
     res = linprog(np.concatenate([np.zeros(nz), inst.price]), A_ub=a_ub, b_ub=rhs, bounds=(0, None), method="highs")
     if res.status != 0:
         raise RuntimeError(f"class bound LP failed: {res.message}")
-    return float(res.fun), np.maximum(-np.asarray(res.ineqlin.marginals[:ncls], dtype=float), 0.0)
+    usage: dict[int, tuple[Any, float]] = {}  # type -> (pods per class on it, instances)
+    for t in np.flatnonzero(res.x[nz:] > 1e-9):
+        usage[int(t)] = (np.zeros(ncls), float(res.x[nz + t]))
+    for j, (k, t) in enumerate(pairs):
+        if t in usage:
+            usage[t][0][k] += res.x[j]
+    return float(res.fun), np.maximum(-np.asarray(res.ineqlin.marginals[:ncls], dtype=float), 0.0), usage
 
 
 # -------------------------------------------------------------------------- configuration LP
@@ -462,6 +469,38 @@ class _Pricer:
         return counts.astype(float)
 
 
+def _separate(pricer: _Pricer, t: int, average: Any, known: list[Any], *, rounds: int = 4) -> bool:
+    """Look for a cut of type ``t``'s pattern hull that ``average`` (the class LP's pods per
+    instance of t) violates: weights ``w`` maximising ``w . average - max_known w . a`` over the
+    ``known`` patterns (an LP), then the knapsack at ``w`` (MILP); a new pattern goes to ``known``
+    and the search repeats. True when a violated cut was added to ``pricer.cuts``."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    inst = pricer.inst
+    items = np.flatnonzero(inst.most[t] >= 1)
+    for _ in range(rounds):
+        a = np.array([p[items] for p in known]) if known else np.zeros((1, items.size))
+        # variables (w over items, eta): min eta - average.w  s.t.  a w - eta <= 0, 0 <= w <= 1
+        cost = np.concatenate([-average[items], [1.0]])
+        res = linprog(
+            cost,
+            A_ub=np.hstack([a, -np.ones((a.shape[0], 1))]),
+            b_ub=np.zeros(a.shape[0]),
+            bounds=[(0.0, 1.0)] * items.size + [(None, None)],
+            method="highs",
+        )
+        if res.status != 0 or -res.fun <= 1e-7:
+            return False  # average is within the hull of known patterns: nothing to cut
+        w = np.zeros(len(average))
+        w[items] = res.x[: items.size]
+        pattern, _, bound = pricer.exact(t, w)
+        if float(w @ average) > bound * (1 + 1e-6):
+            return True
+        known.append(pattern)
+    return False
+
+
 def configuration_lp_bound(
     classes: Sequence[PodClass],
     types: Sequence[BinType],
@@ -486,8 +525,9 @@ def configuration_lp_bound(
        that bound is within ``tolerance`` (relative) of the restricted master's value.
     2. The class LP with count cuts and, for every knapsack solved, the cut
        ``sum_k w_k z_{k,t} <= u x_t`` (``w`` the duals it was solved at, ``u`` its MILP upper bound);
-       then Kelley rounds for up to ``cut_seconds`` more: knapsacks solved at that LP's own duals
-       add cuts, until it stops rising.
+       then rounds for up to ``cut_seconds`` more, until it stops rising: for the types that LP
+       spends most on, a cut separating its average pods per instance from the type's pattern
+       hull (:func:`_separate`), else knapsacks solved at that LP's own duals (Kelley).
     3. The class LP with count cuts alone.
 
     ``kind`` says which won: ``configuration-lp`` (converged: the configuration LP's optimum within
@@ -505,7 +545,7 @@ def configuration_lp_bound(
     inst = _Instance(classes, types)
     plain = plain_lp_bound(classes, types)
     per_class = _class_lp(inst)[0]
-    per_class_counted, class_duals = _class_lp(inst, count_cuts=True)
+    per_class_counted = _class_lp(inst, count_cuts=True)[0]
     pricer = _Pricer(inst, milp_seconds=milp_seconds)
     ncls = len(inst.count)
     col_type: list[int] = []
@@ -544,7 +584,6 @@ def configuration_lp_bound(
     # Wentges smoothing: pricing at a mix of the master's duals and the duals of the best Farley
     # bound so far (the class LP's duals are not used as a centre: mixes with them price poorly)
     center: Any = None
-    del class_duals
     smoothing = alpha
     stalled = False  # the last iteration added no column: price exactly (MILPs) in this one
     converged = False
@@ -616,11 +655,14 @@ def configuration_lp_bound(
             smoothing, stalled = 0.0, True
         else:
             smoothing, stalled = alpha, False
-    # Kelley's cutting planes on the class LP: each knapsack solved at the cut LP's own duals
-    # adds a cut where that LP is too optimistic; its value is a valid bound after every round.
+    # Cutting planes on the class LP: separation of the busiest types' average patterns, else
+    # knapsacks at the cut LP's own duals (Kelley); its value is a valid bound after every round.
     with_cuts, cut_rounds, flat = 0.0, 0, 0
+    known: dict[int, list[Any]] = {}
+    for t, pattern in zip(col_type, col_pattern, strict=True):
+        known.setdefault(t, []).append(pattern)
     while pricer.cuts:
-        value, duals = _class_lp(inst, count_cuts=True, cuts=pricer.cuts)
+        value, duals, usage = _class_lp(inst, count_cuts=True, cuts=pricer.cuts)
         flat = flat + 1 if value <= with_cuts * (1 + 1e-5) else 0
         with_cuts = max(with_cuts, value)
         cut_rounds += 1
@@ -630,6 +672,10 @@ def configuration_lp_bound(
             break
         if time.perf_counter() - start > max_seconds + cut_seconds:
             break
+        busiest = sorted(usage, key=lambda t: -inst.price[t] * usage[t][1])[:cut_types]
+        separated = sum(_separate(pricer, t, usage[t][0] / usage[t][1], known.get(t, [])) for t in busiest)
+        if separated:
+            continue
         loose = np.flatnonzero(pricer.dantzig(duals) > inst.price * (1 + 1e-6))
         ratio = {int(t): pricer.relaxed(int(t), duals)[1] / inst.price[t] for t in loose}
         candidates = sorted((t for t, r in ratio.items() if r > 1 + 1e-6), key=lambda t: -ratio[t])
