@@ -6,12 +6,13 @@
    catalogue (the simulate catalogue, priced from ``ec2-ondemand-prices-us-east-1.json``).
 2. A random 40 % of the pods is deleted (fixed seed): the cluster is fragmented.
 3. Consolidation runs until a pass finds nothing: :func:`plan_disruptions` plays every command of a
-   pass; its moves are applied (pods to their simulated destinations, replacements become nodes)
-   and the clock moves one hour, so every node is past ``consolidateAfter``. Twice, from the same
-   start: **nodesmith** (the ``nodesmith`` consolidation policy, :mod:`nodesmith.core.disruption.repack`:
-   ``--min-savings`` USD/hour per command, ``--per-node`` USD/hour per disrupted node, spot-to-spot
-   allowed) and **karpenter** (the ``karpenter`` policy with Karpenter's defaults: multi- then
-   single-node consolidation, spot-to-spot off, no minimum saving).
+   pass; its moves are applied (pods to their simulated destinations, replacements become nodes) and
+   the clock moves one hour, so every node is past ``consolidateAfter``. Twice, from the same start:
+   **nodesmith** (the ``nodesmith`` consolidation policy, :mod:`nodesmith.core.disruption.repack`:
+   ``--min-savings`` USD/hour per command, ``--per-node`` USD/hour per disrupted node, ``--per-pod``
+   USD/hour per evicted pod, spot-to-spot allowed) and **karpenter** (the ``karpenter`` policy with
+   Karpenter's defaults: multi- then single-node consolidation, spot-to-spot off, no minimum
+   saving).
 
 Reported: the lower bound for the remaining pods, ``bound_usd_per_hour``: the configuration-LP
 bound of ``bench/bounds.py`` (column generation, Farley's bound, or the class LP when higher: pods
@@ -283,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--per-node", type=float, default=0.05, help="nodesmith's minimum saving per disrupted node, USD/hour"
     )
+    parser.add_argument(
+        "--per-pod", type=float, default=0.0, help="nodesmith's minimum saving per evicted pod, USD/hour"
+    )
     parser.add_argument("--trace", type=Path, default=DATA / "alibaba-openb-pods-default.csv")
     parser.add_argument("--price-table", type=Path, default=DATA / "ec2-ondemand-prices-us-east-1.json")
     args = parser.parse_args(argv)
@@ -315,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             spot_to_spot=True,
             policy="nodesmith",
             min_savings_per_disrupted_node=args.per_node,
+            min_savings_per_evicted_pod=args.per_pod,
         ),
         "karpenter": DisruptionSettings(min_savings_per_hour=0.0, spot_to_spot=False, policy="karpenter"),
     }
@@ -339,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         result["min_savings_usd_per_hour"] = settings.min_savings_per_hour
         if settings.policy == "nodesmith":
             result["min_savings_per_disrupted_node_usd_per_hour"] = settings.min_savings_per_disrupted_node
+            result["min_savings_per_evicted_pod_usd_per_hour"] = settings.min_savings_per_evicted_pod
         result["spot_to_spot"] = settings.spot_to_spot
         out[label] = result
     ours, theirs = out["nodesmith"], out["karpenter"]

@@ -132,3 +132,15 @@ def test_capacity_that_is_not_initialized_is_no_destination_rather_than_a_veto()
     cmd = plan.command
     assert cmd is not None and set(cmd.nodes) == {"big-0", "big-1"}
     assert "launching" not in {dest for _, dest in cmd.placements}
+
+
+def test_a_charge_per_evicted_pod_can_hold_back_a_command_that_moves_many_pods() -> None:
+    nodes = fragmented()
+    cheap = decide(
+        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=NODESMITH
+    )
+    assert cheap.command is not None
+    saving = cheap.command.savings_per_hour
+    strict = DisruptionSettings(policy="nodesmith", min_savings_per_evicted_pod=saving)  # more than any pod is worth
+    held = decide(now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=strict)
+    assert held.command is None

@@ -24,10 +24,11 @@ for:
    ``max_multi_node_candidates``) are simulated with the cost-aware packer (``packing="nodesmith"``,
    any number of new NodeClaims): a prefix's value is its saving (the nodes' price minus the
    replacements' worst-case launch price) minus ``min_savings_per_disrupted_node`` per node
-   disrupted. A coarse grid of prefix lengths is refined around the best one. Then nodes of the
-   best prefix are left out one at a time (first those whose instance type a replacement would
-   launch again, then the last ranked) while the command is worth at least as much without them.
-   The result, if its saving is at least ``min_savings_per_hour``, is the command.
+   disrupted and ``min_savings_per_evicted_pod`` per pod evicted. A coarse grid of prefix lengths is
+   refined around the best one. Then nodes of the best prefix are left out one at a time (first
+   those whose instance type a replacement would launch again, then the last ranked) while the
+   command is worth at least as much without them. The result, if its saving is at least
+   ``min_savings_per_hour``, is the command.
 4. **Launch like Karpenter would be safe to.** Each replacement may be spot when its NodePool allows
    it (pinned to spot then, so a spot shortage cannot become a dearer on-demand node), keeps the
    types whose worst-case launch price is within 10 % of its cheapest one (or as many as
@@ -162,7 +163,11 @@ def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: Dis
         worst += price
     before = sum(c.price for c in chosen)
     saving = before - worst
-    net = saving - settings.min_savings_per_disrupted_node * len(chosen)
+    net = (
+        saving
+        - settings.min_savings_per_disrupted_node * len(chosen)
+        - settings.min_savings_per_evicted_pod * len(sim.moved)
+    )
     if saving <= 0 or saving < settings.min_savings_per_hour or net <= 0:
         return _Trial(
             None,

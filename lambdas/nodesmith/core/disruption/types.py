@@ -143,6 +143,8 @@ class DisruptionSettings:
     semantics). ``min_savings_per_disrupted_node`` (USD/hour, ``nodesmith`` policy only): each node a
     command disrupts must pay for itself with at least this much saving, so the policy prefers fewer,
     more valuable disruptions and stops once what is left would save less.
+    ``min_savings_per_evicted_pod`` (USD/hour, ``nodesmith`` policy only, default 0): the same per
+    evicted pod, for clusters where evictions matter more than node count.
     """
 
     min_savings_per_hour: float = 0.0
@@ -152,3 +154,4 @@ class DisruptionSettings:
     instance_type_not_found_min_age: float = 3600.0
     policy: Policy = "karpenter"
     min_savings_per_disrupted_node: float = 0.05
+    min_savings_per_evicted_pod: float = 0.0
