@@ -225,6 +225,7 @@ class Counters:
         self.replacements: list[Any] = []
 
     def install(self) -> None:
+        from nodesmith.adapters.aws.provider import Ec2CloudProvider
         from nodesmith.adapters.aws.queue import InterruptionQueue
         from nodesmith.adapters.kube.cluster import KubeCluster
         from nodesmith.services import interrupt_batch
@@ -285,6 +286,13 @@ class Counters:
                 counters.force_deleted += 1
             delete_pod(self, **kwargs)
 
+        terminate = Ec2CloudProvider.terminate
+
+        def noted_terminate(self: Any, *, instance_ids: Any) -> None:
+            TERMINATED.update(instance_ids)
+            terminate(self, instance_ids=instance_ids)
+
+        Ec2CloudProvider.terminate = noted_terminate  # type: ignore[method-assign]
         interrupt_batch._Batch.drain = counted_drain  # type: ignore[method-assign]
         interrupt_batch._Batch.save = crashing_save  # type: ignore[method-assign]
         interrupt_batch._Batch.hand_off = counted_hand_off  # type: ignore[method-assign]
@@ -292,6 +300,9 @@ class Counters:
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
         interrupt_batch._replace = counted_replace
 
+
+TERMINATED: set[str] = set()
+"""Instance ids terminated during the run (by the handlers or the bench's EC2 reclaim)."""
 
 SIM_MIN_STEP_SECONDS = 0.5
 """Shortest time between two steps of a simulated scheduler, kubelet or controller (seconds)."""
@@ -305,7 +316,7 @@ EMULATOR_SHORTCUTS = [
     "moto SQS: the retention check per received message reads the retention period, and queue attributes "
     "(scanned on every SendMessage) are recomputed at most once a second (moto's are O(queue) per message)",
     "moto EC2: an instance's tags are read by its id (moto filters every tag of the account per instance)",
-    "simulated kubelet: EC2 instance list cached max(3 s, nodes / 100 s)",
+    "simulated kubelet: EC2 instance list cached max(3 s, nodes / 100 s), less the instances terminated since",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
     "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
     "simulated ReplicaSet controller: pods indexed by owner once per step instead of a scan per ReplicaSet",
@@ -478,7 +489,9 @@ def _world_class() -> Any:
                 if time.monotonic() - cache["at"] > KUBELET_INSTANCE_CACHE_SECONDS["seconds"]:
                     cache["items"] = cloud.list_instances()
                     cache["at"] = time.monotonic()
-                return list(cache["items"])
+                # A terminated instance's kubelet is gone: the cache must not let the sim re-register its Node
+                # (it did, between our DeleteNode and DeleteNodeClaim, and pods were scheduled onto it).
+                return [i for i in cache["items"] if i.instance_id not in TERMINATED]
 
             components = (
                 _indexed_controllers(SimControllers)(store=self.store),
@@ -847,6 +860,7 @@ def _reclaim(
                 if (p.get("spec") or {}).get("nodeName") in names and (p["metadata"].get("labels") or {}).get("app")
             }
             if running:
+                TERMINATED.update(running)
                 ec2.terminate_instances(InstanceIds=sorted(running))
             for iid in due:
                 pending.pop(iid)
