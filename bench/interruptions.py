@@ -1022,7 +1022,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "invocations_killed": consumer.killed,
                     "drains_killed": len(counters.crashed),
                     "resumed_from_stored_progress": len(counters.resumed_from_progress),
-                    "pods_evicted_before_crash": sum(counters.resumed_from_progress.values()),
+                    "pods_evicted_before_crash_by_resumed_drains": sum(counters.resumed_from_progress.values()),
                     "drains_per_crashed_event": {
                         "min": min(crashed_attempts, default=0),
                         "max": max(crashed_attempts, default=0),
