@@ -92,7 +92,8 @@ class BoundResult:
     by the knapsack cuts was higher, ``"class-count-lp"`` when the class LP with count cuts alone
     was. ``master_cost`` is the restricted master LP's value (the configuration LP optimum is
     between ``lower_bound`` and it; it is not a bound on packings); ``gap = master_cost /
-    lower_bound - 1``.
+    lower_bound - 1``. ``classes`` is the number of pod classes bounded, ``demands_rounded``
+    whether they were coarsened (demands rounded down) to get there.
     """
 
     lower_bound: float
@@ -102,6 +103,8 @@ class BoundResult:
     class_bound: float
     class_count_bound: float
     plain_bound: float
+    classes: int
+    demands_rounded: bool
     iterations: int
     cut_rounds: int
     columns: int
@@ -118,6 +121,8 @@ class BoundResult:
             "class_lower_bound_cost_per_hour": round(self.class_bound, 4),
             "class_count_lower_bound_cost_per_hour": round(self.class_count_bound, 4),
             "plain_lower_bound_cost_per_hour": round(self.plain_bound, 4),
+            "bound_classes": self.classes,
+            "bound_demands_rounded": self.demands_rounded,
             "bound_iterations": self.iterations,
             "bound_cut_rounds": self.cut_rounds,
             "bound_columns": self.columns,
@@ -469,6 +474,35 @@ class _Pricer:
         return counts.astype(float)
 
 
+def _coarsened(classes: Sequence[PodClass], max_classes: int) -> tuple[list[PodClass], list[int] | None]:
+    """At most ``max_classes`` classes: unchanged (mapping None) when there are few enough, else
+    every demand rounded down to a multiple of ``max demand / levels`` per resource (``levels``
+    halved from 1024 until few enough remain) and equal ones merged, with the merged index of each
+    original class (-1 for empty ones). Rounding demands down relaxes the packing, so every bound
+    computed on the result is a valid bound for the original pods."""
+    live = [(i, c) for i, c in enumerate(classes) if c.count > 0]
+    if len(live) <= max_classes:
+        return list(classes), None
+    dims = len(live[0][1].demand)
+    top = [max(c.demand[r] for _, c in live) for r in range(dims)]
+    levels = 1024
+    while True:
+        quantum = [max(1, top[r] // levels) for r in range(dims)]
+        index: dict[tuple[int, ...], int] = {}
+        mapping = [-1] * len(classes)
+        counts: list[int] = []
+        for i, c in live:
+            key = tuple(d - d % q for d, q in zip(c.demand, quantum, strict=True))
+            j = index.setdefault(key, len(index))
+            if j == len(counts):
+                counts.append(0)
+            counts[j] += c.count
+            mapping[i] = j
+        if len(index) <= max_classes or levels == 1:
+            return [PodClass(key, counts[j]) for key, j in index.items()], mapping
+        levels //= 2
+
+
 def _separate(pricer: _Pricer, t: int, average: Any, known: list[Any], *, rounds: int = 4) -> bool:
     """Look for a cut of type ``t``'s pattern hull that ``average`` (the class LP's pods per
     instance of t) violates: weights ``w`` maximising ``w . average - max_known w . a`` over the
@@ -514,6 +548,7 @@ def configuration_lp_bound(
     lp_columns: int = 30,
     cut_seconds: float = 15.0,
     cut_types: int = 12,
+    max_classes: int = 250,
     initial_patterns: Sequence[Sequence[int]] = (),
 ) -> BoundResult:
     """A valid lower bound (USD/hour) on packing ``classes`` onto ``types``, from the
@@ -535,13 +570,26 @@ def configuration_lp_bound(
     ``class-count-lp``. ``classes[k].demand`` and ``types[t].capacity`` are int vectors over the
     same resources. ``initial_patterns`` (pod counts per class, in ``classes`` order, e.g. the
     instances of a known packing) seed the master, each on the cheapest type that holds it; they
-    speed convergence and never change the bound's validity. Raises ``ValueError`` when there is
-    no pod or some class fits no type.
+    speed convergence and never change the bound's validity. With more than ``max_classes``
+    classes, demands are first rounded down to a coarser grid (:func:`_coarsened`; a relaxation,
+    so still valid, reported as ``demands_rounded``) to keep the LPs small. Raises ``ValueError``
+    when there is no pod or some class fits no type.
     """
     import numpy as np
     from scipy.optimize import linprog
 
     start = time.perf_counter()
+    classes, mapping = _coarsened(classes, max_classes)
+    rounded = mapping is not None
+    if mapping is not None:
+        merged = []
+        for given in initial_patterns:
+            pattern = [0] * len(classes)
+            for i, n in enumerate(given):
+                if mapping[i] >= 0:
+                    pattern[mapping[i]] += n
+            merged.append(pattern)
+        initial_patterns = merged
     inst = _Instance(classes, types)
     plain = plain_lp_bound(classes, types)
     per_class = _class_lp(inst)[0]
@@ -697,6 +745,8 @@ def configuration_lp_bound(
         class_bound=per_class,
         class_count_bound=per_class_counted,
         plain_bound=plain,
+        classes=len(inst.count),
+        demands_rounded=rounded,
         iterations=iterations,
         cut_rounds=cut_rounds,
         columns=len(col_type),

@@ -33,7 +33,8 @@ counted. Prints one JSON line::
 
     {"pods", "nodesmith_cost_per_hour", "karpenter_policy_cost_per_hour", "lower_bound_cost_per_hour",
      "nodesmith_over_bound", "karpenter_policy_over_bound", "seconds", "bound_kind", "bound_gap",
-     "bound_master_cost_per_hour", "bound_iterations", "bound_cut_rounds", "bound_seconds",
+     "bound_master_cost_per_hour", "bound_iterations", "bound_cut_rounds", "bound_classes",
+     "bound_demands_rounded", "bound_seconds",
      "class_lower_bound_cost_per_hour", "nodesmith_over_class_bound", "plain_lower_bound_cost_per_hour",
      "nodesmith_over_plain_bound",
      "nodeclaims", "karpenter_policy_nodeclaims", "karpenter_policy_seconds", "excluded_pods",
@@ -309,6 +310,8 @@ def run(
         "bound_master_cost_per_hour": bound.get("bound_master_cost_per_hour"),
         "bound_iterations": bound.get("bound_iterations"),
         "bound_cut_rounds": bound.get("bound_cut_rounds"),
+        "bound_classes": bound.get("bound_classes"),
+        "bound_demands_rounded": bound.get("bound_demands_rounded"),
         "bound_seconds": bound.get("bound_seconds"),
         "class_lower_bound_cost_per_hour": per_class,
         "nodesmith_over_class_bound": over(nodesmith, per_class),

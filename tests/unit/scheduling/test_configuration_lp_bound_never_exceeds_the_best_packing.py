@@ -96,6 +96,20 @@ def test_a_bound_stopped_after_one_iteration_is_still_valid(bounds: ModuleType) 
     assert early.iterations == 1
 
 
+def test_many_classes_are_rounded_down_and_the_bound_stays_valid(bounds: ModuleType) -> None:
+    demands = [(6000, 1000), (6010, 1000), (3000, 2000)]  # the first two merge when rounded down
+    counts = (1, 2, 2)
+    raw_types = [((10000, 10000), 1.0), ((5000, 4000), 0.55), ((6500, 8000), 0.8)]
+    classes = [bounds.PodClass(d, n) for d, n in zip(demands, counts, strict=True)]
+    types = [bounds.BinType(f"t{i}", cap, price) for i, (cap, price) in enumerate(raw_types)]
+    exact = bounds.configuration_lp_bound(classes, types)
+    coarse = bounds.configuration_lp_bound(classes, types, max_classes=2)
+    assert not exact.demands_rounded and exact.classes == 3
+    assert coarse.demands_rounded and coarse.classes == 2
+    assert coarse.lower_bound <= exact.lower_bound + 1e-9
+    assert coarse.lower_bound <= brute_force_optimum(demands, counts, raw_types) + 1e-9
+
+
 def test_pods_that_fit_no_type_are_refused(bounds: ModuleType) -> None:
     with pytest.raises(ValueError, match="fit no type"):
         bounds.configuration_lp_bound([bounds.PodClass((5000, 1), 1)], [bounds.BinType("t", (1000, 1000), 1.0)])
