@@ -414,9 +414,9 @@ def configuration_lp_bound(
 
         upper = pricer.dantzig(pi)
         promising = np.flatnonzero(upper > inst.price * (1 + 1e-9))
-        for t in promising:
-            for pattern in pricer.greedy(int(t), pi):
-                new += offer(int(t), pattern)
+        for t in promising.tolist():
+            for pattern in pricer.greedy(t, pi):
+                new += offer(t, pattern)
         relaxed: dict[int, float] = {}
         for t in promising[np.argsort(-upper[promising] / inst.price[promising])][:lp_columns]:
             pattern, relaxed[int(t)] = pricer.relaxed(int(t), pi)

@@ -254,11 +254,11 @@ def _class_lp(
         nrows += nz
     at = {(k, t): j for j, (k, t) in enumerate(pairs)}
     for t, w, u in cuts:
-        for k in np.flatnonzero(w > 0):
-            j = at.get((int(k), t))
-            if j is not None:
+        for k in np.flatnonzero(w > 0).tolist():
+            col = at.get((k, t))
+            if col is not None:
                 rows.append(nrows)
-                cols.append(j)
+                cols.append(col)
                 vals.append(float(w[k]))
         rows.append(nrows)
         cols.append(nz + t)
@@ -270,8 +270,8 @@ def _class_lp(
     if res.status != 0:
         raise RuntimeError(f"class bound LP failed: {res.message}")
     usage: dict[int, tuple[Any, float]] = {}  # type -> (pods per class on it, instances)
-    for t in np.flatnonzero(res.x[nz:] > 1e-9):
-        usage[int(t)] = (np.zeros(ncls), float(res.x[nz + t]))
+    for t in np.flatnonzero(res.x[nz:] > 1e-9).tolist():
+        usage[t] = (np.zeros(ncls), float(res.x[nz + t]))
     for j, (k, t) in enumerate(pairs):
         if t in usage:
             usage[t][0][k] += res.x[j]

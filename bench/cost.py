@@ -114,7 +114,7 @@ def read_trace(path: Path, limit: int | None = None) -> list[TracePod]:
                 raise BenchInputError(
                     f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(REQUIRED_COLUMNS)})"
                 )
-            pods = []
+            pods: list[TracePod] = []
             for line, row in enumerate(reader, start=2):
                 if limit is not None and len(pods) >= limit:
                     break
@@ -166,7 +166,8 @@ def _fits(requests: dict[str, int], it: InstanceType) -> bool:
 def split_fitting(trace: Sequence[TracePod], types: Sequence[InstanceType]) -> tuple[list[TracePod], list[TracePod]]:
     """``(pods some type holds, pods no type holds)``, each in trace order."""
     verdict: dict[tuple[int, int, int], bool] = {}
-    kept, excluded = [], []
+    kept: list[TracePod] = []
+    excluded: list[TracePod] = []
     for p in trace:
         key = (p.cpu_milli, p.memory_mib, p.gpus)
         ok = verdict.get(key)
