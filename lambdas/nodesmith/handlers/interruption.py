@@ -18,7 +18,13 @@ responses; the event source mapping has ``ReportBatchItemFailures``):
 
 Drains are idempotent per (event id, instance id, attempt) through Powertools idempotency on
 ``NODESMITH_STATE_TABLE`` (:mod:`nodesmith.handlers.idempotency`), and their progress is stored
-there, so duplicates drain once and a redelivery after a timeout resumes. The work budget is
+there, so duplicates drain once and a redelivery after a timeout resumes. The queue's visibility
+timeout stays 6 x the function timeout + the batching window (AWS's guidance for event source
+mappings, against throttled invokes), which is longer than a spot notice; so the handler first
+shortens its records' visibility to what the invocation has left + ``VISIBILITY_MARGIN_SECONDS``
+(``ChangeMessageVisibilityBatch``, best effort): a crash or timeout mid-drain makes SQS deliver them
+again within ~25 s and that delivery resumes from the stored progress. Records reported as failed
+get ``RETRY_VISIBILITY_SECONDS``. The work budget is
 ``NODESMITH_DRAIN_TIMEOUT_SECONDS``, cut to what the invocation has left minus a safety margin.
 """
 
@@ -45,10 +51,18 @@ if TYPE_CHECKING:
 
     from nodesmith.services.interrupt import InterruptionOutcome
 
-__all__ = ["SAFETY_MARGIN_SECONDS", "handler", "process_records"]
+__all__ = ["RETRY_VISIBILITY_SECONDS", "SAFETY_MARGIN_SECONDS", "VISIBILITY_MARGIN_SECONDS", "handler",
+           "process_records"]  # fmt: skip
 
 SAFETY_MARGIN_SECONDS = 10.0
 """Invocation time kept back from the work so the handler can report before Lambda's timeout."""
+
+VISIBILITY_MARGIN_SECONDS = 5
+"""Seconds past the invocation's remaining time before SQS may deliver its records again (after a crash)."""
+
+RETRY_VISIBILITY_SECONDS = 5
+"""Visibility of a record reported in ``batchItemFailures``: a short backoff, then SQS delivers it again
+(the queue's 121 s would be past the 2-minute spot notice)."""
 
 CONTINUATION_DELAY_SECONDS = interrupt_batch.CONTINUATION_DELAY_SECONDS
 """SQS delay of a continuation message (seconds)."""
@@ -161,9 +175,39 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
     )
 
 
+def _set_visibility(records: list[dict[str, Any]], timeout_seconds: float) -> None:
+    """Best effort: make ``records`` visible again after ``timeout_seconds``; failures are only logged."""
+    handles = [str(r.get("receiptHandle") or "") for r in records]
+    handles = [h for h in handles if h]
+    if not handles:
+        return
+    try:
+        change = wiring.build_visibility(wiring.get_settings())
+        if change is not None:
+            change(handles, int(timeout_seconds + 0.999))
+    except Exception:  # never fail the batch for this: the queue's own visibility timeout still applies
+        logger.warning("could not change the records' visibility", exc_info=True)
+
+
 def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext | None = None) -> list[str]:
-    """Handle the SQS records of one invocation; returns the message ids SQS must deliver again."""
+    """Handle the SQS records of one invocation; returns the message ids SQS must deliver again.
+
+    First shortens the records' visibility to the invocation's remaining time +
+    ``VISIBILITY_MARGIN_SECONDS`` (so a crash is retried before the spot notice runs out), and at the
+    end sets the failed records' visibility to ``RETRY_VISIBILITY_SECONDS``.
+    """
     now = time.time()
+    left = _remaining_seconds(lambda_context)
+    if left is not None:
+        _set_visibility(records, left + VISIBILITY_MARGIN_SECONDS)
+    failed = _process(records, lambda_context, now)
+    if failed:
+        ids = set(failed)
+        _set_visibility([r for r in records if r.get("messageId") in ids], RETRY_VISIBILITY_SECONDS)
+    return failed
+
+
+def _process(records: list[dict[str, Any]], lambda_context: LambdaContext | None, now: float) -> list[str]:
     items = [item for item in (_parse(SQSRecord(r), now) for r in records) if item is not None]
     if not items:
         return []

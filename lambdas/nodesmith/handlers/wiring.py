@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.handlers.settings import Settings, load_settings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from nodesmith.core.ports import CloudProvider, Cluster, StateStore
     from nodesmith.handlers.idempotency import IdempotentRunner
@@ -30,6 +30,7 @@ __all__ = [
     "build_idempotency",
     "build_requeue",
     "build_state",
+    "build_visibility",
     "get_settings",
     "reset",
     "set_ports",
@@ -51,6 +52,7 @@ class _Cache:
     state: StateStore | None = _UNSET
     idempotency: IdempotentRunner | None = _UNSET
     requeue: Callable[[Mapping[str, Any], int], Any] | None = _UNSET
+    visibility: Callable[[Sequence[str], int], int] | None = _UNSET
 
 
 _CACHE = _Cache()
@@ -142,6 +144,19 @@ def build_requeue(settings: Settings) -> Callable[[Mapping[str, Any], int], Any]
     return _CACHE.requeue
 
 
+def build_visibility(settings: Settings) -> Callable[[Sequence[str], int], int] | None:
+    """``change(receipt_handles, timeout_seconds)`` on the interruption queue, or None without a queue URL."""
+    if _CACHE.visibility is _UNSET:
+        if not settings.interruption_queue_url:
+            _CACHE.visibility = None
+        else:
+            from nodesmith.adapters.aws.queue import InterruptionQueue
+
+            queue = InterruptionQueue(queue_url=settings.interruption_queue_url, region=_region())
+            _CACHE.visibility = queue.change_visibility
+    return _CACHE.visibility
+
+
 def set_ports(
     *,
     cluster: Cluster | None = None,
@@ -171,3 +186,4 @@ def reset() -> None:
     _CACHE.state = _UNSET
     _CACHE.idempotency = _UNSET
     _CACHE.requeue = _UNSET
+    _CACHE.visibility = _UNSET

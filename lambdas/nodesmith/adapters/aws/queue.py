@@ -8,17 +8,26 @@ clusterman re-enqueues drains the same way). The client is created on first use.
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws import clients
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
-__all__ = ["MAX_DELAY_SECONDS", "InterruptionQueue"]
+_log = logging.getLogger(__name__)
+
+__all__ = ["MAX_DELAY_SECONDS", "MAX_VISIBILITY_SECONDS", "InterruptionQueue"]
 
 MAX_DELAY_SECONDS = 900
 """SQS's largest ``DelaySeconds``."""
+
+MAX_VISIBILITY_SECONDS = 43_200
+"""SQS's largest visibility timeout (12 hours)."""
+
+_BATCH = 10
+"""Entries per ``ChangeMessageVisibilityBatch`` call (SQS's limit)."""
 
 
 class InterruptionQueue:
@@ -44,3 +53,33 @@ class InterruptionQueue:
             QueueUrl=self.queue_url, MessageBody=json.dumps(body, separators=(",", ":")), DelaySeconds=delay
         )
         return str(answer.get("MessageId", ""))
+
+    def change_visibility(self, receipt_handles: Sequence[str], timeout_seconds: int) -> int:
+        """Make the received messages ``receipt_handles`` visible again after ``timeout_seconds`` (0..43200).
+
+        ``ChangeMessageVisibilityBatch`` in calls of 10. Best effort: a refused entry or call is logged
+        (WARNING) and skipped, never raised, since the messages then keep the queue's own visibility
+        timeout. Returns how many messages SQS changed.
+        """
+        if self._client is None:
+            self._client = clients.client("sqs", region=self._region)
+        timeout = max(0, min(MAX_VISIBILITY_SECONDS, int(timeout_seconds)))
+        handles = [h for h in receipt_handles if h]
+        changed = 0
+        for start in range(0, len(handles), _BATCH):
+            entries = [
+                {"Id": str(n), "ReceiptHandle": h, "VisibilityTimeout": timeout}
+                for n, h in enumerate(handles[start : start + _BATCH])
+            ]
+            try:
+                answer = self._client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+            except Exception as exc:  # best effort: the queue's visibility timeout still applies
+                _log.warning("ChangeMessageVisibilityBatch failed", extra={"error": str(exc), "entries": len(entries)})
+                continue
+            changed += len(answer.get("Successful") or [])
+            for failure in answer.get("Failed") or []:
+                _log.warning(
+                    "ChangeMessageVisibility refused",
+                    extra={"code": failure.get("Code"), "reason": failure.get("Message")},
+                )
+        return changed
