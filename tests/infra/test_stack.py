@@ -340,6 +340,18 @@ def test_interruption_role_launches_replacements_but_deletes_no_launch_templates
     assert "ec2:DeleteLaunchTemplate" not in actions
 
 
+def test_interruption_role_may_shorten_the_visibility_of_its_own_queue_s_messages(synth: Synth) -> None:
+    # the handler cuts its records' visibility to its remaining time so a crash is retried within the notice
+    queue_id, _ = _interruption_queue(synth)
+    _, interruption = _function(synth, "nodesmith.handlers.interruption.handler")
+    scopes = [
+        s["Resource"]
+        for s in _role_policy_statements(synth, _role_of(interruption))
+        if s["Effect"] == "Allow" and "sqs:ChangeMessageVisibility" in _as_list(s["Action"])
+    ]
+    assert {"Fn::GetAtt": [queue_id, "Arn"]} in scopes
+
+
 def test_wildcard_resources_are_only_where_aws_offers_no_resource_scope(synth: Synth) -> None:
     allowed = {
         "ec2:DescribeAvailabilityZones",
