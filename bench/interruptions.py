@@ -40,8 +40,9 @@ duplicates included); continuations of long drains are counted apart. ``pods_los
 Ready pods removed with their node (the pod garbage collector), never evicted.
 ``--crash-every n`` kills the invocation draining every n-th instance once, right after its first
 evictions' progress was stored (a ``BaseException``, as if Lambda timed out): nothing of that
-invocation is acknowledged, its records come back after the visibility timeout, and
-``crash_resume`` reports how many drains resumed from the progress in DynamoDB.
+invocation is acknowledged, and its records come back when the visibility the handler gave them on
+start (its remaining time + 5 s, ``ChangeMessageVisibilityBatch`` in moto) ends, not after the
+queue's 121 s; ``crash_resume`` reports how many drains resumed from the progress in DynamoDB.
 
 Caveats, also in the output: every "Lambda invocation" is a thread of this one process, sharing
 the GIL with moto and the emulator, and the Kubernetes client and caches of one container; real
@@ -82,7 +83,8 @@ BATCHING_WINDOW_SECONDS = 1.0
 """The stack's ``MaximumBatchingWindowInSeconds``: the event source mapping fills a batch for up to this long."""
 VISIBILITY_TIMEOUT_SECONDS = 6 * 20 + 1
 """How long a received message stays invisible (the stack's 6 x the 20 s function timeout + the 1 s batching
-window; ``--visibility-timeout``): a killed invocation's records come back after this."""
+window; ``--visibility-timeout``): the receive's visibility, which the handler shortens on start to its
+remaining time + 5 s, so a killed invocation's records come back after ~25 s."""
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, str]:
@@ -790,7 +792,7 @@ class Consumer:
                     {"Records": records}, LambdaContext(function_name="nodesmith-interruption", timeout_seconds=20)
                 )
                 failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
-            except LambdaKilled:  # nothing is deleted: every record comes back after the visibility timeout
+            except LambdaKilled:  # nothing is deleted: records come back when the handler's shortened visibility ends
                 with self.lock:
                     self.killed += 1
                 continue
@@ -1081,7 +1083,7 @@ def main() -> None:
         "--visibility-timeout",
         type=int,
         default=VISIBILITY_TIMEOUT_SECONDS,
-        help="seconds a received message stays invisible (default: the stack's)",
+        help="seconds a received message stays invisible until the handler shortens it (default: the stack's)",
     )
     parser.add_argument(
         "--deliver",
