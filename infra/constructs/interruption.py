@@ -72,7 +72,10 @@ class Interruption(Construct):
     ``timeout``
         Function timeout. The queue's visibility timeout is ``6 x timeout + batching window`` and
         the DLQ ``maxReceiveCount`` is as large as still lets a failing message reach the DLQ within
-        the 300 s retention; a timeout leaving no such count raises ``ValueError``.
+        the 300 s retention; a timeout leaving no such count raises ``ValueError``. That visibility
+        (AWS's guidance against throttled invokes) outlasts a spot notice, so the handler shortens its
+        records' visibility to its remaining time + 5 s (``sqs:ChangeMessageVisibility``, part of the
+        event source's consume grant): a crashed drain is delivered again and resumed within the notice.
     ``log_retention``
         Retention of the function's log group.
 
