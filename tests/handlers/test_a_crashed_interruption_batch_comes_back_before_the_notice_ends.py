@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import boto3
 import pytest
@@ -21,6 +21,8 @@ from nodesmith.handlers.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 REGION = "us-east-1"
 QUEUE_VISIBILITY_SECONDS = 121
@@ -36,6 +38,10 @@ class Context:
 
     def get_remaining_time_in_millis(self) -> int:
         return self.remaining_ms
+
+
+def context(remaining_ms: int) -> LambdaContext:
+    return cast("LambdaContext", Context(remaining_ms=remaining_ms))
 
 
 @pytest.fixture
@@ -89,7 +95,7 @@ def test_a_crashed_invocation_s_records_come_back_after_its_remaining_time(
 
     monkeypatch.setattr(interruption, "_process", crash)
     with pytest.raises(Killed):
-        interruption.process_records(records(received), Context(remaining_ms=1_000))
+        interruption.process_records(records(received), context(1_000))
 
     assert receive(sqs, url) == []  # still invisible while the invocation could be running
     time.sleep(1.3)
@@ -110,7 +116,7 @@ def test_a_failed_record_comes_back_after_a_short_backoff(
     monkeypatch.setattr(interruption, "_process", lambda *_: [bad])
 
     # 300 s left: without the backoff the failed record would stay invisible for minutes
-    assert interruption.process_records(records(received), Context(remaining_ms=300_000)) == [bad]
+    assert interruption.process_records(records(received), context(300_000)) == [bad]
 
     time.sleep(1.3)
     assert [m["MessageId"] for m in receive(sqs, url)] == [bad]
@@ -121,4 +127,4 @@ def test_refused_visibility_changes_never_fail_the_batch(
 ) -> None:
     monkeypatch.setattr(interruption, "_process", lambda *_: [])
     stale = [{"messageId": "m1", "receiptHandle": "not-a-receipt-handle", "body": "{}"}]
-    assert interruption.process_records(stale, Context(remaining_ms=20_000)) == []
+    assert interruption.process_records(stale, context(20_000)) == []
