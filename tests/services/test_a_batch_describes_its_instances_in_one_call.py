@@ -5,33 +5,17 @@ spot offering once per batch however many of its nodes were interrupted."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from dataclasses import replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import interruption_fakes as fakes
+import memory_state as memory
 
 from nodesmith.core.interruption import parse_message
 from nodesmith.services.interrupt import InstanceStatus
 from nodesmith.services.interrupt_batch import BatchItem, handle_batch
 
-if TYPE_CHECKING:
-    from types import ModuleType
-
-
-def load_module(name: str, filename: str) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = load_module("nodesmith_tests_interruption_fakes", "interruption_fakes.py")
-memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
 IDS = [f"i-00000000000000{n:02d}" for n in range(6)]
 ZONES = ["us-west-2a", "us-west-2a", "us-west-2a", "us-west-2a", "us-west-2b", "us-west-2b"]
 

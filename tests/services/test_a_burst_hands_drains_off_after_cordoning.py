@@ -5,11 +5,11 @@ drains like originals, post the drain's Event once, and a duplicated hand-off st
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import interruption_fakes as fakes
+import memory_state as memory
 
 from nodesmith.core.errors import InProgressElsewhereError
 from nodesmith.core.interruption import parse_message
@@ -19,21 +19,7 @@ from nodesmith.services.replacement import Replacement
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import ModuleType
 
-
-def load_module(name: str, filename: str) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = load_module("nodesmith_tests_interruption_fakes", "interruption_fakes.py")
-memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
 IDS = [f"i-00000000000000{n:02d}" for n in range(4)]
 
 

@@ -5,13 +5,12 @@ failing node fails only its own record."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import interruption_fakes as fakes
+import memory_state as memory
 import pytest
 
 from nodesmith.core.errors import InProgressElsewhereError
@@ -29,21 +28,7 @@ from nodesmith.services.replacement import Replacement
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import ModuleType
 
-
-def load_module(name: str, filename: str) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = load_module("nodesmith_tests_interruption_fakes", "interruption_fakes.py")
-memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
 IDS = ["i-0000000000000000a", "i-0000000000000000b", "i-0000000000000000c"]
 
 

@@ -5,31 +5,15 @@ for, and the pass runs once it is free, or is skipped when the wait runs out."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import interruption_fakes as fakes
+import memory_state as memory
 
 from nodesmith.services.leases import RECONCILE_LEASE, with_lease
 from nodesmith.services.reconcile import ReconcileOutcome
 from nodesmith.services.replacement import CLOCK_SKEW_SECONDS, replacement_launcher
 
-if TYPE_CHECKING:
-    from types import ModuleType
-
-
-def load_module(name: str, filename: str) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = load_module("nodesmith_tests_interruption_fakes", "interruption_fakes.py")
-memory = load_module("nodesmith_tests_memory_state", "memory_state.py")
 WAIT = 10.0
 
 
