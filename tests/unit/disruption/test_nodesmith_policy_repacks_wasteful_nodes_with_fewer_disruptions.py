@@ -144,3 +144,22 @@ def test_a_charge_per_evicted_pod_can_hold_back_a_command_that_moves_many_pods()
     strict = DisruptionSettings(policy="nodesmith", min_savings_per_evicted_pod=saving)  # more than any pod is worth
     held = decide(now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=strict)
     assert held.command is None
+
+
+def test_spot_to_spot_replacements_follow_karpenters_fifteen_type_rule() -> None:
+    """A spot node replaced by spot needs 15 cheaper spot types (Karpenter
+    ``computeSpotToSpotConsolidation``) and launches with the 15 cheapest, so the nodesmith policy's
+    replacement keeps spot fallbacks instead of the one or two types within 10 % of the cheapest."""
+    pool = make_nodepool(capacity_types=("spot",), budgets=ALL)
+    few = make_node("few", instance_type="c5.xlarge", capacity_type="spot", pod_specs=[("1500m", "2Gi")])
+    plan = decide(now=NOW, nodes=[few], nodepools=[pool], instance_types=TYPES, settings=NODESMITH)
+    assert plan.command is None
+    assert any("requires 15 cheaper instance type options" in r.reason for r in plan.rejected if r.node == "few")
+
+    many = make_node("many", instance_type="m5.4xlarge", capacity_type="spot", pod_specs=[("1500m", "2Gi")])
+    cmd = decide(now=NOW, nodes=[many], nodepools=[pool], instance_types=TYPES, settings=NODESMITH).command
+    assert cmd is not None and "nodesmith policy" in cmd.reason
+    [replacement] = cmd.replacements
+    assert replacement.capacity_types == frozenset({"spot"})
+    assert len(replacement.instance_types) == 15
+    assert cmd.cost_after < cmd.cost_before

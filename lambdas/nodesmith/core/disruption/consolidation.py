@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPACITY_RESERVED",
     "Outcome",
+    "cheaper_replacement",
     "compute_consolidation",
     "consolidation_block",
     "min_types_for_values",
@@ -222,7 +223,7 @@ def compute_consolidation(  # noqa: PLR0911 - one return per way a consolidation
     if len(sim.new_nodeclaims) > 1:
         return Outcome(None, f"can't remove without creating {len(sim.new_nodeclaims)} NodeClaims")
     plan = sim.new_nodeclaims[0]
-    replacement, why = _cheaper_replacement(plan, candidates, before, single=len(candidates) == 1, settings=settings)
+    replacement, why = cheaper_replacement(plan, candidates, before, single=len(candidates) == 1, settings=settings)
     if replacement is None:
         return Outcome(None, why)
     if method == METHOD_MULTI_NODE:
@@ -261,9 +262,18 @@ def compute_consolidation(  # noqa: PLR0911 - one return per way a consolidation
     )
 
 
-def _cheaper_replacement(  # noqa: PLR0911 - one return per price/flexibility check
+def cheaper_replacement(  # noqa: PLR0911 - one return per price/flexibility check
     plan: NodeClaimPlan, candidates: Sequence[Candidate], before: float, *, single: bool, settings: DisruptionSettings
 ) -> tuple[NodeClaimPlan | None, str]:
+    """``plan`` narrowed to the types whose worst-case launch price is below ``before`` (USD/hour), or
+    None and why not (Karpenter ``computeConsolidation`` / ``computeSpotToSpotConsolidation``).
+
+    When every candidate is spot and the plan may be spot, the replacement is pinned to spot; that
+    needs ``settings.spot_to_spot`` and, for a single node (``single``), at least
+    ``settings.spot_to_spot_min_types`` cheaper types, of which only that many cheapest are kept
+    (more when ``minValues`` needs them). Otherwise a plan allowing spot and on-demand is pinned to
+    spot among the cheaper types that have a spot offering.
+    """
     all_spot = all(c.facts.capacity_type == CAPACITY_TYPE_SPOT for c in candidates)
     if all_spot and CAPACITY_TYPE_SPOT in plan.capacity_types:
         if not settings.spot_to_spot:

@@ -32,8 +32,11 @@ for:
 4. **Launch like Karpenter would be safe to.** Each replacement may be spot when its NodePool allows
    it (pinned to spot then, so a spot shortage cannot become a dearer on-demand node), keeps the
    types whose worst-case launch price is within 10 % of its cheapest one (or as many as
-   ``minValues`` needs), and the saving is judged at those worst-case prices. With
-   ``spot_to_spot`` off, spot nodes are only ever deleted, never replaced by spot.
+   ``minValues`` needs), and the saving is judged at those worst-case prices. Spot nodes replaced by
+   spot follow Karpenter's spot-to-spot rule instead: every type cheaper than the nodes, and for a
+   single node at least ``spot_to_spot_min_types`` (15) of them, the 15 cheapest launched, so the
+   replacement has spot fallbacks. With ``spot_to_spot`` off, spot nodes are only ever deleted, never
+   replaced by spot.
 
 The command reuses Karpenter's method names (``single-node-consolidation`` for one node,
 ``multi-node-consolidation`` for several; cause ``Underutilized``) so budgets, events and metrics
@@ -46,6 +49,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.disruption.consolidation import (
+    cheaper_replacement,
     min_types_for_values,
     min_values_gap,
     narrow,
@@ -145,6 +149,22 @@ def _launchable(plan: NodeClaimPlan, *, spot_allowed: bool) -> tuple[NodeClaimPl
     return narrowed, max(worst_launch_price(it, zones=narrowed.zones, capacity_types=capacity_types) for it in keep)
 
 
+def _spot_to_spot(
+    plan: NodeClaimPlan, chosen: Sequence[Candidate], before: float, *, settings: DisruptionSettings
+) -> tuple[NodeClaimPlan | None, float, str]:
+    """A spot replacement of spot nodes under Karpenter's spot-to-spot rule (see
+    :func:`~nodesmith.core.disruption.consolidation.cheaper_replacement`): only types cheaper than the
+    nodes' ``before`` price (USD/hour), and for one node at least ``spot_to_spot_min_types`` of them,
+    the cheapest that many kept, so a spot shortage leaves the launch fallbacks. Returns the plan, its
+    worst-case launch price and '' or None, infinity and why not."""
+    launch, why = cheaper_replacement(plan, chosen, before, single=len(chosen) == 1, settings=settings)
+    if launch is None:
+        return None, _INF, why
+    spot = frozenset({CAPACITY_TYPE_SPOT})
+    price = max(worst_launch_price(it, zones=launch.zones, capacity_types=spot) for it in launch.instance_types)
+    return launch, price, ""
+
+
 def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: DisruptionSettings, method: str) -> _Trial:
     sim = simulate(ctx, chosen, consolidation=True, packing="nodesmith", skip_uninitialized=True)
     if not sim.all_scheduled:
@@ -153,15 +173,20 @@ def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: Dis
         return _Trial(None, -_INF, f"would schedule pods on uninitialized node {sim.uninitialized}")
     all_spot = all(c.facts.capacity_type == CAPACITY_TYPE_SPOT for c in chosen)
     spot_allowed = settings.spot_to_spot or not all_spot
+    before = sum(c.price for c in chosen)
     replacements: list[NodeClaimPlan] = []
     worst = 0.0
     for nc in sim.new_nodeclaims:
-        launch, price = _launchable(nc, spot_allowed=spot_allowed)
-        if launch is None:
-            return _Trial(None, -_INF, "a replacement has no launchable offering (spot-to-spot off?)")
+        if all_spot and spot_allowed and CAPACITY_TYPE_SPOT in nc.capacity_types:
+            launch, price, why = _spot_to_spot(nc, chosen, before, settings=settings)
+            if launch is None:
+                return _Trial(None, -_INF, why)
+        else:
+            launch, price = _launchable(nc, spot_allowed=spot_allowed)
+            if launch is None:
+                return _Trial(None, -_INF, "a replacement has no launchable offering (spot-to-spot off?)")
         replacements.append(launch)
         worst += price
-    before = sum(c.price for c in chosen)
     saving = before - worst
     net = (
         saving
