@@ -90,14 +90,21 @@ class SimControllers:
 
     def __init__(self, *, store: Store) -> None:
         self.store = store
+        self._owned: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {}
 
     def step(self, now: float) -> None:
-        """Reconcile every Deployment and ReplicaSet and collect garbage as of ``now`` (epoch seconds)."""
+        """Reconcile every Deployment and ReplicaSet and collect garbage as of ``now`` (epoch seconds).
+
+        Pods and ReplicaSets are indexed by (namespace, controller uid) once per step (after garbage
+        collection), as the real controllers' informers index them, instead of a scan per owner.
+        """
         self._collect_garbage()
+        self._owned = {}
         for deployment in sorted(self.store.objects(_DEPLOYMENTS), key=_key):
             self._deployment(deployment)
         for rs in sorted(self.store.objects(_REPLICASETS), key=_key):
             self._replicaset(rs)
+        self._owned.pop(_REPLICASETS, None)  # the statuses just written
         for deployment in sorted(self.store.objects(_DEPLOYMENTS), key=_key):
             self._deployment_status(deployment)
 
@@ -120,14 +127,21 @@ class SimControllers:
             if rs["metadata"]["name"] != name and _replicas(rs) != 0:
                 self._scale(rs, 0)
 
+    def _owned_by(self, resource: str, owner: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The ``resource`` objects whose controller is ``owner``, from this step's index (built on first use;
+        a ReplicaSet created during the step is picked up at the next step, as after an informer resync)."""
+        index = self._owned.get(resource)
+        if index is None:
+            index = {}
+            for obj in self.store.objects(resource):
+                key = (obj["metadata"].get("namespace") or "default", (_controller(obj) or {}).get("uid") or "")
+                index.setdefault(key, []).append(obj)
+            self._owned[resource] = index
+        meta = owner["metadata"]
+        return index.get((meta.get("namespace") or "default", meta.get("uid") or ""), [])
+
     def _owned_replicasets(self, deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
-        meta = deployment["metadata"]
-        ns, uid = meta.get("namespace") or "default", meta.get("uid")
-        return [
-            rs
-            for rs in self.store.objects(_REPLICASETS)
-            if rs["metadata"].get("namespace") == ns and (_controller(rs) or {}).get("uid") == uid
-        ]
+        return self._owned_by(_REPLICASETS, deployment)
 
     def _create_replicaset(self, deployment: Mapping[str, Any], *, name: str, hashed: str, replicas: int) -> None:
         meta = deployment["metadata"]
@@ -181,17 +195,13 @@ class SimControllers:
 
     def _replicaset(self, rs: Mapping[str, Any]) -> None:
         meta = rs["metadata"]
-        ns, uid = meta.get("namespace") or "default", meta.get("uid")
-        pods = [
-            p
-            for p in self.store.objects("pods")
-            if p["metadata"].get("namespace") == ns and (_controller(p) or {}).get("uid") == uid
-        ]
-        active = [p for p in pods if _active(p)]
+        ns = meta.get("namespace") or "default"
+        active = [p for p in self._owned_by("pods", rs) if _active(p)]
         diff = _replicas(rs) - len(active)
+        created = 0
         if diff > 0:
             for _ in range(diff):
-                self._create_pod(rs)
+                created += self._create_pod(rs)
         elif diff < 0:
             # Unbound first, then not ready, then newest (ReplicaSet controller getPodsToDelete).
             ranked = sorted(active, key=lambda p: p["metadata"]["name"])
@@ -199,19 +209,20 @@ class SimControllers:
             ranked.sort(key=lambda p: (bool((p.get("spec") or {}).get("nodeName")), _ready(p)))
             for pod in ranked[:-diff]:
                 self._delete("pods", pod["metadata"]["name"], ns)
-        live = [p for p in self.store.objects("pods") if p["metadata"].get("namespace") == ns]
-        owned = [p for p in live if (_controller(p) or {}).get("uid") == uid and _active(p)]
-        ready = sum(1 for p in owned if _ready(p))
+            active = ranked[-diff:]
+        ready = sum(1 for p in active if _ready(p))
+        replicas = len(active) + created
         status = {
             "observedGeneration": meta.get("generation", 1),
-            "replicas": len(owned),
+            "replicas": replicas,
             "readyReplicas": ready,
             "availableReplicas": ready,
-            "fullyLabeledReplicas": len(owned),
+            "fullyLabeledReplicas": replicas,
         }
         self._set_status(_REPLICASETS, rs, status)
 
-    def _create_pod(self, rs: Mapping[str, Any]) -> None:
+    def _create_pod(self, rs: Mapping[str, Any]) -> int:
+        """Create one pod from ``rs``'s template; returns 1 (created)."""
         meta = rs["metadata"]
         template = (rs.get("spec") or {}).get("template") or {}
         tmeta = template.get("metadata") or {}
@@ -230,6 +241,7 @@ class SimControllers:
         }
         pod["spec"].setdefault("schedulerName", "default-scheduler")
         self.store.create("pods", pod)
+        return 1
 
     # -- garbage collection ------------------------------------------------------------------------
 

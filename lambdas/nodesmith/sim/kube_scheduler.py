@@ -27,6 +27,7 @@ from nodesmith.core.requirements import Requirement
 from nodesmith.core.resources import add
 from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.timefmt import rfc3339
+from nodesmith.sim.parsed import ParseCache
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -88,12 +89,14 @@ class SimScheduler:
 
     def __init__(self, *, store: Store) -> None:
         self.store = store
+        self._nodes: ParseCache[Node] = ParseCache(node_from_dict)
+        self._pods_parsed: ParseCache[Pod] = ParseCache(pod_from_dict)
 
     def _ready_nodes(self) -> list[Node]:
         nodes: list[Node] = []
         for raw in self.store.objects("nodes"):
             try:
-                node = node_from_dict(raw)
+                node = self._nodes(raw)
             except ObjectParseError:
                 continue
             if node.ready and node.deletion_timestamp is None:
@@ -109,7 +112,7 @@ class SimScheduler:
         starting: list[dict[str, Any]] = []
         for raw in self.store.objects("pods"):
             try:
-                pod = pod_from_dict(raw)
+                pod = self._pods_parsed(raw)
             except ObjectParseError:
                 continue
             if pod.is_terminal:
@@ -130,6 +133,8 @@ class SimScheduler:
         """Schedule what can be scheduled as of ``now`` (epoch seconds); returns how many pods were bound."""
         nodes = self._ready_nodes()
         used, pending, starting = self._pods({n.name for n in nodes})
+        self._nodes.sweep()
+        self._pods_parsed.sweep()
         for raw in starting:
             self._run(raw, now)
         bound = 0

@@ -38,14 +38,25 @@ class Steppable(Protocol):
 class Runner:
     """Runs ``component.step`` in a daemon thread until :meth:`stop`.
 
-    ``interval`` (seconds) bounds the time between steps when nothing changes; ``clock`` gives
-    epoch seconds (inject a simulated clock for virtual time). A step that raises is logged and
-    the loop carries on, as a controller would requeue.
+    ``interval`` (seconds) bounds the time between steps when nothing changes; ``min_step_seconds``
+    is the least time between two steps however many changes arrive (0: step after every batch of
+    changes; in a burst of writes there always is one, and a component re-reading thousands of
+    objects would then hold the GIL the whole time, as a real controller's rate-limited work queue
+    does not). ``clock`` gives epoch seconds (inject a simulated clock for virtual time). A step
+    that raises is logged and the loop carries on, as a controller would requeue.
     """
 
-    def __init__(self, component: Steppable, *, interval: float = 0.2, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        component: Steppable,
+        *,
+        interval: float = 0.2,
+        min_step_seconds: float = 0.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.component = component
         self.interval = interval
+        self.min_step_seconds = min_step_seconds
         self.clock = clock
         self.steps = 0
         self._stop = threading.Event()
@@ -78,12 +89,16 @@ class Runner:
         sub = store.subscribe(resources=list(self.component.watch))
         try:
             while not self._stop.is_set() and not store.closed:
+                started = time.monotonic()
                 try:
                     self.component.step(self.clock())
                     self.steps += 1
                 except Exception:  # a simulated controller requeues; it never dies
                     LOG.exception("%s step failed", type(self.component).__name__)
                 sub.get(timeout=self.interval)
+                rest = self.min_step_seconds - (time.monotonic() - started)
+                if rest > 0 and self._stop.wait(rest):
+                    break
                 sub.drain()
         finally:
             store.unsubscribe(sub)
