@@ -154,3 +154,20 @@ def test_a_duplicate_drained_in_place_and_its_hand_off_are_one_drain() -> None:
                 drain_budget_seconds=2.0)  # fmt: skip
     assert later.drains_run == 0 and cluster.count("evict") == evictions
     assert once.runs.count(f"evt-{IDS[0]}#{IDS[0]}#0") == 1
+
+
+def test_a_burst_hands_off_in_one_batch_send_and_only_unsent_messages_fail() -> None:
+    clock, cluster, cloud = world()
+    calls: list[list[tuple[dict[str, Any], int]]] = []
+
+    def send_batch(messages: Any) -> list[str | None]:
+        calls.append([(json.loads(json.dumps(b)), d) for b, d in messages])
+        return [None, "Throttled: slow down", None, None]  # SQS refused the second entry only
+
+    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, requeue=Requeue(),
+              requeue_batch=send_batch, handoff_min_drains=2)  # fmt: skip
+
+    assert len(calls) == 1 and [b[CONTINUATION_KEY]["instance-ids"] for b, _ in calls[0]] == [[i] for i in IDS]
+    assert [r.failed for r in out.items] == [False, True, False, False]
+    assert "Throttled" in out.items[1].error and out.drains_handed_off == 3
+    assert cluster.count("evict") == 0 and all(n.unschedulable for n in cluster.nodes.values())

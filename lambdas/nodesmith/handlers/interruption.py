@@ -170,6 +170,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         ),
         once=once,
         requeue=wiring.build_requeue(settings),
+        requeue_batch=wiring.build_requeue_batch(settings),
         handoff_min_drains=HANDOFF_MIN_DRAINS,
         continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
     )

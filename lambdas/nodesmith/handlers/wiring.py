@@ -29,6 +29,7 @@ __all__ = [
     "build_cluster",
     "build_idempotency",
     "build_requeue",
+    "build_requeue_batch",
     "build_state",
     "build_visibility",
     "get_settings",
@@ -142,6 +143,17 @@ def build_requeue(settings: Settings) -> Callable[[Mapping[str, Any], int], Any]
 
             _CACHE.requeue = InterruptionQueue(queue_url=settings.interruption_queue_url, region=_region()).send
     return _CACHE.requeue
+
+
+def build_requeue_batch(
+    settings: Settings,
+) -> Callable[[Sequence[tuple[Mapping[str, Any], int]]], list[str | None]] | None:
+    """``send_batch([(body, delay_seconds), ...])`` (``SendMessageBatch``) of the queue behind
+    :func:`build_requeue`, or None when there is none or the requeue was injected (then each message
+    is sent through the injected one)."""
+    requeue = build_requeue(settings)
+    send_batch = getattr(getattr(requeue, "__self__", None), "send_batch", None)
+    return send_batch if callable(send_batch) else None
 
 
 def build_visibility(settings: Settings) -> Callable[[Sequence[str], int], int] | None:

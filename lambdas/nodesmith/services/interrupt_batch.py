@@ -51,19 +51,28 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.errors import InProgressElsewhereError, NodesmithError, UnavailableOffering
-from nodesmith.core.interruption import Action, InterruptionMessage, MessageKind, RebalanceAction, action_for
+from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
 from nodesmith.core.ports import DrainProgress
-from nodesmith.services.drain import DrainResult
 from nodesmith.services.interrupt import (
     InstanceCase,
     InstanceOutcome,
     InstanceStatus,
     InterruptionOutcome,
     InterruptionRun,
+)
+from nodesmith.services.interrupt_items import (
+    CONTINUATION_KEY,
+    BatchItem,
+    BatchOutcome,
+    Continuation,
+    ItemResult,
+    continuation_body,
+    outcome_from_dict,
+    outcome_to_dict,
 )
 from nodesmith.services.log_context import log_context
 from nodesmith.services.replacement import Replacement
@@ -72,6 +81,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nodesmith.core.ports import CloudProvider, Cluster, Instance, StateStore
+    from nodesmith.services.drain import DrainResult
 
 __all__ = [
     "CONTINUATION_DELAY_SECONDS",
@@ -86,14 +96,13 @@ __all__ = [
     "ItemResult",
     "Once",
     "Requeue",
+    "RequeueBatch",
     "continuation_body",
     "handle_batch",
 ]
 
 LOG = logging.getLogger(__name__)
 
-CONTINUATION_KEY = "nodesmith-continuation"
-"""Top-level key a continuation message adds to the original EventBridge event."""
 CONTINUATION_DELAY_SECONDS = 5
 """SQS ``DelaySeconds`` of a continuation: kubectl's 5 s between PDB retries (max allowed is 900)."""
 MAX_DRAIN_ATTEMPTS = 120
@@ -108,135 +117,14 @@ Once = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
 :class:`~nodesmith.core.errors.InProgressElsewhereError` while another invocation runs it."""
 Requeue = Callable[[Mapping[str, Any], int], None]
 """``requeue(body, delay_seconds)``: send ``body`` (JSON object) to the interruption queue."""
+RequeueBatch = Callable[["Sequence[tuple[Mapping[str, Any], int]]"], list[str | None]]
+"""``requeue_batch([(body, delay_seconds), ...])``: send them all (``SendMessageBatch``); per message,
+None when sent, else the reason it was not."""
 
 
 class DrainUnfinishedError(NodesmithError):
     """A drain ran out of budget and no continuation queue is configured: fail the record so SQS
     delivers it again (raised inside the idempotent unit, so the redelivery drains again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Continuation:
-    """The marker of a continuation message: which attempt (1 = first continuation) for which instances.
-
-    ``handoff`` is True for a drain handed off after the cordon (a burst): it runs the replacement
-    pass and posts the drain's Events like an original message.
-    """
-
-    attempt: int
-    instance_ids: tuple[str, ...]
-    handoff: bool = False
-
-    @classmethod
-    def from_event(cls, event: Mapping[str, Any]) -> Continuation | None:
-        """The marker in ``event``, or None when absent or not one we wrote (then it is an original)."""
-        raw = event.get(CONTINUATION_KEY)
-        if not isinstance(raw, dict):
-            return None
-        attempt, ids = raw.get("attempt"), raw.get("instance-ids")
-        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1 or not isinstance(ids, list):
-            return None
-        ids_ = tuple(str(i) for i in ids if isinstance(i, str))
-        return cls(attempt=attempt, instance_ids=ids_, handoff=raw.get("handoff") is True)
-
-
-def continuation_body(
-    event: Mapping[str, Any], *, attempt: int, instance_ids: Sequence[str], handoff: bool = False
-) -> dict[str, Any]:
-    """The original event with the continuation marker for ``attempt`` and ``instance_ids`` (and
-    ``"handoff": true`` for a drain handed off after the cordon)."""
-    body = {k: v for k, v in event.items() if k != CONTINUATION_KEY}
-    body[CONTINUATION_KEY] = {"attempt": attempt, "instance-ids": list(instance_ids)}
-    if handoff:
-        body[CONTINUATION_KEY]["handoff"] = True
-    return body
-
-
-@dataclass(frozen=True, slots=True)
-class BatchItem:
-    """One SQS record: its message id, the parsed message, the event as received, its continuation."""
-
-    item_id: str
-    message: InterruptionMessage
-    event: Mapping[str, Any]
-    continuation: Continuation | None = None
-
-    @property
-    def attempt(self) -> int:
-        """0 for an original message, n for the n-th continuation."""
-        return self.continuation.attempt if self.continuation else 0
-
-
-@dataclass(frozen=True, slots=True)
-class ItemResult:
-    """What happened to one record: its outcome, and ``error`` (non-empty: let SQS deliver it again)."""
-
-    item_id: str
-    outcome: InterruptionOutcome | None
-    error: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """True when the record must be retried."""
-        return bool(self.error) or (self.outcome is not None and self.outcome.needs_retry)
-
-
-@dataclass(slots=True)
-class BatchOutcome:
-    """Per-record results plus the batch's phases (seconds) and what the replacement did.
-
-    ``drains_run`` counts drains actually performed by this invocation, ``drains_replayed`` those
-    answered from an earlier delivery's stored result; ``offerings_marked`` spot offerings marked;
-    ``drains_handed_off`` drains sent on to a hand-off continuation (a burst).
-    """
-
-    items: list[ItemResult] = field(default_factory=list)
-    replacement: Replacement | None = None
-    cordon_seconds: float = 0.0
-    replace_seconds: float = 0.0
-    drain_seconds: float = 0.0
-    drains_run: int = 0
-    drains_replayed: int = 0
-    offerings_marked: int = 0
-    drains_handed_off: int = 0
-
-
-# --- outcomes as JSON (the idempotency store keeps the result of each drain) -----------------------
-
-
-def _outcome_to_dict(outcome: InstanceOutcome) -> dict[str, Any]:
-    data = asdict(outcome)
-    data["status"] = outcome.status.value
-    return data
-
-
-def _drain_from_dict(data: Mapping[str, Any] | None) -> DrainResult | None:
-    if data is None:
-        return None
-    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-    return DrainResult(**fields)
-
-
-def _outcome_from_dict(data: Mapping[str, Any]) -> InstanceOutcome:
-    offering = data.get("interrupted_offering")
-    return InstanceOutcome(
-        instance_id=str(data["instance_id"]),
-        status=InstanceStatus(data["status"]),
-        detail=str(data.get("detail", "")),
-        node_name=data.get("node_name"),
-        nodeclaim_name=data.get("nodeclaim_name"),
-        cordoned=bool(data.get("cordoned")),
-        events=tuple(data.get("events") or ()),
-        drain=_drain_from_dict(data.get("drain")),
-        instance_terminated=bool(data.get("instance_terminated")),
-        node_deleted=bool(data.get("node_deleted")),
-        nodeclaim_deleted=bool(data.get("nodeclaim_deleted")),
-        interrupted_offering=None if offering is None else UnavailableOffering(**offering),
-        warnings=tuple(data.get("warnings") or ()),
-        continued=bool(data.get("continued")),
-        nodepool=data.get("nodepool"),
-        capacity_type=data.get("capacity_type"),
-    )
 
 
 # --- the batch ----------------------------------------------------------------------------------
@@ -313,16 +201,24 @@ class _Batch:
             LOG.warning("could not mark %s/%s/%s unavailable: %s", offering.instance_type, offering.zone,
                         offering.capacity_type, exc)  # fmt: skip
 
-    def hand_off(self, entry: _Item, cases: list[InstanceCase]) -> list[InstanceOutcome]:
-        """Send the drains of ``cases`` (one message's cordoned nodes) on to a hand-off continuation."""
-        assert self.requeue is not None
+    @staticmethod
+    def handoff_body(entry: _Item, cases: list[InstanceCase]) -> dict[str, Any]:
+        """The hand-off continuation of one message's cordoned nodes ``cases``."""
         ids = [c.instance_id for c in cases]
-        body = continuation_body(entry.item.event, attempt=entry.item.attempt + 1, instance_ids=ids, handoff=True)
-        self.requeue(body, 0)  # raising fails the record: SQS delivers it again and the cordon is repeated
+        return continuation_body(entry.item.event, attempt=entry.item.attempt + 1, instance_ids=ids, handoff=True)
+
+    def handed_off(self, cases: list[InstanceCase]) -> list[InstanceOutcome]:
+        """The outcomes of ``cases`` once their hand-off continuation was sent."""
         with self.lock:
             self.out.drains_handed_off += len(cases)
         detail = "cordoned; drain handed off to a continuation message (burst)"
         return [replace(c.outcome(InstanceStatus.DRAIN_HANDED_OFF, detail), continued=True) for c in cases]
+
+    def hand_off(self, entry: _Item, cases: list[InstanceCase]) -> list[InstanceOutcome]:
+        """Send the drains of ``cases`` (one message's cordoned nodes) on to a hand-off continuation."""
+        assert self.requeue is not None
+        self.requeue(self.handoff_body(entry, cases), 0)  # raising fails the record: SQS delivers it again
+        return self.handed_off(cases)
 
     # -- phase 3 ----------------------------------------------------------------------------------
     def save(self, progress: DrainProgress, warnings: list[str]) -> None:
@@ -390,7 +286,7 @@ class _Batch:
         key = f"{message.event_id}#{case.instance_id}#{attempt}"
 
         def work() -> dict[str, Any]:
-            return {**_outcome_to_dict(self.drain(entry, case)), "run_id": self.run_id}
+            return {**outcome_to_dict(self.drain(entry, case)), "run_id": self.run_id}
 
         if self.once is None:
             stored = work()
@@ -401,9 +297,9 @@ class _Batch:
                 return case.outcome(InstanceStatus.IN_PROGRESS_ELSEWHERE, f"drain {key} runs in another invocation")
         if stored.get("run_id") == self.run_id:
             self.out.drains_run += 1
-            return _outcome_from_dict(stored)
+            return outcome_from_dict(stored)
         self.out.drains_replayed += 1
-        return replace(_outcome_from_dict(stored), replayed=True)
+        return replace(outcome_from_dict(stored), replayed=True)
 
 
 def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, Instance | None] | None:
@@ -466,6 +362,7 @@ def handle_batch(
     replace_capacity: Callable[[], Replacement] | None = None,
     once: Once | None = None,
     requeue: Requeue | None = None,
+    requeue_batch: RequeueBatch | None = None,
     handoff_min_drains: int | None = None,
     cordon_workers: int = 16,
     drain_workers: int = 16,
@@ -486,7 +383,9 @@ def handle_batch(
     ``requeue`` sends a continuation (None: an unfinished drain fails its record instead, and SQS
     redelivers it after the visibility timeout). ``handoff_min_drains`` (None: never) turns on the
     burst hand-off (module docstring): when the original messages leave at least that many nodes
-    to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon.
+    to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon,
+    all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
+    continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated).
     Worker counts bound the thread pools.
 
     Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
@@ -536,11 +435,7 @@ def handle_batch(
     originals = [e for e in acting if e.cases and e.item.continuation is None]
     burst = handoff_min_drains is not None and sum(len(e.cases) for e in originals) >= handoff_min_drains
     if burst and requeue is not None:
-        handed = [(e, list(e.cases)) for e in originals]
-        for (e, _), sent in zip(handed, _gather(handed, batch.hand_off, cordon_workers), strict=True):
-            if isinstance(sent, list):
-                e.results.update((o.instance_id, o) for o in sent)
-            e.cases = []
+        _hand_off(batch, originals, requeue_batch, cordon_workers)
 
     # 2. replacement capacity for the pods of the nodes about to be drained
     t1 = clock()
@@ -558,6 +453,30 @@ def handle_batch(
     batch.out.drain_seconds = clock() - t2
     batch.out.items = [_item_result(e) for e in entries]
     return batch.out
+
+
+def _hand_off(batch: _Batch, originals: list[_Item], send_batch: RequeueBatch | None, workers: int) -> None:
+    """Hand every original message's drains off to a continuation: all in ``SendMessageBatch`` calls
+    when ``send_batch`` is given, else one ``requeue`` per message in parallel. A message whose
+    continuation was not sent fails its record (an error on its entry); the others are handed off."""
+    handed = [(e, list(e.cases)) for e in originals]
+    for e in originals:
+        e.cases = []
+    if send_batch is None:
+        for (e, _), sent in zip(handed, _gather(handed, batch.hand_off, workers), strict=True):
+            if isinstance(sent, list):
+                e.results.update((o.instance_id, o) for o in sent)
+        return
+    try:
+        errors = send_batch([(batch.handoff_body(e, cases), 0) for e, cases in handed])
+    except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
+        errors = [f"{type(exc).__name__}: {exc}"] * len(handed)
+    for (e, cases), error in zip(handed, errors, strict=True):
+        if error is None:
+            e.results.update((o.instance_id, o) for o in batch.handed_off(cases))
+        else:
+            e.errors.append(f"hand-off continuation not sent: {error}")
+            LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
 
 
 def _replace(replace_capacity: Callable[[], Replacement]) -> Replacement:

@@ -183,6 +183,26 @@ def test_taint_and_cordon_retries_instead_of_overwriting_a_concurrent_taint(clus
     assert keys == ["karpenter.sh/disrupted", "other"]
 
 
+def test_cordon_right_after_get_node_patches_the_read_document_without_a_second_get(
+    cluster: KubeCluster, kube: KubeEmulator, store: Store
+) -> None:
+    add_node(store, "n1")
+    assert cluster.get_node(name="n1") is not None
+    before = kube.requests
+    assert cluster.taint_and_cordon(node_name="n1", taint=DISRUPTED) is True
+    assert kube.requests - before == 1  # the PATCH alone: the read of get_node stood in for the GET
+    assert store.get("nodes", "n1")["spec"]["unschedulable"] is True
+
+
+def test_a_node_changed_since_get_node_is_reread_not_overwritten(cluster: KubeCluster, store: Store) -> None:
+    add_node(store, "n1")
+    assert cluster.get_node(name="n1") is not None
+    store.mutate("nodes", "n1", lambda n: n["spec"]["taints"].append({"key": "other", "effect": "NoExecute"}))
+    assert cluster.taint_and_cordon(node_name="n1", taint=DISRUPTED) is True
+    keys = sorted(t["key"] for t in store.get("nodes", "n1")["spec"]["taints"])
+    assert keys == ["karpenter.sh/disrupted", "other"]  # the stale read's patch was refused (409) and retried
+
+
 def test_label_node_merges_and_reports_a_missing_node(cluster: KubeCluster, store: Store) -> None:
     store.create("nodes", {"metadata": {"name": "n1", "labels": {"keep": "me"}}})
     cluster.label_node(node_name="n1", labels={"karpenter.sh/registered": "true"})

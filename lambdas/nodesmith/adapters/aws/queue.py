@@ -1,4 +1,5 @@
-"""``InterruptionQueue``: send continuation messages to the interruption queue (SQS ``SendMessage``).
+"""``InterruptionQueue``: send continuation messages to the interruption queue (SQS ``SendMessage``,
+``SendMessageBatch`` for a burst's hand-offs) and change received messages' visibility.
 
 A drain that outlives one invocation is continued by a message with a delay (``DelaySeconds``,
 0..900 s) rather than by sleeping in a Lambda (``interruption-peers.md`` §2.4, §6.3; Yelp
@@ -27,7 +28,7 @@ MAX_VISIBILITY_SECONDS = 43_200
 """SQS's largest visibility timeout (12 hours)."""
 
 _BATCH = 10
-"""Entries per ``ChangeMessageVisibilityBatch`` call (SQS's limit)."""
+"""Entries per ``SendMessageBatch`` / ``ChangeMessageVisibilityBatch`` call (SQS's limit)."""
 
 
 class InterruptionQueue:
@@ -53,6 +54,42 @@ class InterruptionQueue:
             QueueUrl=self.queue_url, MessageBody=json.dumps(body, separators=(",", ":")), DelaySeconds=delay
         )
         return str(answer.get("MessageId", ""))
+
+    def send_batch(self, messages: Sequence[tuple[Mapping[str, Any], int]]) -> list[str | None]:
+        """Send each ``(body, delay_seconds)`` like :meth:`send`, ten per ``SendMessageBatch`` call.
+
+        Returns one entry per message, in order: None when SQS took it, else why it did not (the
+        entry's error code and message, or the whole call's error). Never raises: the caller fails
+        exactly the records whose messages were not sent, so SQS delivers those originals again.
+        """
+        if self._client is None:
+            self._client = clients.client("sqs", region=self._region)
+        errors: list[str | None] = [None] * len(messages)
+        for start in range(0, len(messages), _BATCH):
+            chunk = messages[start : start + _BATCH]
+            entries = [
+                {
+                    "Id": str(n),
+                    "MessageBody": json.dumps(body, separators=(",", ":")),
+                    "DelaySeconds": max(0, min(MAX_DELAY_SECONDS, int(delay))),
+                }
+                for n, (body, delay) in enumerate(chunk)
+            ]
+            try:
+                answer = self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            except Exception as exc:
+                for n in range(len(chunk)):
+                    errors[start + n] = f"SendMessageBatch failed: {exc}"
+                continue
+            sent = {str(e.get("Id")) for e in answer.get("Successful") or []}
+            failed = {str(f.get("Id")): f for f in answer.get("Failed") or []}
+            for n in range(len(chunk)):
+                if str(n) in failed:
+                    f = failed[str(n)]
+                    errors[start + n] = f"SendMessageBatch refused entry: {f.get('Code')}: {f.get('Message')}"
+                elif str(n) not in sent:
+                    errors[start + n] = "SendMessageBatch did not report the entry"
+        return errors
 
     def change_visibility(self, receipt_handles: Sequence[str], timeout_seconds: int) -> int:
         """Make the received messages ``receipt_handles`` visible again after ``timeout_seconds`` (0..43200).

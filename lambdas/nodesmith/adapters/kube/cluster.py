@@ -10,6 +10,7 @@ failure is a :mod:`nodesmith.core.errors` type.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,12 @@ def _crd(group: str, plural: str, *rest: str) -> str:
     return path("apis", group, CRD_VERSION, plural, *rest)
 
 
+_READ_REUSE_SECONDS = 10.0
+"""How long a node document read by ``get_node`` may stand in for the GET before a guarded patch (seconds)."""
+_READ_REUSE_MAX = 4096
+"""Node documents kept for reuse at most (a warm container's cache is cleared past this)."""
+
+
 class KubeCluster:
     """The Kubernetes side of Nodesmith (implements :class:`nodesmith.core.ports.Cluster`).
 
@@ -77,6 +84,8 @@ class KubeCluster:
         self.component = component
         self.clock = clock
         self._provider_id_selector: bool | None = None
+        self._read_nodes: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._read_lock = threading.Lock()
 
     # ----------------------------------------------------------------- snapshot reads
     def _list(self, url_path: str, *, what: str, **query: Any) -> list[dict[str, Any]]:
@@ -213,9 +222,32 @@ class KubeCluster:
         return doc
 
     def get_node(self, *, name: str) -> Node | None:
-        """One node by name, or None."""
+        """One node by name, or None.
+
+        The document read is kept for :data:`_READ_REUSE_SECONDS` so that a write right after (the
+        interruption handler locates a node, then taints and cordons it) can patch it without a second
+        GET: such a patch is guarded by the read's ``resourceVersion``, so a node changed since is a
+        409 and the write re-reads it.
+        """
         doc = self._node_json(name)
-        return None if doc is None else self._parse(node_from_dict, doc, "node")
+        if doc is None:
+            return None
+        with self._read_lock:
+            if len(self._read_nodes) >= _READ_REUSE_MAX:
+                self._read_nodes.clear()
+            self._read_nodes[name] = (time.monotonic(), doc)
+        node: Node = self._parse(node_from_dict, doc, "node")
+        return node
+
+    def _node_for_write(self, name: str, *, first: bool) -> dict[str, Any] | None:
+        """The node to patch: on the first try the document :meth:`get_node` read in the last few seconds
+        (used once), else a fresh GET."""
+        if first:
+            with self._read_lock:
+                read = self._read_nodes.pop(name, None)
+            if read is not None and time.monotonic() - read[0] <= _READ_REUSE_SECONDS:
+                return read[1]
+        return self._node_json(name)
 
     def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
         """The node with ``spec.providerID == provider_id``, or None.
@@ -245,8 +277,8 @@ class KubeCluster:
         a concurrent change is retried instead of overwritten. Raises ``ConflictError`` after
         repeated conflicts.
         """
-        for _ in range(5):
-            doc = self._node_json(node_name)
+        for attempt in range(5):
+            doc = self._node_for_write(node_name, first=attempt == 0)
             if doc is None:
                 return False
             spec = doc.get("spec") or {}
@@ -281,8 +313,8 @@ class KubeCluster:
         Same ``resourceVersion``-guarded merge patch as :meth:`taint_and_cordon` (conflicts are
         retried, ``ConflictError`` after repeated ones). Nothing is written when there is nothing to undo.
         """
-        for _ in range(5):
-            doc = self._node_json(node_name)
+        for attempt in range(5):
+            doc = self._node_for_write(node_name, first=attempt == 0)
             if doc is None:
                 return False
             spec = doc.get("spec") or {}
