@@ -15,6 +15,7 @@ Follows Karpenter's launch lifecycle (``[core]:pkg/controllers/nodeclaim/lifecyc
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -62,7 +63,8 @@ class Launcher:
     instances by id (to adopt an instance launched by an interrupted pass). ``unavailable`` collects
     ``(instance type, zone, capacity type)`` that hit capacity errors; ``failures`` counts failed
     launches by EC2 error code; ``launched_by`` counts launches by (NodePool, capacity type of the
-    instance).
+    instance). :meth:`launch` may be called from several threads at once (a pass launches its
+    NodeClaims in parallel); the tallies are updated under ``lock``.
     """
 
     cluster: Cluster
@@ -78,6 +80,7 @@ class Launcher:
     launched_names: list[str] = field(default_factory=list)
     launched_by: Tally = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def _adoptable(self, nodeclaim: NodeClaim) -> LaunchResult | None:
         for inst in self.instances.values():
@@ -99,10 +102,12 @@ class Launcher:
         try:
             self.cluster.delete_nodeclaim(name=nodeclaim.name)
         except KubernetesError as exc:
-            self.errors.append(f"delete NodeClaim {nodeclaim.name} after a failed launch: {exc}")
+            with self.lock:
+                self.errors.append(f"delete NodeClaim {nodeclaim.name} after a failed launch: {exc}")
 
     def _fail(self, nodeclaim: NodeClaim, code: str, message: str, *, capacity: bool) -> LaunchOutcome:
-        self.failures[code] += 1
+        with self.lock:
+            self.failures[code] += 1
         self.cluster.record_event(
             ref=nodeclaim_ref(nodeclaim),
             reason="InsufficientCapacityError" if capacity else "FailedLaunch",
@@ -127,17 +132,19 @@ class Launcher:
         result = self._adoptable(nodeclaim)
         if result is None:
             try:
+                with self.lock:
+                    unavailable = set(self.unavailable)
                 request = launch_request(
                     nodeclaim=nodeclaim,
                     nodeclass=nodeclass,
                     catalogue=catalogue,
                     cluster_name=self.cluster_name,
-                    unavailable=self.unavailable,
+                    unavailable=unavailable,
                 )
                 result = self.cloud.create(request=request)
             except InsufficientCapacityError as exc:
-                for off in exc.offerings:
-                    self.unavailable.add((off.instance_type, off.zone, off.capacity_type))
+                with self.lock:
+                    self.unavailable.update((off.instance_type, off.zone, off.capacity_type) for off in exc.offerings)
                 codes = Counter(off.code for off in exc.offerings if off.code)
                 code = codes.most_common(1)[0][0] if codes else INSUFFICIENT_CAPACITY
                 return self._fail(nodeclaim, code, f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=True)
@@ -154,10 +161,12 @@ class Launcher:
             updated = self.cluster.update_nodeclaim_status(nodeclaim=updated)
         except KubernetesError as exc:
             # The instance runs and carries the NodeClaim's name: the next pass adopts it.
-            self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
-        self.launched += 1
-        self.launched_names.append(nodeclaim.name)
-        self.launched_by[pool_key(nodeclaim=nodeclaim, capacity_type=result.capacity_type)] += 1
+            with self.lock:
+                self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
+        with self.lock:
+            self.launched += 1
+            self.launched_names.append(nodeclaim.name)
+            self.launched_by[pool_key(nodeclaim=nodeclaim, capacity_type=result.capacity_type)] += 1
         self.cluster.record_event(
             ref=nodeclaim_ref(updated),
             reason="Launched",

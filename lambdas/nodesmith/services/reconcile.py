@@ -15,6 +15,7 @@ those offerings unavailable, falling back to other types, zones, on-demand or th
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -64,6 +65,9 @@ fewer available offerings, so the loop ends anyway; the bound caps CreateFleet c
 
 MAX_POD_EVENTS = 100
 """At most this many pod Events (FailedScheduling, Nominated) per pass, to bound API calls."""
+
+LAUNCH_WORKERS = 16
+"""NodeClaims of one pass created and launched at a time (Karpenter parallelizes the same step)."""
 
 Solver = Callable[[SchedulingInput], SchedulingResult]
 
@@ -249,6 +253,7 @@ class _Pass:
         self.solver = solver
         self.clock = clock
         self.out = ReconcileOutcome()
+        self.lock = threading.Lock()  # the pass's tallies, written by parallel launches
         self.snap = _snapshot(cluster=cluster, cloud=cloud)
         self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
         self.nodes: list[Node] = list(self.snap.nodes)
@@ -396,8 +401,7 @@ class _Pass:
             out.pods_awaiting_capacity += len(placed)
         out.unschedulable.update(result.unschedulable)
         retry: list[Pod] = []
-        for index, plan in enumerate(result.nodeclaims):
-            launched = self._create_and_launch(plan=plan, index=index)
+        for plan, launched in zip(result.nodeclaims, self._launch_all(result.nodeclaims), strict=True):
             if launched is None:
                 continue
             if launched.nodeclaim is not None and launched.result is not None:
@@ -419,19 +423,35 @@ class _Pass:
         self.new_cost_by[key] = self.new_cost_by.get(key, 0.0) + result.price
         self.nominated.extend((p, claim.name) for p in plan.pods)
 
+    def _launch_all(self, plans: Sequence[NodeClaimPlan]) -> list[LaunchOutcome | None]:
+        """:meth:`_create_and_launch` for every plan, :data:`LAUNCH_WORKERS` at a time, results in plan order.
+
+        Karpenter's provisioner creates a pass's NodeClaims in parallel
+        (``[core]:pkg/controllers/provisioning/provisioner.go``, ``CreateNodeClaims`` with
+        ``workqueue.ParallelizeUntil``): one CreateFleet takes seconds, and in an interruption burst
+        a dozen replacements launched one after another would take most of the two-minute notice.
+        """
+        if len(plans) <= 1:
+            return [self._create_and_launch(plan=p, index=i) for i, p in enumerate(plans)]
+        with ThreadPoolExecutor(max_workers=min(LAUNCH_WORKERS, len(plans)), thread_name_prefix="launch") as pool:
+            return list(pool.map(lambda ip: self._create_and_launch(plan=ip[1], index=ip[0]), enumerate(plans)))
+
     def _create_and_launch(self, *, plan: NodeClaimPlan, index: int) -> LaunchOutcome | None:
         """Create the NodeClaim for ``plan`` and launch it; None when it could not even be created."""
         out = self.out
         pool = next((p for p in self.pools if p.name == plan.nodepool), None)
         if pool is None:
             return None
-        if not _viable(plan, self.launcher.unavailable):
+        with self.launcher.lock:
+            viable = _viable(plan, set(self.launcher.unavailable))
+        if not viable:
             # An earlier launch in this pass exhausted these offerings: re-solve without a NodeClaim.
             return LaunchOutcome(nodeclaim=None, capacity_error=True, message="offerings failed in this pass")
         seed = plan_seed(plan, now=self.now, index=index) + f"|{out.solve_attempts}"
         for _ in range(3):
-            name = nodeclaim_name(nodepool=plan.nodepool, seed=seed, taken=self.taken)
-            self.taken.add(name)
+            with self.lock:
+                name = nodeclaim_name(nodepool=plan.nodepool, seed=seed, taken=self.taken)
+                self.taken.add(name)
             try:
                 draft = build_nodeclaim(
                     plan=plan,
@@ -440,22 +460,26 @@ class _Pass:
                     nodeclass=self.snap.nodeclasses.get(pool.spec.template.spec.node_class_ref.name),
                 )
             except ValidationError as exc:
-                out.errors.append(f"NodePool {plan.nodepool}: cannot build a NodeClaim: {exc}")
+                with self.lock:
+                    out.errors.append(f"NodePool {plan.nodepool}: cannot build a NodeClaim: {exc}")
                 return None
             try:
                 created = self.cluster.create_nodeclaim(nodeclaim=draft)
             except ConflictError:
                 continue
             except KubernetesError as exc:
-                out.errors.append(f"create NodeClaim {name}: {exc}")
+                with self.lock:
+                    out.errors.append(f"create NodeClaim {name}: {exc}")
                 return None
-            out.nodeclaims_created += 1
             launched = self.launcher.launch(created)
             kind = launched.result.capacity_type if launched.result is not None else plan.capacity_type
             key = pool_key(nodeclaim=created, capacity_type=kind)
-            out.created_by[key] = out.created_by.get(key, 0) + 1
+            with self.lock:
+                out.nodeclaims_created += 1
+                out.created_by[key] = out.created_by.get(key, 0) + 1
             return launched
-        out.errors.append(f"NodePool {plan.nodepool}: no free NodeClaim name after 3 tries")
+        with self.lock:
+            out.errors.append(f"NodePool {plan.nodepool}: no free NodeClaim name after 3 tries")
         return None
 
     def finish(self, *, max_pod_events: int) -> ReconcileOutcome:
