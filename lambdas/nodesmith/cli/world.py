@@ -96,8 +96,7 @@ class EmbeddedWorld:
         from nodesmith.sim import aws as embedded_aws
         from nodesmith.sim.kube import KubeEmulator
 
-        self.aws = embedded_aws.start()
-        embedded_aws.seed(cluster_name=self.cluster_name)
+        self.aws = self._start_aws()
         self.queue_url = embedded_aws.create_interruption_plumbing(cluster_name=self.cluster_name)
         prices = self.price_table or embedded_aws.write_price_table(path=Path(self._tmp.name) / "prices.json")
         self.kube = KubeEmulator()
@@ -150,6 +149,15 @@ class EmbeddedWorld:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+    def _start_aws(self) -> EmbeddedAws:
+        """Start moto in this process and seed it for the cluster (subclasses may host it elsewhere); the
+        returned world's environment points boto3 at it."""
+        from nodesmith.sim import aws as embedded_aws
+
+        embedded = embedded_aws.start()
+        embedded_aws.seed(cluster_name=self.cluster_name)
+        return embedded
 
     def _set_env(self, values: Mapping[str, str]) -> None:
         for key, value in values.items():

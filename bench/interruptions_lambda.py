@@ -1,0 +1,360 @@
+"""The Lambda side of ``bench/interruptions.py``: the SQS event source mapping (:class:`Consumer`) invoking
+the real interruption handler, the counters and crash injection wrapped around the real code
+(:class:`Counters`), and :func:`invocations_process`, which runs them in a process of its own, as real
+invocations run on their own CPUs apart from the cluster and AWS."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BATCH_SIZE = 10
+"""The stack's event source mapping ``BatchSize`` (``--batch-size``): messages per invocation at most."""
+ESM_INITIAL_POLLERS = 5
+ESM_POLLERS_PER_SECOND = 5
+"""Lambda's SQS scaling: "starts processing five batches at a time with five concurrent invocations", then
+"up to 300 more instances per minute" (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html)."""
+BATCHING_WINDOW_SECONDS = 1.0
+"""The stack's ``MaximumBatchingWindowInSeconds``: the event source mapping fills a batch for up to this long."""
+VISIBILITY_TIMEOUT_SECONDS = 6 * 20 + 1
+"""How long a received message stays invisible (the stack's 6 x the 20 s function timeout + the 1 s batching
+window; ``--visibility-timeout``): the receive's visibility, which the handler shortens on start to its
+remaining time + 5 s, so a killed invocation's records come back after ~25 s."""
+
+
+class LambdaKilled(BaseException):
+    """The bench's stand-in for Lambda killing an invocation mid-drain (timeout, out of memory): a
+    BaseException, so no handler code catches it and SQS delivers the invocation's records again."""
+
+
+class Counters:
+    """Calls the bench counts by wrapping the real code: drains run, continuations, direct pod deletes;
+    and the crash injection: the first progress save of a target instance's drain after at least one
+    eviction kills the invocation (:class:`LambdaKilled`), once per target."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.crash_targets: set[str] = set()
+        self.crashed: set[str] = set()
+        self.resumed_from_progress: dict[str, int] = {}  # instance id -> pods evicted before the crash
+        self.drains: Counter[tuple[str, str, int]] = Counter()  # (event, instance, attempt; 0 = first drain)
+        self.handed_off = 0
+        self.continuations = 0
+        self.force_deleted = 0
+        self.invocations = 0
+        self.failed_records = 0
+        self.errors: list[str] = []
+        self.replacements: list[Any] = []
+        self.on_terminate: Any = lambda ids: None
+        """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
+
+    def install(self) -> None:
+        from nodesmith.adapters.aws.provider import Ec2CloudProvider
+        from nodesmith.adapters.aws.queue import InterruptionQueue
+        from nodesmith.adapters.kube.cluster import KubeCluster
+        from nodesmith.services import interrupt_batch
+
+        drain, send, delete_pod = interrupt_batch._Batch.drain, InterruptionQueue.send, KubeCluster.delete_pod
+        save, handed_off = interrupt_batch._Batch.save, interrupt_batch._Batch.handed_off
+        replace_capacity = interrupt_batch._replace
+        counters = self
+
+        def counted_replace(fn: Any) -> Any:
+            result = replace_capacity(fn)
+            with counters.lock:
+                counters.replacements.append(result)
+            return result
+
+        def counted_drain(self: Any, entry: Any, case: Any) -> Any:
+            with counters.lock:
+                first = entry.item.continuation is None or entry.item.continuation.handoff
+                counters.drains[
+                    (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
+                ] += 1
+                crashed = case.instance_id in counters.crashed
+            if crashed and self.state is not None:
+                prior = self.state.get_drain(instance_id=case.instance_id)
+                if (
+                    prior is not None
+                    and prior.event_id == entry.item.message.event_id
+                    and prior.evicted
+                    and not prior.done
+                ):
+                    with counters.lock:
+                        counters.resumed_from_progress[case.instance_id] = prior.evicted
+            return drain(self, entry, case)
+
+        def counted_handed_off(self: Any, cases: Any) -> Any:
+            out = handed_off(self, cases)
+            with counters.lock:
+                counters.handed_off += len(cases)
+            return out
+
+        def crashing_save(self: Any, progress: Any, warnings: list[str]) -> None:
+            save(self, progress, warnings)
+            iid = progress.instance_id
+            if iid in counters.crash_targets and progress.evicted >= 1 and not progress.done:
+                with counters.lock:
+                    if iid in counters.crashed:
+                        return
+                    counters.crashed.add(iid)
+                raise LambdaKilled(f"invocation killed mid-drain of {iid} after {progress.evicted} evictions")
+
+        def counted_send(self: Any, body: Any, delay_seconds: int) -> str:
+            with counters.lock:
+                counters.continuations += 1
+            return send(self, body, delay_seconds)
+
+        send_batch = InterruptionQueue.send_batch
+
+        def counted_send_batch(self: Any, messages: Any) -> list[str | None]:
+            errors = send_batch(self, messages)
+            with counters.lock:
+                counters.continuations += sum(1 for e in errors if e is None)
+            return errors
+
+        def counted_delete(self: Any, **kwargs: Any) -> None:
+            with counters.lock:
+                counters.force_deleted += 1
+            delete_pod(self, **kwargs)
+
+        terminate = Ec2CloudProvider.terminate
+
+        def noted_terminate(self: Any, *, instance_ids: Any) -> None:
+            counters.on_terminate(list(instance_ids))
+            terminate(self, instance_ids=instance_ids)
+
+        Ec2CloudProvider.terminate = noted_terminate  # type: ignore[method-assign]
+        interrupt_batch._Batch.drain = counted_drain  # type: ignore[method-assign]
+        interrupt_batch._Batch.save = crashing_save  # type: ignore[method-assign]
+        interrupt_batch._Batch.handed_off = counted_handed_off  # type: ignore[method-assign]
+        InterruptionQueue.send = counted_send  # type: ignore[method-assign]
+        InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
+        KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
+        interrupt_batch._replace = counted_replace
+
+
+def _warm_up() -> None:
+    """What a warm Lambda container already has: handlers imported, clients built, the instance-type
+    catalogue cached (5 minutes, like Karpenter's). Cold starts are not what this bench measures."""
+    import nodesmith.handlers.interruption
+    import nodesmith.handlers.reconcile
+    import nodesmith.services.reconcile  # noqa: F401 - the replacement pass imports it lazily
+    from nodesmith.handlers import wiring
+
+    settings = wiring.get_settings()
+    cluster = wiring.build_cluster(settings)
+    cloud = wiring.build_cloud(settings)
+    for nodeclass in cluster.list_ec2nodeclasses():
+        cloud.instance_types(nodeclass=nodeclass)
+    wiring.build_idempotency(settings)
+    wiring.build_requeue(settings)
+
+
+class Consumer:
+    """The SQS event source mapping: receive, invoke the handler, delete what succeeded."""
+
+    def __init__(self, *, world: Any, counters: Counters, duplicate_every: int, stop: threading.Event) -> None:
+        self.world = world
+        self.counters = counters
+        self.duplicate_every = duplicate_every
+        self.stop = stop
+        self.seen = 0
+        self.duplicated: set[str] = set()
+        self.killed = 0
+        self.visibility_timeout = VISIBILITY_TIMEOUT_SECONDS
+        self.batch_size = BATCH_SIZE
+        self.lock = threading.Lock()
+        self.sqs = world.client("sqs")
+
+    def run(self) -> None:
+        from nodesmith.cli.world import LambdaContext
+        from nodesmith.handlers.interruption import handler
+
+        arn = "arn:aws:sqs:us-east-1:123456789012:" + self.world.queue_url.rsplit("/", 1)[-1]
+        while not self.stop.is_set():
+            messages = self._receive(min(10, self.batch_size), wait=1)
+            if not messages:
+                continue
+            window_end = time.monotonic() + BATCHING_WINDOW_SECONDS
+            while len(messages) < self.batch_size and time.monotonic() < window_end and not self.stop.is_set():
+                more = self._receive(min(10, self.batch_size - len(messages)), wait=1)  # a long poll, not a busy loop
+                if not more:
+                    break  # the queue is empty for now: invoke with what the window gathered
+                messages += more
+            self._duplicate(messages)
+            records = [
+                {
+                    "messageId": m["MessageId"],
+                    "receiptHandle": m["ReceiptHandle"],
+                    "body": m["Body"],
+                    "attributes": {"SentTimestamp": str(int(time.time() * 1000))},
+                    "messageAttributes": {},
+                    "md5OfBody": m.get("MD5OfBody", ""),
+                    "eventSource": "aws:sqs",
+                    "eventSourceARN": arn,
+                    "awsRegion": "us-east-1",
+                }
+                for m in messages
+            ]
+            try:
+                result = handler(
+                    {"Records": records}, LambdaContext(function_name="nodesmith-interruption", timeout_seconds=20)
+                )
+                failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+            except LambdaKilled:  # nothing is deleted: records come back when the handler's shortened visibility ends
+                with self.lock:
+                    self.killed += 1
+                continue
+            except Exception as exc:  # the invocation failed as a whole: SQS redelivers every record
+                failed = {m["MessageId"] for m in messages}
+                with self.counters.lock:
+                    self.counters.errors.append(f"{type(exc).__name__}: {exc}")
+            with self.counters.lock:
+                self.counters.invocations += 1
+                self.counters.failed_records += len(failed)
+            done = [m for m in messages if m["MessageId"] not in failed]
+            if done:  # the event source mapping deletes a batch's successes in one DeleteMessageBatch
+                self.sqs.delete_message_batch(
+                    QueueUrl=self.world.queue_url,
+                    Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(done)],
+                )
+
+    def _receive(self, count: int, *, wait: int) -> list[dict[str, Any]]:
+        return list(
+            self.sqs.receive_message(
+                QueueUrl=self.world.queue_url,
+                MaxNumberOfMessages=count,
+                WaitTimeSeconds=wait,
+                VisibilityTimeout=self.visibility_timeout,
+            ).get("Messages", [])
+        )
+
+    def _duplicate(self, messages: list[dict[str, Any]]) -> None:
+        """At-least-once delivery: send every n-th original event's body again, unchanged."""
+        if not self.duplicate_every:
+            return
+        for m in messages:
+            body = json.loads(m["Body"])
+            if "nodesmith-continuation" in body:
+                continue
+            with self.lock:
+                self.seen += 1
+                due = self.seen % self.duplicate_every == 0 and body["id"] not in self.duplicated
+                if due:
+                    self.duplicated.add(body["id"])
+            if due:
+                self.sqs.send_message(QueueUrl=self.world.queue_url, MessageBody=m["Body"])
+
+
+class _Endpoint:
+    """What a :class:`Consumer` needs of the world, in a process of its own: SQS clients on the embedded AWS
+    (whose endpoint the inherited environment names) and the queue URL."""
+
+    def __init__(self, queue_url: str) -> None:
+        self.queue_url = queue_url
+
+    def client(self, service: str) -> Any:
+        import boto3
+
+        return boto3.client(service, region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+
+
+def run_pollers(
+    consumer: Consumer, *, initial: int, per_second: int, most: int, stop: threading.Event
+) -> list[threading.Thread]:
+    """Lambda's SQS scaling: ``initial`` pollers (concurrent invocations) at once, ``per_second`` more each second
+    while any are missing, up to ``most``; returns the threads once ``stop`` is set."""
+    workers: list[threading.Thread] = []
+    while not stop.is_set():
+        if len(workers) < most:
+            for _ in range(min(per_second if workers else initial, most - len(workers))):
+                w = threading.Thread(target=consumer.run, name=f"esm-{len(workers)}", daemon=True)
+                workers.append(w)
+                w.start()
+        stop.wait(1.0)
+    return workers
+
+
+def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
+    """What one process counted, as plain data for the parent (see :func:`merge`)."""
+    return {
+        "drains": list(counters.drains.items()),
+        "crashed": sorted(counters.crashed),
+        "resumed_from_progress": dict(counters.resumed_from_progress),
+        "handed_off": counters.handed_off,
+        "continuations": counters.continuations,
+        "force_deleted": counters.force_deleted,
+        "invocations": counters.invocations,
+        "failed_records": counters.failed_records,
+        "errors": counters.errors[:20],
+        "replacements": [
+            {"ran": r.ran, "skipped": r.skipped, "errors": list(r.errors), "nodeclaims_launched": r.nodeclaims_launched}
+            for r in counters.replacements
+        ],
+        "killed": consumer.killed,
+        "duplicated": sorted(consumer.duplicated),
+    }
+
+
+def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
+    """Add one process's :func:`summary` into ``counters``; returns (invocations killed, events duplicated)."""
+    from types import SimpleNamespace
+
+    with counters.lock:
+        counters.drains.update({tuple(k): v for k, v in part["drains"]})
+        counters.crashed |= set(part["crashed"])
+        counters.resumed_from_progress.update(part["resumed_from_progress"])
+        counters.handed_off += part["handed_off"]
+        counters.continuations += part["continuations"]
+        counters.force_deleted += part["force_deleted"]
+        counters.invocations += part["invocations"]
+        counters.failed_records += part["failed_records"]
+        counters.errors += part["errors"]
+        counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
+    return part["killed"], set(part["duplicated"])
+
+
+def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any, Any]) -> None:
+    """One process of concurrent "Lambda invocations" (``multiprocessing`` target): warm up like a warm
+    container, wait for ``go``, poll and invoke until ``stop``, then put :func:`summary` on ``results``.
+    Instance ids the handlers terminate go on ``terminated`` for the world's simulated kubelet; ``channels`` is
+    (go, stop, results, terminated, ready): two events and three queues; the pid goes on ``ready`` once warm."""
+    go, stop, results, terminated, ready = channels
+    from pathlib import Path
+
+    log = os.environ.get("BENCH_INVOCATION_LOG") or os.devnull  # the handlers' log lines, when asked for
+    with Path(log).open("a") as sink, contextlib.redirect_stdout(sink):
+        counters = Counters()
+        counters.crash_targets = set(spec["crash_targets"])
+        counters.on_terminate = terminated.put
+        counters.install()
+        _warm_up()
+        local_stop = threading.Event()
+        consumer = Consumer(
+            world=_Endpoint(spec["queue_url"]),
+            counters=counters,
+            duplicate_every=spec["duplicate_every"],
+            stop=local_stop,
+        )
+        consumer.visibility_timeout = spec["visibility_timeout"]
+        consumer.batch_size = spec["batch_size"]
+        ready.put(os.getpid())
+        go.wait()
+        threading.Thread(target=lambda: (stop.wait(), local_stop.set()), daemon=True).start()
+        workers = run_pollers(
+            consumer, initial=spec["initial"], per_second=spec["per_second"], most=spec["most"], stop=local_stop
+        )
+        for w in workers:
+            w.join(timeout=60)
+        results.put(summary(counters, consumer))
