@@ -277,13 +277,17 @@ class _Batch:
             outcome = replace(outcome, warnings=(*outcome.warnings, *warnings))
         return outcome
 
-    def drain_once(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
-        message = entry.item.message
-        # A hand-off drains under the original's key: a duplicate of the event drained in place (a
-        # small batch) and its hand-off (a burst) are the same drain, done once.
+    @staticmethod
+    def drain_key(entry: _Item, case: InstanceCase) -> str:
+        """The idempotency key of a drain: ``event id#instance id#attempt``. A hand-off drains under the
+        original's key: a duplicate of the event drained in place (a small batch) and its hand-off (a
+        burst) are the same drain, done once."""
         continuation = entry.item.continuation
         attempt = 0 if continuation is not None and continuation.handoff else entry.item.attempt
-        key = f"{message.event_id}#{case.instance_id}#{attempt}"
+        return f"{entry.item.message.event_id}#{case.instance_id}#{attempt}"
+
+    def drain_once(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
+        key = self.drain_key(entry, case)
 
         def work() -> dict[str, Any]:
             return {**outcome_to_dict(self.drain(entry, case)), "run_id": self.run_id}
@@ -446,10 +450,7 @@ def handle_batch(
 
     # 3. drain, in parallel, each drain once per (event, instance, attempt)
     t2 = clock()
-    drains = [(e, c) for e in acting for c in e.cases]
-    for (e, case), done in zip(drains, _gather(drains, batch.drain_once, drain_workers), strict=True):
-        if isinstance(done, InstanceOutcome):
-            e.results[case.instance_id] = done
+    _drain_all(batch, acting, drain_workers)
     batch.out.drain_seconds = clock() - t2
     batch.out.items = [_item_result(e) for e in entries]
     return batch.out
@@ -477,6 +478,35 @@ def _hand_off(batch: _Batch, originals: list[_Item], send_batch: RequeueBatch | 
         else:
             e.errors.append(f"hand-off continuation not sent: {error}")
             LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
+
+
+def _drain_all(batch: _Batch, acting: list[_Item], workers: int) -> None:
+    """Phase 3: every case's drain through :meth:`_Batch.drain_once`, ``workers`` at a time.
+
+    The same drain twice in one batch (SQS delivered a message twice at once) runs once here, not only
+    through the idempotency store: the copy gets the first's outcome, marked replayed, or its error.
+    """
+    first: dict[str, InstanceOutcome | None] = {}
+    drains: list[tuple[_Item, InstanceCase]] = []
+    copies: list[tuple[_Item, InstanceCase, str]] = []
+    for e in acting:
+        for c in e.cases:
+            key = batch.drain_key(e, c)
+            if key in first:
+                copies.append((e, c, key))
+            else:
+                first[key] = None
+                drains.append((e, c))
+    for (e, case), done in zip(drains, _gather(drains, batch.drain_once, workers), strict=True):
+        if isinstance(done, InstanceOutcome):
+            e.results[case.instance_id] = first[batch.drain_key(e, case)] = done
+    for e, case, key in copies:
+        done = first[key]
+        if done is None:
+            e.errors.append(f"drain {key} failed in this batch")
+        else:
+            e.results[case.instance_id] = replace(done, replayed=True)
+            batch.out.drains_replayed += 1
 
 
 def _replace(replace_capacity: Callable[[], Replacement]) -> Replacement:
