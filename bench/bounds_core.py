@@ -276,3 +276,32 @@ def _class_lp(
         if t in usage:
             usage[t][0][k] += res.x[j]
     return float(res.fun), np.maximum(-np.asarray(res.ineqlin.marginals[:ncls], dtype=float), 0.0), usage
+
+
+def _coarsened(classes: Sequence[PodClass], max_classes: int) -> tuple[list[PodClass], list[int] | None]:
+    """At most ``max_classes`` classes: unchanged (mapping None) when there are few enough, else
+    every demand rounded down to a multiple of ``max demand / levels`` per resource (``levels``
+    halved from 1024 until few enough remain) and equal ones merged, with the merged index of each
+    original class (-1 for empty ones). Rounding demands down relaxes the packing, so every bound
+    computed on the result is a valid bound for the original pods."""
+    live = [(i, c) for i, c in enumerate(classes) if c.count > 0]
+    if len(live) <= max_classes:
+        return list(classes), None
+    dims = len(live[0][1].demand)
+    top = [max(c.demand[r] for _, c in live) for r in range(dims)]
+    levels = 1024
+    while True:
+        quantum = [max(1, top[r] // levels) for r in range(dims)]
+        index: dict[tuple[int, ...], int] = {}
+        mapping = [-1] * len(classes)
+        counts: list[int] = []
+        for i, c in live:
+            key = tuple(d - d % q for d, q in zip(c.demand, quantum, strict=True))
+            j = index.setdefault(key, len(index))
+            if j == len(counts):
+                counts.append(0)
+            counts[j] += c.count
+            mapping[i] = j
+        if len(index) <= max_classes or levels == 1:
+            return [PodClass(key, counts[j]) for key, j in index.items()], mapping
+        levels //= 2
