@@ -141,7 +141,7 @@ class Counters:
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
         InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
-        interrupt_batch._replace = counted_replace
+        interrupt_batch._replace = counted_replace  # type: ignore[assignment]
 
 
 def _warm_up() -> None:
@@ -351,7 +351,12 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         consumer.batch_size = spec["batch_size"]
         ready.put(os.getpid())
         go.wait()
-        threading.Thread(target=lambda: (stop.wait(), local_stop.set()), daemon=True).start()
+
+        def relay_stop() -> None:
+            stop.wait()
+            local_stop.set()
+
+        threading.Thread(target=relay_stop, daemon=True).start()
         workers = run_pollers(
             consumer, initial=spec["initial"], per_second=spec["per_second"], most=spec["most"], stop=local_stop
         )
