@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -28,9 +27,8 @@ from pydantic import ValidationError
 from nodesmith.core.errors import (
     ConflictError,
     KubernetesError,
-    NodeClassNotReadyError,
 )
-from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult, ObjectRef
+from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
 from nodesmith.core.scheduling import solve
 from nodesmith.core.scheduling.types import ExistingNode, NodeClaimPlan, SchedulingInput, SchedulingResult
 
@@ -40,7 +38,6 @@ from .capacity import (
     inflight_node,
     leaving_node_names,
     nodepool_usage,
-    offering_price,
     pending_pods,
     reschedulable_pods,
     volume_topology,
@@ -48,13 +45,19 @@ from .capacity import (
 from .launch import Launcher, LaunchOutcome
 from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
 from .nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+from .reconcile_inputs import (
+    merged_catalogue,
+    nodeclass_catalogues,
+    take_snapshot,
+    usable_pools,
+    without_offerings,
+)
+from .reconcile_outcome import ReconcileOutcome, cost_by_pool, post_pod_events
 from .utilization import nodepool_utilization
 
 if TYPE_CHECKING:
-    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
-    from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
+    from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
 
 __all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOutcome", "provision_leaving", "reconcile"]
@@ -70,167 +73,6 @@ LAUNCH_WORKERS = 16
 """NodeClaims of one pass created and launched at a time (Karpenter parallelizes the same step)."""
 
 Solver = Callable[[SchedulingInput], SchedulingResult]
-
-
-@dataclass(slots=True)
-class ReconcileOutcome:
-    """What one reconcile pass saw and did (the handler turns it into metrics and a log line).
-
-    Counts are per pass. ``pods_pending`` counts pods Nodesmith provisions for at the snapshot;
-    ``oldest_pending_age_seconds`` is the age of the oldest of them (0 when none);
-    ``pods_scheduled`` are pods nominated to NodeClaims launched in this pass;
-    ``pods_awaiting_capacity`` fit existing or in-flight capacity (kube-scheduler binds them once
-    the node is Ready); ``pods_rescheduled`` are pods on nodes going away (deleted, deleting or
-    tainted ``karpenter.sh/disrupted``) that were provisioned for ahead of their eviction.
-    ``launch_failures`` maps an EC2 error code (or ``NodeClassNotReady``) to failed launches.
-    ``cost_per_hour`` is the price of every launched NodeClaim after the pass (USD/hour),
-    ``new_cost_per_hour`` that of the ones launched now. ``scheduling_duration_seconds`` sums the
-    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason. ``utilization`` is
-    the percent of allocatable that pods request, per NodePool and resource, after the pass
-    (:func:`~nodesmith.services.utilization.nodepool_utilization`).
-
-    Breakdowns for the metrics' dimensions (:mod:`~nodesmith.services.breakdown`): ``created_by``,
-    ``launched_by``, ``registered_by``, ``initialized_by`` count NodeClaims by (NodePool, capacity
-    type); ``terminated_by`` by (reason, NodePool, capacity type); ``cost_by`` is
-    ``cost_per_hour`` split by (NodePool, capacity type) (USD/hour).
-    """
-
-    pods_pending: int = 0
-    oldest_pending_age_seconds: float = 0.0
-    pods_scheduled: int = 0
-    pods_awaiting_capacity: int = 0
-    pods_rescheduled: int = 0
-    nodeclaims_created: int = 0
-    nodeclaims_launched: int = 0
-    nodeclaims_registered: int = 0
-    nodeclaims_initialized: int = 0
-    nodeclaims_terminated: int = 0
-    orphans_terminated: int = 0
-    launch_failures: dict[str, int] = field(default_factory=dict)
-    offerings_marked_unavailable: int = 0
-    cost_per_hour: float = 0.0
-    new_cost_per_hour: float = 0.0
-    scheduling_duration_seconds: float = 0.0
-    solve_attempts: int = 0
-    unschedulable: dict[str, str] = field(default_factory=dict)
-    launched: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    utilization: dict[str, dict[str, float]] = field(default_factory=dict)
-    created_by: dict[PoolKey, int] = field(default_factory=dict)
-    launched_by: dict[PoolKey, int] = field(default_factory=dict)
-    registered_by: dict[PoolKey, int] = field(default_factory=dict)
-    initialized_by: dict[PoolKey, int] = field(default_factory=dict)
-    terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    cost_by: dict[PoolKey, float] = field(default_factory=dict)
-
-    @property
-    def unschedulable_reasons(self) -> dict[str, int]:
-        """Distinct unschedulable reasons with how many pods gave each."""
-        return dict(Counter(self.unschedulable.values()))
-
-
-@dataclass(slots=True)
-class _Snapshot:
-    nodes: list[Node]
-    pods: list[Pod]
-    daemonsets: list[DaemonSet]
-    nodepools: list[NodePool]
-    nodeclasses: dict[str, EC2NodeClass]
-    nodeclaims: list[NodeClaim]
-    instances: dict[str, Instance]
-
-
-def _snapshot(*, cluster: Cluster, cloud: CloudProvider) -> _Snapshot:
-    """Read everything a pass needs; EC2's DescribeInstances runs alongside the Kubernetes lists.
-
-    The instance list is the slowest read (and grows with the fleet), so it no longer waits for the
-    six lists in front of it on the way to CreateFleet. An instance launched meanwhile without its
-    NodeClaim in the snapshot is covered by the orphan grace period, as before.
-    """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") as pool:
-        listing = pool.submit(cloud.list_instances)
-        nodes = cluster.list_nodes()  # before pods: a pod bound meanwhile is seen bound, never double-counted
-        pods = cluster.list_pods()
-        return _Snapshot(
-            nodes=nodes,
-            pods=pods,
-            daemonsets=cluster.list_daemonsets(),
-            nodepools=cluster.list_nodepools(),
-            nodeclasses={nc.name: nc for nc in cluster.list_ec2nodeclasses()},
-            nodeclaims=cluster.list_nodeclaims(),
-            instances={i.instance_id: i for i in listing.result()},
-        )
-
-
-def _catalogues(
-    *, cloud: CloudProvider, nodeclasses: Mapping[str, EC2NodeClass], wanted: set[str], out: ReconcileOutcome
-) -> dict[str, dict[str, InstanceType]]:
-    """Instance types per EC2NodeClass name; a NodeClass that does not resolve is reported and left out.
-
-    Each node class gets its own catalogue (Karpenter's ``GetInstanceTypes(nodePool)``: allocatable
-    from its kubelet and AMI family, offerings in its subnets' zones). Node classes whose specs are
-    identical share one computation (and one catalogue object) within the pass.
-    """
-    catalogues: dict[str, dict[str, InstanceType]] = {}
-    by_spec: dict[str, dict[str, InstanceType]] = {}
-    for name in sorted(wanted):
-        nodeclass = nodeclasses.get(name)
-        if nodeclass is None:
-            continue
-        key = nodeclass.spec.model_dump_json(by_alias=True, exclude_none=True)
-        hit = by_spec.get(key)
-        if hit is not None:
-            catalogues[name] = hit
-            continue
-        try:
-            catalogues[name] = by_spec[key] = {it.name: it for it in cloud.instance_types(nodeclass=nodeclass)}
-        except NodeClassNotReadyError as exc:
-            out.errors.append(f"EC2NodeClass {name}: {exc}")
-    return catalogues
-
-
-def _merged(catalogues: Mapping[str, Mapping[str, InstanceType]]) -> dict[str, InstanceType]:
-    """All node classes' types by name (the first NodeClass by name wins): labels and prices of
-    launched instances, whatever their node class. The solver gets each NodePool's own catalogue."""
-    merged: dict[str, InstanceType] = {}
-    for name in sorted(catalogues):
-        for type_name, it in catalogues[name].items():
-            merged.setdefault(type_name, it)
-    return merged
-
-
-def _without(catalogue: Mapping[str, InstanceType], unavailable: set[tuple[str, str, str]]) -> list[InstanceType]:
-    """The catalogue with the offerings that failed in this pass marked unavailable."""
-    if not unavailable:
-        return list(catalogue.values())
-    out: list[InstanceType] = []
-    for it in catalogue.values():
-        if not any((it.name, o.zone, o.capacity_type) in unavailable for o in it.offerings):
-            out.append(it)
-            continue
-        offerings = tuple(
-            replace(o, available=False) if (it.name, o.zone, o.capacity_type) in unavailable else o
-            for o in it.offerings
-        )
-        out.append(replace(it, offerings=offerings))
-    return out
-
-
-def _usable_pools(snap: _Snapshot, catalogues: Mapping[str, object], out: ReconcileOutcome) -> list[NodePool]:
-    pools: list[NodePool] = []
-    for np in snap.nodepools:
-        ref = np.spec.template.spec.node_class_ref
-        if np.metadata.deletion_timestamp or np.spec.replicas is not None:
-            continue
-        if ref.name not in catalogues:
-            out.errors.append(f'NodePool {np.name}: EC2NodeClass "{ref.name}" not found or not ready')
-            continue
-        pools.append(np)
-    return pools
-
-
-def _pod_ref(pod: Pod) -> ObjectRef:
-    return ObjectRef(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid)
 
 
 class _Pass:
@@ -254,7 +96,7 @@ class _Pass:
         self.clock = clock
         self.out = ReconcileOutcome()
         self.lock = threading.Lock()  # the pass's tallies, written by parallel launches
-        self.snap = _snapshot(cluster=cluster, cloud=cloud)
+        self.snap = take_snapshot(cluster=cluster, cloud=cloud)
         self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
         self.nodes: list[Node] = list(self.snap.nodes)
         self.leaving: set[str] = set()
@@ -292,9 +134,11 @@ class _Pass:
         snap = self.snap
         wanted = {np.spec.template.spec.node_class_ref.name for np in snap.nodepools}
         wanted |= {nc.spec.node_class_ref.name for nc in self.claims}
-        self.catalogues = _catalogues(cloud=self.cloud, nodeclasses=snap.nodeclasses, wanted=wanted, out=self.out)
-        self.merged = _merged(self.catalogues)
-        self.pools = _usable_pools(snap, self.catalogues, self.out)
+        self.catalogues = nodeclass_catalogues(
+            cloud=self.cloud, nodeclasses=snap.nodeclasses, wanted=wanted, out=self.out
+        )
+        self.merged = merged_catalogue(self.catalogues)
+        self.pools = usable_pools(snap, self.catalogues, self.out)
         self.launcher = Launcher(
             cluster=self.cluster,
             cloud=self.cloud,
@@ -379,12 +223,12 @@ class _Pass:
         for np in self.pools:
             catalogue = self.catalogues[np.spec.template.spec.node_class_ref.name]
             if id(catalogue) not in own:
-                own[id(catalogue)] = _without(catalogue, unavailable)
+                own[id(catalogue)] = without_offerings(catalogue, unavailable)
             per_pool[np.name] = own[id(catalogue)]
         inp = SchedulingInput(
             pods=pods,
             nodepools=self.pools,
-            instance_types=_without(self.merged, unavailable),
+            instance_types=without_offerings(self.merged, unavailable),
             nodepool_instance_types=per_pool,
             existing_nodes=list(self.existing.values()),
             daemonsets=self.snap.daemonsets,
@@ -491,12 +335,14 @@ class _Pass:
         out.launched = list(launcher.launched_names)
         out.errors.extend(launcher.errors)
         out.launched_by = dict(launcher.launched_by)
-        out.cost_by = _cost(self.claims, self.snap.instances, self.merged)
+        out.cost_by = cost_by_pool(self.claims, self.snap.instances, self.merged)
         for key, price in self.new_cost_by.items():
             out.cost_by[key] = out.cost_by.get(key, 0.0) + price
         out.cost_per_hour = sum(out.cost_by.values())
         out.utilization = nodepool_utilization(self.existing.values())
-        _pod_events(cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events)
+        post_pod_events(
+            cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events
+        )
         return out
 
 
@@ -606,46 +452,3 @@ def _charge(usage: dict[str, Resources], nodeclaim: NodeClaim) -> None:
         acc = usage.setdefault(pool, {})
         for name, amount in held.items():
             acc[name] = acc.get(name, 0) + amount
-
-
-def _cost(
-    claims: Sequence[NodeClaim], instances: Mapping[str, Instance], catalogue: Mapping[str, InstanceType]
-) -> dict[PoolKey, float]:
-    """Hourly price (USD) of the instances behind the given NodeClaims, by (NodePool, capacity type)."""
-    total: dict[PoolKey, float] = {}
-    for nc in claims:
-        provider_id = nc.status.provider_id or ""
-        inst = instances.get(provider_id.rsplit("/", 1)[-1]) if provider_id else None
-        if inst is not None:
-            key = pool_key(nodeclaim=nc, capacity_type=inst.capacity_type)
-            total[key] = total.get(key, 0.0) + offering_price(
-                catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
-            )
-    return total
-
-
-def _pod_events(
-    *, cluster: Cluster, pending: Sequence[Pod], nominated: Sequence[tuple[Pod, str]], out: ReconcileOutcome, limit: int
-) -> None:
-    sent = 0
-    for pod, claim in nominated:
-        if sent >= limit:
-            return
-        cluster.record_event(
-            ref=_pod_ref(pod), reason="Nominated", message=f"Pod should schedule on: nodeclaim/{claim}"
-        )
-        sent += 1
-    by_key = {p.key: p for p in pending}
-    for key, reason in sorted(out.unschedulable.items()):
-        if sent >= limit:
-            return
-        target = by_key.get(key)
-        if target is None:
-            continue
-        cluster.record_event(
-            ref=_pod_ref(target),
-            reason="FailedScheduling",
-            message=f"Failed to schedule pod, {reason}",
-            type_="Warning",
-        )
-        sent += 1

@@ -1,0 +1,128 @@
+"""What a reconcile pass reports: :class:`ReconcileOutcome` (the handler's metrics and log line), the
+cost of the launched NodeClaims by NodePool and capacity type (:func:`cost_by_pool`), and the pods'
+``Nominated`` / ``FailedScheduling`` Events (:func:`post_pod_events`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.ports import Cluster, Instance, ObjectRef
+
+from .breakdown import PoolKey, pool_key
+from .capacity import offering_price
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import InstanceType, Pod
+
+__all__ = ["ReconcileOutcome", "cost_by_pool", "pod_ref", "post_pod_events"]
+
+
+@dataclass(slots=True)
+class ReconcileOutcome:
+    """What one reconcile pass saw and did (the handler turns it into metrics and a log line).
+
+    Counts are per pass. ``pods_pending`` counts pods Nodesmith provisions for at the snapshot;
+    ``oldest_pending_age_seconds`` is the age of the oldest of them (0 when none);
+    ``pods_scheduled`` are pods nominated to NodeClaims launched in this pass;
+    ``pods_awaiting_capacity`` fit existing or in-flight capacity (kube-scheduler binds them once
+    the node is Ready); ``pods_rescheduled`` are pods on nodes going away (deleted, deleting or
+    tainted ``karpenter.sh/disrupted``) that were provisioned for ahead of their eviction.
+    ``launch_failures`` maps an EC2 error code (or ``NodeClassNotReady``) to failed launches.
+    ``cost_per_hour`` is the price of every launched NodeClaim after the pass (USD/hour),
+    ``new_cost_per_hour`` that of the ones launched now. ``scheduling_duration_seconds`` sums the
+    solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason. ``utilization`` is
+    the percent of allocatable that pods request, per NodePool and resource, after the pass
+    (:func:`~nodesmith.services.utilization.nodepool_utilization`).
+
+    Breakdowns for the metrics' dimensions (:mod:`~nodesmith.services.breakdown`): ``created_by``,
+    ``launched_by``, ``registered_by``, ``initialized_by`` count NodeClaims by (NodePool, capacity
+    type); ``terminated_by`` by (reason, NodePool, capacity type); ``cost_by`` is
+    ``cost_per_hour`` split by (NodePool, capacity type) (USD/hour).
+    """
+
+    pods_pending: int = 0
+    oldest_pending_age_seconds: float = 0.0
+    pods_scheduled: int = 0
+    pods_awaiting_capacity: int = 0
+    pods_rescheduled: int = 0
+    nodeclaims_created: int = 0
+    nodeclaims_launched: int = 0
+    nodeclaims_registered: int = 0
+    nodeclaims_initialized: int = 0
+    nodeclaims_terminated: int = 0
+    orphans_terminated: int = 0
+    launch_failures: dict[str, int] = field(default_factory=dict)
+    offerings_marked_unavailable: int = 0
+    cost_per_hour: float = 0.0
+    new_cost_per_hour: float = 0.0
+    scheduling_duration_seconds: float = 0.0
+    solve_attempts: int = 0
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    launched: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    utilization: dict[str, dict[str, float]] = field(default_factory=dict)
+    created_by: dict[PoolKey, int] = field(default_factory=dict)
+    launched_by: dict[PoolKey, int] = field(default_factory=dict)
+    registered_by: dict[PoolKey, int] = field(default_factory=dict)
+    initialized_by: dict[PoolKey, int] = field(default_factory=dict)
+    terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    cost_by: dict[PoolKey, float] = field(default_factory=dict)
+
+    @property
+    def unschedulable_reasons(self) -> dict[str, int]:
+        """Distinct unschedulable reasons with how many pods gave each."""
+        return dict(Counter(self.unschedulable.values()))
+
+
+def pod_ref(pod: Pod) -> ObjectRef:
+    """The Event target for ``pod``."""
+    return ObjectRef(kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid)
+
+
+def cost_by_pool(
+    claims: Sequence[NodeClaim], instances: Mapping[str, Instance], catalogue: Mapping[str, InstanceType]
+) -> dict[PoolKey, float]:
+    """Hourly price (USD) of the instances behind the given NodeClaims, by (NodePool, capacity type)."""
+    total: dict[PoolKey, float] = {}
+    for nc in claims:
+        provider_id = nc.status.provider_id or ""
+        inst = instances.get(provider_id.rsplit("/", 1)[-1]) if provider_id else None
+        if inst is not None:
+            key = pool_key(nodeclaim=nc, capacity_type=inst.capacity_type)
+            total[key] = total.get(key, 0.0) + offering_price(
+                catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
+            )
+    return total
+
+
+def post_pod_events(
+    *, cluster: Cluster, pending: Sequence[Pod], nominated: Sequence[tuple[Pod, str]], out: ReconcileOutcome, limit: int
+) -> None:
+    """Post at most ``limit`` pod Events: ``Nominated`` for pods planned onto a NodeClaim, then
+    ``FailedScheduling`` with the reason for unschedulable ones (Karpenter's pod event reasons)."""
+    sent = 0
+    for pod, claim in nominated:
+        if sent >= limit:
+            return
+        cluster.record_event(ref=pod_ref(pod), reason="Nominated", message=f"Pod should schedule on: nodeclaim/{claim}")
+        sent += 1
+    by_key = {p.key: p for p in pending}
+    for key, reason in sorted(out.unschedulable.items()):
+        if sent >= limit:
+            return
+        target = by_key.get(key)
+        if target is None:
+            continue
+        cluster.record_event(
+            ref=pod_ref(target),
+            reason="FailedScheduling",
+            message=f"Failed to schedule pod, {reason}",
+            type_="Warning",
+        )
+        sent += 1
