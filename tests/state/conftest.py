@@ -37,9 +37,33 @@ def create_state_table(client: Any, name: str = TABLE) -> str:
     return name
 
 
+_WRITES = ("put_item", "update_item", "delete_item", "transact_write_items")
+"""moto's DynamoDB writes: each checks its condition, then writes, with no lock in between."""
+
+
+def _atomic_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make moto's conditional writes atomic, as DynamoDB's are: without this, threads racing for one
+    lease or idempotency record could all pass the condition check before any of them wrote."""
+    import threading
+
+    from moto.dynamodb.models import DynamoDBBackend
+
+    lock = threading.RLock()
+    for name in _WRITES:
+        write = getattr(DynamoDBBackend, name)
+
+        def locked(self: Any, *args: Any, _write: Any = write, **kwargs: Any) -> Any:
+            with lock:
+                return _write(self, *args, **kwargs)
+
+        monkeypatch.setattr(DynamoDBBackend, name, locked)
+
+
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """moto for every boto3 client created inside the test, with throwaway credentials."""
+    """moto for every boto3 client created inside the test, with throwaway credentials and DynamoDB's
+    atomic conditional writes."""
+    _atomic_writes(monkeypatch)
     empty = tmp_path / "aws-empty.ini"
     empty.write_text("")
     for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ENDPOINT_URL_PRICING"):
