@@ -50,6 +50,7 @@ EMULATOR_SHORTCUTS = [
     "moto SQS: the retention check per received message reads the retention period, and queue attributes "
     "(scanned on every SendMessage) are recomputed at most once a second (moto's are O(queue) per message)",
     "moto SQS: a receive reads the clock once per queue scan instead of twice per message",
+    "moto DynamoDB: conditional writes are atomic (one lock), as DynamoDB's are; moto's threads could race",
     "moto EC2: an instance's tags are read by its id (moto filters every tag of the account per instance)",
     "simulated kubelet: EC2 instance list cached max(3 s, nodes / 100 s), less the instances terminated since",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
@@ -68,6 +69,8 @@ def _patch_moto() -> None:
       every SendMessage) are recomputed at most once a second (and at once after SetQueueAttributes);
     * SQS: a queue's visible messages are found with one clock read per scan, not two per message
       (every waiting long poll rescans the queue on each new message);
+    * DynamoDB: a conditional write checks and writes under one lock, atomic as in DynamoDB (moto's
+      server threads could otherwise both pass the check of one idempotency record or lease);
     * EC2: an instance's tags are read from the tag store by id instead of filtering every tag of the
       account (done per instance by every DescribeInstances).
     """
@@ -106,6 +109,20 @@ def _patch_moto() -> None:
     def visible_messages(self: Any) -> list[Any]:
         now = unix_time_millis()
         return [m for m in self._messages if now > m.visible_at and not now < m.delayed_until]
+
+    from moto.dynamodb.models import DynamoDBBackend
+
+    write_lock = threading.RLock()
+
+    def atomic(write: Any) -> Any:
+        def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with write_lock:
+                return write(self, *args, **kwargs)
+
+        return locked
+
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        setattr(DynamoDBBackend, name, atomic(getattr(DynamoDBBackend, name)))
 
     SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign]
     Queue.messages = property(visible_messages)  # type: ignore[assignment, method-assign]
