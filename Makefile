@@ -39,7 +39,7 @@ format: install
 	$(BIN)/ruff check --fix lambdas infra tests bench app.py
 	$(BIN)/ruff format lambdas infra tests bench app.py
 
-typecheck: install  ## mypy (strict on the core)
+typecheck: install  ## mypy, strict (package and bench/)
 	$(BIN)/mypy
 
 arch: install  ## import-linter layer contracts

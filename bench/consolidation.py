@@ -167,7 +167,7 @@ def configuration_bound(pods: list[Pod], catalogue: list[InstanceType], pool: No
     available spot or on-demand offering; resources cpu, memory, NVIDIA GPUs and pods.
     """
     try:
-        import bounds  # type: ignore[import-not-found,unused-ignore]
+        import bounds
     except ImportError:
         return None
     from nodesmith.core.disruption.simulation import usable_types

@@ -66,11 +66,11 @@ class Counters:
 
         drain, send, delete_pod = interrupt_batch._Batch.drain, InterruptionQueue.send, KubeCluster.delete_pod
         save, handed_off = interrupt_batch._Batch.save, interrupt_batch._Batch.handed_off
-        replace_capacity = interrupt_batch._replace
+        replace = interrupt_batch._replace
         counters = self
 
-        def counted_replace(fn: Any) -> Any:
-            result = replace_capacity(fn)
+        def counted_replace(replace_capacity: Any) -> Any:
+            result = replace(replace_capacity)
             with counters.lock:
                 counters.replacements.append(result)
             return result
@@ -141,7 +141,7 @@ class Counters:
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
         InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
-        interrupt_batch._replace = counted_replace  # type: ignore[assignment]
+        interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
 
 
 def _warm_up() -> None:
