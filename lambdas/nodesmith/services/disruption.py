@@ -10,8 +10,9 @@ stay alive between steps:
    the Eviction API (:func:`~nodesmith.services.drain.drain_node`, PDBs honoured) and, drained,
    terminated: instance, Node, NodeClaim (event ``DisruptionTerminating``). A drain that runs out
    of its per-pass budget resumes next pass. Their nodes count as deleting for the decision below.
-   A command whose replacement vanished first is abandoned: its nodes are untainted and uncordoned
-   and stay (Karpenter fails the command the same way).
+   A command whose replacement vanished first, or whose replacements are not all Initialized 600 s
+   after it started (Karpenter's disruption queue timeout), is abandoned: its nodes are untainted
+   and uncordoned and stay, its replacements are left (Karpenter fails the command the same way).
 2. **Expirations** (forceful, not budgeted, no pre-spun replacement; Karpenter's expiration
    controller): tainted, drained and terminated at once; their pods are re-provisioned by the
    next provisioning pass.

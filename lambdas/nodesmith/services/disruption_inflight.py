@@ -5,8 +5,10 @@ A command in flight is stored in the ``DisruptionReason`` condition of its nodes
 nodes (tainted ``karpenter.sh/disrupted``) are drained and terminated
 (:meth:`~nodesmith.services.disruption_pass.DisruptionPass.terminate`, resumed next pass when the
 drain runs out of budget); until then the nodes get ``DisruptionWaitingReadiness`` Events. A
-command whose replacement vanished first is abandoned: its nodes are untainted, uncordoned and kept
-(Karpenter fails the command the same way).
+command whose replacement vanished first, or whose replacements are not all Initialized
+:data:`REPLACEMENT_TIMEOUT_SECONDS` (600 s) after the command started, is abandoned: its nodes are
+untainted, uncordoned and kept, and the replacements are left alone (Karpenter fails the command
+the same way).
 """
 
 from __future__ import annotations
@@ -22,7 +24,19 @@ from .disruption_state import CONDITION_DISRUPTING, CommandRecord, read_record
 if TYPE_CHECKING:
     from .disruption_pass import DisruptionPass
 
-__all__ = ["advance_in_flight"]
+__all__ = ["REPLACEMENT_TIMEOUT_SECONDS", "advance_in_flight"]
+
+REPLACEMENT_TIMEOUT_SECONDS = 600.0
+"""How long a started command waits for its replacements to become Initialized (seconds from its start).
+
+Karpenter's disruption queue fails a command that is still waiting past its retry duration:
+``maxRetryDuration`` (10 min) in ``kubernetes-sigs/karpenter``
+``pkg/controllers/disruption/orchestration/queue.go`` (v0.3x); since the queue moved to
+``pkg/controllers/disruption/queue.go`` (v1) it is ``minRetryDuration`` (10 min), scaled by 80 ms per
+queued command up to 1 h, which stays 10 min for the few commands a pass runs. Checked only while
+replacements are still waiting: once they are Initialized the drain (Karpenter's termination
+controller) is not on this clock.
+"""
 
 
 def advance_in_flight(run: DisruptionPass) -> set[str]:
@@ -44,10 +58,18 @@ def advance_in_flight(run: DisruptionPass) -> set[str]:
     for rec in commands.values():
         vanished = [r for r in rec.replacements if _vanished(run, r)]
         if vanished:
-            going -= _abandon(run, rec, vanished)
+            going -= _abandon(run, rec, f"replacement NodeClaim(s) {', '.join(vanished)} vanished before initializing")
+            continue
+        waiting = [r for r in rec.replacements if not _initialized(run, r)]
+        if waiting and run.now - rec.since > REPLACEMENT_TIMEOUT_SECONDS:
+            going -= _abandon(
+                run,
+                rec,
+                f"replacement NodeClaim(s) {', '.join(waiting)} not initialized "
+                f"{REPLACEMENT_TIMEOUT_SECONDS:.0f} s after the command started (timed out)",
+            )
             continue
         going |= set(rec.nodes)
-        waiting = [r for r in rec.replacements if not _initialized(run, r)]
         if waiting:
             for node in rec.nodes:
                 run.event(
@@ -75,16 +97,19 @@ def _vanished(run: DisruptionPass, name: str) -> bool:
     return claim is None or claim.metadata.deletion_timestamp is not None
 
 
-def _abandon(run: DisruptionPass, rec: CommandRecord, vanished: list[str]) -> set[str]:
-    """Fail a command whose replacement vanished before it initialized; returns the nodes given back.
+def _abandon(run: DisruptionPass, rec: CommandRecord, why: str) -> set[str]:
+    """Fail a command whose replacement vanished or timed out before it initialized (``why`` says
+    which); returns the nodes given back.
 
     Karpenter un-taints the candidates and starts over ("If a replacement node fails to
-    initialize, un-taint the node(s), and restart", disruption docs; ``karpenter-v1.md`` §3): the
+    initialize, un-taint the node(s), and restart", disruption docs; ``karpenter-v1.md`` §3.7;
+    the failure branch of the queue's ``Reconcile`` in ``pkg/controllers/disruption/queue.go``): the
     ``karpenter.sh/disrupted`` taint and the cordon come off, ``DisruptionReason`` turns False
-    (so no later pass resumes the command) and the nodes are not drained. A node whose untaint
-    failed keeps its command, so the next pass tries again.
+    (so no later pass resumes the command) and the nodes are not drained. The replacements are not
+    touched (Karpenter does not delete them either: one that never registers is removed by the
+    NodeClaim liveness check, an empty one by consolidation). A node whose untaint failed keeps its
+    command, so the next pass tries again.
     """
-    why = f"replacement NodeClaim(s) {', '.join(vanished)} vanished before initializing"
     released: set[str] = set()
     for node in rec.nodes:
         try:
