@@ -1,16 +1,13 @@
 """``Ec2CloudProvider``: the EC2 implementation of :class:`nodesmith.core.ports.CloudProvider`.
 
 Wires the catalogue, prices, EC2NodeClass resolution, launch templates, CreateFleet and instance
-operations together, with Karpenter's unavailable-offerings cache (``pkg/cache/unavailableofferings.go``):
-a (type, zone, capacity type) that hit a capacity error is unavailable for 3 minutes, so the next
-scheduling pass plans around it (spot -> on-demand, other types, other zones).
-
-The cache has two layers. The in-memory one lives as long as the Lambda container; with a
-``state`` store (:class:`~nodesmith.core.ports.StateStore`, the DynamoDB state table) every mark is
-also written there with its expiry in epoch seconds, and :meth:`Ec2CloudProvider.instance_types`
-first merges the marks other containers wrote (another reconcile, or the interruption Lambda
-marking a spot-interrupted offering). A failing state store is logged and the in-memory layer
-keeps working: the shared cache only improves plans.
+operations together, and reads the cluster's configuration (Kubernetes version, service CIDR) from EKS
+when not given. Each concern lives in its own module: launching in :mod:`.launch` (request and answer
+shapes in :mod:`.fleet`, tags in :mod:`.tags`), instances in :mod:`.instances`, and Karpenter's
+unavailable-offerings cache (``pkg/cache/unavailableofferings.go``) in :mod:`.unavailable` (in memory)
+and :mod:`.unavailable_shared` (shared through the ``state`` store): a (type, zone, capacity type)
+that hit a capacity error is unavailable for 3 minutes, so the next scheduling pass plans around it
+(spot -> on-demand, other types, other zones).
 
 Clients are created lazily from :mod:`nodesmith.adapters.aws.clients` unless injected (tests).
 """
@@ -24,28 +21,22 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws import clients
 from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
-from nodesmith.adapters.aws.fleet import (
-    FleetChoice,
-    build_create_fleet_request,
-    capacity_errors,
-    choose_offerings,
-    client_token,
-    read_create_fleet_response,
-)
-from nodesmith.adapters.aws.instances import NODECLASS_TAG, NODEPOOL_TAG, Instances
-from nodesmith.adapters.aws.launch_template import LaunchTemplates, LaunchTemplateSpec, render_user_data
-from nodesmith.adapters.aws.nodeclass import NodeClassResolver, ResolvedNodeClass, field_value
+from nodesmith.adapters.aws.instances import Instances
+from nodesmith.adapters.aws.launch import FleetLauncher, NodeBootstrap
+from nodesmith.adapters.aws.launch_template import LaunchTemplates
+from nodesmith.adapters.aws.nodeclass import NodeClassResolver, ResolvedNodeClass
 from nodesmith.adapters.aws.pricing import PricingProvider
 from nodesmith.adapters.aws.unavailable import UNAVAILABLE_OFFERINGS_TTL_SECONDS, UnavailableOfferings
-from nodesmith.core.errors import InsufficientCapacityError, LaunchError, NodeClassNotReadyError, UnavailableOffering
-from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, InstanceType
-from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult
+from nodesmith.adapters.aws.unavailable_shared import remember_unavailable, sync_unavailable
+from nodesmith.core.errors import NodeClassNotReadyError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Mapping, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
-    from nodesmith.core.ports import StateStore
+    from nodesmith.core.errors import UnavailableOffering
+    from nodesmith.core.model import InstanceType
+    from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, StateStore
 
 __all__ = [
     "PREFETCH_AHEAD_SECONDS",
@@ -55,10 +46,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-
-NODECLAIM_TAG = "karpenter.sh/nodeclaim"
-EKS_CLUSTER_TAG = "eks:eks-cluster-name"
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 
 PREFETCH_AHEAD_SECONDS = 20.0
 """:meth:`Ec2CloudProvider.prefetch` refreshes caches expiring within this long (twice watch mode's resync)."""
@@ -73,7 +60,7 @@ class Ec2CloudProvider:
     ``instance_profile`` is used for node classes naming ``node_role`` (or any role when
     ``node_role`` is None); other roles get a profile created through IAM.
     ``instance_type_names`` restricts the catalogue (None: all). ``clock`` returns monotonic seconds.
-    ``state`` shares the unavailable-offerings cache between containers (see the module docstring);
+    ``state`` shares the unavailable-offerings cache between containers (see :mod:`.unavailable_shared`);
     ``wall_clock`` returns epoch seconds for its expiries.
     """
 
@@ -103,8 +90,6 @@ class Ec2CloudProvider:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._cluster = cluster_name
-        self._endpoint = cluster_endpoint
-        self._ca = cluster_ca
         self._region = region
         self._node_role = node_role
         self._k8s_version = kubernetes_version
@@ -142,6 +127,12 @@ class Ec2CloudProvider:
         )
         self.launch_templates = LaunchTemplates(ec2=self._ec2)
         self.instances = Instances(ec2=self._ec2, cluster_name=cluster_name)
+        self._bootstrap = NodeBootstrap(
+            cluster_name=cluster_name,
+            cluster_endpoint=cluster_endpoint,
+            cluster_ca=cluster_ca,
+            cluster_cidr=self.cluster_cidr,
+        )
         self._cluster_info: dict[str, Any] | None = None
 
     # -- configuration read from EKS -------------------------------------------------------------
@@ -222,207 +213,38 @@ class Ec2CloudProvider:
         )
 
     def create(self, *, request: LaunchRequest) -> LaunchResult:
-        """Launch one instance for ``request`` with CreateFleet instant (see :mod:`.fleet`).
+        """Launch one instance for ``request`` with CreateFleet instant (see :mod:`.launch`, :mod:`.fleet`).
 
         Capacity errors mark offerings unavailable for 3 minutes. Raises
         ``NodeClassNotReadyError``, ``InsufficientCapacityError`` (also when no offering is
         usable) or ``LaunchError``.
         """
-        resolved = self.nodeclasses.resolve(nodeclass=request.nodeclass)
-        compatibility = resolved.compatibility
-
-        def image_for(it: InstanceType) -> str | None:
-            image = compatibility.image_for(it)
-            return image.id if image else None
-
-        choice = choose_offerings(
-            instance_types=request.instance_types,
-            capacity_types=request.capacity_types,
-            zones=request.zones,
-            subnets={zone: subnet.id for zone, subnet in resolved.subnets.items()},
-            image_for=image_for,
+        # Built per call from the current attributes, so a replaced resolver or template store is used.
+        launcher = FleetLauncher(
+            ec2=self._ec2,
+            nodeclasses=self.nodeclasses,
+            launch_templates=self.launch_templates,
             unavailable=self.unavailable.is_unavailable,
+            remember=self._remember,
+            bootstrap=self._bootstrap,
         )
-        if choice is None:
-            raise InsufficientCapacityError(
-                f"NodeClaim {request.nodeclaim_name}: no available offering among {len(request.instance_types)} "
-                f"instance type(s) in zones {sorted(request.zones)} for {sorted(request.capacity_types)}"
-            )
-        tags = self._tags(request=request, resolved=resolved)
-        try:
-            return self._launch(request=request, resolved=resolved, choice=choice, tags=tags)
-        except LaunchError as exc:
-            if exc.code not in ("InvalidLaunchTemplateName.NotFoundException", "InvalidLaunchTemplateId.NotFound"):
-                raise
-            LOG.info("launch template vanished; recreating it once")
-            self.launch_templates.forget()
-            return self._launch(request=request, resolved=resolved, choice=choice, tags=tags)
-
-    def _launch(
-        self, *, request: LaunchRequest, resolved: ResolvedNodeClass, choice: FleetChoice, tags: Mapping[str, str]
-    ) -> LaunchResult:
-        templates: dict[str, str] = {}
-        for image_id in dict.fromkeys(o.image_id for o in choice.overrides):
-            templates[image_id] = self._ensure_template(
-                request=request, resolved=resolved, image_id=image_id, capacity_type=choice.capacity_type
-            )
-        token = client_token(base=request.client_token or request.nodeclaim_name, choice=choice)
-        fleet_request = build_create_fleet_request(
-            choice=choice,
-            launch_templates=templates,
-            tags=tags,
-            token=token,
-            context=field_value(resolved.spec, "context"),
-        )
-        try:
-            response = self._ec2.create_fleet(**fleet_request)
-        except Exception as exc:
-            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) or type(exc).__name__
-            raise LaunchError(f"CreateFleet for NodeClaim {request.nodeclaim_name} failed: {exc}", code=code) from exc
-        subnet_zones = {s.id: s.zone for s in resolved.subnets.values()}
-        self._remember(capacity_errors(response, choice=choice, subnet_zones=subnet_zones))
-        launched = read_create_fleet_response(response, choice=choice, subnet_zones=subnet_zones)
-        price = next(
-            (
-                o.price
-                for o in choice.overrides
-                if o.instance_type == launched.instance_type and o.zone == launched.zone
-            ),
-            0.0,
-        )
-        LOG.info(
-            "launched %s (%s, %s, %s) for NodeClaim %s",
-            launched.instance_id,
-            launched.instance_type,
-            launched.zone,
-            launched.capacity_type,
-            request.nodeclaim_name,
-        )
-        return LaunchResult(
-            instance_id=launched.instance_id,
-            instance_type=launched.instance_type,
-            zone=launched.zone,
-            capacity_type=launched.capacity_type,
-            image_id=launched.image_id,
-            price=price,
-            launch_template_name=templates.get(launched.image_id, ""),
-        )
-
-    def _ensure_template(
-        self, *, request: LaunchRequest, resolved: ResolvedNodeClass, image_id: str, capacity_type: str
-    ) -> str:
-        """The launch template for one AMI: labels/taints of the NodeClaim, the node class's kubelet.
-
-        ``maxPods`` is only written when the EC2NodeClass sets it; otherwise nodeadm derives the
-        same ENI-limited value per instance type at boot.
-        """
-        labels = {
-            **request.labels,
-            NODEPOOL_TAG: request.nodepool_name,
-            NODECLASS_TAG: resolved.name,
-            CAPACITY_TYPE_LABEL: capacity_type,
-        }
-        kubelet = field_value(resolved.spec, "kubelet") or {}
-        user_data = render_user_data(
-            cluster_name=self._cluster,
-            cluster_endpoint=self._endpoint,
-            cluster_ca=self._ca,
-            cluster_cidr=self.cluster_cidr(),
-            labels=labels,
-            taints=(*request.taints, *request.startup_taints),
-            kubelet=kubelet,
-            custom_user_data=field_value(resolved.spec, "userData"),
-        )
-        spec = LaunchTemplateSpec(
-            cluster_name=self._cluster,
-            nodeclass_name=resolved.name,
-            image_id=image_id,
-            instance_profile=resolved.instance_profile,
-            security_group_ids=tuple(g.id for g in resolved.security_groups),
-            user_data=user_data,
-            capacity_type=capacity_type,
-            spec=resolved.spec,
-            tags=self._static_tags(nodeclass_name=resolved.name, extra=field_value(resolved.spec, "tags") or {}),
-        )
-        try:
-            return self.launch_templates.ensure(spec=spec)
-        except Exception as exc:
-            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) or type(exc).__name__
-            raise LaunchError(f"launch template for EC2NodeClass {resolved.name}: {exc}", code=code) from exc
-
-    def _static_tags(self, *, nodeclass_name: str, extra: Mapping[str, str]) -> dict[str, str]:
-        static = {
-            f"kubernetes.io/cluster/{self._cluster}": "owned",
-            EKS_CLUSTER_TAG: self._cluster,
-            NODECLASS_TAG: nodeclass_name,
-        }
-        tags = {k: str(v) for k, v in extra.items() if not _restricted_tag(k)}
-        dropped = sorted(set(extra) - set(tags))
-        if dropped:
-            LOG.warning("EC2NodeClass %s: ignoring restricted tags %s", nodeclass_name, dropped)
-        return {**tags, **static}
-
-    def _tags(self, *, request: LaunchRequest, resolved: ResolvedNodeClass) -> dict[str, str]:
-        """Instance/volume/fleet tags: node class tags, request tags, then Karpenter's static tags (win)."""
-        tags = self._static_tags(nodeclass_name=resolved.name, extra=field_value(resolved.spec, "tags") or {})
-        extra = {k: v for k, v in request.tags.items() if not _restricted_tag(k)}
-        return {
-            **extra,
-            **tags,
-            NODEPOOL_TAG: request.nodepool_name,
-            NODECLAIM_TAG: request.nodeclaim_name,
-            "Name": request.nodeclaim_name,
-        }
+        return launcher.create(request=request)
 
     def _remember(self, errors: Sequence[UnavailableOffering]) -> None:
-        shared: list[tuple[str, str, str, str]] = []
-        for error in errors:
-            if error.code == "AuthFailure.ServiceLinkedRoleCreationNotPermitted":
-                self.unavailable.mark_capacity_type(capacity_type=CAPACITY_TYPE_SPOT, reason=error.code)
-            elif error.instance_type and error.zone:
-                capacity_type = error.capacity_type or CAPACITY_TYPE_ON_DEMAND
-                self.unavailable.mark(
-                    instance_type=error.instance_type, zone=error.zone, capacity_type=capacity_type, reason=error.code
-                )
-                shared.append((error.instance_type, error.zone, capacity_type, error.code))
-        if self.state is None or not shared:
-            return
-        expires_at = self._wall() + self._unavailable_ttl
-        for instance_type, zone, capacity_type, code in shared:
-            try:
-                self.state.mark_unavailable(
-                    instance_type=instance_type,
-                    zone=zone,
-                    capacity_type=capacity_type,
-                    expires_at=expires_at,
-                    reason=code,
-                )
-            except Exception as exc:  # the shared layer only improves plans; never fail a launch over it
-                LOG.warning(
-                    "could not share unavailable offering %s/%s/%s: %s", instance_type, zone, capacity_type, exc
-                )
+        remember_unavailable(
+            errors,
+            local=self.unavailable,
+            state=self.state,
+            ttl_seconds=self._unavailable_ttl,
+            wall_clock=self._wall,
+        )
 
     def sync_unavailable(self) -> int:
         """Merge the state store's unexpired offering marks into the in-memory cache; returns how many.
 
         A store error is logged and 0 returned (plans then rely on this container's marks only).
         """
-        if self.state is None:
-            return 0
-        now = self._wall()
-        try:
-            marks = self.state.list_unavailable(now=now)
-        except Exception as exc:
-            LOG.warning("could not read shared unavailable offerings: %s", exc)
-            return 0
-        for mark in marks:
-            self.unavailable.merge(
-                instance_type=mark.instance_type,
-                zone=mark.zone,
-                capacity_type=mark.capacity_type,
-                seconds=mark.expires_at - now,
-            )
-        return len(marks)
+        return sync_unavailable(local=self.unavailable, state=self.state, wall_clock=self._wall)
 
     def mark_unavailable(self, *, offerings: Sequence[UnavailableOffering]) -> None:
         """Mark offerings unavailable (e.g. a spot interruption of (type, zone, spot)), here and in the state store."""
@@ -443,16 +265,6 @@ class Ec2CloudProvider:
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
         """Terminate instances; unknown or already-terminated ids are not an error."""
         self.instances.terminate(instance_ids=instance_ids)
-
-
-def _restricted_tag(key: str) -> bool:
-    """Tags an EC2NodeClass may not set (Karpenter ``RestrictedTagPatterns``)."""
-    return key.startswith("kubernetes.io/cluster/") or key in (
-        EKS_CLUSTER_TAG,
-        NODEPOOL_TAG,
-        NODECLAIM_TAG,
-        NODECLASS_TAG,
-    )
 
 
 class _LazyClient:

@@ -1,7 +1,7 @@
 """Karpenter's unavailable-offerings cache (``pkg/cache/unavailableofferings.go``), in memory: a (type,
 zone, capacity type) that hit a capacity error, or a spot offering that was interrupted, is unavailable
 for :data:`UNAVAILABLE_OFFERINGS_TTL_SECONDS`, so the next scheduling pass plans around it. The shared
-layer in the DynamoDB state table is wired in :class:`~nodesmith.adapters.aws.provider.Ec2CloudProvider`.
+layer in the DynamoDB state table is :mod:`nodesmith.adapters.aws.unavailable_shared`.
 """
 
 from __future__ import annotations
