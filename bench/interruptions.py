@@ -213,6 +213,19 @@ class Monitor:
                 self.in_violation.discard(app)
 
 
+def _spread(values: list[float]) -> dict[str, float | int] | None:
+    """``{count, min, p50, max}`` of ``values`` (seconds, rounded), or None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return {
+        "count": len(ordered),
+        "min": round(ordered[0], 2),
+        "p50": round(ordered[len(ordered) // 2], 2),
+        "max": round(ordered[-1], 2),
+    }
+
+
 def _reclaim(
     world: Any, launched: list[dict[str, Any]], deadlines: dict[str, float], stop: threading.Event
 ) -> set[str]:
@@ -438,6 +451,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "skipped_lease_held": sum(1 for r in counters.replacements if r.skipped),
                     "failed": sum(1 for r in counters.replacements if r.errors and not r.ran),
                     "nodeclaims_launched": sum(r.nodeclaims_launched for r in counters.replacements),
+                },
+                "drains_started_seconds": _spread([at - t0 for at in counters.drain_started.values()]),
+                "replacement_pass_seconds": {
+                    "took": _spread([took for _, took in counters.replacement_times]),
+                    "ended_at": _spread([at - t0 for at, _ in counters.replacement_times]),
                 },
                 "nodes_removed": len(names & monitor.removed_nodes),
                 "run_seconds": round(end, 2),

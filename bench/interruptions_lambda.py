@@ -55,6 +55,8 @@ class Counters:
         self.failed_records = 0
         self.errors: list[str] = []
         self.replacements: list[Any] = []
+        self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
+        self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
         self.on_terminate: Any = lambda ids: None
         """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
 
@@ -73,11 +75,14 @@ class Counters:
             result = replace(replace_capacity)
             with counters.lock:
                 counters.replacements.append(result)
+                if result.ran:
+                    counters.replacement_times.append((time.monotonic(), result.seconds))
             return result
 
         def counted_drain(self: Any, entry: Any, case: Any) -> Any:
             with counters.lock:
                 first = entry.item.continuation is None or entry.item.continuation.handoff
+                counters.drain_started.setdefault((entry.item.message.event_id, case.instance_id), time.monotonic())
                 counters.drains[
                     (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
                 ] += 1
@@ -302,6 +307,8 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
             {"ran": r.ran, "skipped": r.skipped, "errors": list(r.errors), "nodeclaims_launched": r.nodeclaims_launched}
             for r in counters.replacements
         ],
+        "replacement_times": counters.replacement_times,
+        "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
         "killed": consumer.killed,
         "duplicated": sorted(consumer.duplicated),
     }
@@ -322,6 +329,10 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.failed_records += part["failed_records"]
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
+        counters.replacement_times += [tuple(t) for t in part["replacement_times"]]
+        for key, at in part["drain_started"]:
+            k = (key[0], key[1])
+            counters.drain_started[k] = min(at, counters.drain_started.get(k, at))
     return part["killed"], set(part["duplicated"])
 
 
