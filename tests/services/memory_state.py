@@ -18,6 +18,7 @@ from nodesmith.core.ports import DrainProgress, LeaseInfo, OfferingMark
 class MemoryStateStore:
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (holder, expires_at)
     acquired: dict[str, float] = field(default_factory=dict)  # name -> when its holder last acquired it
+    requested: dict[str, float] = field(default_factory=dict)  # name -> latest pass request (request_pass)
     drains: dict[str, tuple[DrainProgress, float]] = field(default_factory=dict)
     offerings: dict[tuple[str, str, str], OfferingMark] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
@@ -49,6 +50,26 @@ class MemoryStateStore:
             if current is None or current[0] != holder:
                 return False
             del self.leases[name]
+            self.requested.pop(name, None)
+            return True
+
+    def request_pass(self, *, name: str, after: float, now: float) -> bool:
+        with self._lock:
+            current = self.leases.get(name)
+            if current is None or current[1] < now:
+                return False
+            self.requested[name] = max(after, self.requested.get(name, after))
+            return True
+
+    def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
+        with self._lock:
+            current = self.leases.get(name)
+            if current is None or current[0] != holder:
+                return True
+            if self.requested.get(name, since) > since:
+                return False
+            del self.leases[name]
+            self.requested.pop(name, None)
             return True
 
     def lease_holder(self, *, name: str, now: float) -> str | None:
@@ -59,7 +80,12 @@ class MemoryStateStore:
         current = self.leases.get(name)
         if current is None or current[1] < now:
             return None
-        return LeaseInfo(holder=current[0], acquired_at=self.acquired.get(name, 0.0), expires_at=current[1])
+        return LeaseInfo(
+            holder=current[0],
+            acquired_at=self.acquired.get(name, 0.0),
+            expires_at=current[1],
+            requested_at=self.requested.get(name),
+        )
 
     def get_drain(self, *, instance_id: str) -> DrainProgress | None:
         stored = self.drains.get(instance_id)

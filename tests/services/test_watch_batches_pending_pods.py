@@ -98,3 +98,20 @@ def test_a_pod_that_arrived_during_a_long_pass_is_batched_from_its_arrival_not_t
     )
     assert out.batches == [1]
     assert passes == [0.0, 3.0]  # its idle second had passed when the pass ended: no extra wait
+
+
+def test_a_pass_asked_for_by_an_interruption_batch_runs_at_once_without_pending_pods() -> None:
+    ft = FakeTime({})
+    asked_at = 3.0  # an interruption batch cordoned nodes at 3.0 and asked the watcher for a pass
+    seen: list[float] = []
+
+    def requested(since: float) -> bool:
+        seen.append(since)
+        return ft.t >= asked_at and since < asked_at
+
+    watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
+          resync_seconds=99, requested=requested)  # fmt: skip
+
+    assert ft.passes[0] == 0.0 and len(ft.passes) == 2  # the start, then one for the request (not repeated)
+    assert 3.0 <= ft.passes[1] <= 3.2
+    assert max(seen) == ft.passes[1]  # later checks ask about requests after the pass that served it

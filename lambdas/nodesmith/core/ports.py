@@ -318,11 +318,16 @@ class OfferingMark:
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
-    """Who holds a lease: ``holder``, since ``acquired_at`` (its last acquire), until ``expires_at`` (epoch seconds)."""
+    """Who holds a lease: ``holder``, since ``acquired_at`` (its last acquire), until ``expires_at`` (epoch seconds).
+
+    ``requested_at`` is the latest :meth:`StateStore.request_pass` on it (epoch seconds; None when
+    none was made): a pass starting after that moment is still owed.
+    """
 
     holder: str
     acquired_at: float
     expires_at: float
+    requested_at: float | None = None
 
 
 class StateStore(Protocol):
@@ -347,6 +352,25 @@ class StateStore(Protocol):
 
     def release_lease(self, *, name: str, holder: str) -> bool:
         """Give the lease up; False when ``holder`` did not have it (expired and taken, or never held)."""
+        ...
+
+    def request_pass(self, *, name: str, after: float, now: float) -> bool:
+        """Ask the current holder of lease ``name`` for one more run of its work, starting after ``after``.
+
+        True when the request is recorded on a lease held at ``now`` (or an equal or later one
+        already was): the holder then finds it at :meth:`release_unless_requested` and runs again,
+        so the caller need not wait for the lease. False when the lease is free or expired at
+        ``now`` (nobody would see the request; take the lease instead).
+        """
+        ...
+
+    def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
+        """Give ``holder``'s lease up unless a pass was requested after ``since`` (its run's start).
+
+        True when released, or when ``holder`` no longer has it; False when a request newer than
+        ``since`` is pending: the lease stays ``holder``'s, which should take it again
+        (:meth:`acquire_lease`, which keeps the request) and run once more.
+        """
         ...
 
     def lease_holder(self, *, name: str, now: float) -> str | None:

@@ -49,6 +49,9 @@ _RECENT_EVENTS: dict[str, float] = {}
 """Rejection Events this container posted recently (deduplication)."""
 
 _MAX_LOGGED_REASONS = 20
+REQUESTED_PASSES_SECONDS = 30.0
+"""For how long (seconds) after its pass the reconcile Lambda runs provisioning passes again for
+interruption batches that cordoned nodes meanwhile and asked it to (:func:`with_lease`)."""
 
 
 def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
@@ -215,6 +218,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                 holder=str(getattr(context, "aws_request_id", "") or f"reconcile-{time.time():.6f}"),
                 ttl_seconds=lease_ttl(remaining),
                 work=_pass_and_disrupt,
+                again=_provision_only,  # interruption batches that cordoned during the pass asked for one more
+                again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
             )
             if not leased.acquired or leased.value is None:
                 logger.info("reconcile pass skipped", extra={"reason": leased.skipped_reason})

@@ -47,6 +47,9 @@ SYNC_WAIT_SECONDS = 10.0
 WATCHED_POLL_SECONDS = 1.0
 """The batcher's safety-net poll while the pod watch wakes it (it only reads memory)."""
 
+REQUEST_CHECK_SECONDS = 1.0
+"""How often (seconds) the watch reads the lease for passes requested by interruption batches."""
+
 
 @dataclass(frozen=True, slots=True)
 class WatchRun:
@@ -124,9 +127,29 @@ def run_watch(
     def renew() -> bool:
         return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
 
+    asked_at = [-REQUEST_CHECK_SECONDS]
+
+    def requested(since: float) -> bool:
+        """A pass asked for (an interruption batch cordoned after the last pass began): ``since`` is ``clock`` time.
+
+        Reads the lease at most every :data:`REQUEST_CHECK_SECONDS`."""
+        if clock() - asked_at[0] < REQUEST_CHECK_SECONDS:
+            return False
+        asked_at[0] = clock()
+        info = state.lease_info(name=LEASE, now=wall())
+        return bool(info and info.requested_at is not None and info.requested_at > wall() - (clock() - since))
+
     source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
     try:
-        out = watch(run_pass=one, run_resync=full, stop_at=clock() + budget, renew=renew, clock=clock, **source)
+        out = watch(
+            run_pass=one,
+            run_resync=full,
+            stop_at=clock() + budget,
+            renew=renew,
+            clock=clock,
+            requested=requested,
+            **source,
+        )
     finally:
         close()
         state.release_lease(name=LEASE, holder=holder)

@@ -54,13 +54,17 @@ def lease_ttl(remaining_seconds: float | None) -> float:
 class Leased(Generic[T]):
     """The result of :func:`with_lease`: ``acquired`` and the work's ``value``, or who held the lease.
 
-    ``covered`` is True when the work was skipped because the holder's run already does it.
+    ``covered`` is True when the work was skipped because the holder's run already does it;
+    ``requested`` when it was skipped because the holder was asked for one more run (and will do it
+    before it releases the lease). ``reruns`` counts the extra runs a holder did for such requests.
     """
 
     acquired: bool
     value: T | None = None
     held_by: str | None = None
     covered: bool = False
+    requested: bool = False
+    reruns: int = 0
 
     @property
     def skipped_reason(self) -> str:
@@ -68,7 +72,11 @@ class Leased(Generic[T]):
         if self.acquired:
             return ""
         reason = f"skipped: lease held by {self.held_by or 'another invocation'}"
-        return f"{reason} (its pass covers this work)" if self.covered else reason
+        if self.covered:
+            return f"{reason} (its pass covers this work)"
+        if self.requested:
+            return f"{reason} (asked it for another pass)"
+        return reason
 
 
 def with_lease(
@@ -81,6 +89,9 @@ def with_lease(
     wait_seconds: float = 0.0,
     poll_seconds: float = 0.5,
     covered: Callable[[LeaseInfo], bool] | None = None,
+    request_after: float | None = None,
+    again: Callable[[], object] | None = None,
+    again_within_seconds: float = 0.0,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -89,7 +100,19 @@ def with_lease(
 
     Tries to acquire at once, then every ``poll_seconds`` for up to ``wait_seconds`` (seconds; 0
     means one try). ``covered(info)`` may end the wait early: True when the current holder's run
-    does this work anyway (e.g. it took the lease after what this caller needs was written).
+    does this work anyway (e.g. it took the lease after what this caller needs was written). With
+    ``request_after`` (epoch seconds) a caller that finds the lease held asks the holder for one
+    more run starting after that moment (:meth:`~nodesmith.core.ports.StateStore.request_pass`)
+    and returns at once (``requested``) instead of waiting: Karpenter's provisioner is likewise
+    *triggered* by whoever needs a pass and batches the triggers into its next one.
+
+    As the holder: when ``work`` returns, the lease is released unless a pass was requested after
+    ``work`` started; then ``again`` runs (after re-taking the lease, which moves ``acquired_at`` so
+    later callers see themselves covered), as often as requests keep coming, for up to
+    ``again_within_seconds`` after the first run ended. Requests still pending after that, or for a
+    holder without ``again``, are left to whoever takes the lease next (logged). An error in ``again``
+    is logged and ends the reruns (``work``'s value stands).
+
     ``wall`` gives epoch seconds for the store, ``clock`` monotonic seconds for the wait. The lease
     is released when ``work`` returns or raises (a failed release is logged: the TTL frees it).
     Errors of the store while acquiring propagate: without the lease nothing runs.
@@ -100,16 +123,54 @@ def with_lease(
         if info is not None and covered is not None and covered(info):
             LOG.info("lease %s held by %s, whose run covers %s's work", name, info.holder, holder)
             return Leased(acquired=False, held_by=info.holder, covered=True)
+        if (
+            info is not None
+            and request_after is not None
+            and state.request_pass(name=name, after=request_after, now=wall())
+        ):
+            LOG.info("lease %s held by %s; %s asked it for another pass", name, info.holder, holder)
+            return Leased(acquired=False, held_by=info.holder, requested=True)
         if clock() >= give_up:
             held_by = info.holder if info is not None else None
             LOG.info("lease %s held by %s; %s skips", name, held_by, holder)
             return Leased(acquired=False, held_by=held_by)
         sleep(max(0.0, min(poll_seconds, give_up - clock())))
+    started = wall()
+    released = False
+    reruns = 0
     try:
-        return Leased(acquired=True, value=work())
+        value = work()
+        until = clock() + max(0.0, again_within_seconds)
+        while True:
+            try:
+                released = state.release_unless_requested(name=name, holder=holder, since=started)
+            except Exception as exc:
+                LOG.warning("lease %s: could not check %s's release for requests (%s)", name, holder, exc)
+                break  # released plainly below
+            if released:
+                break
+            if again is None or clock() >= until:
+                LOG.warning("lease %s: a pass requested of %s is left to the next holder", name, holder)
+                break
+            if not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
+                released = True  # expired and taken meanwhile: the new holder's pass covers the request
+                break
+            started = wall()
+            try:
+                again()
+            except Exception:
+                LOG.exception("lease %s: the pass %s ran again on request failed", name, holder)
+                break
+            reruns += 1
+        return Leased(acquired=True, value=value, reruns=reruns)
     finally:
-        try:
-            if not state.release_lease(name=name, holder=holder):
-                LOG.warning("lease %s was no longer held by %s at release (it expired)", name, holder)
-        except Exception as exc:
-            LOG.warning("lease %s not released by %s (%s); it expires on its own", name, holder, exc)
+        if not released:
+            _release(state, name, holder)
+
+
+def _release(state: StateStore, name: str, holder: str) -> None:
+    try:
+        if not state.release_lease(name=name, holder=holder):
+            LOG.warning("lease %s was no longer held by %s at release (it expired)", name, holder)
+    except Exception as exc:
+        LOG.warning("lease %s not released by %s (%s); it expires on its own", name, holder, exc)

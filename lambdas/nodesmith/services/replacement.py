@@ -10,6 +10,7 @@ pods as a concurrent reconcile pass or another interruption invocation.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -31,14 +32,18 @@ CLOCK_SKEW_SECONDS = 1.0
 class Replacement:
     """What the replacement pass did: NodeClaims launched, pods placed, or why it did not run.
 
-    ``skipped`` is ``"skipped: lease held by <holder>"`` when another pass held the reconcile
-    lease (that pass, or the next scheduled one, provisions for the cordoned nodes); ``seconds``
-    is its wall time. ``created_by`` / ``launched_by`` are ``(NodePool, capacity type, count)``
+    ``skipped`` is ``"skipped: lease held by <holder> (...)"`` when another pass held the reconcile
+    lease: its pass already covers the cordoned nodes, or (``requested``) it was asked for another
+    pass, which it runs before it lets go of the lease. ``reruns`` counts the passes this one ran
+    again on others' request (their launches are included in the counts); ``seconds`` is the wall
+    time of all of them. ``created_by`` / ``launched_by`` are ``(NodePool, capacity type, count)``
     triples (JSON-safe, for the metrics' dimensions).
     """
 
     ran: bool
     skipped: str = ""
+    requested: bool = False
+    reruns: int = 0
     nodeclaims_launched: int = 0
     launched: tuple[str, ...] = ()
     pods_rescheduled: int = 0
@@ -68,28 +73,38 @@ def replacement_launcher(
 
     The callable is invoked once the batch's nodes are cordoned. When another pass holds the lease
     and took it after that moment (plus :data:`CLOCK_SKEW_SECONDS`), its snapshot already sees these
-    nodes as leaving, so this pass is skipped at once; otherwise it waits up to ``wait_seconds`` for
-    the lease (a pass that started too early to see these nodes) and then runs, or is skipped when
-    the wait runs out (the scheduled reconcile then provisions for the nodes). Without a ``state``
-    store there is no lease (single container, tests, the embedded default) and the pass just runs.
-    ``provision`` defaults to :func:`~nodesmith.services.reconcile.provision_leaving`, imported when
-    the pass runs, so a cold interruption Lambda cordons before it loads the scheduler. ``wall``
-    (epoch seconds), ``clock`` (monotonic seconds) and ``sleep`` drive the wait (injectable for tests).
+    nodes as leaving, so this pass is skipped at once. When the holder started too early to see
+    them, it is asked for another pass (:meth:`~nodesmith.core.ports.StateStore.request_pass`),
+    which it runs before it lets go of the lease, and this one is skipped at once too: in a burst,
+    hundreds of invocations would otherwise each wait for the lease in turn, holding the concurrency
+    the next messages' cordons need. Holding the lease, this pass runs again as long as such
+    requests come in, for up to ``wait_seconds``; a request still pending then is left to the next
+    holder (the next interruption batch or the scheduled reconcile). ``wait_seconds`` also bounds the
+    wait for a lease that frees between the two checks. Without a ``state`` store there is no lease
+    (single container, tests, the embedded default) and the pass just runs. ``provision`` defaults
+    to :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a
+    cold interruption Lambda cordons before it loads the scheduler. ``wall`` (epoch seconds),
+    ``clock`` (monotonic seconds) and ``sleep`` drive the wait (injectable for tests).
     """
 
     def run() -> Replacement:
         started = clock()
         ready_at = wall()  # the batch's nodes are tainted by now: a snapshot taken later sees them leaving
+        outs: list[ReconcileOutcome] = []
 
         def work() -> ReconcileOutcome:
             if provision is not None:
-                return provision(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=wall())
-            from nodesmith.services.reconcile import provision_leaving
+                out = provision(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=wall())
+            else:
+                from nodesmith.services.reconcile import provision_leaving
 
-            return provision_leaving(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=wall())
+                out = provision_leaving(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=wall())
+            outs.append(out)
+            return out
 
         if state is None:
-            out: ReconcileOutcome | None = work()
+            work()
+            reruns = 0
         else:
             leased = with_lease(
                 state=state,
@@ -102,22 +117,32 @@ def replacement_launcher(
                 clock=clock,
                 sleep=sleep,
                 covered=lambda info: info.acquired_at >= ready_at + CLOCK_SKEW_SECONDS,
+                request_after=ready_at + CLOCK_SKEW_SECONDS,
+                again=work,
+                again_within_seconds=wait_seconds,
             )
             if not leased.acquired:
-                return Replacement(ran=False, skipped=leased.skipped_reason, seconds=clock() - started)
-            out = leased.value
-        assert out is not None
+                return Replacement(
+                    ran=False, skipped=leased.skipped_reason, requested=leased.requested, seconds=clock() - started
+                )
+            reruns = leased.reruns
+        created: Counter[tuple[str, str]] = Counter()
+        launched: Counter[tuple[str, str]] = Counter()
+        for out in outs:
+            created.update(out.created_by)
+            launched.update(out.launched_by)
         return Replacement(
             ran=True,
-            nodeclaims_launched=out.nodeclaims_launched,
-            launched=tuple(out.launched),
-            pods_rescheduled=out.pods_rescheduled,
-            pods_scheduled=out.pods_scheduled,
-            offerings_marked_unavailable=out.offerings_marked_unavailable,
-            errors=tuple(out.errors),
+            reruns=reruns,
+            nodeclaims_launched=sum(out.nodeclaims_launched for out in outs),
+            launched=tuple(name for out in outs for name in out.launched),
+            pods_rescheduled=max(out.pods_rescheduled for out in outs),
+            pods_scheduled=sum(out.pods_scheduled for out in outs),
+            offerings_marked_unavailable=sum(out.offerings_marked_unavailable for out in outs),
+            errors=tuple(e for out in outs for e in out.errors),
             seconds=clock() - started,
-            created_by=tuple((pool, kind, n) for (pool, kind), n in sorted(out.created_by.items())),
-            launched_by=tuple((pool, kind, n) for (pool, kind), n in sorted(out.launched_by.items())),
+            created_by=tuple((pool, kind, n) for (pool, kind), n in sorted(created.items())),
+            launched_by=tuple((pool, kind, n) for (pool, kind), n in sorted(launched.items())),
         )
 
     return run

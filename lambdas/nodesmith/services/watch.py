@@ -100,6 +100,7 @@ def watch(
     max_seconds: float = BATCH_MAX_SECONDS,
     resync_seconds: float = RESYNC_SECONDS,
     arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None,
+    requested: Callable[[float], bool] | None = None,
 ) -> WatchOutcome:
     """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
 
@@ -115,15 +116,21 @@ def watch(
     last ``clock`` time at which the given pods became pending: a pod that arrived while a pass ran
     then opens its batch at that moment, not when the pass ended, so the batch's idle and maximum
     windows are real time as in Karpenter (whose provisioner does not wait for disruption).
-    Exceptions of ``run_pass`` propagate.
+    ``requested(since)`` (optional, checked every loop) is True when someone asked the lease holder
+    for a pass starting after ``since`` (the ``clock`` time the last pass started; an interruption
+    batch whose cordons the pass did not see, :meth:`~nodesmith.core.ports.StateStore.request_pass`):
+    a provisioning pass then runs at once. Exceptions of ``run_pass`` propagate.
     """
     out = WatchOutcome()
     full = run_resync or run_pass
+
+    started = [clock()]
 
     def one_pass(*, resync: bool = True) -> bool:
         if renew is not None and not renew():
             out.stopped = "lease lost"
             return False
+        started[0] = clock()
         (full if resync else run_pass)()
         out.passes += 1
         return True
@@ -151,6 +158,8 @@ def watch(
                 last_seen = max(last_seen, last)
             batch |= new
         closes = bool(batch) and (now - last_seen >= idle_seconds or now - opened >= max_seconds)
+        if not closes and requested is not None and requested(started[0]):
+            closes = True  # provision now for nodes cordoned since the last pass began
         if closes or now - last_pass >= resync_seconds:
             if batch:
                 out.batches.append(len(batch))

@@ -6,7 +6,8 @@ The table (``infra/constructs/reconcile.py``) has string keys ``pk``/``sk`` and 
 ==========================  =========================  ===========================================
 pk                          sk                         attributes
 ==========================  =========================  ===========================================
-``lease#<name>``            ``lease``                  ``holder``, ``acquired_at``, ``expires_at``
+``lease#<name>``            ``lease``                  ``holder``, ``acquired_at``, ``expires_at``,
+                                                       ``requested_at`` (a pass owed, see below)
 ``drain#<instance id>``     ``progress``               the :class:`DrainProgress` fields, ``expires_at``
 ``offering``                ``<type>#<zone>#<ct>``     ``instance_type``, ``zone``, ``capacity_type``,
                                                        ``reason``, ``expires_at``
@@ -15,9 +16,12 @@ pk                          sk                         attributes
 Powertools idempotency records share the table (``pk = idempotency#<function>``), see
 ``nodesmith.handlers.wiring``.
 
-Leases are conditional writes (the DynamoDB lock pattern, ``interruption-peers.md`` §4): a
-``PutItem`` succeeds only when ``attribute_not_exists(pk) OR expires_at < :now OR holder = :me``,
-so of two callers racing for a free lease exactly one wins. TTL deletion lags (up to days), so
+Leases are conditional writes (the DynamoDB lock pattern, ``interruption-peers.md`` §4): an
+``UpdateItem`` takes the lease only when ``attribute_not_exists(pk) OR expires_at < :now OR holder = :me``,
+so of two callers racing for a free lease exactly one wins. A caller that finds the lease held asks
+the holder for one more pass (``requested_at``, only while the lease is held); the holder's release
+is conditional on no request newer than its pass's start, so a request is either seen by the holder
+or made on a free lease (and then the caller takes it): none is lost between the two. TTL deletion lags (up to days), so
 every read also checks ``expires_at`` itself. All offering marks live under one partition key, so
 listing them is a single ``Query`` (there are at most a few hundred at a time, each for 3 minutes).
 
@@ -107,18 +111,13 @@ class DynamoStateStore:
 
     def acquire_lease(self, *, name: str, holder: str, ttl_seconds: float, now: float) -> bool:
         """Take (or extend) lease ``name`` for ``holder`` until ``now + ttl_seconds``; False if someone else has it."""
-        item = {
-            **self._lease_key(name),
-            "holder": _s(holder),
-            "acquired_at": _n(now),
-            "expires_at": _ttl(now + ttl_seconds),
-        }
         try:
-            self.client.put_item(
+            self.client.update_item(  # an update, not a put: a pending pass request survives a re-acquire
                 TableName=self.table_name,
-                Item=item,
+                Key=self._lease_key(name),
+                UpdateExpression="SET holder = :me, acquired_at = :now, expires_at = :until",
                 ConditionExpression="attribute_not_exists(pk) OR expires_at < :now OR holder = :me",
-                ExpressionAttributeValues={":now": _n(now), ":me": _s(holder)},
+                ExpressionAttributeValues={":now": _n(now), ":me": _s(holder), ":until": _ttl(now + ttl_seconds)},
             )
         except Exception as exc:
             if _code(exc) == _CONDITION_FAILED:
@@ -157,6 +156,42 @@ class DynamoStateStore:
             raise
         return True
 
+    def request_pass(self, *, name: str, after: float, now: float) -> bool:
+        """Record on the held lease ``name`` that a pass starting after ``after`` is owed; False when it is free."""
+        try:
+            self.client.update_item(
+                TableName=self.table_name,
+                Key=self._lease_key(name),
+                UpdateExpression="SET requested_at = :after",
+                ConditionExpression=(
+                    "attribute_exists(holder) AND expires_at >= :now "
+                    "AND (attribute_not_exists(requested_at) OR requested_at < :after)"
+                ),
+                ExpressionAttributeValues={":after": _n(after), ":now": _n(now)},
+            )
+        except Exception as exc:
+            if _code(exc) != _CONDITION_FAILED:
+                raise
+            info = self.lease_info(name=name, now=now)  # free, or already asked for as late a pass
+            return info is not None and info.requested_at is not None and info.requested_at >= after
+        return True
+
+    def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
+        """Delete ``holder``'s lease unless a pass was requested after ``since``; False when one was."""
+        try:
+            self.client.delete_item(
+                TableName=self.table_name,
+                Key=self._lease_key(name),
+                ConditionExpression="holder = :me AND (attribute_not_exists(requested_at) OR requested_at <= :since)",
+                ExpressionAttributeValues={":me": _s(holder), ":since": _n(since)},
+            )
+        except Exception as exc:
+            if _code(exc) != _CONDITION_FAILED:
+                raise
+            item = self.client.get_item(TableName=self.table_name, Key=self._lease_key(name), ConsistentRead=True)
+            return _str(item.get("Item") or {}, "holder") != holder  # still ours: a pass is owed
+        return True
+
     def lease_holder(self, *, name: str, now: float) -> str | None:
         """The holder of lease ``name`` at ``now`` (strongly consistent read), or None."""
         info = self.lease_info(name=name, now=now)
@@ -169,8 +204,12 @@ class DynamoStateStore:
         )
         if not item or _num(item, "expires_at") < now or not _str(item, "holder"):
             return None
+        requested = item.get("requested_at")
         return LeaseInfo(
-            holder=_str(item, "holder"), acquired_at=_num(item, "acquired_at"), expires_at=_num(item, "expires_at")
+            holder=_str(item, "holder"),
+            acquired_at=_num(item, "acquired_at"),
+            expires_at=_num(item, "expires_at"),
+            requested_at=float(requested["N"]) if requested and "N" in requested else None,
         )
 
     # -- drain progress ---------------------------------------------------------------------------
