@@ -87,6 +87,7 @@ class _Pass:
         now: float,
         solver: Solver,
         clock: Callable[[], float],
+        every_instance: bool = True,
     ) -> None:
         self.cluster = cluster
         self.cloud = cloud
@@ -96,7 +97,7 @@ class _Pass:
         self.clock = clock
         self.out = ReconcileOutcome()
         self.lock = threading.Lock()  # the pass's tallies, written by parallel launches
-        self.snap = take_snapshot(cluster=cluster, cloud=cloud)
+        self.snap = take_snapshot(cluster=cluster, cloud=cloud, every_instance=every_instance)
         self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
         self.nodes: list[Node] = list(self.snap.nodes)
         self.leaving: set[str] = set()
@@ -410,11 +411,22 @@ def provision_leaving(
     scheduled pass (Karpenter's provisioner picks up pods of deleting nodes in its next batch,
     ``karpenter-v1.md`` §4.3). Same snapshot, scheduler, launches and capacity-error fallback as
     :func:`reconcile`, including pending pods, so the two never disagree; NodeClaim registration,
-    liveness and garbage collection are left to the scheduled pass. Hold the reconcile lease
+    liveness and garbage collection are left to the scheduled pass. It reads only the instances of
+    in-flight NodeClaims (:func:`~nodesmith.services.reconcile_inputs.provisioning_instances`), not
+    the fleet, so the pass a burst of interruptions waits for does not grow with the cluster; the
+    ``cost_by`` it reports then covers only those. Hold the reconcile lease
     (:mod:`nodesmith.services.leases`) around it, as the reconcile handler does, so the two never
     launch for the same pods at once.
     """
-    run = _Pass(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=now, solver=solver, clock=clock)
+    run = _Pass(
+        cluster=cluster,
+        cloud=cloud,
+        cluster_name=cluster_name,
+        now=now,
+        solver=solver,
+        clock=clock,
+        every_instance=False,  # in-flight NodeClaims' instances only: a burst's pass must not grow with the fleet
+    )
     run.leaving = leaving_node_names(run.snap.nodes)
     run.prepare()
     run.launch_leftovers()

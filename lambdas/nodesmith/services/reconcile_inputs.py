@@ -10,9 +10,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import NodeClassNotReadyError
+from nodesmith.services.capacity import instance_id_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -26,6 +27,7 @@ __all__ = [
     "Snapshot",
     "merged_catalogue",
     "nodeclass_catalogues",
+    "provisioning_instances",
     "take_snapshot",
     "usable_pools",
     "without_offerings",
@@ -45,13 +47,29 @@ class Snapshot:
     instances: dict[str, Instance]
 
 
-def take_snapshot(*, cluster: Cluster, cloud: CloudProvider) -> Snapshot:
+def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: bool = True) -> Snapshot:
     """Read everything a pass needs; EC2's DescribeInstances runs alongside the Kubernetes lists.
 
     The instance list is the slowest read (and grows with the fleet), so it no longer waits for the
     six lists in front of it on the way to CreateFleet. An instance launched meanwhile without its
     NodeClaim in the snapshot is covered by the orphan grace period, as before.
+
+    ``every_instance=False`` (provisioning only, :func:`~nodesmith.services.reconcile.provision_leaving`)
+    reads just the instances provisioning uses (:func:`provisioning_instances`) instead of the fleet.
     """
+    if not every_instance:
+        nodes = cluster.list_nodes()
+        pods = cluster.list_pods()
+        nodeclaims = cluster.list_nodeclaims()
+        return Snapshot(
+            nodes=nodes,
+            pods=pods,
+            daemonsets=cluster.list_daemonsets(),
+            nodepools=cluster.list_nodepools(),
+            nodeclasses={nc.name: nc for nc in cluster.list_ec2nodeclasses()},
+            nodeclaims=nodeclaims,
+            instances=provisioning_instances(cloud=cloud, nodes=nodes, nodeclaims=nodeclaims),
+        )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") as pool:
         listing = pool.submit(cloud.list_instances)
         nodes = cluster.list_nodes()  # before pods: a pod bound meanwhile is seen bound, never double-counted
@@ -65,6 +83,38 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider) -> Snapshot:
             nodeclaims=cluster.list_nodeclaims(),
             instances={i.instance_id: i for i in listing.result()},
         )
+
+
+def provisioning_instances(
+    *, cloud: CloudProvider, nodes: Sequence[Node], nodeclaims: Sequence[NodeClaim]
+) -> dict[str, Instance]:
+    """The instances a provisioning pass reads, by id: those of NodeClaims launched but not registered.
+
+    Provisioning takes an in-flight NodeClaim's zone, type and capacity type from its instance
+    (:func:`~nodesmith.services.capacity.inflight_node`); a registered node carries them as labels,
+    and its price only matters to consolidation. So in a fleet of 1,000 nodes with 20 replacements
+    in flight, this describes 20 instances (one ``DescribeInstances`` per 200 ids, through the
+    provider's ``get_instances``) instead of listing 1,020. A NodeClaim never launched (a pass that
+    died between creating it and CreateFleet) needs the instance that carries its name, found only
+    by listing: then, or when the provider cannot describe by id, every instance is listed.
+    Terminated instances are left out, as :meth:`~nodesmith.core.ports.CloudProvider.list_instances` does.
+    """
+    live = [nc for nc in nodeclaims if nc.metadata.deletion_timestamp is None]
+    get_instances = getattr(cloud, "get_instances", None)
+    if get_instances is None or any(not nc.status.provider_id for nc in live):
+        return {i.instance_id: i for i in cloud.list_instances()}
+    registered = {n.provider_id for n in nodes if n.provider_id}
+    ids = sorted(
+        {
+            iid
+            for nc in live
+            if nc.status.provider_id not in registered and (iid := instance_id_of(nc.status.provider_id))
+        }
+    )
+    if not ids:
+        return {}
+    found: Mapping[str, Instance] = get_instances(instance_ids=ids)
+    return {iid: inst for iid, inst in found.items() if inst.state != "terminated"}
 
 
 def nodeclass_catalogues(
