@@ -67,6 +67,11 @@ RETRY_VISIBILITY_SECONDS = 5
 CONTINUATION_DELAY_SECONDS = interrupt_batch.CONTINUATION_DELAY_SECONDS
 """SQS delay of a continuation message (seconds)."""
 
+CONTINUATION_DRAIN_SECONDS = 10.0
+"""How long one drain of a continuation (a burst's hand-off, or a drain blocked before) may run in one
+invocation (seconds): two of kubectl's 5 s PodDisruptionBudget retries; a drain still blocked then
+continues in a new message, so a burst's drains take turns at the function's concurrency."""
+
 HANDOFF_MIN_DRAINS = 5
 """A batch leaving at least this many nodes to drain is a burst: it cordons, hands the drains off to
 continuation messages and returns, so the next batches are cordoned within seconds (see
@@ -173,6 +178,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         requeue_batch=wiring.build_requeue_batch(settings),
         handoff_min_drains=HANDOFF_MIN_DRAINS,
         continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
+        continuation_drain_seconds=CONTINUATION_DRAIN_SECONDS,
     )
 
 
