@@ -282,7 +282,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "NODESMITH_DRAIN_TIMEOUT_SECONDS": "15",  # the stack's min(drainTimeoutSeconds, timeout - 5) at 20 s
         }
     )
-    KUBELET_INSTANCE_CACHE_SECONDS["seconds"] = max(3.0, args.nodes / 100)
+    KUBELET_INSTANCE_CACHE_SECONDS["seconds"] = max(1.0, args.nodes / 1000)
     counters = Counters()
     counters.install()
     started = time.monotonic()

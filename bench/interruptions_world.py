@@ -41,10 +41,10 @@ TERMINATED: set[str] = set()
 SIM_MIN_STEP_SECONDS = 0.5
 """Shortest time between two steps of a simulated scheduler, kubelet or controller (seconds)."""
 
-KUBELET_INSTANCE_CACHE_SECONDS = {"seconds": 3.0}
-"""How long the simulated kubelet reuses its instance list (seconds; 3, or nodes / 100 when larger): it
-delays node registration and NotReady by at most this much, and keeps moto's DescribeInstances of every
-instance (serialised as XML) from eating the GIL."""
+KUBELET_INSTANCE_CACHE_SECONDS = {"seconds": 1.0}
+"""How long the simulated kubelet reuses its instance list (seconds; 1, or nodes / 1,000 when larger): it
+delays node registration and NotReady by at most this much."""
+
 
 EMULATOR_SHORTCUTS = [
     "moto SQS: the retention check per received message reads the retention period, and queue attributes "
@@ -52,7 +52,10 @@ EMULATOR_SHORTCUTS = [
     "moto SQS: a receive reads the clock once per queue scan instead of twice per message",
     "moto DynamoDB: conditional writes are atomic (one lock), as DynamoDB's are; moto's threads could race",
     "moto EC2: an instance's tags are read by its id (moto filters every tag of the account per instance)",
-    "simulated kubelet: EC2 instance list cached max(3 s, nodes / 100 s), less the instances terminated since",
+    "simulated kubelet: reads our live instances from moto's memory (what list_instances' DescribeInstances "
+    "returns, without its XML), at most every KUBELET_INSTANCE_CACHE_SECONDS, less the instances terminated since",
+    "moto SQS: a receive copies the in-flight FIFO message set before reading its groups (moto's server "
+    "threads changed it mid-iteration: 'Set changed size during iteration')",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
     "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
     f"simulated scheduler, kubelet and controllers step at most every {SIM_MIN_STEP_SECONDS:g} s",
@@ -72,7 +75,9 @@ def _patch_moto() -> None:
     * DynamoDB: a conditional write checks and writes under one lock, atomic as in DynamoDB (moto's
       server threads could otherwise both pass the check of one idempotency record or lease);
     * EC2: an instance's tags are read from the tag store by id instead of filtering every tag of the
-      account (done per instance by every DescribeInstances).
+      account (done per instance by every DescribeInstances);
+    * SQS: a receive copies the queue's in-flight FIFO messages before reading their groups (moto's
+      server threads changed the set mid-iteration, a 500 on ReceiveMessage).
     """
     from moto.ec2.models.core import TaggedEC2Resource
     from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
@@ -124,6 +129,10 @@ def _patch_moto() -> None:
     for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
         setattr(DynamoDBBackend, name, atomic(getattr(DynamoDBBackend, name)))
 
+    def pending_groups(self: Any) -> set[str]:
+        return {m.group_id for m in list(self._pending_messages) if m.group_id is not None}
+
+    Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment, method-assign]
     SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign]
     Queue.messages = property(visible_messages)  # type: ignore[assignment, method-assign]
     Queue.attributes = property(cached_attributes)  # type: ignore[assignment, method-assign]
@@ -165,8 +174,44 @@ def moto_host(cluster_name: str, conn: Any) -> None:
     embedded = embedded_aws.start()
     embedded_aws.seed(cluster_name=cluster_name)
     conn.send((embedded.endpoint_url, embedded.environ))
-    while True:
-        time.sleep(3600)
+    region = embedded.environ["AWS_DEFAULT_REGION"]
+    while True:  # serve the simulated kubelet's instance reads until the process is ended
+        if conn.recv() == "instances":
+            conn.send(_live_instances(cluster_name, region))
+
+
+def _live_instances(cluster_name: str, region: str) -> list[dict[str, Any]]:
+    """What the adapter's ``list_instances`` DescribeInstances returns (our live instances), read from moto's
+    memory in boto3's shape, for :func:`~nodesmith.adapters.aws.instances.instance_from_ec2`, without the
+    XML round trip (a kubelet knows its own instance; only the simulation needs the list)."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.ec2.models import ec2_backends
+
+    from nodesmith.adapters.aws.instances import LIVE_STATES, NODECLASS_TAG, NODEPOOL_TAG
+
+    backend = ec2_backends[DEFAULT_ACCOUNT_ID][region]
+    out: list[dict[str, Any]] = []
+    for inst in list(backend.all_instances()):
+        tags = dict(backend.tags.get(inst.id, {}))
+        if inst.state not in LIVE_STATES or tags.get(f"kubernetes.io/cluster/{cluster_name}") != "owned":
+            continue
+        if NODEPOOL_TAG not in tags or NODECLASS_TAG not in tags:
+            continue
+        out.append(
+            {
+                "InstanceId": inst.id,
+                "InstanceType": inst.instance_type,
+                "Placement": {"AvailabilityZone": inst.placement.zone},
+                "State": {"Name": inst.state},
+                "LaunchTime": inst.launch_time,
+                "PrivateDnsName": inst.private_dns_name,
+                "ImageId": inst.image_id,
+                "SubnetId": inst.subnet_id or "",
+                "InstanceLifecycle": inst.lifecycle or "",
+                "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+            }
+        )
+    return out
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -188,6 +233,7 @@ def _world_class() -> Any:
         :data:`SIM_MIN_STEP_SECONDS`."""
 
         moto: Any = None
+        moto_conn: Any = None
 
         def _start_aws(self) -> Any:
             import multiprocessing
@@ -202,6 +248,7 @@ def _world_class() -> Any:
             if not here.poll(180):
                 raise RuntimeError("the moto process did not start within 180 s")
             endpoint, environ = here.recv()
+            self.moto_conn = here
             os.environ.pop("AWS_PROFILE", None)
             self._set_env(environ)
             reset_clients()
@@ -215,18 +262,20 @@ def _world_class() -> Any:
                 self.moto = None
 
         def _start_components(self) -> None:
-            from nodesmith.handlers import wiring
+            from nodesmith.adapters.aws.instances import instance_from_ec2
             from nodesmith.sim.controllers import SimControllers
             from nodesmith.sim.kube_scheduler import SimScheduler
             from nodesmith.sim.kubelet import SimKubelet
             from nodesmith.sim.runner import Runner
 
-            cloud = wiring.build_cloud(wiring.get_settings())
             cache: dict[str, Any] = {"at": 0.0, "items": []}
+            conn, lock = self.moto_conn, threading.Lock()
 
             def instances() -> list[Any]:
                 if time.monotonic() - cache["at"] > KUBELET_INSTANCE_CACHE_SECONDS["seconds"]:
-                    cache["items"] = cloud.list_instances()
+                    with lock:
+                        conn.send("instances")
+                        cache["items"] = [instance_from_ec2(item) for item in conn.recv()]
                     cache["at"] = time.monotonic()
                 # A terminated instance's kubelet is gone: the cache must not let the sim re-register its Node
                 # (it did, between our DeleteNode and DeleteNodeClaim, and pods were scheduled onto it).
