@@ -81,6 +81,7 @@ from interruptions_lambda import (
     BATCH_SIZE,
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
+    FUNCTION_TIMEOUT_SECONDS,
     VISIBILITY_TIMEOUT_SECONDS,
     Counters,
     _warm_up,
@@ -453,6 +454,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "nodeclaims_launched": sum(r.nodeclaims_launched for r in counters.replacements),
                 },
                 "drains_started_seconds": _spread([at - t0 for at in counters.drain_started.values()]),
+                "invocation_seconds": _spread(counters.invocation_seconds),
+                # Lambda would have killed these at the function timeout; here they ran on (CPU-starved), their
+                # in-progress idempotency markers and SQS visibility expired, and a redelivery could drain again
+                "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
                 "replacement_pass_seconds": {
                     "took": _spread([took for _, took in counters.replacement_times]),
                     "ended_at": _spread([at - t0 for at, _ in counters.replacement_times]),

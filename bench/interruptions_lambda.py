@@ -32,6 +32,10 @@ window; ``--visibility-timeout``): the receive's visibility, which the handler s
 remaining time + 5 s, so a killed invocation's records come back after ~25 s."""
 
 
+FUNCTION_TIMEOUT_SECONDS = 20
+"""The interruption function's timeout in the stack (seconds), given to each invocation's context."""
+
+
 class LambdaKilled(BaseException):
     """The bench's stand-in for Lambda killing an invocation mid-drain (timeout, out of memory): a
     BaseException, so no handler code catches it and SQS delivers the invocation's records again."""
@@ -57,6 +61,7 @@ class Counters:
         self.replacements: list[Any] = []
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
         self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
+        self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
         self.on_terminate: Any = lambda ids: None
         """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
 
@@ -212,9 +217,11 @@ class Consumer:
                 }
                 for m in messages
             ]
+            started = time.monotonic()
             try:
                 result = handler(
-                    {"Records": records}, LambdaContext(function_name="nodesmith-interruption", timeout_seconds=20)
+                    {"Records": records},
+                    LambdaContext(function_name="nodesmith-interruption", timeout_seconds=FUNCTION_TIMEOUT_SECONDS),
                 )
                 failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
             except LambdaKilled:  # nothing is deleted: records come back when the handler's shortened visibility ends
@@ -227,6 +234,7 @@ class Consumer:
                     self.counters.errors.append(f"{type(exc).__name__}: {exc}")
             with self.counters.lock:
                 self.counters.invocations += 1
+                self.counters.invocation_seconds.append(time.monotonic() - started)
                 self.counters.failed_records += len(failed)
             done = [m for m in messages if m["MessageId"] not in failed]
             if done:  # the event source mapping deletes a batch's successes in one DeleteMessageBatch
@@ -308,6 +316,7 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
             for r in counters.replacements
         ],
         "replacement_times": counters.replacement_times,
+        "invocation_seconds": counters.invocation_seconds,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
         "killed": consumer.killed,
         "duplicated": sorted(consumer.duplicated),
@@ -330,6 +339,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
         counters.replacement_times += [tuple(t) for t in part["replacement_times"]]
+        counters.invocation_seconds += part["invocation_seconds"]
         for key, at in part["drain_started"]:
             k = (key[0], key[1])
             counters.drain_started[k] = min(at, counters.drain_started.get(k, at))

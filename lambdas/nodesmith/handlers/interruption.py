@@ -67,10 +67,11 @@ RETRY_VISIBILITY_SECONDS = 5
 CONTINUATION_DELAY_SECONDS = interrupt_batch.CONTINUATION_DELAY_SECONDS
 """SQS delay of a continuation message (seconds)."""
 
-CONTINUATION_DRAIN_SECONDS = 10.0
-"""How long one drain of a continuation (a burst's hand-off, or a drain blocked before) may run in one
-invocation (seconds): two of kubectl's 5 s PodDisruptionBudget retries; a drain still blocked then
-continues in a new message, so a burst's drains take turns at the function's concurrency."""
+CONTINUATION_STALL_SECONDS = 3.0
+"""How long a continuation's drain (a burst's hand-off, or a drain blocked before) waits in place
+without progress (seconds; PodDisruptionBudget 429s, pods still terminating) before it continues in
+a new message after :data:`CONTINUATION_DELAY_SECONDS`, so a burst's drains take turns at the
+function's concurrency instead of sleeping in it."""
 
 HANDOFF_MIN_DRAINS = 5
 """A batch leaving at least this many nodes to drain is a burst: it cordons, hands the drains off to
@@ -178,7 +179,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         requeue_batch=wiring.build_requeue_batch(settings),
         handoff_min_drains=HANDOFF_MIN_DRAINS,
         continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
-        continuation_drain_seconds=CONTINUATION_DRAIN_SECONDS,
+        continuation_stall_seconds=CONTINUATION_STALL_SECONDS,
     )
 
 

@@ -210,6 +210,7 @@ def drain_node(
     poll_seconds: float = POLL_SECONDS,
     eviction_workers: int = 1,
     on_step: Callable[[DrainResult], None] | None = None,
+    stall_seconds: float | None = None,
 ) -> DrainResult:
     """Evict the pods of an already cordoned ``node`` until it is drained or ``budget_seconds`` pass.
 
@@ -219,7 +220,11 @@ def drain_node(
     reports the node's state. Returns a :class:`DrainResult`; ``complete`` False with a ``reason``
     when the budget ran out. ``eviction_workers`` bounds the evictions in flight at once (1:
     one after another). ``on_step`` receives the result so far after every round that evicted,
-    force-deleted or was refused something; an exception it raises propagates.
+    force-deleted or was refused something; an exception it raises propagates. ``stall_seconds``
+    (None: never) ends the call early, incomplete, once that long has passed without an eviction or
+    deletion going through (only pods blocked by a PodDisruptionBudget, waited for or still
+    terminating are left): the caller continues later instead of waiting in place (Karpenter's
+    termination controller evicts and requeues the node rather than blocking on it).
 
     Raises :class:`~nodesmith.core.errors.KubernetesError` when listing pods or deleting a pod
     fails (the caller retries the whole message); eviction errors are retried within the budget.
@@ -227,6 +232,7 @@ def drain_node(
     start = clock()
     end = start + max(0.0, budget_seconds)
     state = _State()
+    last_progress = start
     while True:
         t = clock()
         plan = plan_drain(
@@ -247,7 +253,11 @@ def drain_node(
         if on_step is not None and (progressed or state.blocked_responses + state.errors > answers_before):
             on_step(_result(node=node, plan=plan, state=state, duration=clock() - start, reason="in progress"))
         if progressed:
+            last_progress = clock()
             continue  # progress: look again at once (pods with no grace are already gone)
+        if stall_seconds is not None and clock() - last_progress >= stall_seconds:
+            reason = f"no progress for {stall_seconds:g}s with {plan.remaining} pod(s) left; continuing later"
+            return _result(node=node, plan=plan, state=state, duration=clock() - start, reason=reason)
         wake = t + poll_seconds
         retries = [state.next_try[_pod_id(p)] for p in plan.evict if _pod_id(p) in state.next_try]
         if retries:

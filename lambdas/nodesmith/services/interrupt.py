@@ -181,8 +181,9 @@ class InterruptionRun:
     (a drain handed off after the cordon posts it although its cordon Events were posted already).
     ``instances_by_id`` (instance id -> Instance, or None when EC2 does not know it), when given,
     replaces the per-instance ``get_instance`` (a batch describes its instances in one call).
-    ``drain_cap_seconds`` (None: no cap) bounds each drain's own time from its start, within the
-    budget: a drain still blocked then continues in a later message, giving its turn to others.
+    ``drain_stall_seconds`` (None: never) ends a drain that has made no progress for that long, within
+    the budget (:func:`~nodesmith.services.drain.drain_node`'s ``stall_seconds``): it continues in
+    a later message, giving its turn to others.
     """
 
     def __init__(
@@ -203,10 +204,10 @@ class InterruptionRun:
         eviction_workers: int = 1,
         started_at: float | None = None,
         instances_by_id: Mapping[str, Instance | None] | None = None,
-        drain_cap_seconds: float | None = None,
+        drain_stall_seconds: float | None = None,
     ) -> None:
         self.message = message
-        self.drain_cap_seconds = drain_cap_seconds
+        self.drain_stall_seconds = drain_stall_seconds
         self.cluster = cluster
         self.cloud = cloud
         self.cluster_name = cluster_name
@@ -335,7 +336,8 @@ class InterruptionRun:
             node=node,
             now=self.now + (self.clock() - self.start),
             deadline=self.message.deadline,
-            budget_seconds=self._drain_budget(),
+            budget_seconds=max(0.0, self.budget_end - self.clock()),
+            stall_seconds=self.drain_stall_seconds,
             sleep=self.sleep,
             clock=self.clock,
             eviction_workers=self.eviction_workers,
@@ -347,11 +349,6 @@ class InterruptionRun:
             return self.remove(case)
         detail = "drained" if case.launched_by_us else "drained; not launched by Nodesmith, left to its owner"
         return case.outcome(InstanceStatus.DRAINED, detail)
-
-    def _drain_budget(self) -> float:
-        """Seconds one drain starting now may take: what is left of the budget, at most the cap."""
-        left = max(0.0, self.budget_end - self.clock())
-        return left if self.drain_cap_seconds is None else min(left, max(0.0, self.drain_cap_seconds))
 
     def remove(self, case: InstanceCase) -> InstanceOutcome:
         """Terminate the instance (when ours and still up), delete the Node and the NodeClaim."""

@@ -372,7 +372,7 @@ def handle_batch(
     drain_workers: int = 16,
     eviction_workers: int = 4,
     continuation_delay_seconds: int = CONTINUATION_DELAY_SECONDS,
-    continuation_drain_seconds: float | None = None,
+    continuation_stall_seconds: float | None = None,
     max_attempts: int = MAX_DRAIN_ATTEMPTS,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
@@ -391,12 +391,12 @@ def handle_batch(
     to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon,
     all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
     continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated).
-    ``continuation_drain_seconds`` (None: the batch budget) bounds each drain of a continuation
-    (a burst's hand-off, or a drain that was blocked before) from its own start: one still blocked
-    by a PodDisruptionBudget then continues ``continuation_delay_seconds`` later in a new message
-    instead of holding an invocation, and with it a share of the function's concurrency, that a
-    burst's other nodes need for their first evictions (Karpenter's termination controller
-    likewise requeues a node whose drain is blocked instead of waiting on it).
+    ``continuation_stall_seconds`` (None: wait within the budget) ends a continuation's drain (a
+    burst's hand-off, or a drain that was blocked before) once it has made no progress for that
+    long: one blocked by a PodDisruptionBudget then continues ``continuation_delay_seconds`` later
+    in a new message instead of sleeping in an invocation, and with it a share of the function's
+    concurrency, that a burst's other nodes need for their first evictions (Karpenter's termination
+    controller likewise requeues a node whose drain is blocked instead of waiting on it).
     Worker counts bound the thread pools.
 
     Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
@@ -431,7 +431,7 @@ def handle_batch(
             post_drain_events=e.item.continuation is None or e.item.continuation.handoff,
             eviction_workers=eviction_workers,
             started_at=t0,  # one budget for the whole batch, counted from the call
-            drain_cap_seconds=continuation_drain_seconds if e.item.continuation is not None else None,
+            drain_stall_seconds=continuation_stall_seconds if e.item.continuation is not None else None,
         )
 
     # 1. cordon every node of the batch
