@@ -21,8 +21,10 @@ from nodesmith.services.replacement import CLOCK_SKEW_SECONDS, replacement_launc
 WAIT = 10.0
 
 
-def launcher(clock: Any, state: Any, provisions: list[float], *, holder: str = "interruption-b") -> Any:
-    def provision(**kwargs: Any) -> ReconcileOutcome:
+def launcher(
+    clock: Any, state: Any, provisions: list[float], *, holder: str = "interruption-b", provision: Any = None
+) -> Any:
+    def timed_pass(**kwargs: Any) -> ReconcileOutcome:
         provisions.append(kwargs["now"])
         clock.sleep(2.0)  # a pass takes time
         return ReconcileOutcome(nodeclaims_launched=2, pods_rescheduled=6, launched=[f"nc-{len(provisions)}"])
@@ -38,7 +40,7 @@ def launcher(clock: Any, state: Any, provisions: list[float], *, holder: str = "
         wall=clock.wall,
         clock=clock,
         sleep=clock.sleep,
-        provision=provision,
+        provision=provision or timed_pass,
     )
 
 
@@ -111,19 +113,7 @@ def test_the_holder_runs_again_for_a_batch_cordoned_during_its_pass_and_reports_
         clock.sleep(1.0)
         return ReconcileOutcome(nodeclaims_launched=1, launched=[f"nc-{len(provisions)}"])
 
-    first = replacement_launcher(
-        cluster=None,  # type: ignore[arg-type]
-        cloud=None,  # type: ignore[arg-type]
-        cluster_name=fakes.CLUSTER,
-        state=state,
-        holder="interruption-a",
-        ttl_seconds=60,
-        wait_seconds=WAIT,
-        wall=clock.wall,
-        clock=clock,
-        sleep=clock.sleep,
-        provision=provision_then_a_later_batch_cordons,
-    )
+    first = launcher(clock, state, provisions, holder="interruption-a", provision=provision_then_a_later_batch_cordons)
 
     result = first()
 

@@ -57,32 +57,28 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: boo
     ``every_instance=False`` (provisioning only, :func:`~nodesmith.services.reconcile.provision_leaving`)
     reads just the instances provisioning uses (:func:`provisioning_instances`) instead of the fleet.
     """
-    if not every_instance:
-        nodes = cluster.list_nodes()
-        pods = cluster.list_pods()
-        nodeclaims = cluster.list_nodeclaims()
-        return Snapshot(
-            nodes=nodes,
-            pods=pods,
-            daemonsets=cluster.list_daemonsets(),
-            nodepools=cluster.list_nodepools(),
-            nodeclasses={nc.name: nc for nc in cluster.list_ec2nodeclasses()},
-            nodeclaims=nodeclaims,
-            instances=provisioning_instances(cloud=cloud, nodes=nodes, nodeclaims=nodeclaims),
-        )
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") as pool:
-        listing = pool.submit(cloud.list_instances)
+        listing = pool.submit(cloud.list_instances) if every_instance else None
         nodes = cluster.list_nodes()  # before pods: a pod bound meanwhile is seen bound, never double-counted
         pods = cluster.list_pods()
-        return Snapshot(
-            nodes=nodes,
-            pods=pods,
-            daemonsets=cluster.list_daemonsets(),
-            nodepools=cluster.list_nodepools(),
-            nodeclasses={nc.name: nc for nc in cluster.list_ec2nodeclasses()},
-            nodeclaims=cluster.list_nodeclaims(),
-            instances={i.instance_id: i for i in listing.result()},
+        daemonsets = cluster.list_daemonsets()
+        nodepools = cluster.list_nodepools()
+        nodeclasses = {nc.name: nc for nc in cluster.list_ec2nodeclasses()}
+        nodeclaims = cluster.list_nodeclaims()
+        instances = (
+            {i.instance_id: i for i in listing.result()}
+            if listing is not None
+            else provisioning_instances(cloud=cloud, nodes=nodes, nodeclaims=nodeclaims)
         )
+    return Snapshot(
+        nodes=nodes,
+        pods=pods,
+        daemonsets=daemonsets,
+        nodepools=nodepools,
+        nodeclasses=nodeclasses,
+        nodeclaims=nodeclaims,
+        instances=instances,
+    )
 
 
 def provisioning_instances(
