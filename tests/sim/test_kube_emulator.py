@@ -437,3 +437,34 @@ def test_pages_cover_every_namespace_in_order(v1: client.CoreV1Api) -> None:
         if not token:
             break
     assert seen == sorted(seen) and len(seen) == 6
+
+
+def test_the_pods_by_node_index_follows_creates_binds_graceful_and_final_deletes() -> None:
+    """``spec.nodeName=X`` lists come from an index by node (as the apiserver's watch cache keeps one):
+    it must follow every write, or a drain would see pods that left or miss ones that arrived."""
+    now = [1_000.0]
+    store = Store(clock=lambda: now[0], graceful_pod_deletion=True)
+
+    def on(node: str) -> list[str]:
+        return sorted(o["metadata"]["name"] for o in store.list("pods", field_selector=f"spec.nodeName={node}").items)
+
+    store.create("pods", pod("a", node="n1"))
+    store.create("pods", pod("b"))
+    store.create("pods", pod("c", node="n2"))
+    assert (on("n1"), on(""), on("n2")) == (["a"], ["b"], ["c"])
+
+    store.bind("b", namespace="default", node_name="n1")
+    assert (on("n1"), on("")) == (["a", "b"], [])
+
+    store.delete("pods", "a", namespace="default", grace_period_seconds=30)  # terminating: still on n1
+    assert on("n1") == ["a", "b"]
+    now[0] += 31
+    store.finish_graceful_deletions()
+    assert on("n1") == ["b"]
+
+    store.delete("pods", "c", namespace="default", grace_period_seconds=0)
+    assert on("n2") == [] and on("n3") == []
+    store.create("pods", pod("c", node="n3"))  # the same name again, elsewhere
+    assert (on("n2"), on("n3")) == ([], ["c"])
+    # selectors the index does not serve still scan
+    assert sorted(o["metadata"]["name"] for o in store.list("pods", field_selector="spec.nodeName!=n1").items) == ["c"]

@@ -65,7 +65,7 @@ def evict(
             f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}",
         )
     pdbs = [e.obj for key, e in store._objects[_PDBS].items() if key[0] == namespace]
-    check_eviction(pod, pdbs, _namespace_pods(store, namespace), _owner_scale(store))
+    check_eviction(pod, pdbs, lambda: _namespace_pods(store, namespace), _owner_scale(store))
     store._delete(rt, entry, grace_period_seconds, preconditions)
 
 

@@ -58,6 +58,10 @@ class StoreState:
     _history: deque[WatchEvent]
     _subs: builtins.list[Subscription]
     _order: dict[str, builtins.list[tuple[str, str]]]
+    _pods_by_node: dict[str, set[tuple[str, str]]]
+    """Pod keys by ``spec.nodeName`` ("" for unbound pods), kept by :meth:`_emit`: the apiserver's
+    watch cache indexes pods by node the same way, so ``fieldSelector=spec.nodeName=X`` (a kubelet's,
+    a drain's, the scheduler's list of unbound pods) does not scan every pod."""
 
     # ------------------------------------------------------------------ basics
     @property
@@ -93,6 +97,8 @@ class StoreState:
         return self._rv
 
     def _emit(self, kind: str, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        if rt.key == "pods":
+            self._index_pod(kind, obj, old)
         event = WatchEvent(kind, rt.key, obj, old, self._rv)
         self._history.append(event)
         for sub in self._subs:
@@ -107,6 +113,28 @@ class StoreState:
             keys = self._order[rt.key] = sorted(self._objects[rt.key])
         return keys
 
+    def _index_pod(self, kind: str, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if old is not None:
+            self._pods_by_node.get((old.get("spec") or {}).get("nodeName") or "", set()).discard(key)
+        if kind != "DELETED":
+            self._pods_by_node.setdefault((obj.get("spec") or {}).get("nodeName") or "", set()).add(key)
+
     def _select(self, rt: ResourceType, **query: Any) -> tuple[list[tuple[ResourceType, _Entry]], str]:
-        found, token = select(self._objects[rt.key], self._sorted_keys(rt), rt, **query)
+        keys = self._sorted_keys(rt)
+        node = _node_name_selected(rt, query.get("field_selector"))
+        if node is not None:  # the index narrows the scan; select still applies every filter
+            keys = sorted(self._pods_by_node.get(node, ()))
+        found, token = select(self._objects[rt.key], keys, rt, **query)
         return [(rt, e) for e in found], token
+
+
+def _node_name_selected(rt: ResourceType, field_selector: str | None) -> str | None:
+    """The node of a pod list selecting exactly ``spec.nodeName=<node>`` (or ``==``), else None."""
+    if rt.key != "pods" or not field_selector or "," in field_selector or "!=" in field_selector:
+        return None
+    name, sep, value = field_selector.partition("==")
+    if not sep:
+        name, sep, value = field_selector.partition("=")
+    return value if sep and name.strip() == "spec.nodeName" else None

@@ -57,6 +57,7 @@ class Store(StoreWrites, StoreDeletes):
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self._subs: list[Subscription] = []
         self._order: dict[str, list[tuple[str, str]]] = {}
+        self._pods_by_node: dict[str, set[tuple[str, str]]] = {}
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"metadata": {"name": ns}, "status": {"phase": "Active"}})
 
