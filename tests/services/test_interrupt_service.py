@@ -286,8 +286,12 @@ def test_no_op_message_touches_nothing() -> None:
     assert cluster.calls == [] and cloud.calls == []
 
 
-def test_drain_node_with_zero_budget_reports_without_evicting() -> None:
-    clock, cluster, _ = world(pods=[fakes.make_pod("web-1")])
+def test_drain_node_with_zero_budget_still_makes_one_eviction_round_and_returns_without_waiting() -> None:
+    """A drain resumed by an invocation that spent its budget before reaching the node still evicts:
+    under load at 1,000 nodes, drains that only listed and continued evicted nothing for 90 s."""
+    clock, cluster, _ = world(pods=[fakes.make_pod("web-1"), fakes.make_pod("web-2")],
+                              pdb_blocks={"default/web-2": -1})  # fmt: skip
     result = drain_node(cluster=cluster, node=cluster.nodes["node-a"], now=clock.wall(), deadline=None,
                         budget_seconds=0.0, sleep=clock.sleep, clock=clock)  # fmt: skip
-    assert not result.complete and result.remaining == 1 and cluster.count("evict") == 0
+    assert not result.complete and result.evicted == 1 and result.blocked == 1
+    assert cluster.count("evict") == 2 and sum(clock.sleeps) == 0

@@ -216,8 +216,7 @@ def drain_node(
 
     ``now`` (epoch seconds) is the wall time at the call, ``deadline`` (epoch seconds or None) when
     the node goes away; see :func:`nodesmith.core.drain.plan_drain` for which pods are evicted,
-    force-deleted, waited for or left. The loop always lists and plans once, so a zero budget still
-    reports the node's state. Returns a :class:`DrainResult`; ``complete`` False with a ``reason``
+    force-deleted, waited for or left. Returns a :class:`DrainResult`; ``complete`` False with a ``reason``
     when the budget ran out. ``eviction_workers`` bounds the evictions in flight at once (1:
     one after another). ``on_step`` receives the result so far after every round that evicted,
     force-deleted or was refused something; an exception it raises propagates. ``stall_seconds``
@@ -225,6 +224,9 @@ def drain_node(
     deletion going through (only pods blocked by a PodDisruptionBudget, waited for or still
     terminating are left): the caller continues later instead of waiting in place (Karpenter's
     termination controller evicts and requeues the node rather than blocking on it).
+    However little budget is left (0 included), one round of evictions and deletions is made: a
+    drain resumed under load, whose invocation spent its budget before reaching the node, would
+    otherwise only ever list the pods and continue again, evicting nothing (seen at 1,000 nodes).
 
     Raises :class:`~nodesmith.core.errors.KubernetesError` when listing pods or deleting a pod
     fails (the caller retries the whole message); eviction errors are retried within the budget.
@@ -233,6 +235,7 @@ def drain_node(
     end = start + max(0.0, budget_seconds)
     state = _State()
     last_progress = start
+    rounds = 0
     while True:
         t = clock()
         plan = plan_drain(
@@ -240,11 +243,12 @@ def drain_node(
         )
         if plan.drained:
             return _result(node=node, plan=plan, state=state, duration=t - start, reason="")
-        if t >= end:
+        if t >= end and rounds > 0:
             reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
             result = _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
             events.node_failed_to_drain(cluster, node.name, remaining=plan.remaining, blocked=result.blocked_pods)
             return result
+        rounds += 1
         done_before = len(state.evicted) + len(state.force_deleted)
         answers_before = state.blocked_responses + state.errors
         _force_delete(cluster, plan, state)
