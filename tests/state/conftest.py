@@ -13,6 +13,7 @@ import pytest
 from moto import mock_aws
 
 from nodesmith.adapters.aws.clients import reset_clients
+from nodesmith.adapters.aws.state import DynamoStateStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -85,3 +86,9 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 def table(aws: None) -> str:
     """The name of a fresh state table in moto."""
     return create_state_table(boto3.client("dynamodb", region_name=REGION))
+
+
+@pytest.fixture
+def store(table: str) -> DynamoStateStore:
+    """A :class:`DynamoStateStore` on the fresh table."""
+    return DynamoStateStore(table_name=table, region=REGION)

@@ -7,17 +7,12 @@ can be lost: either the holder sees it at release, or it was made on a free leas
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-import pytest
-
-from nodesmith.adapters.aws.state import DynamoStateStore
+if TYPE_CHECKING:
+    from nodesmith.adapters.aws.state import DynamoStateStore
 
 NOW = 1_795_327_200.0
-
-
-@pytest.fixture
-def store(table: str) -> DynamoStateStore:
-    return DynamoStateStore(table_name=table, region="us-east-1")
 
 
 def test_a_request_on_a_held_lease_blocks_its_release_until_a_later_pass(store: DynamoStateStore) -> None:

@@ -14,11 +14,6 @@ from nodesmith.core.ports import DrainProgress
 NOW = 1_795_327_200.0
 
 
-@pytest.fixture
-def store(table: str) -> DynamoStateStore:
-    return DynamoStateStore(table_name=table, region="us-east-1")
-
-
 def test_a_held_lease_is_refused_to_others_until_it_expires(store: DynamoStateStore) -> None:
     assert store.acquire_lease(name="reconcile", holder="req-a", ttl_seconds=60, now=NOW)
     assert not store.acquire_lease(name="reconcile", holder="req-b", ttl_seconds=60, now=NOW + 30)
