@@ -149,3 +149,28 @@ def test_a_crashed_holder_blocks_only_until_its_lease_expires(world: tuple[FakeC
 def test_the_lease_outlives_the_invocation_by_a_margin() -> None:
     assert lease_ttl(900.0) == 900.0 + LEASE_MARGIN_SECONDS
     assert lease_ttl(None) == 900.0 + LEASE_MARGIN_SECONDS
+
+
+def test_a_pass_requested_during_the_scheduled_pass_runs_before_the_lease_is_released(
+    world: tuple[FakeCluster, SlowCloud, str],
+) -> None:
+    """An interruption batch that cordons while the scheduled pass holds the lease asks it for another
+    pass instead of waiting; the reconcile Lambda provisions again before it lets go of the lease."""
+    import time
+
+    from nodesmith.handlers.reconcile import handler
+
+    cluster, cloud, table = world
+    store = DynamoStateStore(table_name=table, region="us-east-1")
+    results: dict[str, Any] = {}
+    a = threading.Thread(target=lambda: results.update(a=handler({}, Context("req-a"))))
+    a.start()
+    assert cloud.launching.wait(timeout=30)
+    cluster.pods.append(make_pod("moved-0", cpu="2"))  # the pod of a node cordoned meanwhile: needs a new node
+    assert store.request_pass(name=RECONCILE_LEASE, after=time.time(), now=time.time())
+    cloud.release.set()
+    a.join(timeout=60)
+
+    assert results["a"]["nodeclaims_launched"] >= 1
+    assert len(cloud.requests) == 2 and len(cluster.created) == 2  # the second pass launched for moved-0
+    assert store.lease_holder(name=RECONCILE_LEASE, now=time.time()) is None
