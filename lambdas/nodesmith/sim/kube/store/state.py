@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.sim.kube import errors
 from nodesmith.sim.kube.events import WatchEvent
 from nodesmith.sim.kube.listing import select
+from nodesmith.sim.kube.selectors import parse_field_selector
 
 if TYPE_CHECKING:
     import builtins
@@ -131,10 +132,11 @@ class StoreState:
 
 
 def _node_name_selected(rt: ResourceType, field_selector: str | None) -> str | None:
-    """The node of a pod list selecting exactly ``spec.nodeName=<node>`` (or ``==``), else None."""
-    if rt.key != "pods" or not field_selector or "," in field_selector or "!=" in field_selector:
+    """The node a pod list selects with ``spec.nodeName=<node>`` (any other terms are filtered by
+    :func:`select` as usual), else None."""
+    if rt.key != "pods":
         return None
-    name, sep, value = field_selector.partition("==")
-    if not sep:
-        name, sep, value = field_selector.partition("=")
-    return value if sep and name.strip() == "spec.nodeName" else None
+    for path, op, value in parse_field_selector(field_selector, rt.selectable_fields):
+        if path == "spec.nodeName" and op == "=":
+            return value
+    return None
