@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from infra.config import NodesmithConfig
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -26,14 +28,12 @@ ESM_POLLERS_PER_SECOND = 5
 "up to 300 more instances per minute" (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html)."""
 BATCHING_WINDOW_SECONDS = 1.0
 """The stack's ``MaximumBatchingWindowInSeconds``: the event source mapping fills a batch for up to this long."""
-VISIBILITY_TIMEOUT_SECONDS = 6 * 20 + 1
-"""How long a received message stays invisible (the stack's 6 x the 20 s function timeout + the 1 s batching
+FUNCTION_TIMEOUT_SECONDS = NodesmithConfig.interruption_timeout_seconds
+"""The interruption function's timeout in the stack (seconds, its default), given to each invocation's context."""
+VISIBILITY_TIMEOUT_SECONDS = 6 * FUNCTION_TIMEOUT_SECONDS + int(BATCHING_WINDOW_SECONDS)
+"""How long a received message stays invisible (the stack's 6 x the function timeout + the batching
 window; ``--visibility-timeout``): the receive's visibility, which the handler shortens on start to its
 remaining time + 5 s, so a killed invocation's records come back after ~25 s."""
-
-
-FUNCTION_TIMEOUT_SECONDS = 20
-"""The interruption function's timeout in the stack (seconds), given to each invocation's context."""
 
 
 class LambdaKilled(BaseException):
