@@ -142,6 +142,56 @@ def test_requests_that_keep_coming_past_the_window_are_left_to_the_next_holder()
     assert state.lease_holder(name="l", now=clock.wall()) is None  # let go all the same
 
 
+def test_a_holder_with_a_deadline_runs_again_only_while_another_run_as_long_as_the_last_ends_by_then() -> None:
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    deadline = clock() + 7.0  # e.g. the invocation's timeout less a margin
+    ends: list[float] = []
+
+    def work() -> int:
+        clock.sleep(2.0)
+        ends.append(clock())
+        assert state.request_pass(name="l", after=clock.wall(), now=clock.wall())  # someone always asks
+        return len(ends)
+
+    out = with_lease(state=state, name="l", holder="me", ttl_seconds=60, work=work, again=work,
+                     again_within_seconds=5.0, again_until=deadline,
+                     wall=clock.wall, clock=clock, sleep=clock.sleep)  # fmt: skip
+
+    # runs end at 2, 4 and 6; a fourth would end at 8, past the deadline (the 5 s window alone would start it)
+    assert out.acquired and out.reruns == 2 and max(ends) <= deadline
+    assert state.lease_holder(name="l", now=clock.wall()) is None
+
+
+def test_the_replacement_holder_s_reruns_stop_before_its_deadline() -> None:
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    passes: list[float] = []
+
+    def slow_pass(**kwargs: Any) -> ReconcileOutcome:
+        clock.sleep(4.0)  # a pass under load
+        passes.append(clock())
+        assert state.request_pass(name=RECONCILE_LEASE, after=clock.wall(), now=clock.wall())
+        return ReconcileOutcome(nodeclaims_launched=1)
+
+    deadline = clock() + 10.0
+    result = replacement_launcher(
+        cluster=None,  # type: ignore[arg-type]  # the injected provision never touches the ports
+        cloud=None,  # type: ignore[arg-type]
+        cluster_name=fakes.CLUSTER,
+        state=state,
+        holder="interruption-a",
+        ttl_seconds=60,
+        wait_seconds=WAIT,
+        again_until=deadline,
+        wall=clock.wall,
+        clock=clock,
+        sleep=clock.sleep,
+        provision=slow_pass,
+    )()
+
+    assert result.ran and result.reruns == 1 and len(passes) == 2
+    assert max(passes) <= deadline  # a third pass would have ended at 12 s
+
+
 def test_a_holder_without_again_releases_as_before_and_a_request_on_a_free_lease_is_refused() -> None:
     clock, state = fakes.FakeClock(), memory.MemoryStateStore()
 

@@ -57,6 +57,9 @@ __all__ = ["RETRY_VISIBILITY_SECONDS", "SAFETY_MARGIN_SECONDS", "VISIBILITY_MARG
 SAFETY_MARGIN_SECONDS = 10.0
 """Invocation time kept back from the work so the handler can report before Lambda's timeout."""
 
+RERUN_MARGIN_SECONDS = 5.0
+"""Invocation time (seconds) kept back when the replacement pass's holder decides whether to run again on request."""
+
 VISIBILITY_MARGIN_SECONDS = 5
 """Seconds past the invocation's remaining time before SQS may deliver its records again (after a crash)."""
 
@@ -156,6 +159,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         once.bind(lambda_context)
     holder = str(getattr(lambda_context, "aws_request_id", "") or f"interruption-{now:.6f}")
     budget = _budget_seconds(settings.drain_timeout_seconds, lambda_context)
+    left = _remaining_seconds(lambda_context)
     return handle_batch(
         items=items,
         cluster=cluster,
@@ -173,6 +177,9 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
             holder=holder,
             ttl_seconds=lease_ttl(_remaining_seconds(lambda_context)),
             wait_seconds=max(1.0, budget / 2),  # pods need somewhere to go more than drains need to start
+            # passes requested of this holder run only while one more still ends before the invocation has to
+            # report: a fixed window let reruns run past the function timeout, where Lambda kills them mid-launch
+            again_until=None if left is None else time.monotonic() + left - RERUN_MARGIN_SECONDS,
         ),
         once=once,
         requeue=wiring.build_requeue(settings),

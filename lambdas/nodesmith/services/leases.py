@@ -92,6 +92,7 @@ def with_lease(
     request_after: float | None = None,
     again: Callable[[], object] | None = None,
     again_within_seconds: float = 0.0,
+    again_until: float | None = None,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -109,9 +110,11 @@ def with_lease(
     As the holder: when ``work`` returns, the lease is released unless a pass was requested after
     ``work`` started; then ``again`` runs (after re-taking the lease, which moves ``acquired_at`` so
     later callers see themselves covered), as often as requests keep coming, for up to
-    ``again_within_seconds`` after the first run ended. Requests still pending after that, or for a
-    holder without ``again``, are left to whoever takes the lease next (logged). An error in ``again``
-    is logged and ends the reruns (``work``'s value stands).
+    ``again_within_seconds`` after the first run ended; or, with ``again_until`` (a ``clock`` value:
+    the holder's own deadline, e.g. its Lambda timeout less a margin), as long as another run as long
+    as the last one still ends by then. Requests still pending after that, or for a holder without
+    ``again``, are left to whoever takes the lease next (logged). An error in ``again`` is logged and
+    ends the reruns (``work``'s value stands).
 
     ``wall`` gives epoch seconds for the store, ``clock`` monotonic seconds for the wait. The lease
     is released when ``work`` returns or raises (a failed release is logged: the TTL frees it).
@@ -139,7 +142,9 @@ def with_lease(
     released = False
     reruns = 0
     try:
+        run_began = clock()
         value = work()
+        last_run = clock() - run_began
         until = clock() + max(0.0, again_within_seconds)
         while True:
             try:
@@ -149,15 +154,18 @@ def with_lease(
                 break  # released plainly below
             if released:
                 break
-            if again is None or clock() >= until:
+            out_of_time = clock() >= until if again_until is None else clock() + last_run > again_until
+            if again is None or out_of_time:
                 LOG.warning("lease %s: a pass requested of %s is left to the next holder", name, holder)
                 break
             if not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
                 released = True  # expired and taken meanwhile: the new holder's pass covers the request
                 break
             started = wall()
+            run_began = clock()
             try:
                 again()
+                last_run = clock() - run_began
             except Exception:
                 LOG.exception("lease %s: the pass %s ran again on request failed", name, holder)
                 break

@@ -64,6 +64,7 @@ def replacement_launcher(
     holder: str,
     ttl_seconds: float,
     wait_seconds: float = 10.0,
+    again_until: float | None = None,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -78,8 +79,10 @@ def replacement_launcher(
     which it runs before it lets go of the lease, and this one is skipped at once too: in a burst,
     hundreds of invocations would otherwise each wait for the lease in turn, holding the concurrency
     the next messages' cordons need. Holding the lease, this pass runs again as long as such
-    requests come in, for up to ``wait_seconds``; a request still pending then is left to the next
-    holder (the next interruption batch or the scheduled reconcile). ``wait_seconds`` also bounds the
+    requests come in, for up to ``wait_seconds``, or with ``again_until`` (a ``clock`` value: the
+    invocation's own deadline less a margin) as long as another pass as long as the last still ends by
+    then; a request still pending then is left to the next holder (the next interruption batch or the
+    scheduled reconcile). ``wait_seconds`` also bounds the
     wait for a lease that frees between the two checks. Without a ``state`` store there is no lease
     (single container, tests, the embedded default) and the pass just runs. ``provision`` defaults
     to :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a
@@ -120,6 +123,7 @@ def replacement_launcher(
                 request_after=ready_at + CLOCK_SKEW_SECONDS,
                 again=work,
                 again_within_seconds=wait_seconds,
+                again_until=again_until,
             )
             if not leased.acquired:
                 return Replacement(
