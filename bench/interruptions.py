@@ -49,6 +49,10 @@ invocation is acknowledged, and its records come back when the visibility the ha
 start (its remaining time + 5 s, ``ChangeMessageVisibilityBatch`` in moto) ends, not after the
 queue's 121 s; ``crash_resume`` reports how many drains resumed from the progress in DynamoDB.
 
+Every invocation ends at the stack's function timeout, as Lambda ends it: from then on each AWS and
+Kubernetes call made for it (from its thread or its pool threads) raises, so nothing more of it reaches
+AWS or the cluster, and none of its records is acknowledged (``invocations_timed_out``).
+
 Caveats, also in the output: every "Lambda invocation" is a thread of one of ``--processes``
 processes, sharing its GIL and its Kubernetes client and caches, and all of them share the
 machine's cores with moto and the emulator; real invocations each have their own CPU, and the
@@ -81,7 +85,6 @@ from interruptions_lambda import (
     BATCH_SIZE,
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
-    FUNCTION_TIMEOUT_SECONDS,
     VISIBILITY_TIMEOUT_SECONDS,
     Counters,
     _warm_up,
@@ -455,9 +458,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 },
                 "drains_started_seconds": _spread([at - t0 for at in counters.drain_started.values()]),
                 "invocation_seconds": _spread(counters.invocation_seconds),
-                # Lambda would have killed these at the function timeout; here they ran on (CPU-starved), their
-                # in-progress idempotency markers and SQS visibility expired, and a redelivery could drain again
-                "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
+                # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
+                # on (interruptions_lambda.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
+                "invocations_timed_out": counters.timed_out,
                 "replacement_pass_seconds": {
                     "took": _spread([took for _, took in counters.replacement_times]),
                     "ended_at": _spread([at - t0 for at, _ in counters.replacement_times]),

@@ -41,6 +41,59 @@ class LambdaKilled(BaseException):
     BaseException, so no handler code catches it and SQS delivers the invocation's records again."""
 
 
+_INVOCATION = threading.local()
+"""``id``: the invocation the current thread works for (its pool threads inherit it, see :func:`install_timeouts`)."""
+_TIMED_OUT: set[int] = set()
+"""Invocations past the function timeout: every AWS or Kubernetes call they still make raises :class:`LambdaKilled`."""
+
+
+def _check_alive() -> None:
+    invocation = getattr(_INVOCATION, "id", None)
+    if invocation is not None and invocation in _TIMED_OUT:
+        raise LambdaKilled(f"invocation {invocation} ran past the {FUNCTION_TIMEOUT_SECONDS} s function timeout")
+
+
+def install_timeouts() -> None:
+    """Lambda's function timeout for invocations that are threads: once an invocation is past it, every
+    AWS call (boto3) and Kubernetes call (the adapter's ``KubeRest``) made for it raises
+    :class:`LambdaKilled`, from its own thread or from any pool thread it started (``ThreadPoolExecutor.submit``
+    hands the invocation on), so nothing of it reaches AWS or the cluster after its timeout, as after Lambda
+    ends it. Python cannot stop a thread, so it unwinds at its next call instead."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from botocore.client import BaseClient
+
+    from nodesmith.adapters.kube.calls import KubeRest
+
+    submit, api_call, request = ThreadPoolExecutor.submit, BaseClient._make_api_call, KubeRest.request
+
+    def inheriting_submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        invocation = getattr(_INVOCATION, "id", None)
+        if invocation is None:
+            return submit(self, fn, *args, **kwargs)
+
+        def run(*a: Any, **k: Any) -> Any:
+            _INVOCATION.id = invocation
+            try:
+                return fn(*a, **k)
+            finally:
+                _INVOCATION.id = None
+
+        return submit(self, run, *args, **kwargs)
+
+    def checked_api_call(self: Any, operation: str, params: Any) -> Any:
+        _check_alive()
+        return api_call(self, operation, params)
+
+    def checked_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_alive()
+        return request(self, *args, **kwargs)
+
+    ThreadPoolExecutor.submit = inheriting_submit  # type: ignore[method-assign]
+    BaseClient._make_api_call = checked_api_call
+    KubeRest.request = checked_request  # type: ignore[method-assign]
+
+
 class Counters:
     """Calls the bench counts by wrapping the real code: drains run, continuations, direct pod deletes;
     and the crash injection: the first progress save of a target instance's drain after at least one
@@ -56,6 +109,7 @@ class Counters:
         self.continuations = 0
         self.force_deleted = 0
         self.invocations = 0
+        self.timed_out = 0  # invocations Lambda would have ended at the function timeout (their records come back)
         self.failed_records = 0
         self.errors: list[str] = []
         self.replacements: list[Any] = []
@@ -182,6 +236,8 @@ class Consumer:
         self.seen = 0
         self.duplicated: set[str] = set()
         self.killed = 0
+        self.timed_out = 0
+        self.invocation_ids = iter(range(1, 1 << 62))
         self.visibility_timeout = VISIBILITY_TIMEOUT_SECONDS
         self.batch_size = BATCH_SIZE
         self.lock = threading.Lock()
@@ -218,20 +274,32 @@ class Consumer:
                 for m in messages
             ]
             started = time.monotonic()
+            with self.lock:
+                invocation = next(self.invocation_ids) * 1000 + os.getpid() % 1000
+            timeout = threading.Timer(FUNCTION_TIMEOUT_SECONDS, _TIMED_OUT.add, args=(invocation,))
+            timeout.daemon = True
+            _INVOCATION.id = invocation
+            timeout.start()
             try:
                 result = handler(
                     {"Records": records},
                     LambdaContext(function_name="nodesmith-interruption", timeout_seconds=FUNCTION_TIMEOUT_SECONDS),
                 )
                 failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
+                if invocation in _TIMED_OUT:  # it returned, but after Lambda would have ended it
+                    raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
             except LambdaKilled:  # nothing is deleted: records come back when the handler's shortened visibility ends
                 with self.lock:
                     self.killed += 1
+                    self.timed_out += invocation in _TIMED_OUT
                 continue
             except Exception as exc:  # the invocation failed as a whole: SQS redelivers every record
                 failed = {m["MessageId"] for m in messages}
                 with self.counters.lock:
                     self.counters.errors.append(f"{type(exc).__name__}: {exc}")
+            finally:
+                timeout.cancel()
+                _INVOCATION.id = None
             with self.counters.lock:
                 self.counters.invocations += 1
                 self.counters.invocation_seconds.append(time.monotonic() - started)
@@ -319,6 +387,7 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
         "invocation_seconds": counters.invocation_seconds,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
         "killed": consumer.killed,
+        "timed_out": consumer.timed_out,
         "duplicated": sorted(consumer.duplicated),
     }
 
@@ -335,6 +404,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.continuations += part["continuations"]
         counters.force_deleted += part["force_deleted"]
         counters.invocations += part["invocations"]
+        counters.timed_out += part["timed_out"]
         counters.failed_records += part["failed_records"]
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
@@ -360,6 +430,7 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         counters.crash_targets = set(spec["crash_targets"])
         counters.on_terminate = terminated.put
         counters.install()
+        install_timeouts()
         _warm_up()
         local_stop = threading.Event()
         consumer = Consumer(
