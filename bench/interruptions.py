@@ -51,7 +51,8 @@ queue's 121 s; ``crash_resume`` reports how many drains resumed from the progres
 
 Every invocation ends at the stack's function timeout, as Lambda ends it: from then on each AWS and
 Kubernetes call made for it (from its thread or its pool threads) raises, so nothing more of it reaches
-AWS or the cluster, and none of its records is acknowledged (``invocations_timed_out``).
+AWS or the cluster, and none of its records is acknowledged (``invocations_timed_out``);
+``--no-function-timeout`` lets them run on instead, as this bench did before.
 
 Caveats, also in the output: every "Lambda invocation" is a thread of one of ``--processes``
 processes, sharing its GIL and its Kubernetes client and caches, and all of them share the
@@ -85,6 +86,7 @@ from interruptions_lambda import (
     BATCH_SIZE,
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
+    FUNCTION_TIMEOUT_SECONDS,
     VISIBILITY_TIMEOUT_SECONDS,
     Counters,
     _warm_up,
@@ -461,6 +463,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
                 # on (interruptions_lambda.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
                 "invocations_timed_out": counters.timed_out,
+                "function_timeout_enforced": not args.no_function_timeout,
+                "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
                 "replacement_pass_seconds": {
                     "took": _spread([took for _, took in counters.replacement_times]),
                     "ended_at": _spread([at - t0 for at, _ in counters.replacement_times]),
@@ -493,6 +497,7 @@ def _start_invocations(
     spec = {
         "queue_url": world.queue_url,
         "crash_targets": sorted(counters.crash_targets),
+        "function_timeout": not args.no_function_timeout,
         "duplicate_every": args.duplicate_every,
         "visibility_timeout": args.visibility_timeout,
         "batch_size": args.batch_size,
@@ -566,6 +571,11 @@ def main() -> None:
         "--preload",
         action="store_true",
         help="deliver every warning before the clock starts (their 2 minutes run from delivery)",
+    )
+    parser.add_argument(
+        "--no-function-timeout",
+        action="store_true",
+        help="let invocations run past the function timeout (Lambda would end them; the figures before it did)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
     parser.add_argument("--json", action="store_true", help="print one JSON line")

@@ -237,6 +237,7 @@ class Consumer:
         self.duplicated: set[str] = set()
         self.killed = 0
         self.timed_out = 0
+        self.function_timeout = True  # end invocations at FUNCTION_TIMEOUT_SECONDS (install_timeouts)
         self.invocation_ids = iter(range(1, 1 << 62))
         self.visibility_timeout = VISIBILITY_TIMEOUT_SECONDS
         self.batch_size = BATCH_SIZE
@@ -279,7 +280,8 @@ class Consumer:
             timeout = threading.Timer(FUNCTION_TIMEOUT_SECONDS, _TIMED_OUT.add, args=(invocation,))
             timeout.daemon = True
             _INVOCATION.id = invocation
-            timeout.start()
+            if self.function_timeout:
+                timeout.start()
             try:
                 result = handler(
                     {"Records": records},
@@ -430,7 +432,8 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         counters.crash_targets = set(spec["crash_targets"])
         counters.on_terminate = terminated.put
         counters.install()
-        install_timeouts()
+        if spec["function_timeout"]:
+            install_timeouts()
         _warm_up()
         local_stop = threading.Event()
         consumer = Consumer(
@@ -441,6 +444,7 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         )
         consumer.visibility_timeout = spec["visibility_timeout"]
         consumer.batch_size = spec["batch_size"]
+        consumer.function_timeout = spec["function_timeout"]
         ready.put(os.getpid())
         go.wait()
 
