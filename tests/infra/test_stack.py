@@ -241,6 +241,14 @@ def test_interruption_function_consumes_the_queue_with_partial_batch_failures(sy
     assert 0 < mapping["MaximumBatchingWindowInSeconds"] <= 5
 
 
+def test_the_interruption_function_has_a_full_vcpu_for_its_replacement_pass(synth: Synth) -> None:
+    # Lambda's CPU grows with memory, one vCPU at 1,769 MB: a CPU-bound replacement pass for a large burst
+    # must end within the 20 s timeout, or it is killed before it launches anything
+    _, function = _function(synth, "nodesmith.handlers.interruption.handler")
+    assert function["MemorySize"] >= 1769
+    assert function["Timeout"] <= 20
+
+
 def test_reconcile_runs_every_minute_one_at_a_time_and_drops_stale_ticks(synth: Synth) -> None:
     function_id, function = _function(synth, "nodesmith.handlers.reconcile.handler")
     _, rule = synth.one("AWS::Events::Rule", lambda p: "ScheduleExpression" in p)
