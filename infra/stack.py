@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Annotations, Aspects, CfnOutput, Duration, Stack, Tags
 from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sns as sns
 from cdk_nag import AwsSolutionsChecks
@@ -91,6 +92,14 @@ class NodesmithStack(Stack):
         permissions.interruption_policy.attach_to_role(interruption.handler.role)
         reconcile.table.grant_read_write_data(reconcile.function)
         reconcile.table.grant_read_write_data(interruption.function)
+        if config.reconcile_mode == "poll":
+            # An interruption batch that finds the reconcile lease free wakes the reconcile function for the
+            # replacement pass (an asynchronous invoke): a pass over a large cluster can outlast its own 20 s.
+            # (In watch mode the watcher holds the lease and runs the passes batches ask for.)
+            interruption.function.add_environment(ENV.RECONCILE_FUNCTION, reconcile.function.function_name)
+            interruption.function.add_to_role_policy(
+                iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[reconcile.function.function_arn])
+            )
 
         ClusterAccess(
             self,

@@ -249,6 +249,20 @@ def test_the_interruption_function_has_a_full_vcpu_for_its_replacement_pass(synt
     assert function["Timeout"] <= 20
 
 
+def test_the_interruption_function_may_wake_the_reconcile_function_and_no_other(synth: Synth) -> None:
+    from nodesmith.handlers.settings import ENV
+
+    reconcile_id, _ = _function(synth, "nodesmith.handlers.reconcile.handler")
+    _, interruption = _function(synth, "nodesmith.handlers.interruption.handler")
+    assert interruption["Environment"]["Variables"][ENV.RECONCILE_FUNCTION] == {"Ref": reconcile_id}
+    scopes = [
+        s["Resource"]
+        for s in _role_policy_statements(synth, _role_of(interruption))
+        if s["Effect"] == "Allow" and "lambda:InvokeFunction" in _as_list(s["Action"])
+    ]
+    assert scopes == [{"Fn::GetAtt": [reconcile_id, "Arn"]}]
+
+
 def test_reconcile_runs_every_minute_one_at_a_time_and_drops_stale_ticks(synth: Synth) -> None:
     function_id, function = _function(synth, "nodesmith.handlers.reconcile.handler")
     _, rule = synth.one("AWS::Events::Rule", lambda p: "ScheduleExpression" in p)

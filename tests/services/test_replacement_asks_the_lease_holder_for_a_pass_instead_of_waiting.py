@@ -16,13 +16,19 @@ import memory_state as memory
 
 from nodesmith.services.leases import RECONCILE_LEASE, with_lease
 from nodesmith.services.reconcile import ReconcileOutcome
-from nodesmith.services.replacement import CLOCK_SKEW_SECONDS, replacement_launcher
+from nodesmith.services.replacement import CLOCK_SKEW_SECONDS, WOKEN, replacement_launcher
 
 WAIT = 10.0
 
 
 def launcher(
-    clock: Any, state: Any, provisions: list[float], *, holder: str = "interruption-b", provision: Any = None
+    clock: Any,
+    state: Any,
+    provisions: list[float],
+    *,
+    holder: str = "interruption-b",
+    provision: Any = None,
+    wake: Any = None,
 ) -> Any:
     def timed_pass(**kwargs: Any) -> ReconcileOutcome:
         provisions.append(kwargs["now"])
@@ -41,6 +47,7 @@ def launcher(
         clock=clock,
         sleep=clock.sleep,
         provision=provision or timed_pass,
+        wake=wake,
     )
 
 
@@ -244,3 +251,37 @@ def test_with_lease_asks_covered_only_about_the_current_holder_and_runs_the_work
 
     assert out.acquired and out.value == 42 and not out.covered
     assert asked == ["other"]
+
+
+def test_with_a_reconcile_function_a_free_lease_s_pass_is_woken_there_not_run_here() -> None:
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    provisions: list[float] = []
+    woken: list[float] = []
+
+    result = launcher(clock, state, provisions, wake=woken.append)()
+
+    assert not result.ran and result.woke and result.requested and result.skipped == WOKEN
+    assert provisions == [] and woken == [clock.wall()]  # the cordon time: the woken pass must start after it
+    assert state.lease_holder(name=RECONCILE_LEASE, now=clock.wall()) is None  # nothing taken here
+
+
+def test_a_held_lease_is_still_asked_for_a_pass_rather_than_waking_another() -> None:
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    held(clock, state, since=-3.0)
+    woken: list[float] = []
+
+    result = launcher(clock, state, [], wake=woken.append)()
+
+    assert result.requested and not result.woke and woken == []
+
+
+def test_a_wake_that_fails_runs_the_pass_here() -> None:
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    provisions: list[float] = []
+
+    def refused(after: float) -> None:
+        raise RuntimeError("TooManyRequestsException")
+
+    result = launcher(clock, state, provisions, wake=refused)()
+
+    assert result.ran and not result.woke and len(provisions) == 1

@@ -174,3 +174,52 @@ def test_a_pass_requested_during_the_scheduled_pass_runs_before_the_lease_is_rel
     assert results["a"]["nodeclaims_launched"] >= 1
     assert len(cloud.requests) == 2 and len(cluster.created) == 2  # the second pass launched for moved-0
     assert store.lease_holder(name=RECONCILE_LEASE, now=time.time()) is None
+
+
+def test_a_wake_from_an_interruption_batch_runs_a_provisioning_pass_at_once_without_disruption(
+    world: tuple[FakeCluster, SlowCloud, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from nodesmith.adapters.aws.wake import provision_event
+    from nodesmith.handlers import reconcile
+
+    _, cloud, table = world
+    cloud.release.set()
+    disruptions: list[int] = []
+    monkeypatch.setattr(reconcile, "run_disruption", lambda *a, **k: disruptions.append(1))
+
+    out = reconcile.handler(provision_event(time.time()), Context("req-wake"))
+
+    assert out["nodeclaims_launched"] >= 1 and len(cloud.requests) >= 1 and "woken_for" in out
+    assert disruptions == []  # the schedule runs disruption, not a wake
+    assert (
+        DynamoStateStore(table_name=table, region="us-east-1").lease_holder(name=RECONCILE_LEASE, now=time.time())
+        is None
+    )
+
+
+def test_a_wake_is_skipped_when_the_lease_holder_began_after_the_cordon_and_asks_an_earlier_one(
+    world: tuple[FakeCluster, SlowCloud, str],
+) -> None:
+    import time
+
+    from nodesmith.adapters.aws.wake import provision_event
+    from nodesmith.handlers.reconcile import handler
+
+    _, cloud, table = world
+    store = DynamoStateStore(table_name=table, region="us-east-1")
+    cordoned = time.time()
+    assert store.acquire_lease(name=RECONCILE_LEASE, holder="later-pass", ttl_seconds=60, now=cordoned + 5)
+
+    covered = handler(provision_event(cordoned), Context("req-wake-1"))
+
+    assert covered["status"].endswith("(its pass covers this work)") and cloud.requests == []
+    assert store.release_lease(name=RECONCILE_LEASE, holder="later-pass")
+    assert store.acquire_lease(name=RECONCILE_LEASE, holder="earlier-pass", ttl_seconds=60, now=cordoned - 5)
+
+    asked = handler(provision_event(cordoned), Context("req-wake-2"))
+
+    assert asked["status"].endswith("(asked it for another pass)") and cloud.requests == []
+    info = store.lease_info(name=RECONCILE_LEASE, now=time.time())
+    assert info is not None and info.requested_at is not None and info.requested_at > cordoned

@@ -180,6 +180,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
             # passes requested of this holder run only while one more still ends before the invocation has to
             # report: a fixed window let reruns run past the function timeout, where Lambda kills them mid-launch
             again_until=None if left is None else time.monotonic() + left - RERUN_MARGIN_SECONDS,
+            wake=wiring.build_waker(settings),  # poll mode: a free lease's pass goes to the reconcile function
         ),
         once=once,
         requeue=wiring.build_requeue(settings),

@@ -1,7 +1,9 @@
 """Reconcile Lambda: one provisioning pass per EventBridge schedule tick (``rate(1 minute)``).
 
 The event's content is not used (any scheduled event, or ``{}`` when invoked by hand or by the
-embedded demo). The handler loads the settings, gets the ports from :mod:`~nodesmith.handlers.wiring`,
+embedded demo), except for an interruption batch's wake (:mod:`nodesmith.adapters.aws.wake`), which
+runs one provisioning pass at once (and more while batches ask for them), without disruption. The
+handler loads the settings, gets the ports from :mod:`~nodesmith.handlers.wiring`,
 runs :func:`nodesmith.services.reconcile.reconcile` and reports:
 
 * metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
@@ -198,12 +200,53 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
     )
 
 
+def _handle_wake(after: float, context: LambdaContext | None, started: float) -> dict[str, Any]:
+    """A wake from an interruption batch (:mod:`nodesmith.adapters.aws.wake`): one provisioning pass for
+    nodes cordoned at ``after`` (epoch seconds), under the lease, and another for each batch that asks
+    meanwhile; skipped when the holder took the lease after ``after`` (its snapshot sees those nodes)
+    and, when it took it before, that holder is asked for another pass instead. No disruption pass:
+    the schedule runs those."""
+    from nodesmith.services.replacement import CLOCK_SKEW_SECONDS
+
+    try:
+        state = wiring.build_state(wiring.get_settings())
+        if state is None:
+            outcome, _ = _provision_only()
+        else:
+            remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
+            leased = with_lease(
+                state=state,
+                name=RECONCILE_LEASE,
+                holder=str(getattr(context, "aws_request_id", "") or f"reconcile-wake-{time.time():.6f}"),
+                ttl_seconds=lease_ttl(remaining),
+                work=_provision_only,
+                covered=lambda info: info.acquired_at >= after + CLOCK_SKEW_SECONDS,
+                request_after=after + CLOCK_SKEW_SECONDS,
+                again=_provision_only,
+                again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
+            )
+            if not leased.acquired or leased.value is None:
+                logger.info("reconcile wake skipped", extra={"reason": leased.skipped_reason})
+                return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
+            outcome, _ = leased.value
+    except Exception:
+        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+        logger.exception("reconcile wake pass failed")
+        raise
+    return _report(outcome, None, started, woken_for=after)
+
+
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
     started = time.monotonic()
+    from nodesmith.adapters.aws.wake import provision_after
+
+    after = provision_after(event)
+    if after is not None:
+        return _handle_wake(after, context, started)
     if wiring.get_settings().reconcile_mode == "watch":
         return _handle_watch(context, started)
     try:

@@ -42,6 +42,7 @@ class ENV:
     DISRUPTION_MIN_SAVINGS_USD_PER_HOUR = "NODESMITH_DISRUPTION_MIN_SAVINGS_USD_PER_HOUR"
     DISRUPTION_POLICY = "NODESMITH_DISRUPTION_POLICY"
     RECONCILE_MODE = "NODESMITH_RECONCILE_MODE"
+    RECONCILE_FUNCTION = "NODESMITH_RECONCILE_FUNCTION"
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -62,6 +63,9 @@ class Settings(BaseModel):
     ``nodesmith.core.disruption.repack``) or ``karpenter`` (Karpenter's multi- and single-node
     consolidation). ``reconcile_mode`` is ``poll`` (one pass per scheduled
     invocation) or ``watch`` (one invocation watches pods for most of its timeout).
+    ``reconcile_function`` (the interruption function's, in poll mode) is the reconcile function's
+    name: an interruption batch that finds the reconcile lease free wakes it for the replacement pass
+    (:mod:`nodesmith.adapters.aws.wake`) instead of running the pass itself; empty, it runs it itself.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -82,6 +86,7 @@ class Settings(BaseModel):
     disruption_min_savings_usd_per_hour: Annotated[float, Field(ge=0)] = 0.0
     disruption_policy: Literal["karpenter", "nodesmith"] = "nodesmith"
     reconcile_mode: Literal["poll", "watch"] = "poll"
+    reconcile_function: str = ""
 
 
 class SettingsError(ValueError):
@@ -105,6 +110,7 @@ _FIELDS = {
     "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,
     "disruption_policy": ENV.DISRUPTION_POLICY,
     "reconcile_mode": ENV.RECONCILE_MODE,
+    "reconcile_function": ENV.RECONCILE_FUNCTION,
 }
 
 

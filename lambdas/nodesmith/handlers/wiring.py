@@ -32,6 +32,7 @@ __all__ = [
     "build_requeue_batch",
     "build_state",
     "build_visibility",
+    "build_waker",
     "get_settings",
     "reset",
     "set_ports",
@@ -54,6 +55,7 @@ class _Cache:
     idempotency: IdempotentRunner | None = _UNSET
     requeue: Callable[[Mapping[str, Any], int], Any] | None = _UNSET
     visibility: Callable[[Sequence[str], int], int] | None = _UNSET
+    waker: Callable[[float], None] | None = _UNSET
 
 
 _CACHE = _Cache()
@@ -169,6 +171,19 @@ def build_visibility(settings: Settings) -> Callable[[Sequence[str], int], int] 
     return _CACHE.visibility
 
 
+def build_waker(settings: Settings) -> Callable[[float], None] | None:
+    """``wake(after)``: an asynchronous invoke of the reconcile function for a provisioning pass
+    (:class:`~nodesmith.adapters.aws.wake.ReconcileWaker`), or None when no function is configured."""
+    if _CACHE.waker is _UNSET:
+        if not settings.reconcile_function:
+            _CACHE.waker = None
+        else:
+            from nodesmith.adapters.aws.wake import ReconcileWaker
+
+            _CACHE.waker = ReconcileWaker(function_name=settings.reconcile_function, region=_region()).wake
+    return _CACHE.waker
+
+
 def set_ports(
     *,
     cluster: Cluster | None = None,
@@ -176,6 +191,7 @@ def set_ports(
     settings: Settings | None = None,
     state: StateStore | None = None,
     requeue: Callable[[Mapping[str, Any], int], Any] | None = None,
+    waker: Callable[[float], None] | None = None,
 ) -> None:
     """Use these ports (and settings) instead of building adapters (tests, the embedded default)."""
     if cluster is not None:
@@ -188,6 +204,8 @@ def set_ports(
         _CACHE.state = state
     if requeue is not None:
         _CACHE.requeue = requeue
+    if waker is not None:
+        _CACHE.waker = waker
 
 
 def reset() -> None:
@@ -199,3 +217,4 @@ def reset() -> None:
     _CACHE.idempotency = _UNSET
     _CACHE.requeue = _UNSET
     _CACHE.visibility = _UNSET
+    _CACHE.waker = _UNSET

@@ -9,6 +9,7 @@ pods as a concurrent reconcile pass or another interruption invocation.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -22,7 +23,12 @@ if TYPE_CHECKING:
     from nodesmith.core.ports import CloudProvider, Cluster, StateStore
     from nodesmith.services.reconcile import ReconcileOutcome
 
-__all__ = ["CLOCK_SKEW_SECONDS", "Replacement", "replacement_launcher"]
+__all__ = ["CLOCK_SKEW_SECONDS", "WOKEN", "Replacement", "replacement_launcher"]
+
+LOG = logging.getLogger(__name__)
+
+WOKEN = "skipped: woke the reconcile function for the pass"
+"""``Replacement.skipped`` when the pass was left to the reconcile function."""
 
 CLOCK_SKEW_SECONDS = 1.0
 """Margin (seconds) for clock differences between Lambda containers when comparing lease times."""
@@ -32,17 +38,19 @@ CLOCK_SKEW_SECONDS = 1.0
 class Replacement:
     """What the replacement pass did: NodeClaims launched, pods placed, or why it did not run.
 
-    ``skipped`` is ``"skipped: lease held by <holder> (...)"`` when another pass held the reconcile
-    lease: its pass already covers the cordoned nodes, or (``requested``) it was asked for another
-    pass, which it runs before it lets go of the lease. ``reruns`` counts the passes this one ran
-    again on others' request (their launches are included in the counts); ``seconds`` is the wall
-    time of all of them. ``created_by`` / ``launched_by`` are ``(NodePool, capacity type, count)``
-    triples (JSON-safe, for the metrics' dimensions).
+    ``skipped`` is ``"skipped: lease held by <holder> (...)"`` when another pass held the reconcile lease: its
+    pass already covers the cordoned nodes, or (``requested``) it was asked for another pass, which it runs
+    before it lets go of the lease; or (``woke``) the lease was free and the reconcile function was woken to
+    run the pass (``skipped`` is :data:`WOKEN`). ``reruns`` counts the passes this one ran again on others'
+    request (their launches are included in the counts); ``seconds`` is the wall time of all of them.
+    ``created_by`` / ``launched_by`` are ``(NodePool, capacity type, count)`` triples (JSON-safe, for the
+    metrics' dimensions).
     """
 
     ran: bool
     skipped: str = ""
     requested: bool = False
+    woke: bool = False
     reruns: int = 0
     nodeclaims_launched: int = 0
     launched: tuple[str, ...] = ()
@@ -65,6 +73,7 @@ def replacement_launcher(
     ttl_seconds: float,
     wait_seconds: float = 10.0,
     again_until: float | None = None,
+    wake: Callable[[float], None] | None = None,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -72,22 +81,24 @@ def replacement_launcher(
 ) -> Callable[[], Replacement]:
     """A ``replace`` callable for :func:`handle_batch`: one :func:`provision_leaving` under the reconcile lease.
 
-    The callable is invoked once the batch's nodes are cordoned. When another pass holds the lease
-    and took it after that moment (plus :data:`CLOCK_SKEW_SECONDS`), its snapshot already sees these
-    nodes as leaving, so this pass is skipped at once. When the holder started too early to see
-    them, it is asked for another pass (:meth:`~nodesmith.core.ports.StateStore.request_pass`),
-    which it runs before it lets go of the lease, and this one is skipped at once too: in a burst,
-    hundreds of invocations would otherwise each wait for the lease in turn, holding the concurrency
-    the next messages' cordons need. Holding the lease, this pass runs again as long as such
-    requests come in, for up to ``wait_seconds``, or with ``again_until`` (a ``clock`` value: the
-    invocation's own deadline less a margin) as long as another pass as long as the last still ends by
-    then; a request still pending then is left to the next holder (the next interruption batch or the
-    scheduled reconcile). ``wait_seconds`` also bounds the
-    wait for a lease that frees between the two checks. Without a ``state`` store there is no lease
-    (single container, tests, the embedded default) and the pass just runs. ``provision`` defaults
-    to :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a
-    cold interruption Lambda cordons before it loads the scheduler. ``wall`` (epoch seconds),
-    ``clock`` (monotonic seconds) and ``sleep`` drive the wait (injectable for tests).
+    The callable is invoked once the batch's nodes are cordoned. When another pass holds the lease and took it
+    after that moment (plus :data:`CLOCK_SKEW_SECONDS`), its snapshot already sees these nodes as leaving, so
+    this pass is skipped at once. When the holder started too early to see them, it is asked for another pass
+    (:meth:`~nodesmith.core.ports.StateStore.request_pass`), which it runs before it lets go of the lease, and
+    this one is skipped at once too: in a burst, hundreds of invocations would otherwise each wait for the
+    lease in turn, holding the concurrency the next messages' cordons need. Holding the lease, this pass runs
+    again as long as such requests come in, for up to ``wait_seconds``, or with ``again_until`` (a ``clock``
+    value: the invocation's own deadline less a margin) as long as another pass as long as the last still ends
+    by then; a request still pending then is left to the next holder (the next interruption batch or the
+    scheduled reconcile). With ``wake`` (the reconcile function's asynchronous invoke, given the cordon time
+    in epoch seconds), a free lease is not taken: the reconcile function is woken for the pass instead, so a
+    pass longer than this invocation's timeout still ends (killed at the timeout, it would launch nothing, and
+    so would the next batch's); if the wake fails, this pass runs here. ``wait_seconds`` also bounds the wait
+    for a lease that frees between the two checks. Without a ``state`` store there is no lease (single
+    container, tests, the embedded default) and the pass just runs. ``provision`` defaults to
+    :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a cold
+    interruption Lambda cordons before it loads the scheduler. ``wall`` (epoch seconds), ``clock`` (monotonic
+    seconds) and ``sleep`` drive the wait (injectable for tests).
     """
 
     def run() -> Replacement:
@@ -109,6 +120,13 @@ def replacement_launcher(
             work()
             reruns = 0
         else:
+            if wake is not None and state.lease_info(name=RECONCILE_LEASE, now=wall()) is None:
+                try:
+                    wake(ready_at)
+                except Exception as exc:  # no wake queued: run the pass here, as without one
+                    LOG.warning("waking the reconcile function failed, running the pass here: %s", exc)
+                else:
+                    return Replacement(ran=False, skipped=WOKEN, requested=True, woke=True, seconds=clock() - started)
             leased = with_lease(
                 state=state,
                 name=RECONCILE_LEASE,
