@@ -465,6 +465,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "invocations_timed_out": counters.timed_out,
                 "function_timeout_enforced": not args.no_function_timeout,
                 "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
+                "reconcile_wakes": {
+                    "enabled": not args.no_reconcile_wake,
+                    "sent": counters.wakes_sent,
+                    "skipped": counters.wakes_skipped,
+                    "passes": len(counters.wake_passes),
+                    "nodeclaims_launched": sum(n for _, _, n in counters.wake_passes),
+                    "pass_seconds": _spread([took for _, took, _ in counters.wake_passes]),
+                    "ended_at": _spread([at - t0 for at, _, _ in counters.wake_passes]),
+                },
                 "replacement_pass_seconds": {
                     "took": _spread([took for _, took in counters.replacement_times]),
                     "ended_at": _spread([at - t0 for at, _ in counters.replacement_times]),
@@ -498,6 +507,7 @@ def _start_invocations(
         "queue_url": world.queue_url,
         "crash_targets": sorted(counters.crash_targets),
         "function_timeout": not args.no_function_timeout,
+        "reconcile_wake": not args.no_reconcile_wake,
         "duplicate_every": args.duplicate_every,
         "visibility_timeout": args.visibility_timeout,
         "batch_size": args.batch_size,
@@ -576,6 +586,12 @@ def main() -> None:
         "--no-function-timeout",
         action="store_true",
         help="let invocations run past the function timeout (Lambda would end them; the figures before it did)",
+    )
+    parser.add_argument(
+        "--no-reconcile-wake",
+        action="store_true",
+        help="batches that find the reconcile lease free run the replacement pass themselves instead of waking "
+        "the reconcile function (the stack without NODESMITH_RECONCILE_FUNCTION)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
     parser.add_argument("--json", action="store_true", help="print one JSON line")

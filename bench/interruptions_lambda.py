@@ -111,6 +111,9 @@ class Counters:
         self.invocations = 0
         self.timed_out = 0  # invocations Lambda would have ended at the function timeout (their records come back)
         self.failed_records = 0
+        self.wakes_sent = 0  # the interruption batches' asynchronous invokes of the reconcile function
+        self.wakes_skipped = 0
+        self.wake_passes: list[tuple[float, float, int]] = []  # (monotonic end, seconds, NodeClaims launched)
         self.errors: list[str] = []
         self.replacements: list[Any] = []
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
@@ -223,6 +226,53 @@ def _warm_up() -> None:
         cloud.instance_types(nodeclass=nodeclass)
     wiring.build_idempotency(settings)
     wiring.build_requeue(settings)
+
+
+class AsyncReconcile:
+    """The reconcile function's asynchronous invocations (``InvocationType=Event``): the interruption batches'
+    wakes (:mod:`nodesmith.adapters.aws.wake`) queue here and one thread runs them in turn through the real
+    reconcile handler, as Lambda runs a function with reserved concurrency 1 (its throttled events wait and
+    are retried). Each invocation process has one; the reconcile lease keeps them and the scheduled ticks
+    from launching twice."""
+
+    def __init__(self, counters: Counters) -> None:
+        import queue
+
+        self.counters = counters
+        self.events: queue.Queue[float] = queue.Queue()
+        self.thread = threading.Thread(target=self._run, name="reconcile-async", daemon=True)
+
+    def wake(self, after: float) -> None:
+        with self.counters.lock:
+            self.counters.wakes_sent += 1
+        self.events.put(after)
+        if not self.thread.is_alive():
+            with contextlib.suppress(RuntimeError):  # started by another wake meanwhile
+                self.thread.start()
+
+    def _run(self) -> None:
+        from nodesmith.adapters.aws.wake import provision_event
+        from nodesmith.cli.world import LambdaContext
+        from nodesmith.handlers.reconcile import handler
+
+        while True:
+            after = self.events.get()
+            began = time.monotonic()
+            try:
+                out = handler(
+                    provision_event(after), LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900)
+                )
+            except Exception as exc:
+                with self.counters.lock:
+                    self.counters.errors.append(f"reconcile wake: {type(exc).__name__}: {exc}")
+                continue
+            with self.counters.lock:
+                if "status" in out:  # skipped: the lease holder covers it, or was asked for another pass
+                    self.counters.wakes_skipped += 1
+                else:
+                    self.counters.wake_passes.append(
+                        (time.monotonic(), time.monotonic() - began, int(out.get("nodeclaims_launched", 0)))
+                    )
 
 
 class Consumer:
@@ -388,6 +438,9 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
         "replacement_times": counters.replacement_times,
         "invocation_seconds": counters.invocation_seconds,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
+        "wakes_sent": counters.wakes_sent,
+        "wakes_skipped": counters.wakes_skipped,
+        "wake_passes": counters.wake_passes,
         "killed": consumer.killed,
         "timed_out": consumer.timed_out,
         "duplicated": sorted(consumer.duplicated),
@@ -407,6 +460,9 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.force_deleted += part["force_deleted"]
         counters.invocations += part["invocations"]
         counters.timed_out += part["timed_out"]
+        counters.wakes_sent += part["wakes_sent"]
+        counters.wakes_skipped += part["wakes_skipped"]
+        counters.wake_passes += [tuple(p) for p in part["wake_passes"]]
         counters.failed_records += part["failed_records"]
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
@@ -435,6 +491,10 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         if spec["function_timeout"]:
             install_timeouts()
         _warm_up()
+        if spec["reconcile_wake"]:  # poll mode: a batch finding the lease free wakes the reconcile function
+            from nodesmith.handlers import wiring
+
+            wiring.set_ports(waker=AsyncReconcile(counters).wake)
         local_stop = threading.Event()
         consumer = Consumer(
             world=_Endpoint(spec["queue_url"]),
