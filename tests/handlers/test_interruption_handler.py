@@ -189,3 +189,23 @@ def test_importing_the_handler_does_not_import_kubernetes() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_with_a_reconcile_function_the_batch_wakes_it_for_the_replacement_pass(ports: Ports) -> None:
+    path = Path(__file__).resolve().parents[1] / "services" / "memory_state.py"
+    spec = importlib.util.spec_from_file_location("nodesmith_tests_memory_state", path)
+    assert spec is not None and spec.loader is not None
+    memory = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(memory)  # registered first: its dataclasses look their module up
+    state = memory.MemoryStateStore()
+    woken: list[float] = []
+    before = time.time()
+    wiring.set_ports(state=state, waker=woken.append)
+    event = batch()
+    event["Records"] = [r for r in event["Records"] if r["messageId"] != FAILING_MESSAGE_ID]
+
+    interruption.handler(event, Context())
+
+    assert len(woken) == 1 and before <= woken[0] <= time.time()  # one batch, one wake, at its cordon time
+    assert ports.cluster.args("taint_and_cordon") == ["node-a"]
+    assert state.lease_holder(name="reconcile", now=time.time()) is None  # the batch took no lease
