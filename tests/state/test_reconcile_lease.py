@@ -223,3 +223,17 @@ def test_a_wake_is_skipped_when_the_lease_holder_began_after_the_cordon_and_asks
     assert asked["status"].endswith("(asked it for another pass)") and cloud.requests == []
     info = store.lease_info(name=RECONCILE_LEASE, now=time.time())
     assert info is not None and info.requested_at is not None and info.requested_at > cordoned
+
+
+def test_a_malformed_wake_is_logged_and_dropped_without_a_pass_or_an_error(
+    world: tuple[FakeCluster, SlowCloud, str],
+) -> None:
+    from nodesmith.adapters.aws.wake import PROVISION_EVENT_KEY
+    from nodesmith.handlers.reconcile import handler
+
+    _, cloud, _ = world
+    cloud.release.set()
+
+    out = handler({PROVISION_EVENT_KEY: {"after": "soon"}}, Context("req-broken-wake"))
+
+    assert out["status"].startswith("ignored: nodesmith-provision.after") and cloud.requests == []

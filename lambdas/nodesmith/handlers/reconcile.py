@@ -244,7 +244,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     started = time.monotonic()
     from nodesmith.adapters.aws.wake import provision_after
 
-    after = provision_after(event)
+    try:
+        after = provision_after(event)
+    except ValueError as exc:  # a broken wake is logged and dropped: the next tick provisions anyway
+        logger.error("malformed reconcile wake ignored", extra={"error": str(exc), "event": event})
+        return {"status": f"ignored: {exc}"}
     if after is not None:
         return _handle_wake(after, context, started)
     if wiring.get_settings().reconcile_mode == "watch":
