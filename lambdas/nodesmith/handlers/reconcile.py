@@ -38,6 +38,9 @@ from nodesmith.services.leases import RECONCILE_LEASE, lease_ttl, with_lease
 from nodesmith.services.reconcile import ReconcileOutcome, reconcile
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.core.ports import LeaseInfo
     from nodesmith.services.disruption import DisruptionOutcome, PendingCommand
 
 if TYPE_CHECKING:
@@ -200,6 +203,55 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
     )
 
 
+def _leased(
+    context: LambdaContext | None,
+    started: float,
+    *,
+    label: str,
+    holder_prefix: str,
+    work: Callable[[], tuple[ReconcileOutcome, DisruptionOutcome | None]],
+    covered: Callable[[LeaseInfo], bool] | None = None,
+    request_after: float | None = None,
+    **report_extra: Any,
+) -> dict[str, Any]:
+    """Run ``work`` under the reconcile lease (plainly without a state table) and report it.
+
+    Holding the lease, the provisioning pass runs again for interruption batches that ask for it
+    (:data:`REQUESTED_PASSES_SECONDS`, within the invocation's time less 10 s). When another pass
+    holds it, returns ``{"status": "skipped: ...", "lease_holder": ...}``; ``covered`` and
+    ``request_after`` are :func:`with_lease`'s. ``label`` names the pass in the log lines
+    (``"<label> skipped"``, ``"<label> failed"``); the holder is the request id, else
+    ``<holder_prefix>-<epoch>``. A failure is counted (``ReconcileErrors``), logged and re-raised.
+    """
+    try:
+        state = wiring.build_state(wiring.get_settings())
+        if state is None:
+            outcome, disruption = work()
+        else:
+            remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
+            leased = with_lease(
+                state=state,
+                name=RECONCILE_LEASE,
+                holder=str(getattr(context, "aws_request_id", "") or f"{holder_prefix}-{time.time():.6f}"),
+                ttl_seconds=lease_ttl(remaining),
+                work=work,
+                covered=covered,
+                request_after=request_after,
+                again=_provision_only,  # interruption batches that cordoned during the pass asked for one more
+                again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
+            )
+            if not leased.acquired or leased.value is None:
+                logger.info(f"{label} skipped", extra={"reason": leased.skipped_reason})
+                return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
+            outcome, disruption = leased.value
+    except Exception:
+        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+        metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
+        logger.exception(f"{label} failed")
+        raise
+    return _report(outcome, disruption, started, **report_extra)
+
+
 def _handle_wake(after: float, context: LambdaContext | None, started: float) -> dict[str, Any]:
     """A wake from an interruption batch (:mod:`nodesmith.adapters.aws.wake`): one provisioning pass for
     nodes cordoned at ``after`` (epoch seconds), under the lease, and another for each batch that asks
@@ -208,32 +260,16 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
     the schedule runs those."""
     from nodesmith.services.replacement import CLOCK_SKEW_SECONDS
 
-    try:
-        state = wiring.build_state(wiring.get_settings())
-        if state is None:
-            outcome, _ = _provision_only()
-        else:
-            remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
-            leased = with_lease(
-                state=state,
-                name=RECONCILE_LEASE,
-                holder=str(getattr(context, "aws_request_id", "") or f"reconcile-wake-{time.time():.6f}"),
-                ttl_seconds=lease_ttl(remaining),
-                work=_provision_only,
-                covered=lambda info: info.acquired_at >= after + CLOCK_SKEW_SECONDS,
-                request_after=after + CLOCK_SKEW_SECONDS,
-                again=_provision_only,
-                again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
-            )
-            if not leased.acquired or leased.value is None:
-                logger.info("reconcile wake skipped", extra={"reason": leased.skipped_reason})
-                return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
-            outcome, _ = leased.value
-    except Exception:
-        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
-        logger.exception("reconcile wake pass failed")
-        raise
-    return _report(outcome, None, started, woken_for=after)
+    return _leased(
+        context,
+        started,
+        label="reconcile wake",
+        holder_prefix="reconcile-wake",
+        work=_provision_only,
+        covered=lambda info: info.acquired_at >= after + CLOCK_SKEW_SECONDS,
+        request_after=after + CLOCK_SKEW_SECONDS,
+        woken_for=after,
+    )
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -253,31 +289,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _handle_wake(after, context, started)
     if wiring.get_settings().reconcile_mode == "watch":
         return _handle_watch(context, started)
-    try:
-        state = wiring.build_state(wiring.get_settings())
-        if state is None:
-            outcome, disruption = _pass_and_disrupt()
-        else:
-            remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else None
-            leased = with_lease(
-                state=state,
-                name=RECONCILE_LEASE,
-                holder=str(getattr(context, "aws_request_id", "") or f"reconcile-{time.time():.6f}"),
-                ttl_seconds=lease_ttl(remaining),
-                work=_pass_and_disrupt,
-                again=_provision_only,  # interruption batches that cordoned during the pass asked for one more
-                again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
-            )
-            if not leased.acquired or leased.value is None:
-                logger.info("reconcile pass skipped", extra={"reason": leased.skipped_reason})
-                return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
-            outcome, disruption = leased.value
-    except Exception:
-        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
-        metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
-        logger.exception("reconcile pass failed")
-        raise
-    return _report(outcome, disruption, started)
+    return _leased(context, started, label="reconcile pass", holder_prefix="reconcile", work=_pass_and_disrupt)
 
 
 def _report(
