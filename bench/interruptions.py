@@ -74,7 +74,6 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +92,8 @@ from interruptions_lambda import (
     invocations_process,
     merge,
 )
+from interruptions_monitor import Monitor
 from interruptions_world import (
-    DISRUPTED,
     EMULATOR_SHORTCUTS,
     KUBELET_INSTANCE_CACHE_SECONDS,
     SCHEDULE_SECONDS,
@@ -110,113 +109,6 @@ from interruptions_world import (
     _world_class,
     process_cpu_seconds,
 )
-
-
-class Monitor:
-    """Follows the emulator's store (a watch subscription) and records when the milestones happen."""
-
-    def __init__(self, *, store: Any, nodes: set[str], initial_claims: set[str], pdb_apps: dict[str, int]) -> None:
-        self.store = store
-        self.nodes = nodes  # interrupted node names
-        self.initial_claims = initial_claims
-        self.pdb_apps = pdb_apps  # app -> replicas
-        self.t0 = 0.0
-        self.cordoned: dict[str, float] = {}
-        self.launched: dict[str, float] = {}
-        self.pods: dict[str, tuple[str, str, bool]] = {}  # key -> (app, node, healthy)
-        self.healthy_by_app: Counter[str] = Counter()
-        self.safe = 0  # healthy pods on nodes that were not interrupted
-        self.total_pods = 0
-        self.all_running_at: float | None = None
-        self.violations = 0
-        self.in_violation: set[str] = set()
-        self.details: list[dict[str, Any]] = []
-        self.deleted_while_ready: list[tuple[str, str, bool]] = []  # (pod key, node, node already deleted)
-        self.removed_nodes: set[str] = set()
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.errors: list[str] = []
-        self.sub = store.subscribe(resources=["nodes", "pods", "nodeclaims.karpenter.sh"])
-        for pod in store.objects("pods"):
-            self._pod(pod, deleted=False)
-
-    def start(self, t0: float, total_pods: int) -> threading.Thread:
-        self.t0 = t0
-        self.total_pods = total_pods
-        thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
-        thread.start()
-        return thread
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            event = self.sub.get(timeout=0.2)
-            if event is None:
-                continue
-            for ev in [event, *self.sub.drain()]:
-                now = time.monotonic() - self.t0
-                with self.lock:
-                    try:
-                        self._handle(ev, now)
-                    except Exception as exc:  # a bench bug must not silently stop the measurements
-                        self.errors.append(f"{type(exc).__name__}: {exc}")
-
-    def _handle(self, ev: Any, now: float) -> None:
-        obj = ev.object
-        name = obj["metadata"]["name"]
-        if ev.resource == "nodes":
-            if ev.type == "DELETED":
-                self.removed_nodes.add(name)
-                return
-            spec = obj.get("spec") or {}
-            disrupted = any(t.get("key") == DISRUPTED for t in spec.get("taints") or [])
-            if name in self.nodes and name not in self.cordoned and spec.get("unschedulable") and disrupted:
-                self.cordoned[name] = now
-        elif ev.resource == "nodeclaims.karpenter.sh":
-            fresh = name not in self.initial_claims and name not in self.launched and ev.type != "DELETED"
-            if fresh and _conditions(obj).get("Launched") == "True":
-                self.launched[name] = now
-        else:
-            self._pod(obj, deleted=ev.type == "DELETED")
-            self._check(now)
-
-    def _pod(self, pod: dict[str, Any], *, deleted: bool) -> None:
-        """Update the pod's entry and the running totals (healthy per app, healthy on safe nodes)."""
-        meta = pod["metadata"]
-        key = f"{meta.get('namespace')}/{meta['name']}"
-        app = (meta.get("labels") or {}).get("app", "")
-        old = self.pods.pop(key, None)
-        if deleted and old is not None and old[2]:
-            self.deleted_while_ready.append((key, old[1], old[1] in self.removed_nodes))
-        if old is not None and old[2]:
-            self.healthy_by_app[old[0]] -= 1
-            self.safe -= old[1] not in self.nodes
-        if deleted or not app:
-            return
-        node = (pod.get("spec") or {}).get("nodeName") or ""
-        healthy = bool(
-            not meta.get("deletionTimestamp")
-            and (pod.get("status") or {}).get("phase") == "Running"
-            and _conditions(pod).get("Ready") == "True"
-        )
-        self.pods[key] = (app, node, healthy)
-        if healthy:
-            self.healthy_by_app[app] += 1
-            self.safe += node not in self.nodes
-
-    def _check(self, now: float) -> None:
-        if self.all_running_at is None and self.safe >= self.total_pods:
-            self.all_running_at = now
-        for app, replicas in self.pdb_apps.items():
-            below = self.healthy_by_app[app] < replicas - 1  # maxUnavailable: 1
-            if below and app not in self.in_violation:
-                self.violations += 1
-                self.in_violation.add(app)
-                if len(self.details) < 5:
-                    unhealthy = sorted(node for a, node, healthy in self.pods.values() if a == app and not healthy)
-                    self.details.append({"t": round(now, 2), "app": app, "healthy": self.healthy_by_app[app],
-                                         "unhealthy_on": unhealthy})  # fmt: skip
-            elif not below:
-                self.in_violation.discard(app)
 
 
 def _spread(values: list[float]) -> dict[str, float | int] | None:
