@@ -119,6 +119,7 @@ class Counters:
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
         self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
         self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
+        self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
         self.on_terminate: Any = lambda ids: None
         """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
 
@@ -201,6 +202,25 @@ class Counters:
             counters.on_terminate(list(instance_ids))
             terminate(self, instance_ids=instance_ids)
 
+        from botocore.client import BaseClient
+
+        from nodesmith.adapters.kube.calls import KubeRest
+
+        api_call, request = BaseClient._make_api_call, KubeRest.request
+
+        def counted_api_call(self: Any, operation: str, params: Any) -> Any:
+            with counters.lock:
+                counters.calls[f"{self.meta.service_model.service_name}.{operation}"] += 1
+            return api_call(self, operation, params)
+
+        def counted_request(self: Any, method: str, url_path: str, *args: Any, **kwargs: Any) -> Any:
+            with counters.lock:
+                resource = _resource(url_path)
+                counters.calls[f"kube {method} {resource if method == 'GET' else resource.removesuffix(' (list)')}"] += 1
+            return request(self, method, url_path, *args, **kwargs)
+
+        BaseClient._make_api_call = counted_api_call
+        KubeRest.request = counted_request  # type: ignore[method-assign]
         Ec2CloudProvider.terminate = noted_terminate  # type: ignore[method-assign]
         interrupt_batch._Batch.drain = counted_drain  # type: ignore[method-assign]
         interrupt_batch._Batch.save = crashing_save  # type: ignore[method-assign]
@@ -209,6 +229,17 @@ class Counters:
         InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
         interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
+
+
+def _resource(url_path: str) -> str:
+    """The resource (and subresource) a Kubernetes API path names: ``/api/v1/namespaces/d/pods/p/eviction``
+    -> ``pods/eviction``; ``/apis/karpenter.sh/v1/nodeclaims/x`` -> ``nodeclaims``; ``/api/v1/nodes`` ->
+    ``nodes (list)``."""
+    parts = [p for p in url_path.split("?")[0].split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(parts) >= 2 and parts[0] == "namespaces":
+        parts = parts[2:]
+    return "/".join(parts[:1] + parts[2:3]) + ("" if len(parts) > 1 else " (list)")
 
 
 def _warm_up() -> None:
@@ -438,6 +469,7 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
         "replacement_times": counters.replacement_times,
         "invocation_seconds": counters.invocation_seconds,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
+        "calls": dict(counters.calls),
         "wakes_sent": counters.wakes_sent,
         "wakes_skipped": counters.wakes_skipped,
         "wake_passes": counters.wake_passes,
@@ -461,6 +493,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.invocations += part["invocations"]
         counters.timed_out += part["timed_out"]
         counters.wakes_sent += part["wakes_sent"]
+        counters.calls.update(part["calls"])
         counters.wakes_skipped += part["wakes_skipped"]
         counters.wake_passes += [tuple(p) for p in part["wake_passes"]]
         counters.failed_records += part["failed_records"]
