@@ -201,10 +201,6 @@ class FakeCluster:
 
         return VolumeContext()
 
-    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
-        self._record(("find_node_by_provider_id", provider_id))
-        return next((n for n in self.nodes.values() if n.provider_id == provider_id), None)
-
     # -- writes ----------------------------------------------------------------------------------
     def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
         self._record(("taint_and_cordon", node_name))

@@ -209,9 +209,6 @@ class FakeCluster:
     def get_node(self, *, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
 
-    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
-        return next((n for n in self.nodes if n.provider_id == provider_id), None)
-
     def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
         raise NotImplementedError
 

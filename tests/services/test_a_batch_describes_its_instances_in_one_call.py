@@ -1,7 +1,8 @@
 """A burst of interruptions costs few API calls per node: handle_batch describes all the batch's instances
 in one ``get_instances`` call (one by one only when that call fails), finds each node by its name (the
-instance's private DNS name) instead of listing or searching every node, and marks an interrupted
-spot offering once per batch however many of its nodes were interrupted."""
+instance's private DNS name) instead of listing or searching every node, lists the nodes at most once
+for all the nodes its names miss (already removed, or named otherwise), and marks an interrupted spot
+offering once per batch however many of its nodes were interrupted."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_the_batch_describes_its_instances_in_one_call_and_finds_nodes_by_name()
 
     assert calls(cloud, "get_instances") == [tuple(IDS)]
     assert calls(cloud, "get_instance") == []
-    assert cluster.count("list_nodes") == 0 and cluster.count("find_node_by_provider_id") == 0
+    assert cluster.count("list_nodes") == 0
     assert cluster.count("taint_and_cordon") == len(IDS)
     assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * len(IDS)
 
@@ -108,3 +109,27 @@ def test_an_interrupted_spot_offering_is_marked_once_per_batch() -> None:
         ("us-west-2a", "spot"),
         ("us-west-2b", "spot"),
     }
+
+
+def test_nodes_missing_by_name_are_looked_for_in_one_list_for_the_whole_batch() -> None:
+    clock, cluster, cloud = world()
+    for n in (0, 1, 2):  # already removed: a continuation or redelivery after the drain removed them
+        del cluster.nodes[f"ip-10-0-0-{n}.us-west-2.compute.internal"]
+    renamed = cluster.nodes.pop("ip-10-0-0-3.us-west-2.compute.internal")  # a node not named after its host
+    cluster.nodes["custom-name"] = replace(renamed, name="custom-name")
+    out = run(clock, cluster, cloud, IDS[:4], cordon_workers=4)
+
+    assert cluster.count("list_nodes") == 1
+    statuses = [r.outcome.instances[0] for r in out.items]
+    assert [o.node_name for o in statuses] == [None, None, None, "custom-name"]
+    assert [o.status for o in statuses] == [InstanceStatus.REMOVED] * 4  # the NodeClaims go, the last is drained
+    assert ("taint_and_cordon", "custom-name") in cluster.calls
+
+
+def test_an_instance_ec2_no_longer_knows_shares_the_batch_list_too() -> None:
+    clock, cluster, cloud = world()
+    del cloud.instances[IDS[0]], cloud.instances[IDS[1]]
+    out = run(clock, cluster, cloud, IDS[:2])
+
+    assert cluster.count("list_nodes") == 1
+    assert all(r.outcome.instances[0].node_deleted for r in out.items)

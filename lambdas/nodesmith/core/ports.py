@@ -225,10 +225,6 @@ class Cluster(Protocol):
         """One node by name, or None."""
         ...
 
-    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
-        """The node whose ``spec.providerID`` equals ``provider_id``, or None."""
-        ...
-
     def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
         """Add ``taint`` and set ``spec.unschedulable``; idempotent. Returns False if the node is gone."""
         ...

@@ -9,7 +9,9 @@ the message:
    not ours: ignored ("foreign"), because EC2 events carry no cluster identity and an account-wide
    rule reaches every cluster's queue (NTH #787). An instance EC2 no longer knows is looked up among
    our nodes by instance id; not found -> ignored ("unknown instance").
-2. The node by providerID (``aws:///<zone>/<instance-id>``). No node -> nothing to drain.
+2. The node: by the instance's private DNS name (the name EKS and Karpenter nodes get), checked
+   against its providerID (``aws:///<zone>/<instance-id>``); failing that, among all nodes by
+   providerID, listed once per batch (:class:`NodeLookup`). No node -> nothing to drain.
 3. Taint ``karpenter.sh/disrupted:NoSchedule`` and cordon (idempotent) -- first, so no new pod
    lands on the node while the rest happens.
 4. Events on the node (or the NodeClaim): ``SpotInterrupted``, ``SpotRebalanceRecommendation``,
@@ -38,6 +40,7 @@ stores drain progress and continues unfinished drains in later invocations).
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -67,6 +70,7 @@ __all__ = [
     "InstanceStatus",
     "InterruptionOutcome",
     "InterruptionRun",
+    "NodeLookup",
     "Outcome",
     "cluster_tag",
     "handle_interruption",
@@ -170,11 +174,44 @@ class InstanceCase:
         )
 
 
+class NodeLookup:
+    """Nodes by providerID for the lookups a node's name cannot answer, listed once on the first need
+    and shared by every instance of a batch (thread-safe).
+
+    An API server cannot select nodes by ``spec.providerID`` (nodes select on ``metadata.name`` and
+    ``spec.unschedulable`` only), so each such lookup means listing every node. A name misses whenever
+    the node is already gone (a continuation or redelivery after the drain removed it, or after EC2
+    reclaimed the instance); one list per lookup there made 1,959 list requests (500 nodes a page) in a
+    1,000-node burst (``bench/interruptions.py``). Karpenter answers from its informer cache, indexed
+    by providerID. Raises ``KubernetesError`` when the list fails (the next call tries again).
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._lock = threading.Lock()
+        self._nodes: list[Node] | None = None
+
+    def nodes(self) -> list[Node]:
+        """Every node, listed on the first call."""
+        with self._lock:
+            if self._nodes is None:
+                self._nodes = self.cluster.list_nodes()
+            return self._nodes
+
+    def by_provider_id(self, provider_id: str) -> Node | None:
+        """The node whose ``spec.providerID`` is ``provider_id``, or None."""
+        return next((n for n in self.nodes() if n.provider_id == provider_id), None)
+
+    def by_instance_id(self, instance_id: str) -> Node | None:
+        """The node whose providerID names the EC2 instance ``instance_id``, or None."""
+        return next((n for n in self.nodes() if n.instance_id == instance_id), None)
+
+
 class InterruptionRun:
     """One message's work: the ports, the clock and the drain budget shared by its instances.
 
-    ``nodes_by_provider`` (providerID -> Node), when given, replaces the per-instance node lookup
-    (a batch lists the nodes once). ``post_events`` False skips the interruption Events (a
+    ``node_lookup`` is where nodes not found by name are looked for (a batch shares one; default: one of
+    this run's own, :class:`NodeLookup`). ``post_events`` False skips the interruption Events (a
     continued drain already posted them). ``eviction_workers`` bounds parallel evictions per node.
     ``started_at`` (monotonic seconds, default now) is where the drain budget starts.
     ``post_drain_events`` (default: ``post_events``) posts the Event a drain starts with
@@ -198,7 +235,7 @@ class InterruptionRun:
         drain_budget_seconds: float,
         sleep: Callable[[float], None],
         clock: Callable[[], float],
-        nodes_by_provider: Mapping[str, Node] | None = None,
+        node_lookup: NodeLookup | None = None,
         post_events: bool = True,
         post_drain_events: bool | None = None,
         eviction_workers: int = 1,
@@ -218,7 +255,7 @@ class InterruptionRun:
         self.start = clock() if started_at is None else started_at
         self.budget_end = self.start + max(0.0, drain_budget_seconds)
         self.removing = action is Action.CORDON_AND_DRAIN and message.kind in REMOVING_KINDS
-        self.nodes_by_provider = nodes_by_provider
+        self.node_lookup = node_lookup if node_lookup is not None else NodeLookup(cluster)
         self.post_events = post_events
         self.post_drain_events = post_events if post_drain_events is None else post_drain_events
         self.eviction_workers = eviction_workers
@@ -241,15 +278,13 @@ class InterruptionRun:
         case.events.append(reason)
 
     def _node_for(self, instance: Instance) -> Node | None:
-        """The instance's node: by providerID in the prefetched map, else by its private DNS name (the
-        node name EKS and Karpenter nodes get; one GET), else a providerID search."""
-        if self.nodes_by_provider is not None:
-            return self.nodes_by_provider.get(instance.provider_id)
+        """The instance's node: by its private DNS name (the node name EKS and Karpenter nodes get; one
+        GET) when its providerID matches, else by providerID among all nodes (:class:`NodeLookup`)."""
         if instance.private_dns_name:
             node = self.cluster.get_node(name=instance.private_dns_name)
             if node is not None and node.provider_id == instance.provider_id:
                 return node
-        return self.cluster.find_node_by_provider_id(provider_id=instance.provider_id)
+        return self.node_lookup.by_provider_id(instance.provider_id)
 
     def locate(self, instance_id: str) -> InstanceCase | InstanceOutcome:
         """Find the instance and its node; an :class:`InstanceOutcome` when the instance is not ours."""
@@ -259,8 +294,7 @@ class InterruptionRun:
         else:
             instance = self.cloud.get_instance(instance_id=instance_id)
         if instance is None:
-            nodes = self.nodes_by_provider.values() if self.nodes_by_provider is not None else self.cluster.list_nodes()
-            case.node = next((n for n in nodes if n.instance_id == instance_id), None)
+            case.node = self.node_lookup.by_instance_id(instance_id)
             if case.node is None:
                 return case.outcome(
                     InstanceStatus.UNKNOWN_INSTANCE, "EC2 does not know the instance and no node has it"

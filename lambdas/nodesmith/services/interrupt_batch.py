@@ -7,7 +7,8 @@ of a spot interruption run out:
 
 1. **Cordon**: every instance of every message is located, tainted ``karpenter.sh/disrupted`` and
    cordoned in parallel (``cordon_workers`` threads; the batch's instances described in one call,
-   each node fetched by name), and its Event posted. A spot-interrupted offering (type, zone, spot)
+   each node fetched by name, nodes missing by name found in one list for the batch), and its Event
+   posted. A spot-interrupted offering (type, zone, spot)
    is marked unavailable for 3 minutes in the shared state store (once per offering and batch), so
    the replacement and every later plan avoid it
    (Karpenter ``[aws]:pkg/controllers/interruption/controller.go``, ``karpenter-v1.md`` §2.5).
@@ -63,6 +64,7 @@ from nodesmith.services.interrupt import (
     InstanceStatus,
     InterruptionOutcome,
     InterruptionRun,
+    NodeLookup,
 )
 from nodesmith.services.interrupt_items import (
     CONTINUATION_KEY,
@@ -415,6 +417,7 @@ def handle_batch(
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
     t0 = clock()
     instances = _describe(cloud, [iid for e in acting for iid in e.instance_ids()])
+    nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
     for e in acting:
         e.run = InterruptionRun(
             message=e.item.message,
@@ -427,6 +430,7 @@ def handle_batch(
             sleep=sleep,
             clock=clock,
             instances_by_id=instances,
+            node_lookup=nodes,
             post_events=e.item.continuation is None,
             post_drain_events=e.item.continuation is None or e.item.continuation.handoff,
             eviction_workers=eviction_workers,

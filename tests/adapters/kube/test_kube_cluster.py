@@ -138,17 +138,11 @@ def test_karpenter_resources_from_the_demo_manifests(cluster: KubeCluster, store
     assert [c.name for c in cluster.list_ec2nodeclasses()] == ["default"]
 
 
-def test_get_and_find_node(cluster: KubeCluster, kube: KubeEmulator) -> None:
+def test_get_node(cluster: KubeCluster, kube: KubeEmulator) -> None:
     add_node(kube.store, "n1", instance="i-abc")
     node = cluster.get_node(name="n1")
     assert node is not None and node.provider_id == "aws:///us-east-1a/i-abc"
     assert cluster.get_node(name="missing") is None
-
-    found = cluster.find_node_by_provider_id(provider_id="aws:///us-east-1a/i-abc")
-    assert found is not None and found.name == "n1"
-    before = kube.requests
-    assert cluster.find_node_by_provider_id(provider_id="aws:///us-east-1a/i-zzz") is None
-    assert kube.requests - before == 1  # the refused field selector is not retried
 
 
 def test_taint_and_cordon_is_idempotent_and_keeps_other_taints(cluster: KubeCluster, store: Store) -> None:

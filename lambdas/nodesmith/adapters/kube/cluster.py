@@ -83,7 +83,6 @@ class KubeCluster:
         self.page_size = page_size
         self.component = component
         self.clock = clock
-        self._provider_id_selector: bool | None = None
         self._read_nodes: dict[str, tuple[float, dict[str, Any]]] = {}
         self._read_lock = threading.Lock()
 
@@ -248,27 +247,6 @@ class KubeCluster:
             if read is not None and time.monotonic() - read[0] <= _READ_REUSE_SECONDS:
                 return read[1]
         return self._node_json(name)
-
-    def find_node_by_provider_id(self, *, provider_id: str) -> Node | None:
-        """The node with ``spec.providerID == provider_id``, or None.
-
-        Tries the field selector once; API servers that refuse it (upstream nodes only select on
-        ``metadata.name`` and ``spec.unschedulable``) answer 400 and every later call scans.
-        """
-        if self._provider_id_selector is not False:
-            try:
-                items = self._list(
-                    path("api", "v1", "nodes"),
-                    what="find node by providerID",
-                    fieldSelector=f"spec.providerID={provider_id}",
-                )
-                self._provider_id_selector = True
-                return self._parse(node_from_dict, items[0], "node") if items else None
-            except KubernetesError as exc:
-                if exc.status != 400:
-                    raise
-                self._provider_id_selector = False
-        return next((n for n in self.list_nodes() if n.provider_id == provider_id), None)
 
     def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
         """Add ``taint`` (once: same key and effect) and set ``spec.unschedulable``; False if the node is gone.
