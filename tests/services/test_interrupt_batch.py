@@ -299,3 +299,16 @@ def test_continuation_markers_we_did_not_write_are_ignored() -> None:
                              instance_ids=[IDS[0]])  # fmt: skip
     assert Continuation.from_event(body) == Continuation(attempt=2, instance_ids=(IDS[0],))
     assert parse_message(__import__("json").dumps(body)).event_id == event["id"]  # still the same event
+
+
+def test_drain_progress_is_written_when_pods_go_not_on_every_refused_eviction() -> None:
+    # one pod's eviction is refused 6 times (PodDisruptionBudget 429s, retried from 100 ms doubling)
+    clock, cluster, cloud = world(pods_per_node=3, pdb_blocks={"default/web-0-2": 6})
+    state = memory.MemoryStateStore()
+    out = run([item(IDS[0])], clock, cluster, cloud, state=state, eviction_workers=3)
+
+    assert out.items[0].outcome.instances[0].status is InstanceStatus.REMOVED
+    progress = state.get_drain(instance_id=IDS[0])
+    assert (progress.evicted, progress.blocked_responses, progress.done) == (3, 6, True)
+    # the start, the round evicting the two free pods, the round evicting the last one, the end
+    assert state.writes.count(f"drain#{IDS[0]}") == 4

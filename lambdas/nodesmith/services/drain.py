@@ -12,8 +12,10 @@ same way and counted, so one flaky call does not abandon the rest of the node.
 Evictions of one round are sent in parallel, at most ``eviction_workers`` at a time (kubectl sends
 one goroutine per pod; a bound keeps a pod-dense node from exhausting the client's connection
 pool), and their answers are applied in plan order, so results do not depend on thread timing.
-``on_step`` is called with the result so far after every round that changed something, which is
-how the interruption flow stores drain progress while the drain runs.
+``on_step`` is called with the result so far after every round in which a pod was evicted or
+deleted, which is how the interruption flow stores drain progress while the drain runs (not after
+rounds that were only refused: a PodDisruptionBudget answering 429 every few hundred milliseconds
+would cost a progress write each time).
 
 Events (:mod:`nodesmith.services.events`, Karpenter's reasons): ``Evicted`` on each pod whose
 eviction was accepted, ``Disrupted`` on each pod deleted for the deadline, ``FailedDraining`` on
@@ -218,8 +220,8 @@ def drain_node(
     the node goes away; see :func:`nodesmith.core.drain.plan_drain` for which pods are evicted,
     force-deleted, waited for or left. Returns a :class:`DrainResult`; ``complete`` False with a ``reason``
     when the budget ran out. ``eviction_workers`` bounds the evictions in flight at once (1:
-    one after another). ``on_step`` receives the result so far after every round that evicted,
-    force-deleted or was refused something; an exception it raises propagates. ``stall_seconds``
+    one after another). ``on_step`` receives the result so far after every round that evicted or
+    force-deleted a pod; an exception it raises propagates. ``stall_seconds``
     (None: never) ends the call early, incomplete, once that long has passed without an eviction or
     deletion going through (only pods blocked by a PodDisruptionBudget, waited for or still
     terminating are left): the caller continues later instead of waiting in place (Karpenter's
@@ -250,11 +252,10 @@ def drain_node(
             return result
         rounds += 1
         done_before = len(state.evicted) + len(state.force_deleted)
-        answers_before = state.blocked_responses + state.errors
         _force_delete(cluster, plan, state)
         _evict(cluster, plan, state, t, eviction_workers)
         progressed = len(state.evicted) + len(state.force_deleted) > done_before
-        if on_step is not None and (progressed or state.blocked_responses + state.errors > answers_before):
+        if on_step is not None and progressed:
             on_step(_result(node=node, plan=plan, state=state, duration=clock() - start, reason="in progress"))
         if progressed:
             last_progress = clock()
