@@ -342,7 +342,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "continuations": counters.continuations - counters.handed_off,
                 "drains_handed_off": counters.handed_off,
                 "invocations": counters.invocations,
-                # every AWS and Kubernetes call the interruption invocations (and the wakes they ran) made
+                # every AWS and Kubernetes call the interruption invocations (and the wakes they ran) made after t0;
+                # state-table calls by record (drain, lease, idempotency, offering)
                 "api_calls": dict(sorted(counters.calls.items(), key=lambda kv: -kv[1])),
                 "api_calls_per_node": round(sum(counters.calls.values()) / max(1, args.nodes), 1),
                 "records_failed": counters.failed_records,

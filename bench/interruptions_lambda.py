@@ -120,6 +120,7 @@ class Counters:
         self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
         self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
         self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
+        self.count_calls = False  # only the invocation processes count (not the world's set-up and reclaims)
         self.on_terminate: Any = lambda ids: None
         """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
 
@@ -209,14 +210,20 @@ class Counters:
         api_call, request = BaseClient._make_api_call, KubeRest.request
 
         def counted_api_call(self: Any, operation: str, params: Any) -> Any:
+            name = f"{self.meta.service_model.service_name}.{operation}"
+            item = params.get("Item") or params.get("Key") if isinstance(params, dict) else None
+            if isinstance(item, dict) and isinstance(item.get("pk"), dict):  # the state table: which record
+                name += f" {str(item['pk'].get('S', '')).split('#', 1)[0]}"
             with counters.lock:
-                counters.calls[f"{self.meta.service_model.service_name}.{operation}"] += 1
+                if counters.count_calls:
+                    counters.calls[name] += 1
             return api_call(self, operation, params)
 
         def counted_request(self: Any, method: str, url_path: str, *args: Any, **kwargs: Any) -> Any:
             with counters.lock:
                 resource = _resource(url_path)
-                counters.calls[f"kube {method} {resource if method == 'GET' else resource.removesuffix(' (list)')}"] += 1
+                if counters.count_calls:
+                        counters.calls[f"kube {method} {resource if method == 'GET' else resource.removesuffix(' (list)')}"] += 1
             return request(self, method, url_path, *args, **kwargs)
 
         BaseClient._make_api_call = counted_api_call
@@ -520,6 +527,7 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         counters = Counters()
         counters.crash_targets = set(spec["crash_targets"])
         counters.on_terminate = terminated.put
+        counters.count_calls = True
         counters.install()
         if spec["function_timeout"]:
             install_timeouts()
@@ -540,6 +548,8 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         consumer.function_timeout = spec["function_timeout"]
         ready.put(os.getpid())
         go.wait()
+        with counters.lock:
+            counters.calls.clear()  # the warm-up's calls are not the burst's
 
         def relay_stop() -> None:
             stop.wait()
