@@ -135,8 +135,8 @@ class Counters:
         replace = interrupt_batch._replace
         counters = self
 
-        def counted_replace(replace_capacity: Any) -> Any:
-            result = replace(replace_capacity)
+        def counted_replace(replace_capacity: Any, ready_at: float) -> Any:
+            result = replace(replace_capacity, ready_at)
             with counters.lock:
                 counters.replacements.append(result)
                 if result.ran:
@@ -222,8 +222,10 @@ class Counters:
         def counted_request(self: Any, method: str, url_path: str, *args: Any, **kwargs: Any) -> Any:
             with counters.lock:
                 resource = _resource(url_path)
+                if method != "GET":
+                    resource = resource.removesuffix(" (list)")
                 if counters.count_calls:
-                        counters.calls[f"kube {method} {resource if method == 'GET' else resource.removesuffix(' (list)')}"] += 1
+                    counters.calls[f"kube {method} {resource}"] += 1
             return request(self, method, url_path, *args, **kwargs)
 
         BaseClient._make_api_call = counted_api_call
@@ -242,7 +244,7 @@ def _resource(url_path: str) -> str:
     """The resource (and subresource) a Kubernetes API path names: ``/api/v1/namespaces/d/pods/p/eviction``
     -> ``pods/eviction``; ``/apis/karpenter.sh/v1/nodeclaims/x`` -> ``nodeclaims``; ``/api/v1/nodes`` ->
     ``nodes (list)``."""
-    parts = [p for p in url_path.split("?")[0].split("/") if p]
+    parts = [p for p in url_path.split("?", maxsplit=1)[0].split("/") if p]
     parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
     if len(parts) >= 2 and parts[0] == "namespaces":
         parts = parts[2:]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import interruption_fakes as fakes
 import memory_state as memory
+import pytest
 
 from nodesmith.core.errors import InProgressElsewhereError
 from nodesmith.core.interruption import parse_message
@@ -70,15 +71,16 @@ def run(items: list[BatchItem], clock: Any, cluster: Any, cloud: Any, **kwargs: 
 def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_drain_once() -> None:
     clock, cluster, cloud = world()
     requeue, once, state = Requeue(), DictOnce(), memory.MemoryStateStore()
-    passes: list[int] = []
+    passes: list[tuple[int, float]] = []
 
-    def replace_capacity() -> Replacement:
-        passes.append(sum(1 for n in cluster.nodes.values() if n.unschedulable))
+    def replace_capacity(ready_at: float) -> Replacement:
+        passes.append((sum(1 for n in cluster.nodes.values() if n.unschedulable), ready_at))
         return Replacement(ran=True, nodeclaims_launched=2)
 
     originals = [item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS]
     first = run(originals, clock, cluster, cloud, requeue=requeue, once=once, state=state,
                 replace_capacity=replace_capacity, handoff_min_drains=3)  # fmt: skip
+    cordoned_at = clock.wall()
 
     assert cluster.count("taint_and_cordon") == 4 and cluster.count("evict") == 0
     assert passes == [] and first.replacement is None and first.drains_run == 0
@@ -87,19 +89,21 @@ def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_d
     assert statuses == [InstanceStatus.DRAIN_HANDED_OFF] * 4
     assert not any(r.failed for r in first.items)  # acknowledged: the continuations carry the drains on
     assert [(b[CONTINUATION_KEY], d) for b, d in requeue.sent] == [
-        ({"attempt": 1, "instance-ids": [iid], "handoff": True}, 0) for iid in IDS
+        ({"attempt": 1, "instance-ids": [iid], "handoff": True, "cordoned-at": round(cordoned_at, 3)}, 0) for iid in IDS
     ]
     node_events = lambda: sorted(e for e in cluster.events if e[0] == "Node" and e[2] != "TerminatingOnInterruption")  # noqa: E731
     cordon_events = node_events()
     assert len(cordon_events) == 4
 
-    # The hand-offs arrive (one of them twice) and drain; the replacement pass runs once, for all four nodes.
+    # A minute later the hand-offs arrive (one of them twice) and drain; the replacement pass runs once, for all
+    # four nodes, told they were cordoned a minute ago (a lease holder begun since then already covers them).
+    clock.sleep(60.0)
     bodies = [b for b, _ in requeue.sent]
     continuations = [item_of(b, f"cont-{n}") for n, b in enumerate(bodies)] + [item_of(bodies[0], "cont-dup")]
     second = run(continuations, clock, cluster, cloud, requeue=requeue, once=once, state=state,
                  replace_capacity=replace_capacity, handoff_min_drains=3)  # fmt: skip
 
-    assert passes == [4]
+    assert passes == [(4, pytest.approx(cordoned_at, abs=0.001))]
     assert second.drains_handed_off == 0 and len(requeue.sent) == 4  # a hand-off is never handed off again
     assert sorted(once.runs) == sorted(f"evt-{iid}#{iid}#0" for iid in IDS)  # each drained once, as the original
     assert cluster.count("evict") == 8 and cluster.lost == []

@@ -68,7 +68,7 @@ def test_the_stall_is_counted_from_the_drain_not_the_batch() -> None:
     """A hand-off whose invocation first spent 30 s on the replacement pass still evicts, then yields."""
     clock, cluster, cloud = world(pods_per_node=2, pdb_blocks={"default/web-0-1": -1})
 
-    def slow_replacement() -> Replacement:
+    def slow_replacement(ready_at: float) -> Replacement:
         clock.sleep(30.0)
         return Replacement(ran=True)
 

@@ -106,7 +106,7 @@ def test_every_node_is_cordoned_and_replacements_launched_before_any_eviction() 
     clock, cluster, cloud = world()
     seen_at_replace: list[int] = []
 
-    def replace_capacity() -> Replacement:
+    def replace_capacity(ready_at: float) -> Replacement:
         seen_at_replace.append(sum(1 for n in cluster.nodes.values() if n.unschedulable))
         assert cluster.count("evict") == 0
         return Replacement(ran=True, nodeclaims_launched=2)
@@ -186,7 +186,7 @@ def test_an_unfinished_drain_continues_from_stored_progress_in_the_next_message(
     state, requeue, once = memory.MemoryStateStore(), Requeue(), DictOnce()
     replaced: list[int] = []
 
-    def replace_capacity() -> Replacement:
+    def replace_capacity(ready_at: float) -> Replacement:
         replaced.append(1)
         return Replacement(ran=True)
 
@@ -261,7 +261,7 @@ def test_a_failing_node_fails_only_its_own_record() -> None:
 def test_a_failing_replacement_pass_is_reported_and_the_drains_go_on() -> None:
     clock, cluster, cloud = world()
 
-    def broken() -> Replacement:
+    def broken(ready_at: float) -> Replacement:
         raise RuntimeError("CreateFleet throttled")
 
     out = run([item(IDS[0])], clock, cluster, cloud, replace_capacity=broken)
@@ -312,3 +312,14 @@ def test_drain_progress_is_written_when_pods_go_not_on_every_refused_eviction() 
     assert (progress.evicted, progress.blocked_responses, progress.done) == (3, 6, True)
     # the start, the round evicting the two free pods, the round evicting the last one, the end
     assert state.writes.count(f"drain#{IDS[0]}") == 4
+
+
+def test_a_hand_offs_cordon_time_is_read_only_when_we_wrote_it_well() -> None:
+    marker = {"attempt": 1, "instance-ids": [IDS[0]], "handoff": True}
+    read = lambda extra: Continuation.from_event({CONTINUATION_KEY: {**marker, **extra}})  # noqa: E731
+    assert read({"cordoned-at": 1_795_327_260.25}).cordoned_at == 1_795_327_260.25
+    assert read({"cordoned-at": "soon"}).cordoned_at is None
+    assert read({"cordoned-at": True}).cordoned_at is None
+    assert read({}).cordoned_at is None
+    not_a_hand_off = Continuation.from_event({CONTINUATION_KEY: {**marker, "handoff": False, "cordoned-at": 5.0}})
+    assert not_a_hand_off is not None and not_a_hand_off.cordoned_at is None

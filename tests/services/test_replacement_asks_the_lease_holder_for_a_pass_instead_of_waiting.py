@@ -82,6 +82,19 @@ def test_a_holder_from_before_the_cordon_is_asked_for_another_pass_and_nobody_wa
     assert info.holder == "early-pass" and info.requested_at == clock.wall() + CLOCK_SKEW_SECONDS
 
 
+def test_a_hand_off_s_earlier_cordon_is_what_the_holder_is_compared_with() -> None:
+    # a burst's hand-off runs a minute after its original cordoned the nodes; the holder began in between
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    held(clock, state, since=-30.0)
+    provisions: list[float] = []
+
+    result = launcher(clock, state, provisions)(clock.wall() - 60.0)
+
+    assert not result.ran and not result.requested and provisions == []
+    assert result.skipped == "skipped: lease held by early-pass (its pass covers this work)"
+    assert state.lease_info(name=RECONCILE_LEASE, now=clock.wall()).requested_at is None
+
+
 def test_a_holder_within_the_clock_skew_of_the_cordon_is_not_trusted_to_see_the_nodes() -> None:
     clock, state = fakes.FakeClock(), memory.MemoryStateStore()
     # interruption-a took the lease half a second after our cordon: its clock may be a second off,

@@ -40,12 +40,15 @@ class Continuation:
     """The marker of a continuation message: which attempt (1 = first continuation) for which instances.
 
     ``handoff`` is True for a drain handed off after the cordon (a burst): it runs the replacement
-    pass and posts the drain's Events like an original message.
+    pass and posts the drain's Events like an original message. ``cordoned_at`` (epoch seconds, hand-offs
+    only) is when the original's invocation had cordoned the nodes: a replacement pass begun after it
+    already sees them leaving, so the hand-off need not ask for another.
     """
 
     attempt: int
     instance_ids: tuple[str, ...]
     handoff: bool = False
+    cordoned_at: float | None = None
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Continuation | None:
@@ -57,18 +60,29 @@ class Continuation:
         if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1 or not isinstance(ids, list):
             return None
         ids_ = tuple(str(i) for i in ids if isinstance(i, str))
-        return cls(attempt=attempt, instance_ids=ids_, handoff=raw.get("handoff") is True)
+        handoff = raw.get("handoff") is True
+        at = raw.get("cordoned-at")
+        cordoned_at = float(at) if handoff and isinstance(at, int | float) and not isinstance(at, bool) else None
+        return cls(attempt=attempt, instance_ids=ids_, handoff=handoff, cordoned_at=cordoned_at)
 
 
 def continuation_body(
-    event: Mapping[str, Any], *, attempt: int, instance_ids: Sequence[str], handoff: bool = False
+    event: Mapping[str, Any],
+    *,
+    attempt: int,
+    instance_ids: Sequence[str],
+    handoff: bool = False,
+    cordoned_at: float | None = None,
 ) -> dict[str, Any]:
     """The original event with the continuation marker for ``attempt`` and ``instance_ids`` (and
-    ``"handoff": true`` for a drain handed off after the cordon)."""
+    ``"handoff": true`` for a drain handed off after the cordon, with ``"cordoned-at"``, epoch seconds,
+    when given)."""
     body = {k: v for k, v in event.items() if k != CONTINUATION_KEY}
     body[CONTINUATION_KEY] = {"attempt": attempt, "instance-ids": list(instance_ids)}
     if handoff:
         body[CONTINUATION_KEY]["handoff"] = True
+        if cordoned_at is not None:
+            body[CONTINUATION_KEY]["cordoned-at"] = round(cordoned_at, 3)
     return body
 
 

@@ -78,11 +78,12 @@ def replacement_launcher(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     provision: Callable[..., ReconcileOutcome] | None = None,
-) -> Callable[[], Replacement]:
+) -> Callable[[float], Replacement]:
     """A ``replace`` callable for :func:`handle_batch`: one :func:`provision_leaving` under the reconcile lease.
 
-    The callable is invoked once the batch's nodes are cordoned. When another pass holds the lease and took it
-    after that moment (plus :data:`CLOCK_SKEW_SECONDS`), its snapshot already sees these nodes as leaving, so
+    The callable is invoked once the batch's nodes are cordoned, with the moment they all were (``ready_at``,
+    epoch seconds; default: now). When another pass holds the lease and took it after that moment
+    (plus :data:`CLOCK_SKEW_SECONDS`), its snapshot already sees these nodes as leaving, so
     this pass is skipped at once. When the holder started too early to see them, it is asked for another pass
     (:meth:`~nodesmith.core.ports.StateStore.request_pass`), which it runs before it lets go of the lease, and
     this one is skipped at once too: in a burst, hundreds of invocations would otherwise each wait for the
@@ -101,9 +102,10 @@ def replacement_launcher(
     seconds) and ``sleep`` drive the wait (injectable for tests).
     """
 
-    def run() -> Replacement:
+    def run(ready_at: float | None = None) -> Replacement:
         started = clock()
-        ready_at = wall()  # the batch's nodes are tainted by now: a snapshot taken later sees them leaving
+        if ready_at is None:  # the batch's nodes are tainted by now: a snapshot taken later sees them leaving
+            ready_at = wall()
         outs: list[ReconcileOutcome] = []
 
         def work() -> ReconcileOutcome:
