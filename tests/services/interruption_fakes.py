@@ -113,6 +113,12 @@ class FakeCloud:
             raise RuntimeError(f"DescribeInstances throttled for {instance_id}")
         return self.instances.get(instance_id)
 
+    def get_instances(self, *, instance_ids: list[str]) -> dict[str, Instance]:
+        self.calls.append(("get_instances", tuple(instance_ids)))
+        if self.fail_get & set(instance_ids):
+            raise RuntimeError("DescribeInstances throttled")
+        return {i: self.instances[i] for i in instance_ids if i in self.instances}
+
     def terminate(self, *, instance_ids: list[str]) -> None:
         self.calls.append(("terminate", tuple(instance_ids)))
         for iid in instance_ids:

@@ -323,6 +323,9 @@ class FakeCloud:
     def get_instance(self, *, instance_id: str) -> Instance | None:
         return self.instances.get(instance_id)
 
+    def get_instances(self, *, instance_ids: Sequence[str]) -> dict[str, Instance]:
+        return {i: self.instances[i] for i in instance_ids if i in self.instances}
+
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
         for iid in instance_ids:
             if iid in self.instances:

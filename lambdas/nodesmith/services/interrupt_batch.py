@@ -311,13 +311,12 @@ class _Batch:
 
 
 def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, Instance | None] | None:
-    """Every instance of the batch in one DescribeInstances when the provider can (``get_instances``);
-    ids EC2 does not know map to None. None (look them up one by one) when it cannot or the call fails."""
-    get_instances = getattr(cloud, "get_instances", None)
-    if get_instances is None or not instance_ids:
+    """Every instance of the batch in one call (``get_instances``: one DescribeInstances); ids EC2 does not
+    know map to None. None (look them up one by one) when there are none or the call fails."""
+    if not instance_ids:
         return None
     try:
-        found: dict[str, Instance] = get_instances(instance_ids=list(dict.fromkeys(instance_ids)))
+        found = cloud.get_instances(instance_ids=list(dict.fromkeys(instance_ids)))
     except Exception as exc:
         LOG.warning("describing the batch's instances failed, looking them up one by one: %s", exc)
         return None

@@ -92,12 +92,11 @@ def provisioning_instances(
     in flight, this describes 20 instances (one ``DescribeInstances`` per 200 ids, through the
     provider's ``get_instances``) instead of listing 1,020. A NodeClaim never launched (a pass that
     died between creating it and CreateFleet) needs the instance that carries its name, found only
-    by listing: then, or when the provider cannot describe by id, every instance is listed.
+    by listing: then every instance is listed.
     Terminated instances are left out, as :meth:`~nodesmith.core.ports.CloudProvider.list_instances` does.
     """
     live = [nc for nc in nodeclaims if nc.metadata.deletion_timestamp is None]
-    get_instances = getattr(cloud, "get_instances", None)
-    if get_instances is None or any(not nc.status.provider_id for nc in live):
+    if any(not nc.status.provider_id for nc in live):
         return {i.instance_id: i for i in cloud.list_instances()}
     registered = {n.provider_id for n in nodes if n.provider_id}
     ids = sorted(
@@ -109,7 +108,7 @@ def provisioning_instances(
     )
     if not ids:
         return {}
-    found: Mapping[str, Instance] = get_instances(instance_ids=ids)
+    found = cloud.get_instances(instance_ids=ids)
     return {iid: inst for iid, inst in found.items() if inst.state != "terminated"}
 
 
