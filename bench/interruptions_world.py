@@ -56,6 +56,8 @@ EMULATOR_SHORTCUTS = [
     "returns, without its XML), at most every KUBELET_INSTANCE_CACHE_SECONDS, less the instances terminated since",
     "moto SQS: a receive copies the in-flight FIFO message set before reading its groups (moto's server "
     "threads changed it mid-iteration: 'Set changed size during iteration')",
+    "moto SQS: receipt handles are matched without a list per message, and a delete scans the queue once "
+    "(moto scans it twice and rebuilds it, per entry of every DeleteMessageBatch)",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
     "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
     f"simulated scheduler, kubelet and controllers step at most every {SIM_MIN_STEP_SECONDS:g} s",
@@ -77,7 +79,10 @@ def _patch_moto() -> None:
     * EC2: an instance's tags are read from the tag store by id instead of filtering every tag of the
       account (done per instance by every DescribeInstances);
     * SQS: a receive copies the queue's in-flight FIFO messages before reading their groups (moto's
-      server threads changed the set mid-iteration, a 500 on ReceiveMessage).
+      server threads changed the set mid-iteration, a 500 on ReceiveMessage);
+    * SQS: a receipt handle is matched without building a list per message, and a delete finds its
+      message in one scan of the queue instead of two plus a rebuild (every entry of every
+      DeleteMessageBatch and ChangeMessageVisibilityBatch scans the 2,000-odd messages of a burst).
     """
     from moto.ec2.models.core import TaggedEC2Resource
     from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
@@ -132,6 +137,25 @@ def _patch_moto() -> None:
     def pending_groups(self: Any) -> set[str]:
         return {m.group_id for m in list(self._pending_messages) if m.group_id is not None}
 
+    from moto.sqs.exceptions import ReceiptHandleIsInvalid
+    from moto.sqs.models import Message
+
+    def had_handle(self: Any, receipt_handle: str) -> bool:
+        return bool(receipt_handle == self.receipt_handle or receipt_handle in self._old_receipt_handles)
+
+    def delete_in_one_scan(self: Any, receipt_handle: str) -> None:
+        if receipt_handle in self.deleted_messages:
+            return  # already deleted: moto (and SQS) accept it again
+        for i, m in enumerate(self._messages):
+            if receipt_handle == m.receipt_handle or receipt_handle in m._old_receipt_handles:
+                self.pending_messages.discard(m)
+                self.deleted_messages.update(m.all_receipt_handles)
+                self._messages = self._messages[:i] + self._messages[i + 1 :]  # a new list, as moto assigns one
+                return
+        raise ReceiptHandleIsInvalid()
+
+    Message.had_receipt_handle = had_handle  # type: ignore[method-assign]
+    Queue.delete_message = delete_in_one_scan  # type: ignore[method-assign]
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment, method-assign]
     SQSBackend.is_message_valid_based_on_retention_period = valid  # type: ignore[method-assign]
     Queue.messages = property(visible_messages)  # type: ignore[assignment, method-assign]
