@@ -365,7 +365,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "enabled": not args.no_reconcile_wake,
                     "sent": counters.wakes_sent,
                     "skipped": counters.wakes_skipped,
+                    # a woken invocation's passes: its first, the burst watch's (pods left unschedulable) and reruns
                     "passes": len(counters.wake_passes),
+                    "invocations_ended": len(counters.wakes_ended),  # the others still watched when the run ended
                     "nodeclaims_launched": sum(n for _, _, n in counters.wake_passes),
                     "pass_seconds": _spread([took for _, took, _ in counters.wake_passes]),
                     "ended_at": _spread([at - t0 for at, _, _ in counters.wake_passes]),

@@ -114,6 +114,7 @@ class Counters:
         self.wakes_sent = 0  # the interruption batches' asynchronous invokes of the reconcile function
         self.wakes_skipped = 0
         self.wake_passes: list[tuple[float, float, int]] = []  # (monotonic end, seconds, NodeClaims launched)
+        self.wakes_ended: list[float] = []  # seconds each woken invocation that took the lease ran
         self.errors: list[str] = []
         self.replacements: list[Any] = []
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
@@ -293,8 +294,21 @@ class AsyncReconcile:
     def _run(self) -> None:
         from nodesmith.adapters.aws.wake import provision_event
         from nodesmith.cli.world import LambdaContext
+        from nodesmith.handlers import reconcile
         from nodesmith.handlers.reconcile import handler
 
+        provision_only = reconcile._provision_only
+
+        def timed() -> Any:  # every pass of a woken invocation: its first, the burst watch's and the reruns
+            began = time.monotonic()
+            out = provision_only()
+            with self.counters.lock:
+                self.counters.wake_passes.append(
+                    (time.monotonic(), time.monotonic() - began, int(out[0].nodeclaims_launched))
+                )
+            return out
+
+        reconcile._provision_only = timed  # only this thread runs the reconcile handler in an invocation process
         while True:
             after = self.events.get()
             began = time.monotonic()
@@ -310,9 +324,7 @@ class AsyncReconcile:
                 if "status" in out:  # skipped: the lease holder covers it, or was asked for another pass
                     self.counters.wakes_skipped += 1
                 else:
-                    self.counters.wake_passes.append(
-                        (time.monotonic(), time.monotonic() - began, int(out.get("nodeclaims_launched", 0)))
-                    )
+                    self.counters.wakes_ended.append(time.monotonic() - began)
 
 
 class Consumer:
@@ -482,6 +494,7 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
         "wakes_sent": counters.wakes_sent,
         "wakes_skipped": counters.wakes_skipped,
         "wake_passes": counters.wake_passes,
+        "wakes_ended": counters.wakes_ended,
         "killed": consumer.killed,
         "timed_out": consumer.timed_out,
         "duplicated": sorted(consumer.duplicated),
@@ -505,6 +518,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.calls.update(part["calls"])
         counters.wakes_skipped += part["wakes_skipped"]
         counters.wake_passes += [tuple(p) for p in part["wake_passes"]]
+        counters.wakes_ended += part["wakes_ended"]
         counters.failed_records += part["failed_records"]
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]

@@ -298,3 +298,32 @@ def test_a_wake_that_fails_runs_the_pass_here() -> None:
     result = launcher(clock, state, provisions, wake=refused)()
 
     assert result.ran and not result.woke and len(provisions) == 1
+
+
+def test_a_request_served_by_a_later_pass_of_the_work_is_not_run_again() -> None:
+    """A woken reconcile runs several passes inside one ``work`` (it watches the burst): a request made
+    before its last pass began was served by that pass, so the holder lets go instead of running again;
+    one made after it still gets its pass."""
+    clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+    began: list[float] = []
+    reruns: list[float] = []
+
+    def work(ask_after_last: bool) -> str:
+        began.append(clock.wall())
+        clock.sleep(2.0)
+        assert state.request_pass(name="l", after=clock.wall(), now=clock.wall())  # a batch cordons meanwhile
+        clock.sleep(1.0)
+        began.append(clock.wall())  # the work's next pass (the watch's) sees that batch's nodes
+        clock.sleep(2.0)
+        if ask_after_last:
+            assert state.request_pass(name="l", after=clock.wall(), now=clock.wall())
+        return "watched"
+
+    for ask_after_last, expected in ((False, 0), (True, 1)):
+        out = with_lease(state=state, name="l", holder="me", ttl_seconds=60, work=lambda a=ask_after_last: work(a),
+                         again=lambda: reruns.append(clock.wall()), again_within_seconds=30.0,
+                         work_began=lambda: began[-1], wall=clock.wall, clock=clock, sleep=clock.sleep)  # fmt: skip
+
+        assert out.acquired and out.value == "watched" and out.reruns == expected
+        assert state.lease_holder(name="l", now=clock.wall()) is None
+    assert len(reruns) == 1

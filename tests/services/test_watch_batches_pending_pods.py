@@ -115,3 +115,15 @@ def test_a_pass_asked_for_by_an_interruption_batch_runs_at_once_without_pending_
     assert ft.passes[0] == 0.0 and len(ft.passes) == 2  # the start, then one for the request (not repeated)
     assert 3.0 <= ft.passes[1] <= 3.2
     assert max(seen) == ft.passes[1]  # later checks ask about requests after the pass that served it
+
+
+def test_without_the_catch_up_pass_the_pods_already_pending_open_the_first_batch() -> None:
+    """A woken reconcile has just run its pass when it starts watching the burst: no pass at once, but the
+    pods pending by then may have turned unschedulable after that pass began, so they are a batch."""
+    ft = FakeTime({0.0: {"a", "b"}, 30.0: {"c"}})
+    out = watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=40.0, clock=ft.clock, sleep=ft.sleep,
+                resync_seconds=float("inf"), catch_up=False)  # fmt: skip
+
+    assert out.batches == [2, 1] and out.passes == 2
+    assert 1.0 <= ft.passes[0] <= 1.2  # one idle second after the start, not at 0
+    assert 31.0 <= ft.passes[1] <= 31.2  # and no resync in between

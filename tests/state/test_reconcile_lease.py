@@ -199,6 +199,39 @@ def test_a_wake_from_an_interruption_batch_runs_a_provisioning_pass_at_once_with
     )
 
 
+def test_a_wake_keeps_provisioning_through_the_window_for_a_pod_left_unschedulable_then_lets_go(
+    world: tuple[FakeCluster, SlowCloud, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kube-scheduler does not always place the evicted pods where the woken pass packed them: a pod
+    left over gets its NodeClaim from the same invocation within the batch window, not from the next tick."""
+    import time
+
+    from nodesmith.adapters.aws.wake import provision_event
+    from nodesmith.handlers import reconcile, watch_mode
+
+    cluster, cloud, table = world
+    cloud.release.set()
+    monkeypatch.setattr(watch_mode, "BURST_WATCH_SECONDS", 3.0)
+    passes = reconcile._provision_only
+
+    def pass_then_a_pod_is_left_over() -> Any:
+        out = passes()
+        if not any(p.name == "left-over" for p in cluster.pods):
+            cluster.pods.append(make_pod("left-over", cpu="2"))
+        return out
+
+    monkeypatch.setattr(reconcile, "_provision_only", pass_then_a_pod_is_left_over)
+    t0 = time.monotonic()
+
+    out = reconcile.handler(provision_event(time.time()), Context("req-wake", remaining_ms=900_000))
+
+    assert out["burst"]["passes"] == 2 and out["burst"]["batches"] == [4]  # the left-over pod (+ 3 in flight)
+    assert len(cloud.requests) == 2 and len(cluster.created) == 2  # the second launch is for the left-over pod
+    assert time.monotonic() - t0 >= 2.5  # it watched the window out
+    store = DynamoStateStore(table_name=table, region="us-east-1")
+    assert store.lease_holder(name=RECONCILE_LEASE, now=time.time()) is None
+
+
 def test_a_wake_is_skipped_when_the_lease_holder_began_after_the_cordon_and_asks_an_earlier_one(
     world: tuple[FakeCluster, SlowCloud, str],
 ) -> None:

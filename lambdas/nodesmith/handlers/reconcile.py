@@ -2,7 +2,8 @@
 
 The event's content is not used (any scheduled event, or ``{}`` when invoked by hand or by the
 embedded demo), except for an interruption batch's wake (:mod:`nodesmith.adapters.aws.wake`), which
-runs one provisioning pass at once (and more while batches ask for them), without disruption. The
+runs one provisioning pass at once and more, for the interruption window, as batches ask for them
+and as pods turn unschedulable (without disruption). The
 handler loads the settings, gets the ports from :mod:`~nodesmith.handlers.wiring`,
 runs :func:`nodesmith.services.reconcile.reconcile` and reports:
 
@@ -212,6 +213,7 @@ def _leased(
     work: Callable[[], tuple[ReconcileOutcome, DisruptionOutcome | None]],
     covered: Callable[[LeaseInfo], bool] | None = None,
     request_after: float | None = None,
+    work_began: Callable[[], float | None] | None = None,
     **report_extra: Any,
 ) -> dict[str, Any]:
     """Run ``work`` under the reconcile lease (plainly without a state table) and report it.
@@ -219,7 +221,7 @@ def _leased(
     Holding the lease, the provisioning pass runs again for interruption batches that ask for it
     (:data:`REQUESTED_PASSES_SECONDS`, within the invocation's time less 10 s). When another pass
     holds it, returns ``{"status": "skipped: ...", "lease_holder": ...}``; ``covered`` and
-    ``request_after`` are :func:`with_lease`'s. ``label`` names the pass in the log lines
+    ``request_after`` and ``work_began`` are :func:`with_lease`'s. ``label`` names the pass in the log lines
     (``"<label> skipped"``, ``"<label> failed"``); the holder is the request id, else
     ``<holder_prefix>-<epoch>``. A failure is counted (``ReconcileErrors``), logged and re-raised.
     """
@@ -237,6 +239,7 @@ def _leased(
                 work=work,
                 covered=covered,
                 request_after=request_after,
+                work_began=work_began,
                 again=_provision_only,  # interruption batches that cordoned during the pass asked for one more
                 again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
             )
@@ -254,21 +257,54 @@ def _leased(
 
 def _handle_wake(after: float, context: LambdaContext | None, started: float) -> dict[str, Any]:
     """A wake from an interruption batch (:mod:`nodesmith.adapters.aws.wake`): one provisioning pass for
-    nodes cordoned at ``after`` (epoch seconds), under the lease, and another for each batch that asks
-    meanwhile; skipped when the holder took the lease after ``after`` (its snapshot sees those nodes)
-    and, when it took it before, that holder is asked for another pass instead. No disruption pass:
-    the schedule runs those."""
+    nodes cordoned at ``after`` (epoch seconds), under the lease, then more, until
+    :data:`~nodesmith.handlers.watch_mode.BURST_WATCH_SECONDS` after ``after``, for each batch that asks
+    and for pods that turn unschedulable meanwhile (:func:`~nodesmith.handlers.watch_mode.watch_burst`);
+    skipped when the holder took the lease after ``after`` (its snapshot sees those nodes) and, when it
+    took it before, that holder is asked for another pass instead. No disruption pass: the schedule runs
+    those. The summary's ``burst`` gives the passes run (the first included) and the sizes of the batches
+    of unschedulable pods that triggered them."""
+    from nodesmith.handlers.watch_mode import BURST_WATCH_SECONDS, EXIT_MARGIN_SECONDS, lease_requests, watch_burst
     from nodesmith.services.replacement import CLOCK_SKEW_SECONDS
+
+    began: list[float] = []
+    last: list[tuple[ReconcileOutcome, DisruptionOutcome | None]] = []
+    burst: dict[str, Any] = {"passes": 0, "batches": []}
+
+    def one_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+        began.append(time.time())
+        last.append(_provision_only())
+        burst["passes"] += 1
+        return last[-1]
+
+    def work() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+        one_pass()
+        seconds = after + BURST_WATCH_SECONDS - time.time()
+        if context is not None:  # leave the lease's requested passes their time before the timeout
+            remaining = context.get_remaining_time_in_millis() / 1000.0
+            seconds = min(seconds, remaining - EXIT_MARGIN_SECONDS - REQUESTED_PASSES_SECONDS)
+        settings = wiring.get_settings()
+        state = wiring.build_state(settings)
+        out = watch_burst(
+            run_pass=one_pass,
+            cluster=wiring.build_cluster(settings),
+            seconds=seconds,
+            requested=lease_requests(state) if state is not None else None,
+        )
+        burst["batches"] = list(out.batches)
+        return last[-1]
 
     return _leased(
         context,
         started,
         label="reconcile wake",
         holder_prefix="reconcile-wake",
-        work=_provision_only,
+        work=work,
         covered=lambda info: info.acquired_at >= after + CLOCK_SKEW_SECONDS,
         request_after=after + CLOCK_SKEW_SECONDS,
+        work_began=lambda: began[-1] if began else None,
         woken_for=after,
+        burst=burst,
     )
 
 

@@ -16,6 +16,7 @@ back to listing pods every poll.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -24,14 +25,24 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.handlers.observability import logger
 from nodesmith.services.capacity import pending_pods
 from nodesmith.services.pod_watch import PendingPodWatch
-from nodesmith.services.watch import POLL_SECONDS, handover_wait, holder_name, watch
+from nodesmith.services.watch import POLL_SECONDS, WatchOutcome, handover_wait, holder_name, watch
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from nodesmith.core.ports import CloudProvider, Cluster
 
-__all__ = ["EXIT_MARGIN_SECONDS", "LEASE", "SYNC_WAIT_SECONDS", "WatchRun", "run_watch", "warm_scheduler"]
+__all__ = [
+    "BURST_WATCH_SECONDS",
+    "EXIT_MARGIN_SECONDS",
+    "LEASE",
+    "SYNC_WAIT_SECONDS",
+    "WatchRun",
+    "lease_requests",
+    "run_watch",
+    "warm_scheduler",
+    "watch_burst",
+]
 
 EXIT_MARGIN_SECONDS = 30.0
 """Seconds kept free before the function timeout, on top of one pass's drain budget."""
@@ -49,6 +60,11 @@ WATCHED_POLL_SECONDS = 1.0
 
 REQUEST_CHECK_SECONDS = 1.0
 """How often (seconds) the watch reads the lease for passes requested by interruption batches."""
+
+BURST_WATCH_SECONDS = 150.0
+"""How long after a burst's cordon (seconds) a woken reconcile invocation keeps provisioning for pods that
+turn unschedulable (:func:`watch_burst`): the 2-minute spot interruption notice (EC2 docs), by which the
+drains end, plus 30 s for the last evicted pods' replacements to be created and tried by the kube-scheduler."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,18 +143,7 @@ def run_watch(
     def renew() -> bool:
         return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
 
-    asked_at = [-REQUEST_CHECK_SECONDS]
-
-    def requested(since: float) -> bool:
-        """A pass asked for (an interruption batch cordoned after the last pass began): ``since`` is ``clock`` time.
-
-        Reads the lease at most every :data:`REQUEST_CHECK_SECONDS`."""
-        if clock() - asked_at[0] < REQUEST_CHECK_SECONDS:
-            return False
-        asked_at[0] = clock()
-        info = state.lease_info(name=LEASE, now=wall())
-        return bool(info and info.requested_at is not None and info.requested_at > wall() - (clock() - since))
-
+    requested = lease_requests(state, wall=wall, clock=clock)
     source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
     try:
         out = watch(
@@ -154,6 +159,69 @@ def run_watch(
         close()
         state.release_lease(name=LEASE, holder=holder)
     return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
+
+
+def lease_requests(
+    state: Any, *, wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic
+) -> Callable[[float], bool]:
+    """The batcher's ``requested(since)`` hook for the holder of the reconcile lease in ``state`` (a
+    :class:`~nodesmith.core.ports.StateStore`): True when an interruption batch asked for a pass starting
+    after ``since`` (the ``clock`` time the last pass began; :meth:`~nodesmith.core.ports.StateStore.request_pass`).
+    Reads the lease at most every :data:`REQUEST_CHECK_SECONDS`; store errors propagate."""
+    asked_at = [-REQUEST_CHECK_SECONDS]
+
+    def requested(since: float) -> bool:
+        if clock() - asked_at[0] < REQUEST_CHECK_SECONDS:
+            return False
+        asked_at[0] = clock()
+        info = state.lease_info(name=LEASE, now=wall())
+        return bool(info and info.requested_at is not None and info.requested_at > wall() - (clock() - since))
+
+    return requested
+
+
+def watch_burst(
+    *,
+    run_pass: Callable[[], Any],
+    cluster: Cluster,
+    seconds: float,
+    requested: Callable[[float], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    watch_pods: bool = True,
+) -> WatchOutcome:
+    """After a woken pass (an interruption burst), keep provisioning for ``seconds`` as pods turn unschedulable.
+
+    The caller holds the reconcile lease and has just run a provisioning pass for the burst's cordoned
+    nodes. The kube-scheduler places the evicted pods' replacements on its own, not always where that
+    pass packed them, so a few can be left unschedulable when the last capacity fills differently;
+    Karpenter's provisioner launches for them within its batch window (1 s idle, 10 s at most), where the
+    schedule would leave them for up to a minute. So, like watch mode but without resyncs or disruption,
+    ``run_pass`` runs whenever a batch of newly unschedulable pods closes (pods from the pod watch, or
+    listed every poll with ``watch_pods`` False or when the watch does not list in
+    :data:`SYNC_WAIT_SECONDS`) and whenever ``requested`` (:func:`lease_requests`) says a batch cordoned
+    more nodes since the last pass. Returns :class:`~nodesmith.services.watch.WatchOutcome` (passes run
+    here, batch sizes); exceptions of ``run_pass`` propagate.
+    """
+    if seconds <= 0:
+        return WatchOutcome(stopped="deadline")
+
+    def listed() -> set[str]:
+        return {p.key for p in pending_pods(cluster.list_pods())}
+
+    source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
+    try:
+        return watch(
+            run_pass=run_pass,
+            stop_at=clock() + seconds,
+            clock=clock,
+            requested=requested,
+            resync_seconds=math.inf,
+            catch_up=False,
+            **source,
+        )
+    finally:
+        close()
 
 
 def _pending_source(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -93,6 +93,7 @@ def with_lease(
     again: Callable[[], object] | None = None,
     again_within_seconds: float = 0.0,
     again_until: float | None = None,
+    work_began: Callable[[], float | None] | None = None,
     wall: Callable[[], float] = time.time,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
@@ -114,30 +115,29 @@ def with_lease(
     the holder's own deadline, e.g. its Lambda timeout less a margin), as long as another run as long
     as the last one still ends by then. Requests still pending after that, or for a holder without
     ``again``, are left to whoever takes the lease next (logged). An error in ``again`` is logged and
-    ends the reruns (``work``'s value stands).
+    ends the reruns (``work``'s value stands). ``work_began`` (optional) tells, once ``work`` returned,
+    when (epoch seconds) its last pass began, for a ``work`` that runs several (a woken reconcile that
+    watches): requests before that moment were served by it; None or absent means when the lease was taken.
 
     ``wall`` gives epoch seconds for the store, ``clock`` monotonic seconds for the wait. The lease
     is released when ``work`` returns or raises (a failed release is logged: the TTL frees it).
     Errors of the store while acquiring propagate: without the lease nothing runs.
     """
-    give_up = clock() + max(0.0, wait_seconds)
-    while not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
-        info = state.lease_info(name=name, now=wall())
-        if info is not None and covered is not None and covered(info):
-            LOG.info("lease %s held by %s, whose run covers %s's work", name, info.holder, holder)
-            return Leased(acquired=False, held_by=info.holder, covered=True)
-        if (
-            info is not None
-            and request_after is not None
-            and state.request_pass(name=name, after=request_after, now=wall())
-        ):
-            LOG.info("lease %s held by %s; %s asked it for another pass", name, info.holder, holder)
-            return Leased(acquired=False, held_by=info.holder, requested=True)
-        if clock() >= give_up:
-            held_by = info.holder if info is not None else None
-            LOG.info("lease %s held by %s; %s skips", name, held_by, holder)
-            return Leased(acquired=False, held_by=held_by)
-        sleep(max(0.0, min(poll_seconds, give_up - clock())))
+    refused = _acquire(
+        state=state,
+        name=name,
+        holder=holder,
+        ttl_seconds=ttl_seconds,
+        wait_seconds=wait_seconds,
+        poll_seconds=poll_seconds,
+        covered=covered,
+        request_after=request_after,
+        wall=wall,
+        clock=clock,
+        sleep=sleep,
+    )
+    if refused is not None:
+        return refused
     started = wall()
     released = False
     reruns = 0
@@ -145,6 +145,9 @@ def with_lease(
         run_began = clock()
         value = work()
         last_run = clock() - run_began
+        began = work_began() if work_began is not None else None
+        if began is not None:
+            started = max(started, began)
         until = clock() + max(0.0, again_within_seconds)
         while True:
             try:
@@ -174,6 +177,42 @@ def with_lease(
     finally:
         if not released:
             _release(state, name, holder)
+
+
+def _acquire(
+    *,
+    state: StateStore,
+    name: str,
+    holder: str,
+    ttl_seconds: float,
+    wait_seconds: float,
+    poll_seconds: float,
+    covered: Callable[[LeaseInfo], bool] | None,
+    request_after: float | None,
+    wall: Callable[[], float],
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> Leased[Any] | None:
+    """Take lease ``name`` for :func:`with_lease` (its arguments): None once held, else why it was not."""
+    give_up = clock() + max(0.0, wait_seconds)
+    while not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
+        info = state.lease_info(name=name, now=wall())
+        if info is not None and covered is not None and covered(info):
+            LOG.info("lease %s held by %s, whose run covers %s's work", name, info.holder, holder)
+            return Leased(acquired=False, held_by=info.holder, covered=True)
+        if (
+            info is not None
+            and request_after is not None
+            and state.request_pass(name=name, after=request_after, now=wall())
+        ):
+            LOG.info("lease %s held by %s; %s asked it for another pass", name, info.holder, holder)
+            return Leased(acquired=False, held_by=info.holder, requested=True)
+        if clock() >= give_up:
+            held_by = info.holder if info is not None else None
+            LOG.info("lease %s held by %s; %s skips", name, held_by, holder)
+            return Leased(acquired=False, held_by=held_by)
+        sleep(max(0.0, min(poll_seconds, give_up - clock())))
+    return None
 
 
 def _release(state: StateStore, name: str, holder: str) -> None:

@@ -101,6 +101,7 @@ def watch(
     resync_seconds: float = RESYNC_SECONDS,
     arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None,
     requested: Callable[[float], bool] | None = None,
+    catch_up: bool = True,
 ) -> WatchOutcome:
     """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
 
@@ -119,7 +120,9 @@ def watch(
     ``requested(since)`` (optional, checked every loop) is True when someone asked the lease holder
     for a pass starting after ``since`` (the ``clock`` time the last pass started; an interruption
     batch whose cordons the pass did not see, :meth:`~nodesmith.core.ports.StateStore.request_pass`):
-    a provisioning pass then runs at once. Exceptions of ``run_pass`` propagate.
+    a provisioning pass then runs at once. ``catch_up`` False skips the first pass (the caller has
+    just run one) and lets the pods pending at the start open the first batch (they may have turned
+    unschedulable after that pass began). Exceptions of ``run_pass`` propagate.
     """
     out = WatchOutcome()
     full = run_resync or run_pass
@@ -135,8 +138,10 @@ def watch(
         out.passes += 1
         return True
 
-    seen = pending_pods()  # taken before the pass: pods arriving during a pass open the next batch
-    if not one_pass():
+    # taken before the pass: pods arriving during a pass open the next batch; without the catch-up pass,
+    # the pods pending now may have arrived after the caller's pass began: they open the first batch
+    seen = pending_pods() if catch_up else set()
+    if catch_up and not one_pass():
         return out
     last_pass = clock()
     batch: set[str] = set()
