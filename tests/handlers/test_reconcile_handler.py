@@ -76,6 +76,21 @@ def test_a_pass_emits_the_provisioning_metrics(ports: Any, capsys: pytest.Captur
         assert metrics[name][0][2] == "Seconds"
 
 
+def test_disabled_metrics_print_nothing_not_even_the_per_dimension_ones(
+    ports: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``POWERTOOLS_METRICS_DISABLED`` (local runs, the bench) silences the by-dimension metrics too: they
+    would be printed among a caller's output (the bench's ``--json``) otherwise."""
+    from nodesmith.handlers.reconcile import handler
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+
+    summary = handler({}, Context())
+
+    assert summary["nodeclaims_launched"] == 1
+    assert emitted(capsys.readouterr().out) == {}
+
+
 def test_launch_failures_are_counted_by_error_code(ports: Any, capsys: pytest.CaptureFixture[str]) -> None:
     from nodesmith.handlers.reconcile import handler
 

@@ -69,8 +69,13 @@ def emit(name: str, value: float, *, unit: MetricUnit, dimensions: Mapping[str, 
 
     Flushed immediately as its own EMF document (Powertools ``single_metric``), because the shared
     ``metrics`` object carries one dimension set for everything it flushes. Empty dimension values
-    become ``unknown`` (CloudWatch rejects empty values).
+    become ``unknown`` (CloudWatch rejects empty values). Nothing is printed when metrics are disabled
+    (``POWERTOOLS_METRICS_DISABLED``, as the shared ``metrics`` object honours it; ``single_metric`` does not).
     """
+    from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+
+    if is_metrics_disabled():
+        return
     defaults = {"service": metrics.service} if getattr(metrics, "service", None) else None
     with single_metric(name=name, unit=unit, value=value, namespace=NAMESPACE, default_dimensions=defaults) as metric:
         for key, dim_value in dimensions.items():
