@@ -41,7 +41,10 @@ deadline still counts from its warning's delivery), which takes the emulator's d
 the cordon figure without giving the drains more time.
 ``drains_per_event`` is how many times a drain actually ran per (event, instance) on its first
 attempt -- the original message, or its hand-off continuation in a burst -- (target exactly 1,
-duplicates included); continuations of long drains are counted apart. ``pods_lost`` also counts
+duplicates included); continuations of long drains are counted apart. Its ``max_fresh`` leaves out the
+runs that resumed a run whose invocation was ended at the function timeout (``resumed_after_timeout``:
+the record came back and the drain went on from its stored progress), so a ``max_fresh`` above 1 is a
+drain done twice. ``pods_lost`` also counts
 Ready pods removed with their node (the pod garbage collector), never evicted.
 ``--crash-every n`` kills the invocation draining every n-th instance once, right after its first
 evictions' progress was stored (a ``BaseException``, as if Lambda timed out): nothing of that
@@ -89,6 +92,7 @@ from interruptions_lambda import (
     VISIBILITY_TIMEOUT_SECONDS,
     Counters,
     _warm_up,
+    fresh_runs,
     invocations_process,
     merge,
 )
@@ -284,6 +288,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             first_attempts = [
                 n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid not in counters.crashed
             ]
+            fresh = [
+                fresh_runs(runs, counters.ended_at_timeout)
+                for (_, iid, attempt), runs in counters.drain_runs.items()
+                if attempt == 0 and iid not in counters.crashed
+            ]
             crashed_attempts = [
                 n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid in counters.crashed
             ]
@@ -311,6 +320,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "drains_per_event": {
                     "min": min(first_attempts, default=0),
                     "max": max(first_attempts, default=0),
+                    # runs that did not resume one ended at the function timeout: a second of these is a double drain
+                    "max_fresh": max(fresh, default=0),
+                    "resumed_after_timeout": sum(first_attempts) - sum(fresh),
                     "events": len(first_attempts),
                     "duplicated_deliveries": len(duplicated),
                 },

@@ -105,6 +105,7 @@ class Counters:
         self.crashed: set[str] = set()
         self.resumed_from_progress: dict[str, int] = {}  # instance id -> pods evicted before the crash
         self.drains: Counter[tuple[str, str, int]] = Counter()  # (event, instance, attempt; 0 = first drain)
+        self.drain_runs: dict[tuple[str, str, int], list[tuple[float, int | None]]] = {}  # (start, invocation) per run
         self.handed_off = 0
         self.continuations = 0
         self.force_deleted = 0
@@ -114,6 +115,7 @@ class Counters:
         self.wakes_sent = 0  # the interruption batches' asynchronous invokes of the reconcile function
         self.wakes_skipped = 0
         self.wake_passes: list[tuple[float, float, int]] = []  # (monotonic end, seconds, NodeClaims launched)
+        self.ended_at_timeout: set[int] = set()  # invocations (all processes) ended at the function timeout
         self.wakes_ended: list[float] = []  # seconds each woken invocation that took the lease ran
         self.errors: list[str] = []
         self.replacements: list[Any] = []
@@ -148,9 +150,9 @@ class Counters:
             with counters.lock:
                 first = entry.item.continuation is None or entry.item.continuation.handoff
                 counters.drain_started.setdefault((entry.item.message.event_id, case.instance_id), time.monotonic())
-                counters.drains[
-                    (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
-                ] += 1
+                key = (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
+                counters.drains[key] += 1
+                counters.drain_runs.setdefault(key, []).append((time.monotonic(), getattr(_INVOCATION, "id", None)))
                 crashed = case.instance_id in counters.crashed
             if crashed and self.state is not None:
                 prior = self.state.get_drain(instance_id=case.instance_id)
@@ -475,6 +477,8 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
     """What one process counted, as plain data for the parent (see :func:`merge`)."""
     return {
         "drains": list(counters.drains.items()),
+        "drain_runs": [[list(k), v] for k, v in counters.drain_runs.items()],
+        "ended_at_timeout": sorted(_TIMED_OUT),
         "crashed": sorted(counters.crashed),
         "resumed_from_progress": dict(counters.resumed_from_progress),
         "handed_off": counters.handed_off,
@@ -501,12 +505,24 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
     }
 
 
+def fresh_runs(runs: list[tuple[float, int | None]], ended_at_timeout: set[int]) -> int:
+    """How many of one drain's runs (``(monotonic start, invocation)``, any order) began afresh: the first,
+    and any after a run whose invocation returned. A run after one ended at the function timeout resumes it
+    (its record came back when the visibility ran out, and it goes on from the drain's stored progress):
+    the same drain, not a second."""
+    invocations = [inv for _, inv in sorted(runs, key=lambda r: r[0])]
+    return sum(1 for i, _ in enumerate(invocations) if i == 0 or invocations[i - 1] not in ended_at_timeout)
+
+
 def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
     """Add one process's :func:`summary` into ``counters``; returns (invocations killed, events duplicated)."""
     from types import SimpleNamespace
 
     with counters.lock:
         counters.drains.update({tuple(k): v for k, v in part["drains"]})
+        for k, runs in part["drain_runs"]:
+            counters.drain_runs.setdefault(tuple(k), []).extend((at, inv) for at, inv in runs)
+        counters.ended_at_timeout |= set(part["ended_at_timeout"])
         counters.crashed |= set(part["crashed"])
         counters.resumed_from_progress.update(part["resumed_from_progress"])
         counters.handed_off += part["handed_off"]
