@@ -74,6 +74,54 @@ def test_provisioning_posts_nominated_failed_scheduling_launched_registered_init
     assert [m.split(",")[1].strip() for m in claims["Initialized"]] == ["Type: Initialized"]
 
 
+def test_a_pass_posts_its_pod_events_side_by_side_up_to_the_limit() -> None:
+    """Like client-go's recorder, a pass does not wait for one Event before the next: two posts are in
+    flight at once (each waits for the other here), and the limit still holds."""
+    import threading
+
+    from nodesmith.services.reconcile import ReconcileOutcome
+    from nodesmith.services.reconcile_outcome import post_pod_events
+
+    cluster = FakeCluster()
+    together = threading.Barrier(2, timeout=5)  # a second post never starts if they go one after another
+    record = cluster.record_event
+
+    def in_flight_with_another(**kwargs: Any) -> None:
+        together.wait()
+        record(**kwargs)
+
+    cluster.record_event = in_flight_with_another  # type: ignore[method-assign]
+    pods = [make_pod(f"p-{i}") for i in range(3)]
+    out = ReconcileOutcome(unschedulable={pods[2].key: "no instance type fits"})
+
+    post_pod_events(cluster=cluster, pending=pods, nominated=[(pods[0], "nc-a"), (pods[1], "nc-a")], out=out, limit=2)
+
+    assert sorted(_events(cluster, "Pod")) == ["Nominated"] and len(_events(cluster, "Pod")["Nominated"]) == 2
+
+
+def test_a_registered_and_initialized_nodeclaim_is_passed_through_untouched() -> None:
+    """Every pass links NodeClaims to their nodes; one already Initialized is neither copied nor written."""
+    from nodesmith.services.lifecycle import LifecycleOutcome, link_nodes
+
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster.pods = [make_pod("inflate-0")]
+    cloud = FakeCloud()
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    (claim,) = cluster.nodeclaims.values()
+    instance = next(i for i in cloud.instances.values() if i.provider_id == claim.status.provider_id)
+    cluster.nodes.append(node_for(instance, claim, ready=True))
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1001.0)
+    (linked,) = cluster.nodeclaims.values()
+    assert linked.is_true("Initialized")
+    written = len(cluster.events)
+
+    (out,) = link_nodes(
+        cluster=cluster, nodeclaims=[linked], nodes=cluster.nodes, now=1002.0, outcome=LifecycleOutcome()
+    )
+
+    assert out is linked and len(cluster.events) == written
+
+
 def _interruption_world(**cluster_kwargs: Any) -> tuple[Any, Any, Any]:
     clock = fakes.FakeClock()
     cluster = fakes.FakeCluster(clock=clock, nodes=[fakes.make_node("node-a", "i-1234567890abcdef0")], **cluster_kwargs)
