@@ -301,9 +301,18 @@ class AsyncReconcile:
 
         provision_only = reconcile._provision_only
 
+        profile_dir = os.environ.get("BENCH_PROFILE_WAKES")  # a directory: one cProfile dump per woken pass
+
         def timed() -> Any:  # every pass of a woken invocation: its first, the burst watch's and the reruns
             began = time.monotonic()
-            out = provision_only()
+            if profile_dir:
+                import cProfile
+
+                with cProfile.Profile() as profile:
+                    out = provision_only()
+                profile.dump_stats(Path(profile_dir) / f"wake-{os.getpid()}-{began:.3f}.prof")
+            else:
+                out = provision_only()
             with self.counters.lock:
                 self.counters.wake_passes.append(
                     (time.monotonic(), time.monotonic() - began, int(out[0].nodeclaims_launched))
