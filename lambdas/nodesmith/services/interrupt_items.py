@@ -6,6 +6,7 @@ keeps for each drain. The phases that produce them are in :mod:`nodesmith.servic
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,7 +63,9 @@ class Continuation:
         ids_ = tuple(str(i) for i in ids if isinstance(i, str))
         handoff = raw.get("handoff") is True
         at = raw.get("cordoned-at")
-        cordoned_at = float(at) if handoff and isinstance(at, int | float) and not isinstance(at, bool) else None
+        cordoned_at: float | None = None
+        if handoff and isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at):
+            cordoned_at = float(at)
         return cls(attempt=attempt, instance_ids=ids_, handoff=handoff, cordoned_at=cordoned_at)
 
 
