@@ -306,6 +306,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "nodes_cordoned": len(monitor.cordoned),
                 "replacements_launched_seconds": round(max(monitor.launched.values()), 2) if monitor.launched else None,
                 "replacement_nodeclaims": len(monitor.launched),
+                # each replacement NodeClaim's launch: the woken pass's, then any for pods left unschedulable
+                "replacement_launches_seconds": _spread(list(monitor.launched.values())),
                 "pods_running_again_seconds": None
                 if monitor.all_running_at is None
                 else round(monitor.all_running_at, 2),
