@@ -84,17 +84,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from interruptions_counters import Counters, fresh_runs, merge
 from interruptions_lambda import (
     BATCH_SIZE,
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
     FUNCTION_TIMEOUT_SECONDS,
     VISIBILITY_TIMEOUT_SECONDS,
-    Counters,
     _warm_up,
-    fresh_runs,
     invocations_process,
-    merge,
 )
 from interruptions_monitor import Monitor
 from interruptions_world import (
@@ -371,7 +369,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "drains_started_seconds": _spread([at - t0 for at in counters.drain_started.values()]),
                 "invocation_seconds": _spread(counters.invocation_seconds),
                 # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
-                # on (interruptions_lambda.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
+                # on (interruptions_timeouts.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
                 "invocations_timed_out": counters.timed_out,
                 "function_timeout_enforced": not args.no_function_timeout,
                 "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),

@@ -1,0 +1,248 @@
+"""What ``bench/interruptions.py`` counts on the Lambda side: :class:`Counters` wraps the real handler code
+(drains run, continuations, direct pod deletes, every AWS and Kubernetes call) and injects the crashes;
+:func:`summary` and :func:`merge` carry one invocation process's counts to the parent."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from interruptions_timeouts import _INVOCATION, _TIMED_OUT, LambdaKilled
+
+if TYPE_CHECKING:
+    from interruptions_lambda import Consumer
+
+
+class Counters:
+    """Calls the bench counts by wrapping the real code: drains run, continuations, direct pod deletes;
+    and the crash injection: the first progress save of a target instance's drain after at least one
+    eviction kills the invocation (:class:`LambdaKilled`), once per target."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.crash_targets: set[str] = set()
+        self.crashed: set[str] = set()
+        self.resumed_from_progress: dict[str, int] = {}  # instance id -> pods evicted before the crash
+        self.drains: Counter[tuple[str, str, int]] = Counter()  # (event, instance, attempt; 0 = first drain)
+        self.drain_runs: dict[tuple[str, str, int], list[tuple[float, int | None]]] = {}  # (start, invocation) per run
+        self.handed_off = 0
+        self.continuations = 0
+        self.force_deleted = 0
+        self.invocations = 0
+        self.timed_out = 0  # invocations Lambda would have ended at the function timeout (their records come back)
+        self.failed_records = 0
+        self.wakes_sent = 0  # the interruption batches' asynchronous invokes of the reconcile function
+        self.wakes_skipped = 0
+        self.wake_passes: list[tuple[float, float, int]] = []  # (monotonic end, seconds, NodeClaims launched)
+        self.ended_at_timeout: set[int] = set()  # invocations (all processes) ended at the function timeout
+        self.wakes_ended: list[float] = []  # seconds each woken invocation that took the lease ran
+        self.errors: list[str] = []
+        self.replacements: list[Any] = []
+        self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
+        self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
+        self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
+        self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
+        self.count_calls = False  # only the invocation processes count (not the world's set-up and reclaims)
+        self.on_terminate: Any = lambda ids: None
+        """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
+
+    def install(self) -> None:
+        from nodesmith.adapters.aws.provider import Ec2CloudProvider
+        from nodesmith.adapters.aws.queue import InterruptionQueue
+        from nodesmith.adapters.kube.cluster import KubeCluster
+        from nodesmith.services import interrupt_batch
+
+        drain, send, delete_pod = interrupt_batch._Batch.drain, InterruptionQueue.send, KubeCluster.delete_pod
+        save, handed_off = interrupt_batch._Batch.save, interrupt_batch._Batch.handed_off
+        replace = interrupt_batch._replace
+        counters = self
+
+        def counted_replace(replace_capacity: Any, ready_at: float) -> Any:
+            result = replace(replace_capacity, ready_at)
+            with counters.lock:
+                counters.replacements.append(result)
+                if result.ran:
+                    counters.replacement_times.append((time.monotonic(), result.seconds))
+            return result
+
+        def counted_drain(self: Any, entry: Any, case: Any) -> Any:
+            with counters.lock:
+                first = entry.item.continuation is None or entry.item.continuation.handoff
+                counters.drain_started.setdefault((entry.item.message.event_id, case.instance_id), time.monotonic())
+                key = (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
+                counters.drains[key] += 1
+                counters.drain_runs.setdefault(key, []).append((time.monotonic(), getattr(_INVOCATION, "id", None)))
+                crashed = case.instance_id in counters.crashed
+            if crashed and self.state is not None:
+                prior = self.state.get_drain(instance_id=case.instance_id)
+                if (
+                    prior is not None
+                    and prior.event_id == entry.item.message.event_id
+                    and prior.evicted
+                    and not prior.done
+                ):
+                    with counters.lock:
+                        counters.resumed_from_progress[case.instance_id] = prior.evicted
+            return drain(self, entry, case)
+
+        def counted_handed_off(self: Any, cases: Any) -> Any:
+            out = handed_off(self, cases)
+            with counters.lock:
+                counters.handed_off += len(cases)
+            return out
+
+        def crashing_save(self: Any, progress: Any, warnings: list[str]) -> None:
+            save(self, progress, warnings)
+            iid = progress.instance_id
+            if iid in counters.crash_targets and progress.evicted >= 1 and not progress.done:
+                with counters.lock:
+                    if iid in counters.crashed:
+                        return
+                    counters.crashed.add(iid)
+                raise LambdaKilled(f"invocation killed mid-drain of {iid} after {progress.evicted} evictions")
+
+        def counted_send(self: Any, body: Any, delay_seconds: int) -> str:
+            with counters.lock:
+                counters.continuations += 1
+            return send(self, body, delay_seconds)
+
+        send_batch = InterruptionQueue.send_batch
+
+        def counted_send_batch(self: Any, messages: Any) -> list[str | None]:
+            errors = send_batch(self, messages)
+            with counters.lock:
+                counters.continuations += sum(1 for e in errors if e is None)
+            return errors
+
+        def counted_delete(self: Any, **kwargs: Any) -> None:
+            with counters.lock:
+                counters.force_deleted += 1
+            delete_pod(self, **kwargs)
+
+        terminate = Ec2CloudProvider.terminate
+
+        def noted_terminate(self: Any, *, instance_ids: Any) -> None:
+            counters.on_terminate(list(instance_ids))
+            terminate(self, instance_ids=instance_ids)
+
+        from botocore.client import BaseClient
+
+        from nodesmith.adapters.kube.calls import KubeRest
+
+        api_call, request = BaseClient._make_api_call, KubeRest.request
+
+        def counted_api_call(self: Any, operation: str, params: Any) -> Any:
+            name = f"{self.meta.service_model.service_name}.{operation}"
+            item = params.get("Item") or params.get("Key") if isinstance(params, dict) else None
+            if isinstance(item, dict) and isinstance(item.get("pk"), dict):  # the state table: which record
+                name += f" {str(item['pk'].get('S', '')).split('#', 1)[0]}"
+            with counters.lock:
+                if counters.count_calls:
+                    counters.calls[name] += 1
+            return api_call(self, operation, params)
+
+        def counted_request(self: Any, method: str, url_path: str, *args: Any, **kwargs: Any) -> Any:
+            with counters.lock:
+                resource = _resource(url_path)
+                if method != "GET":
+                    resource = resource.removesuffix(" (list)")
+                if counters.count_calls:
+                    counters.calls[f"kube {method} {resource}"] += 1
+            return request(self, method, url_path, *args, **kwargs)
+
+        BaseClient._make_api_call = counted_api_call
+        KubeRest.request = counted_request  # type: ignore[method-assign]
+        Ec2CloudProvider.terminate = noted_terminate  # type: ignore[method-assign]
+        interrupt_batch._Batch.drain = counted_drain  # type: ignore[method-assign]
+        interrupt_batch._Batch.save = crashing_save  # type: ignore[method-assign]
+        interrupt_batch._Batch.handed_off = counted_handed_off  # type: ignore[method-assign]
+        InterruptionQueue.send = counted_send  # type: ignore[method-assign]
+        InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
+        KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
+        interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
+
+
+def _resource(url_path: str) -> str:
+    """The resource (and subresource) a Kubernetes API path names: ``/api/v1/namespaces/d/pods/p/eviction``
+    -> ``pods/eviction``; ``/apis/karpenter.sh/v1/nodeclaims/x`` -> ``nodeclaims``; ``/api/v1/nodes`` ->
+    ``nodes (list)``."""
+    parts = [p for p in url_path.split("?", maxsplit=1)[0].split("/") if p]
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(parts) >= 2 and parts[0] == "namespaces":
+        parts = parts[2:]
+    return "/".join(parts[:1] + parts[2:3]) + ("" if len(parts) > 1 else " (list)")
+
+
+def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
+    """What one process counted, as plain data for the parent (see :func:`merge`)."""
+    return {
+        "drains": list(counters.drains.items()),
+        "drain_runs": [[list(k), v] for k, v in counters.drain_runs.items()],
+        "ended_at_timeout": sorted(_TIMED_OUT),
+        "crashed": sorted(counters.crashed),
+        "resumed_from_progress": dict(counters.resumed_from_progress),
+        "handed_off": counters.handed_off,
+        "continuations": counters.continuations,
+        "force_deleted": counters.force_deleted,
+        "invocations": counters.invocations,
+        "failed_records": counters.failed_records,
+        "errors": counters.errors[:20],
+        "replacements": [
+            {"ran": r.ran, "skipped": r.skipped, "errors": list(r.errors), "nodeclaims_launched": r.nodeclaims_launched}
+            for r in counters.replacements
+        ],
+        "replacement_times": counters.replacement_times,
+        "invocation_seconds": counters.invocation_seconds,
+        "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
+        "calls": dict(counters.calls),
+        "wakes_sent": counters.wakes_sent,
+        "wakes_skipped": counters.wakes_skipped,
+        "wake_passes": counters.wake_passes,
+        "wakes_ended": counters.wakes_ended,
+        "killed": consumer.killed,
+        "timed_out": consumer.timed_out,
+        "duplicated": sorted(consumer.duplicated),
+    }
+
+
+def fresh_runs(runs: list[tuple[float, int | None]], ended_at_timeout: set[int]) -> int:
+    """How many of one drain's runs (``(monotonic start, invocation)``, any order) began afresh: the first,
+    and any after a run whose invocation returned. A run after one ended at the function timeout resumes it
+    (its record came back when the visibility ran out, and it goes on from the drain's stored progress):
+    the same drain, not a second."""
+    invocations = [inv for _, inv in sorted(runs, key=lambda r: r[0])]
+    return sum(1 for i, _ in enumerate(invocations) if i == 0 or invocations[i - 1] not in ended_at_timeout)
+
+
+def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
+    """Add one process's :func:`summary` into ``counters``; returns (invocations killed, events duplicated)."""
+    from types import SimpleNamespace
+
+    with counters.lock:
+        counters.drains.update({tuple(k): v for k, v in part["drains"]})
+        for k, runs in part["drain_runs"]:
+            counters.drain_runs.setdefault(tuple(k), []).extend((at, inv) for at, inv in runs)
+        counters.ended_at_timeout |= set(part["ended_at_timeout"])
+        counters.crashed |= set(part["crashed"])
+        counters.resumed_from_progress.update(part["resumed_from_progress"])
+        counters.handed_off += part["handed_off"]
+        counters.continuations += part["continuations"]
+        counters.force_deleted += part["force_deleted"]
+        counters.invocations += part["invocations"]
+        counters.timed_out += part["timed_out"]
+        counters.wakes_sent += part["wakes_sent"]
+        counters.calls.update(part["calls"])
+        counters.wakes_skipped += part["wakes_skipped"]
+        counters.wake_passes += [tuple(p) for p in part["wake_passes"]]
+        counters.wakes_ended += part["wakes_ended"]
+        counters.failed_records += part["failed_records"]
+        counters.errors += part["errors"]
+        counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
+        counters.replacement_times += [tuple(t) for t in part["replacement_times"]]
+        counters.invocation_seconds += part["invocation_seconds"]
+        for key, at in part["drain_started"]:
+            k = (key[0], key[1])
+            counters.drain_started[k] = min(at, counters.drain_started.get(k, at))
+    return part["killed"], set(part["duplicated"])
