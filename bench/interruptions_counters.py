@@ -52,10 +52,10 @@ class Counters:
         from nodesmith.adapters.aws.provider import Ec2CloudProvider
         from nodesmith.adapters.aws.queue import InterruptionQueue
         from nodesmith.adapters.kube.cluster import KubeCluster
-        from nodesmith.services import interrupt_batch
+        from nodesmith.services import interrupt_batch, interrupt_batch_run
 
-        drain, send, delete_pod = interrupt_batch._Batch.drain, InterruptionQueue.send, KubeCluster.delete_pod
-        save, handed_off = interrupt_batch._Batch.save, interrupt_batch._Batch.handed_off
+        drain, send, delete_pod = interrupt_batch_run.BatchRun.drain, InterruptionQueue.send, KubeCluster.delete_pod
+        save, handed_off = interrupt_batch_run.BatchRun.save, interrupt_batch_run.BatchRun.handed_off
         replace = interrupt_batch._replace
         counters = self
 
@@ -155,9 +155,9 @@ class Counters:
         BaseClient._make_api_call = counted_api_call
         KubeRest.request = counted_request  # type: ignore[method-assign]
         Ec2CloudProvider.terminate = noted_terminate  # type: ignore[method-assign]
-        interrupt_batch._Batch.drain = counted_drain  # type: ignore[method-assign]
-        interrupt_batch._Batch.save = crashing_save  # type: ignore[method-assign]
-        interrupt_batch._Batch.handed_off = counted_handed_off  # type: ignore[method-assign]
+        interrupt_batch_run.BatchRun.drain = counted_drain  # type: ignore[method-assign]
+        interrupt_batch_run.BatchRun.save = crashing_save  # type: ignore[method-assign]
+        interrupt_batch_run.BatchRun.handed_off = counted_handed_off  # type: ignore[method-assign]
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
         InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]

@@ -47,17 +47,12 @@ replacement pass is reported and the drains go on (the scheduled reconcile catch
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
-from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.core.errors import InProgressElsewhereError, NodesmithError, UnavailableOffering
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
-from nodesmith.core.ports import DrainProgress
 from nodesmith.services.interrupt import (
     InstanceCase,
     InstanceOutcome,
@@ -66,6 +61,18 @@ from nodesmith.services.interrupt import (
     InterruptionRun,
     NodeLookup,
 )
+from nodesmith.services.interrupt_batch_run import (
+    CONTINUATION_DELAY_SECONDS,
+    DRAIN_PROGRESS_TTL_SECONDS,
+    MAX_DRAIN_ATTEMPTS,
+    SPOT_UNAVAILABLE_SECONDS,
+    BatchEntry,
+    BatchRun,
+    DrainUnfinishedError,
+    Once,
+    Requeue,
+    RequeueBatch,
+)
 from nodesmith.services.interrupt_items import (
     CONTINUATION_KEY,
     BatchItem,
@@ -73,17 +80,14 @@ from nodesmith.services.interrupt_items import (
     Continuation,
     ItemResult,
     continuation_body,
-    outcome_from_dict,
-    outcome_to_dict,
 )
 from nodesmith.services.log_context import log_context
 from nodesmith.services.replacement import Replacement
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from nodesmith.core.ports import CloudProvider, Cluster, Instance, StateStore
-    from nodesmith.services.drain import DrainResult
 
 __all__ = [
     "CONTINUATION_DELAY_SECONDS",
@@ -105,210 +109,6 @@ __all__ = [
 
 LOG = logging.getLogger(__name__)
 
-CONTINUATION_DELAY_SECONDS = 5
-"""SQS ``DelaySeconds`` of a continuation: kubectl's 5 s between PDB retries (max allowed is 900)."""
-MAX_DRAIN_ATTEMPTS = 120
-"""Invocations one drain may take before it is abandoned (the node stays cordoned; logged)."""
-DRAIN_PROGRESS_TTL_SECONDS = 86_400.0
-"""How long stored drain progress is kept (seconds; DynamoDB TTL)."""
-SPOT_UNAVAILABLE_SECONDS = 180.0
-"""Karpenter's ``UnavailableOfferingsTTL``: an interrupted spot offering is avoided for 3 minutes."""
-
-Once = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
-"""``once(key, work)``: run ``work`` unless ``key`` already ran (then return its stored result); raise
-:class:`~nodesmith.core.errors.InProgressElsewhereError` while another invocation runs it."""
-Requeue = Callable[[Mapping[str, Any], int], None]
-"""``requeue(body, delay_seconds)``: send ``body`` (JSON object) to the interruption queue."""
-RequeueBatch = Callable[["Sequence[tuple[Mapping[str, Any], int]]"], list[str | None]]
-"""``requeue_batch([(body, delay_seconds), ...])``: send them all (``SendMessageBatch``); per message,
-None when sent, else the reason it was not."""
-
-
-class DrainUnfinishedError(NodesmithError):
-    """A drain ran out of budget and no continuation queue is configured: fail the record so SQS
-    delivers it again (raised inside the idempotent unit, so the redelivery drains again)."""
-
-
-# --- the batch ----------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Item:
-    item: BatchItem
-    action: Action
-    run: InterruptionRun | None = None
-    results: dict[str, InstanceOutcome] = field(default_factory=dict)
-    cases: list[InstanceCase] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-
-    def instance_ids(self) -> tuple[str, ...]:
-        ids = self.item.message.instance_ids
-        if self.item.continuation is not None:
-            wanted = set(self.item.continuation.instance_ids)
-            ids = tuple(i for i in ids if i in wanted)
-        return ids
-
-
-class _Batch:
-    """State shared by the phases of one :func:`handle_batch` call."""
-
-    def __init__(
-        self,
-        *,
-        cluster: Cluster,
-        state: StateStore | None,
-        once: Once | None,
-        requeue: Requeue | None,
-        wall: Callable[[], float],
-        continuation_delay_seconds: int,
-        max_attempts: int,
-    ) -> None:
-        self.cluster = cluster
-        self.state = state
-        self.once = once
-        self.requeue = requeue
-        self.wall = wall
-        self.delay = continuation_delay_seconds
-        self.max_attempts = max_attempts
-        self.run_id = uuid.uuid4().hex
-        self.out = BatchOutcome()
-        self.lock = threading.Lock()
-        self.marked: set[tuple[str, str, str]] = set()
-        self.cordoned_at = wall()  # epoch seconds: set again once every node of the batch is cordoned
-
-    # -- phase 1 ----------------------------------------------------------------------------------
-    def begin(self, entry: _Item, instance_id: str) -> InstanceCase | InstanceOutcome:
-        assert entry.run is not None
-        begun = entry.run.begin(instance_id)
-        offering = begun.interrupted_offering if isinstance(begun, InstanceOutcome) else begun.offering
-        if offering is not None and entry.item.continuation is None:
-            self.mark(offering)
-        return begun
-
-    def mark(self, offering: UnavailableOffering) -> None:
-        key = (offering.instance_type, offering.zone, offering.capacity_type)
-        with self.lock:
-            if self.state is None or key in self.marked:
-                return  # one write per offering per batch: a burst interrupts many nodes of few offerings
-            self.marked.add(key)
-        try:
-            self.state.mark_unavailable(
-                instance_type=offering.instance_type,
-                zone=offering.zone,
-                capacity_type=offering.capacity_type,
-                expires_at=self.wall() + SPOT_UNAVAILABLE_SECONDS,
-                reason=offering.code,
-            )
-            self.out.offerings_marked += 1
-        except Exception as exc:  # the mark only improves plans
-            LOG.warning("could not mark %s/%s/%s unavailable: %s", offering.instance_type, offering.zone,
-                        offering.capacity_type, exc)  # fmt: skip
-
-    def handoff_body(self, entry: _Item, cases: list[InstanceCase]) -> dict[str, Any]:
-        """The hand-off continuation of one message's cordoned nodes ``cases``."""
-        ids = [c.instance_id for c in cases]
-        attempt = entry.item.attempt + 1
-        return continuation_body(entry.item.event, attempt=attempt, instance_ids=ids, handoff=True,
-                                 cordoned_at=self.cordoned_at)  # fmt: skip
-
-    def handed_off(self, cases: list[InstanceCase]) -> list[InstanceOutcome]:
-        """The outcomes of ``cases`` once their hand-off continuation was sent."""
-        with self.lock:
-            self.out.drains_handed_off += len(cases)
-        detail = "cordoned; drain handed off to a continuation message (burst)"
-        return [replace(c.outcome(InstanceStatus.DRAIN_HANDED_OFF, detail), continued=True) for c in cases]
-
-    def hand_off(self, entry: _Item, cases: list[InstanceCase]) -> list[InstanceOutcome]:
-        """Send the drains of ``cases`` (one message's cordoned nodes) on to a hand-off continuation."""
-        assert self.requeue is not None
-        self.requeue(self.handoff_body(entry, cases), 0)  # raising fails the record: SQS delivers it again
-        return self.handed_off(cases)
-
-    # -- phase 3 ----------------------------------------------------------------------------------
-    def save(self, progress: DrainProgress, warnings: list[str]) -> None:
-        if self.state is None:
-            return
-        try:
-            self.state.put_drain(progress=progress, expires_at=self.wall() + DRAIN_PROGRESS_TTL_SECONDS)
-        except Exception as exc:  # progress helps resuming and reporting; the drain itself is idempotent
-            warnings.append(f"drain progress not stored: {exc}")
-
-    def drain(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
-        """The idempotent unit: drain (resuming stored progress), remove, or enqueue a continuation."""
-        item, run = entry.item, entry.run
-        assert run is not None and case.node is not None
-        message = item.message
-        prior = self.state.get_drain(instance_id=case.instance_id) if self.state is not None else None
-        if prior is not None and prior.event_id != message.event_id:
-            prior = None  # another event's drain: this one starts afresh
-        base = prior or DrainProgress(
-            instance_id=case.instance_id,
-            event_id=message.event_id,
-            node_name=case.node.name,
-            deadline=message.deadline,
-            started_at=self.wall(),
-        )
-        attempts = base.attempts + 1
-        if attempts > self.max_attempts:
-            LOG.error("drain of %s abandoned after %d attempts; node %s stays cordoned",
-                      case.instance_id, base.attempts, case.node.name)  # fmt: skip
-            return case.outcome(InstanceStatus.DRAIN_ABANDONED, f"abandoned after {base.attempts} attempts")
-        warnings: list[str] = []
-        current = replace(base, attempts=attempts, replaced=True, updated_at=self.wall())
-        self.save(current, warnings)
-
-        def totals(result: DrainResult) -> DrainProgress:
-            return replace(
-                current,
-                evicted=base.evicted + result.evicted,
-                force_deleted=base.force_deleted + result.force_deleted,
-                blocked_responses=base.blocked_responses + result.blocked_responses,
-                updated_at=self.wall(),
-            )
-
-        outcome = run.drain(case, case.node, on_step=lambda r: self.save(totals(r), warnings))
-        final = totals(outcome.drain) if outcome.drain is not None else current
-        unfinished = outcome.status is InstanceStatus.DRAIN_INCOMPLETE
-        self.save(replace(final, done=not unfinished), warnings)
-        if unfinished:
-            if self.requeue is None:
-                reason = outcome.drain.reason if outcome.drain is not None else outcome.detail
-                raise DrainUnfinishedError(f"drain of {case.instance_id} unfinished: {reason}")
-            body = continuation_body(item.event, attempt=item.attempt + 1, instance_ids=[case.instance_id])
-            self.requeue(body, self.delay)  # raising here undoes the idempotency record: the record is retried
-            outcome = replace(outcome, continued=True)
-        if warnings:
-            outcome = replace(outcome, warnings=(*outcome.warnings, *warnings))
-        return outcome
-
-    @staticmethod
-    def drain_key(entry: _Item, case: InstanceCase) -> str:
-        """The idempotency key of a drain: ``event id#instance id#attempt``. A hand-off drains under the
-        original's key: a duplicate of the event drained in place (a small batch) and its hand-off (a
-        burst) are the same drain, done once."""
-        continuation = entry.item.continuation
-        attempt = 0 if continuation is not None and continuation.handoff else entry.item.attempt
-        return f"{entry.item.message.event_id}#{case.instance_id}#{attempt}"
-
-    def drain_once(self, entry: _Item, case: InstanceCase) -> InstanceOutcome:
-        key = self.drain_key(entry, case)
-
-        def work() -> dict[str, Any]:
-            return {**outcome_to_dict(self.drain(entry, case)), "run_id": self.run_id}
-
-        if self.once is None:
-            stored = work()
-        else:
-            try:
-                stored = self.once(key, work)
-            except InProgressElsewhereError:
-                return case.outcome(InstanceStatus.IN_PROGRESS_ELSEWHERE, f"drain {key} runs in another invocation")
-        if stored.get("run_id") == self.run_id:
-            self.out.drains_run += 1
-            return outcome_from_dict(stored)
-        self.out.drains_replayed += 1
-        return replace(outcome_from_dict(stored), replayed=True)
-
 
 def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, Instance | None] | None:
     """Every instance of the batch in one call (``get_instances``: one DescribeInstances); ids EC2 does not
@@ -323,7 +123,7 @@ def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, In
     return {iid: found.get(iid) for iid in instance_ids}
 
 
-def _task_keys(entry: _Item, arg: Any) -> dict[str, Any]:
+def _task_keys(entry: BatchEntry, arg: Any) -> dict[str, Any]:
     """The log keys of one task: its message's event id and its instance (``arg`` is an id or a case)."""
     item = entry.item
     keys: dict[str, Any] = {"event_ids": None, "event_id": item.message.event_id, "message_id": item.item_id}
@@ -336,12 +136,12 @@ def _task_keys(entry: _Item, arg: Any) -> dict[str, Any]:
     return keys
 
 
-def _gather(tasks: list[tuple[_Item, Any]], fn: Callable[..., Any], workers: int) -> list[Any]:
+def _gather(tasks: list[tuple[BatchEntry, Any]], fn: Callable[..., Any], workers: int) -> list[Any]:
     """Run ``fn(entry, arg)`` for every task in a pool; an Exception is recorded on its item, not raised."""
     if not tasks:
         return []
 
-    def safe(entry: _Item, arg: Any) -> Any:
+    def safe(entry: BatchEntry, arg: Any) -> Any:
         with log_context(**_task_keys(entry, arg)):
             try:
                 return fn(entry, arg)
@@ -406,7 +206,7 @@ def handle_batch(
     Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
     (the handler acknowledges them); if they are, they are reported as such.
     """
-    batch = _Batch(
+    batch = BatchRun(
         cluster=cluster,
         state=state,
         once=once,
@@ -415,7 +215,7 @@ def handle_batch(
         continuation_delay_seconds=continuation_delay_seconds,
         max_attempts=max_attempts,
     )
-    entries = [_Item(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
+    entries = [BatchEntry(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
     t0 = clock()
     instances = _describe(cloud, [iid for e in acting for iid in e.instance_ids()])
@@ -471,7 +271,7 @@ def handle_batch(
     return batch.out
 
 
-def _hand_off(batch: _Batch, originals: list[_Item], send_batch: RequeueBatch | None, workers: int) -> None:
+def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> None:
     """Hand every original message's drains off to a continuation: all in ``SendMessageBatch`` calls
     when ``send_batch`` is given, else one ``requeue`` per message in parallel. A message whose
     continuation was not sent fails its record (an error on its entry); the others are handed off."""
@@ -495,15 +295,15 @@ def _hand_off(batch: _Batch, originals: list[_Item], send_batch: RequeueBatch | 
             LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
 
 
-def _drain_all(batch: _Batch, acting: list[_Item], workers: int) -> None:
-    """Phase 3: every case's drain through :meth:`_Batch.drain_once`, ``workers`` at a time.
+def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
+    """Phase 3: every case's drain through :meth:`BatchRun.drain_once`, ``workers`` at a time.
 
     The same drain twice in one batch (SQS delivered a message twice at once) runs once here, not only
     through the idempotency store: the copy gets the first's outcome, marked replayed, or its error.
     """
     first: dict[str, InstanceOutcome | None] = {}
-    drains: list[tuple[_Item, InstanceCase]] = []
-    copies: list[tuple[_Item, InstanceCase, str]] = []
+    drains: list[tuple[BatchEntry, InstanceCase]] = []
+    copies: list[tuple[BatchEntry, InstanceCase, str]] = []
     for e in acting:
         for c in e.cases:
             key = batch.drain_key(e, c)
@@ -524,7 +324,7 @@ def _drain_all(batch: _Batch, acting: list[_Item], workers: int) -> None:
             batch.out.drains_replayed += 1
 
 
-def _ready_at(batch: _Batch, fresh: list[_Item]) -> float:
+def _ready_at(batch: BatchRun, fresh: list[BatchEntry]) -> float:
     """When the nodes the replacement pass is for were all cordoned (epoch seconds): a hand-off's nodes when the
     original's invocation cordoned them (its ``cordoned-at``), the others' in this batch. A pass begun after it
     sees every one of them leaving. Without that time, a burst's hand-offs, handled a minute after their cordon,
@@ -548,7 +348,7 @@ def _replace(replace_capacity: Callable[[float], Replacement], ready_at: float) 
         return Replacement(ran=False, errors=(f"{type(exc).__name__}: {exc}",))
 
 
-def _item_result(e: _Item) -> ItemResult:
+def _item_result(e: BatchEntry) -> ItemResult:
     message = e.item.message
     if e.errors:
         return ItemResult(item_id=e.item.item_id, outcome=None, error="; ".join(e.errors))
