@@ -274,7 +274,6 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
     def one_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
         began.append(time.time())
         last.append(_provision_only())
-        burst["passes"] += 1
         return last[-1]
 
     def work() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
@@ -291,7 +290,7 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
             seconds=seconds,
             requested=lease_requests(state) if state is not None else None,
         )
-        burst["batches"] = list(out.batches)
+        burst.update(passes=len(last), batches=list(out.batches))
         return last[-1]
 
     return _leased(

@@ -115,11 +115,8 @@ def run_watch(
         if warm is not None:
             warm()
 
-    def listed() -> set[str]:
-        return {p.key for p in pending_pods(cluster.list_pods())}
-
     if state is None:
-        source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
+        source, close = _pending_source(cluster=cluster, sleep=sleep, clock=clock, watched=watch_pods)
         try:
             out = watch(run_pass=one, run_resync=full, stop_at=clock() + budget, clock=clock, **source)
         finally:
@@ -144,7 +141,7 @@ def run_watch(
         return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
 
     requested = lease_requests(state, wall=wall, clock=clock)
-    source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
+    source, close = _pending_source(cluster=cluster, sleep=sleep, clock=clock, watched=watch_pods)
     try:
         out = watch(
             run_pass=one,
@@ -206,10 +203,7 @@ def watch_burst(
     if seconds <= 0:
         return WatchOutcome(stopped="deadline")
 
-    def listed() -> set[str]:
-        return {p.key for p in pending_pods(cluster.list_pods())}
-
-    source, close = _pending_source(cluster=cluster, listed=listed, sleep=sleep, clock=clock, watched=watch_pods)
+    source, close = _pending_source(cluster=cluster, sleep=sleep, clock=clock, watched=watch_pods)
     try:
         return watch(
             run_pass=run_pass,
@@ -227,7 +221,6 @@ def watch_burst(
 def _pending_source(
     *,
     cluster: Cluster,
-    listed: Callable[[], set[str]],
     sleep: Callable[[float], None],
     clock: Callable[[], float],
     watched: bool,
@@ -237,6 +230,10 @@ def _pending_source(
     With the watch: ``pending_pods`` reads memory, ``sleep`` returns as soon as a pod becomes
     pending, ``arrived_at`` says when each did. Listing: every :data:`POLL_SECONDS`, ``sleep`` as given.
     """
+
+    def listed() -> set[str]:
+        return {p.key for p in pending_pods(cluster.list_pods())}
+
     polling: dict[str, Any] = {"pending_pods": listed, "sleep": sleep, "poll_seconds": POLL_SECONDS}
     if not watched:
         return polling, lambda: None
