@@ -6,8 +6,9 @@ SQS, EventBridge, DynamoDB) in a process of its own, and in this process the Kub
 (``nodesmith.sim.kube``), the simulated kube-scheduler, kubelet and Deployment/ReplicaSet controllers
 (``nodesmith.sim``). The
 Lambda side (:mod:`interruptions_lambda`): the real interruption handler, adapters and services,
-invoked by the SQS event source mapping's pollers in ``--processes`` processes of their own, warmed
-up (handlers imported, clients and instance-type catalogue cached) before the clock starts. Setup,
+invoked by the SQS event source mapping's pollers in ``--processes`` processes of their own, and the
+reconcile function the batches wake in one more, all warmed up (handlers imported, clients and
+instance-type catalogue cached) before the clock starts. Setup,
 not timed:
 
 * ``--nodes`` spot ``m5.large`` instances (moto ``RunInstances``) tagged as Nodesmith launched them,
@@ -25,7 +26,9 @@ Timed run, from ``t0`` = the moment the bench starts putting the events on Event
   handler, delete what it did not report as failed; 5 pollers at first and 5 more each second up
   to ``--concurrency``, as Lambda scales an SQS event source. Every
   ``--duplicate-every``-th message is delivered twice (SQS is at-least-once);
-* the reconcile handler runs every 60 s from ``t0 + 60`` (the EventBridge schedule);
+* the reconcile handler runs every 60 s from ``t0 + 60`` (the EventBridge schedule), and when a batch
+  wakes it (``InvocationType=Event``), one woken invocation at a time in its own process (reserved
+  concurrency 1; ``--no-reconcile-wake``: never woken);
 * at each event's deadline (event time + 120 s) EC2 reclaims its instance if it is still running
   (the bench terminates it; pods still on the node are lost).
 
@@ -93,6 +96,7 @@ from interruptions_lambda import (
     VISIBILITY_TIMEOUT_SECONDS,
     _warm_up,
     invocations_process,
+    reconcile_process,
 )
 from interruptions_monitor import Monitor
 from interruptions_world import (
@@ -371,6 +375,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
                 # on (interruptions_timeouts.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
                 "invocations_timed_out": counters.timed_out,
+                # the innermost nodesmith functions of each one's first call after its timeout (most common first)
+                "timed_out_in": dict(counters.cut_off_in.most_common(8)),
                 "function_timeout_enforced": not args.no_function_timeout,
                 "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
                 "reconcile_wakes": {
@@ -392,7 +398,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "run_seconds": round(end, 2),
                 "setup_seconds": round(setup_seconds, 2),
                 "timed_out": not done,
-                "note": f"the invocations run as threads of {args.processes} process(es) of their own; the world "
+                "note": f"the invocations run as threads of {args.processes} process(es) of their own, the woken "
+                "reconcile function in one more; the world "
                 "(moto: EC2, SQS, EventBridge, DynamoDB; the Kubernetes API emulator; the simulated "
                 f"scheduler/kubelet/controllers) is one more process; all share {os.cpu_count()} cores; real "
                 "invocations each have their own CPU, and so have the cluster's control plane and AWS",
@@ -405,13 +412,15 @@ def _start_invocations(
     args: argparse.Namespace, world: Any, counters: Counters
 ) -> tuple[list[Any], Any, Any, Any, Any]:
     """Start ``--processes`` processes of "Lambda invocations" (:func:`interruptions_lambda.invocations_process`)
-    sharing Lambda's SQS scaling between them; returns (processes, go, stop, results, terminated) once every
-    process is warm (handlers imported, clients and catalogue cached), so the clock starts on warm containers."""
+    sharing Lambda's SQS scaling between them, and (unless ``--no-reconcile-wake``) one more for the reconcile
+    function their batches wake (:func:`interruptions_lambda.reconcile_process`); returns (processes, go, stop,
+    results, terminated) once every process is warm (handlers imported, clients and catalogue cached), so the
+    clock starts on warm containers. Every process puts one summary on ``results``."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     go, stop, ready = ctx.Event(), ctx.Event(), ctx.Queue()
-    results, terminated = ctx.Queue(), ctx.Queue()
+    results, terminated, wakes = ctx.Queue(), ctx.Queue(), ctx.Queue()
     n = max(1, args.processes)
     spec = {
         "queue_url": world.queue_url,
@@ -425,10 +434,9 @@ def _start_invocations(
         "per_second": -(-ESM_POLLERS_PER_SECOND // n),
         "most": max(1, args.concurrency // n),
     }
-    processes = [
-        ctx.Process(target=invocations_process, args=(spec, (go, stop, results, terminated, ready)), daemon=True)
-        for _ in range(n)
-    ]
+    channels = (go, stop, results, terminated, ready, wakes)
+    targets = [invocations_process] * n + ([reconcile_process] if spec["reconcile_wake"] else [])
+    processes = [ctx.Process(target=target, args=(spec, channels), daemon=True) for target in targets]
     for proc in processes:
         proc.start()
     for _ in processes:

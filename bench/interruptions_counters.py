@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from interruptions_timeouts import _INVOCATION, _TIMED_OUT, LambdaKilled
+from interruptions_timeouts import _INVOCATION, _TIMED_OUT, CUT_OFF_IN, LambdaKilled
 
 if TYPE_CHECKING:
     from interruptions_lambda import Consumer
@@ -37,6 +37,7 @@ class Counters:
         self.wakes_skipped = 0
         self.wake_passes: list[tuple[float, float, int]] = []  # (monotonic end, seconds, NodeClaims launched)
         self.ended_at_timeout: set[int] = set()  # invocations (all processes) ended at the function timeout
+        self.cut_off_in: Counter[str] = Counter()  # where they were then (interruptions_timeouts.CUT_OFF_IN)
         self.wakes_ended: list[float] = []  # seconds each woken invocation that took the lease ran
         self.errors: list[str] = []
         self.replacements: list[Any] = []
@@ -175,12 +176,14 @@ def _resource(url_path: str) -> str:
     return "/".join(parts[:1] + parts[2:3]) + ("" if len(parts) > 1 else " (list)")
 
 
-def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
-    """What one process counted, as plain data for the parent (see :func:`merge`)."""
+def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
+    """What one process counted, as plain data for the parent (see :func:`merge`); ``consumer`` is None in the
+    reconcile function's process (it polls no queue)."""
     return {
         "drains": list(counters.drains.items()),
         "drain_runs": [[list(k), v] for k, v in counters.drain_runs.items()],
         "ended_at_timeout": sorted(_TIMED_OUT),
+        "cut_off_in": dict(CUT_OFF_IN),
         "crashed": sorted(counters.crashed),
         "resumed_from_progress": dict(counters.resumed_from_progress),
         "handed_off": counters.handed_off,
@@ -201,9 +204,9 @@ def summary(counters: Counters, consumer: Consumer) -> dict[str, Any]:
         "wakes_skipped": counters.wakes_skipped,
         "wake_passes": counters.wake_passes,
         "wakes_ended": counters.wakes_ended,
-        "killed": consumer.killed,
-        "timed_out": consumer.timed_out,
-        "duplicated": sorted(consumer.duplicated),
+        "killed": consumer.killed if consumer else 0,
+        "timed_out": consumer.timed_out if consumer else 0,
+        "duplicated": sorted(consumer.duplicated) if consumer else [],
     }
 
 
@@ -225,6 +228,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         for k, runs in part["drain_runs"]:
             counters.drain_runs.setdefault(tuple(k), []).extend((at, inv) for at, inv in runs)
         counters.ended_at_timeout |= set(part["ended_at_timeout"])
+        counters.cut_off_in.update(part["cut_off_in"])
         counters.crashed |= set(part["crashed"])
         counters.resumed_from_progress.update(part["resumed_from_progress"])
         counters.handed_off += part["handed_off"]

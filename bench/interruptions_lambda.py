@@ -58,27 +58,20 @@ def _warm_up() -> None:
 
 class AsyncReconcile:
     """The reconcile function's asynchronous invocations (``InvocationType=Event``): the interruption batches'
-    wakes (:mod:`nodesmith.adapters.aws.wake`) queue here and one thread runs them in turn through the real
-    reconcile handler, as Lambda runs a function with reserved concurrency 1 (its throttled events wait and
-    are retried). Each invocation process has one; the reconcile lease keeps them and the scheduled ticks
-    from launching twice."""
+    wakes (:mod:`nodesmith.adapters.aws.wake`) arrive on ``events`` (a queue shared by every invocation
+    process) and :meth:`serve` runs them in turn through the real reconcile handler, as Lambda runs a function
+    with reserved concurrency 1 (its throttled events wait and are retried). It runs in a process of its own
+    (:func:`reconcile_process`), as the reconcile function has its own CPU: a thread among an invocation
+    process's fifty would wait for that process's GIL behind every interruption batch's I/O threads."""
 
-    def __init__(self, counters: Counters) -> None:
+    def __init__(self, counters: Counters, events: Any) -> None:
+        self.counters = counters
+        self.events = events
+
+    def serve(self, stop: threading.Event) -> None:
+        """Run the queued wakes one after another until ``stop`` is set."""
         import queue
 
-        self.counters = counters
-        self.events: queue.Queue[float] = queue.Queue()
-        self.thread = threading.Thread(target=self._run, name="reconcile-async", daemon=True)
-
-    def wake(self, after: float) -> None:
-        with self.counters.lock:
-            self.counters.wakes_sent += 1
-        self.events.put(after)
-        if not self.thread.is_alive():
-            with contextlib.suppress(RuntimeError):  # started by another wake meanwhile
-                self.thread.start()
-
-    def _run(self) -> None:
         from nodesmith.adapters.aws.wake import provision_event
         from nodesmith.cli.world import LambdaContext
         from nodesmith.handlers import reconcile
@@ -104,9 +97,12 @@ class AsyncReconcile:
                 )
             return out
 
-        reconcile._provision_only = timed  # only this thread runs the reconcile handler in an invocation process
-        while True:
-            after = self.events.get()
+        reconcile._provision_only = timed  # only this thread runs the reconcile handler in its process
+        while not stop.is_set():
+            try:
+                after = self.events.get(timeout=0.5)
+            except queue.Empty:
+                continue
             began = time.monotonic()
             try:
                 out = handler(
@@ -271,9 +267,9 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
     """One process of concurrent "Lambda invocations" (``multiprocessing`` target): warm up like a warm
     container, wait for ``go``, poll and invoke until ``stop``, then put :func:`summary` on ``results``.
     Instance ids the handlers terminate go on ``terminated`` for the world's simulated kubelet; ``channels`` is
-    (go, stop, results, terminated, ready): two events and three queues; the pid goes on ``ready`` once warm."""
-    go, stop, results, terminated, ready = channels
-    from pathlib import Path
+    (go, stop, results, terminated, ready, wakes): two events and four queues; the pid goes on ``ready`` once warm;
+    a batch's wake of the reconcile function goes on ``wakes`` (:func:`reconcile_process` runs it)."""
+    go, stop, results, terminated, ready, wakes = channels
 
     log = os.environ.get("BENCH_INVOCATION_LOG") or os.devnull  # the handlers' log lines, when asked for
     with Path(log).open("a") as sink, contextlib.redirect_stdout(sink):
@@ -288,7 +284,12 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         if spec["reconcile_wake"]:  # poll mode: a batch finding the lease free wakes the reconcile function
             from nodesmith.handlers import wiring
 
-            wiring.set_ports(waker=AsyncReconcile(counters).wake)
+            def wake(after: float) -> None:  # the asynchronous Invoke: queued for the reconcile function's process
+                with counters.lock:
+                    counters.wakes_sent += 1
+                wakes.put(after)
+
+            wiring.set_ports(waker=wake)
         local_stop = threading.Event()
         consumer = Consumer(
             world=_Endpoint(spec["queue_url"]),
@@ -315,3 +316,29 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         for w in workers:
             w.join(timeout=60)
         results.put(summary(counters, consumer))
+
+
+def reconcile_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any, Any, Any]) -> None:
+    """The reconcile function (``multiprocessing`` target): warm up like a warm container, wait for ``go``, run
+    the wakes the invocation processes put on ``wakes`` (:class:`AsyncReconcile`) until ``stop``, then put
+    :func:`summary` on ``results``. ``channels`` are :func:`invocations_process`'s."""
+    go, stop, results, terminated, ready, wakes = channels
+    log = os.environ.get("BENCH_INVOCATION_LOG") or os.devnull
+    with Path(log).open("a") as sink, contextlib.redirect_stdout(sink):
+        counters = Counters()
+        counters.on_terminate = terminated.put
+        counters.count_calls = True
+        counters.install()
+        _warm_up()
+        ready.put(os.getpid())
+        go.wait()
+        with counters.lock:
+            counters.calls.clear()
+        local_stop = threading.Event()
+        server = threading.Thread(target=AsyncReconcile(counters, wakes).serve, args=(local_stop,), daemon=True)
+        server.start()
+        stop.wait()
+        local_stop.set()
+        server.join(timeout=5)  # a woken invocation still watching is cut off, as at the run's end before
+        with counters.lock:
+            results.put(summary(counters, None))

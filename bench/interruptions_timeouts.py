@@ -4,7 +4,9 @@ every AWS and Kubernetes call of such an invocation raise :class:`LambdaKilled`.
 
 from __future__ import annotations
 
+import sys
 import threading
+from collections import Counter
 from typing import Any
 
 
@@ -19,9 +21,28 @@ _TIMED_OUT: set[int] = set()
 """Invocations past the function timeout: every AWS or Kubernetes call they still make raises :class:`LambdaKilled`."""
 
 
+CUT_OFF_IN: Counter[str] = Counter()
+"""Where the invocations ended at the timeout were: the innermost ``nodesmith`` functions of the first call each
+made after it (``services.drain.drain_node < ...``), so the bench can say which phase runs past the timeout."""
+_CUT: set[int] = set()
+
+
+def _where() -> str:
+    frame, names = sys._getframe(2), []
+    while frame is not None and len(names) < 3:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("nodesmith."):
+            names.append(f"{module.removeprefix('nodesmith.')}.{frame.f_code.co_name}")
+        frame = frame.f_back
+    return " < ".join(names) or "outside nodesmith"
+
+
 def _check_alive() -> None:
     invocation = getattr(_INVOCATION, "id", None)
     if invocation is not None and invocation in _TIMED_OUT:
+        if invocation not in _CUT:
+            _CUT.add(invocation)
+            CUT_OFF_IN[_where()] += 1
         raise LambdaKilled(f"invocation {invocation} ran past the function timeout")
 
 
