@@ -10,6 +10,7 @@ the AWS provider's unavailable-offerings cache does).
 from __future__ import annotations
 
 import itertools
+import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 ZONES = ("us-east-1a", "us-east-1b")
+_WRITES = threading.Lock()
 
 
 def make_type(name: str, vcpus: int, memory_gib: int, od_price: float, *, pods: int = 29) -> InstanceType:
@@ -231,8 +233,9 @@ class FakeCluster:
         raise NotImplementedError
 
     def delete_node(self, *, name: str) -> None:
-        self.nodes = [n for n in self.nodes if n.name != name]
-        self.deleted_nodes.append(name)
+        with _WRITES:  # garbage collection deletes from several threads
+            self.nodes = [n for n in self.nodes if n.name != name]
+            self.deleted_nodes.append(name)
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
         self.events.append((ref.kind, ref.name, reason, message))
