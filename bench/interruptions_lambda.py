@@ -263,7 +263,7 @@ def run_pollers(
     return workers
 
 
-def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any, Any]) -> None:
+def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any, Any, Any]) -> None:
     """One process of concurrent "Lambda invocations" (``multiprocessing`` target): warm up like a warm
     container, wait for ``go``, poll and invoke until ``stop``, then put :func:`summary` on ``results``.
     Instance ids the handlers terminate go on ``terminated`` for the world's simulated kubelet; ``channels`` is

@@ -7,7 +7,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 class LambdaKilled(BaseException):
@@ -28,7 +31,8 @@ _CUT: set[int] = set()
 
 
 def _where() -> str:
-    frame, names = sys._getframe(2), []
+    frame: FrameType | None = sys._getframe(2)
+    names: list[str] = []
     while frame is not None and len(names) < 3:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("nodesmith."):
