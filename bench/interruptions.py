@@ -266,6 +266,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      f"pending={pending} on_interrupted={interrupted} "
                      f"removed={len(names & monitor.removed_nodes)} errors={monitor.errors[:2]}")  # fmt: skip
         moto_cpu = process_cpu_seconds(world.moto.pid) - moto_cpu0
+        from nodesmith.handlers.interruption import SAFETY_MARGIN_SECONDS
+
+        drain_budget_end = FUNCTION_TIMEOUT_SECONDS - SAFETY_MARGIN_SECONDS  # seconds into an invocation
         stop.set()
         stop_all.set()
         killed, duplicated = 0, set()
@@ -372,6 +375,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 },
                 "drains_started_seconds": _spread([at - t0 for at in counters.drain_started.values()]),
                 "invocation_seconds": _spread(counters.invocation_seconds),
+                # seconds from an invocation's start to each drain it began (the drain phase follows cordon and
+                # replacement); "late": begun once the drain budget was spent (the timeout minus the safety margin)
+                "drain_began_after_seconds": {
+                    **(_spread(counters.drain_offsets) or {}),
+                    "late": sum(1 for s in counters.drain_offsets if s > drain_budget_end),
+                },
                 # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
                 # on (interruptions_timeouts.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
                 "invocations_timed_out": counters.timed_out,

@@ -44,6 +44,8 @@ class Counters:
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
         self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
         self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
+        self.invocation_started: dict[int, float] = {}  # invocation -> monotonic start
+        self.drain_offsets: list[float] = []  # seconds from its invocation's start to each drain's start
         self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
         self.count_calls = False  # only the invocation processes count (not the world's set-up and reclaims)
         self.on_terminate: Any = lambda ids: None
@@ -56,6 +58,7 @@ class Counters:
         from nodesmith.services import interrupt_batch, interrupt_batch_run
 
         drain, send, delete_pod = interrupt_batch_run.BatchRun.drain, InterruptionQueue.send, KubeCluster.delete_pod
+        drain_once = interrupt_batch_run.BatchRun.drain_once
         save, handed_off = interrupt_batch_run.BatchRun.save, interrupt_batch_run.BatchRun.handed_off
         replace = interrupt_batch._replace
         counters = self
@@ -87,6 +90,13 @@ class Counters:
                     with counters.lock:
                         counters.resumed_from_progress[case.instance_id] = prior.evicted
             return drain(self, entry, case)
+
+        def timed_drain_once(self: Any, entry: Any, case: Any) -> Any:
+            with counters.lock:
+                began = counters.invocation_started.get(getattr(_INVOCATION, "id", None) or -1)
+                if began is not None:
+                    counters.drain_offsets.append(time.monotonic() - began)
+            return drain_once(self, entry, case)
 
         def counted_handed_off(self: Any, cases: Any) -> Any:
             out = handed_off(self, cases)
@@ -157,6 +167,7 @@ class Counters:
         KubeRest.request = counted_request  # type: ignore[method-assign]
         Ec2CloudProvider.terminate = noted_terminate  # type: ignore[method-assign]
         interrupt_batch_run.BatchRun.drain = counted_drain  # type: ignore[method-assign]
+        interrupt_batch_run.BatchRun.drain_once = timed_drain_once  # type: ignore[method-assign]
         interrupt_batch_run.BatchRun.save = crashing_save  # type: ignore[method-assign]
         interrupt_batch_run.BatchRun.handed_off = counted_handed_off  # type: ignore[method-assign]
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
@@ -198,6 +209,7 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
         ],
         "replacement_times": counters.replacement_times,
         "invocation_seconds": counters.invocation_seconds,
+        "drain_offsets": counters.drain_offsets,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
         "calls": dict(counters.calls),
         "wakes_sent": counters.wakes_sent,
@@ -246,6 +258,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
         counters.replacement_times += [tuple(t) for t in part["replacement_times"]]
         counters.invocation_seconds += part["invocation_seconds"]
+        counters.drain_offsets += part["drain_offsets"]
         for key, at in part["drain_started"]:
             k = (key[0], key[1])
             counters.drain_started[k] = min(at, counters.drain_started.get(k, at))

@@ -174,6 +174,8 @@ class Consumer:
             timeout = threading.Timer(FUNCTION_TIMEOUT_SECONDS, _TIMED_OUT.add, args=(invocation,))
             timeout.daemon = True
             _INVOCATION.id = invocation
+            with self.counters.lock:
+                self.counters.invocation_started[invocation] = started
             if self.function_timeout:
                 timeout.start()
             try:
