@@ -24,7 +24,7 @@ Timed run, from ``t0`` = the moment the bench starts putting the events on Event
 * poller threads do what the Lambda SQS event source mapping does: receive up to ``--batch-size``
   messages (filling the batch for up to the stack's 1 s batching window), invoke the interruption
   handler, delete what it did not report as failed; 5 pollers at first and 5 more each second up
-  to ``--concurrency``, as Lambda scales an SQS event source. Every
+  to ``--concurrency`` (the stack's ``MaximumConcurrency``, 25), as Lambda scales an SQS event source. Every
   ``--duplicate-every``-th message is delivered twice (SQS is at-least-once);
 * the reconcile handler runs every 60 s from ``t0 + 60`` (the EventBridge schedule), and when a batch
   wakes it (``InvocationType=Event``), one woken invocation at a time in its own process (reserved
@@ -93,6 +93,7 @@ from interruptions_lambda import (
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
     FUNCTION_TIMEOUT_SECONDS,
+    MAX_CONCURRENCY,
     VISIBILITY_TIMEOUT_SECONDS,
     _warm_up,
     invocations_process,
@@ -481,7 +482,10 @@ def main() -> None:
     parser.add_argument("--pods-per-node", type=int, default=4)
     parser.add_argument("--pdb-every", type=int, default=4, help="every n-th Deployment gets a PDB (0: none)")
     parser.add_argument(
-        "--concurrency", type=int, default=50, help="most concurrent handler invocations (pollers scale up to it)"
+        "--concurrency",
+        type=int,
+        default=MAX_CONCURRENCY,
+        help="most concurrent invocations: the stack's MaximumConcurrency (pollers scale up to it)",
     )
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="messages per invocation at most")
     parser.add_argument("--processes", type=int, default=2, help="processes the concurrent invocations run in")

@@ -31,6 +31,8 @@ ESM_POLLERS_PER_SECOND = 5
 "up to 300 more instances per minute" (https://docs.aws.amazon.com/lambda/latest/dg/services-sqs-scaling.html)."""
 BATCHING_WINDOW_SECONDS = 1.0
 """The stack's ``MaximumBatchingWindowInSeconds``: the event source mapping fills a batch for up to this long."""
+MAX_CONCURRENCY = NodesmithConfig.interruption_max_concurrency
+"""The stack's event source ``MaximumConcurrency`` (``--concurrency``): invocations at once, at most."""
 FUNCTION_TIMEOUT_SECONDS = NodesmithConfig.interruption_timeout_seconds
 """The interruption function's timeout in the stack (seconds, its default), given to each invocation's context."""
 VISIBILITY_TIMEOUT_SECONDS = 6 * FUNCTION_TIMEOUT_SECONDS + int(BATCHING_WINDOW_SECONDS)

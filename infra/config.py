@@ -113,6 +113,7 @@ class NodesmithConfig:
     reconcile_mode: str = "poll"
     reconcile_timeout_seconds: int = 900
     interruption_timeout_seconds: int = 20
+    interruption_max_concurrency: int = 25
     drain_timeout_seconds: int = 60
     price_table: str = ""
     rebalance_action: str = "cordon"
@@ -158,6 +159,11 @@ class NodesmithConfig:
             "interruptionTimeoutSeconds",
             f"{self.interruption_timeout_seconds} is outside 5..44 seconds: six times it must fit in the "
             "queue's 300 s retention so a failed message is retried or dead-lettered before it expires",
+        )
+        _check(
+            2 <= self.interruption_max_concurrency <= 1000,
+            "interruptionMaxConcurrency",
+            f"{self.interruption_max_concurrency} is outside 2..1000 (the SQS event source's MaximumConcurrency)",
         )
         _check(
             1 <= self.drain_timeout_seconds <= 900,
@@ -213,6 +219,9 @@ class NodesmithConfig:
             reconcile_mode=_text(get, "reconcileMode", defaults.reconcile_mode),
             reconcile_timeout_seconds=_int(get, "reconcileTimeoutSeconds", defaults.reconcile_timeout_seconds),
             interruption_timeout_seconds=_int(get, "interruptionTimeoutSeconds", defaults.interruption_timeout_seconds),
+            interruption_max_concurrency=_int(
+                get, "interruptionMaxConcurrency", defaults.interruption_max_concurrency
+            ),
             drain_timeout_seconds=_int(get, "drainTimeoutSeconds", defaults.drain_timeout_seconds),
             price_table=_text(get, "priceTable", defaults.price_table),
             rebalance_action=_text(get, "rebalanceAction", defaults.rebalance_action),

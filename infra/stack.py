@@ -78,6 +78,7 @@ class NodesmithStack(Stack):
             },
             timeout=interruption_timeout,
             log_retention=log_retention,
+            max_concurrency=config.interruption_max_concurrency,
         )
 
         # Grants live here, in the composition root.

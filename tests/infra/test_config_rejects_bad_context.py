@@ -31,8 +31,12 @@ def test_cdk_json_defaults_build_a_config_with_a_placeholder_endpoint() -> None:
 
 
 def test_command_line_strings_are_parsed_as_integers() -> None:
-    config = _config(reconcileTimeoutSeconds="600", interruptionTimeoutSeconds=" 30 ", logRetentionDays="90")
+    config = _config(
+        reconcileTimeoutSeconds="600", interruptionTimeoutSeconds=" 30 ", logRetentionDays="90",
+        interruptionMaxConcurrency="40",
+    )  # fmt: skip
     assert (config.reconcile_timeout_seconds, config.interruption_timeout_seconds) == (600, 30)
+    assert config.interruption_max_concurrency == 40
     assert config.log_retention_days == 90
 
 
@@ -46,6 +50,8 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("reconcileTimeoutSeconds", 901, "60..900"),
         ("interruptionTimeoutSeconds", 45, "retention"),
         ("interruptionTimeoutSeconds", "twenty", "integer"),
+        ("interruptionMaxConcurrency", 1, "2..1000"),
+        ("interruptionMaxConcurrency", 1001, "MaximumConcurrency"),
         ("rebalanceAction", "reboot", "ignore, event, cordon, drain"),
         ("alarmTopicArn", "arn:aws:sqs:eu-west-1:123456789012:q", "SNS topic ARN"),
         ("pendingPodAgeAlarmSeconds", 30, "reconcile period"),

@@ -239,6 +239,8 @@ def test_interruption_function_consumes_the_queue_with_partial_batch_failures(sy
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert mapping["BatchSize"] == 10
     assert 0 < mapping["MaximumBatchingWindowInSeconds"] <= 5
+    # a burst fans out to a bounded number of invocations, so the kube-apiserver is not flooded
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 25}
 
 
 def test_the_interruption_function_has_a_full_vcpu_for_its_replacement_pass(synth: Synth) -> None:
