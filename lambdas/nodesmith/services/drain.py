@@ -76,6 +76,9 @@ class DrainResult:
     ``skipped`` pods are left alone (DaemonSet, mirror, terminal, ...). ``errors`` counts other
     failed Kubernetes calls. ``blocked_pods``/``waiting_pods``/``remaining_pods`` name (up to 20)
     ``namespace/name`` for logs, so an operator can see which pod held the node (NTH #535).
+    ``terminating_until`` (epoch seconds) is set when the only pods left are terminating (their
+    evictions went through): the latest of their ``deletionTimestamp`` values, when each one's grace period
+    has run out and its kubelet has killed it, so nothing is left to do on the node before then.
     """
 
     node_name: str
@@ -94,6 +97,7 @@ class DrainResult:
     waiting_pods: tuple[str, ...] = ()
     remaining_pods: tuple[str, ...] = ()
     last_error: str = ""
+    terminating_until: float | None = None
 
 
 def cordon_node(*, cluster: Cluster, node_name: str) -> bool:
@@ -197,7 +201,16 @@ def _result(*, node: Node, plan: DrainPlan, state: _State, duration: float, reas
         waiting_pods=tuple(w.pod.key for w in plan.waiting[:_MAX_NAMED_PODS]),
         remaining_pods=tuple(sorted(remaining)[:_MAX_NAMED_PODS]),
         last_error=state.last_error,
+        terminating_until=_terminating_until(plan),
     )
+
+
+def _terminating_until(plan: DrainPlan) -> float | None:
+    """The latest ``deletionTimestamp`` (epoch seconds) when every pod left is terminating, else None."""
+    if not plan.terminating or plan.evict or plan.later or plan.force_delete or plan.waiting:
+        return None
+    stamps = [p.deletion_timestamp for p in plan.terminating]
+    return None if any(t is None for t in stamps) else max(t for t in stamps if t is not None)
 
 
 def drain_node(

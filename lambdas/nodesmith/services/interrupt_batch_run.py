@@ -10,6 +10,7 @@ the order they run in, are :mod:`nodesmith.services.interrupt_batch`'s.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -39,6 +40,7 @@ __all__ = [
     "DRAIN_PROGRESS_TTL_SECONDS",
     "MAX_DRAIN_ATTEMPTS",
     "SPOT_UNAVAILABLE_SECONDS",
+    "TERMINATING_WAIT_MAX_SECONDS",
     "BatchEntry",
     "BatchRun",
     "DrainUnfinishedError",
@@ -51,6 +53,12 @@ LOG = logging.getLogger(__name__)
 
 CONTINUATION_DELAY_SECONDS = 5
 """SQS ``DelaySeconds`` of a continuation: kubectl's 5 s between PDB retries (max allowed is 900)."""
+TERMINATING_WAIT_MAX_SECONDS = 60
+"""Longest SQS delay of a continuation whose node has only terminating pods left (seconds): it waits until
+their grace periods have run out (:attr:`~nodesmith.services.drain.DrainResult.terminating_until`), at most
+this long, instead of looking again every :data:`CONTINUATION_DELAY_SECONDS`. In a 1,000-node burst each
+node's evicted pods take their 30 s grace period to go, and continuations looking every 5 s took the
+function's concurrency from nodes whose drain had not begun."""
 MAX_DRAIN_ATTEMPTS = 120
 """Invocations one drain may take before it is abandoned (the node stays cordoned; logged)."""
 DRAIN_PROGRESS_TTL_SECONDS = 86_400.0
@@ -219,11 +227,21 @@ class BatchRun:
                 reason = outcome.drain.reason if outcome.drain is not None else outcome.detail
                 raise DrainUnfinishedError(f"drain of {case.instance_id} unfinished: {reason}")
             body = continuation_body(item.event, attempt=item.attempt + 1, instance_ids=[case.instance_id])
-            self.requeue(body, self.delay)  # raising here undoes the idempotency record: the record is retried
+            # raising here undoes the idempotency record: the record is retried
+            self.requeue(body, self.continuation_delay(outcome.drain))
             outcome = replace(outcome, continued=True)
         if warnings:
             outcome = replace(outcome, warnings=(*outcome.warnings, *warnings))
         return outcome
+
+    def continuation_delay(self, drain: DrainResult | None) -> int:
+        """The SQS delay of an unfinished drain's continuation (seconds): the continuation delay, or, when only
+        terminating pods are left, until the last one's grace period has run out (+1 s, at most
+        :data:`TERMINATING_WAIT_MAX_SECONDS`)."""
+        if drain is None or drain.terminating_until is None:
+            return self.delay
+        wait = math.ceil(drain.terminating_until - self.wall()) + 1
+        return max(self.delay, min(TERMINATING_WAIT_MAX_SECONDS, wait))
 
     @staticmethod
     def drain_key(entry: BatchEntry, case: InstanceCase) -> str:
