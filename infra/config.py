@@ -219,9 +219,7 @@ class NodesmithConfig:
             reconcile_mode=_text(get, "reconcileMode", defaults.reconcile_mode),
             reconcile_timeout_seconds=_int(get, "reconcileTimeoutSeconds", defaults.reconcile_timeout_seconds),
             interruption_timeout_seconds=_int(get, "interruptionTimeoutSeconds", defaults.interruption_timeout_seconds),
-            interruption_max_concurrency=_int(
-                get, "interruptionMaxConcurrency", defaults.interruption_max_concurrency
-            ),
+            interruption_max_concurrency=_int(get, "interruptionMaxConcurrency", defaults.interruption_max_concurrency),
             drain_timeout_seconds=_int(get, "drainTimeoutSeconds", defaults.drain_timeout_seconds),
             price_table=_text(get, "priceTable", defaults.price_table),
             rebalance_action=_text(get, "rebalanceAction", defaults.rebalance_action),
