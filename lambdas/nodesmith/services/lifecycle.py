@@ -308,18 +308,20 @@ def collect_garbage(
         launched_at = from_rfc3339(launched.last_transition_time) if launched is not None else None
         return launched_at is None or now - launched_at >= INSTANCE_GONE_GRACE_SECONDS
 
-    live = [nc for nc in nodeclaims if not nc.metadata.deletion_timestamp]
-    unlisted = [
-        iid for nc in live if (iid := instance_id_of(nc.status.provider_id)) and iid not in instances and settled(nc)
+    # (NodeClaim, its instance id, settled) for each NodeClaim not being deleted already
+    live = [
+        (nc, instance_id_of(nc.status.provider_id), settled(nc))
+        for nc in nodeclaims
+        if not nc.metadata.deletion_timestamp
     ]
+    unlisted = [iid for _, iid, done in live if iid is not None and done and iid not in instances]
     # a terminated instance is no longer listed, but still described
     described = cloud.get_instances(instance_ids=unlisted) if unlisted else {}
     deletions: list[_Deletion] = []
-    for nc in live:
-        iid = instance_id_of(nc.status.provider_id)
+    for nc, iid, done in live:
         node_name = nc.status.node_name or node_by_provider.get(nc.status.provider_id or "")
         inst = (instances.get(iid) or described.get(iid)) if iid is not None else None
-        if iid is not None and settled(nc) and (inst is None or inst.state in GONE_STATES):
+        if iid is not None and done and (inst is None or inst.state in GONE_STATES):
             state = "gone" if inst is None else inst.state
             deletions.append(
                 _Deletion(
