@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT, DrainPlan, plan_drain
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.services import events
+from nodesmith.services.parallel import map_ordered
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -159,11 +159,7 @@ def _attempt(cluster: Cluster, pod: Pod) -> str | KubernetesError:
 
 def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, workers: int) -> None:
     due = [pod for pod in plan.evict if state.next_try.get(_pod_id(pod), 0.0) <= t]
-    if workers > 1 and len(due) > 1:
-        with ThreadPoolExecutor(max_workers=min(workers, len(due)), thread_name_prefix="evict") as pool:
-            answers = list(pool.map(lambda pod: _attempt(cluster, pod), due))
-    else:
-        answers = [_attempt(cluster, pod) for pod in due]
+    answers = map_ordered(lambda pod: _attempt(cluster, pod), due, workers=workers, name="evict")
     for pod, outcome in zip(due, answers, strict=True):
         pid = _pod_id(pod)
         if isinstance(outcome, KubernetesError):

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +81,7 @@ from nodesmith.services.interrupt_items import (
     continuation_body,
 )
 from nodesmith.services.log_context import log_context
+from nodesmith.services.parallel import map_ordered
 from nodesmith.services.replacement import Replacement
 
 if TYPE_CHECKING:
@@ -150,10 +150,7 @@ def _gather(tasks: list[tuple[BatchEntry, Any]], fn: Callable[..., Any], workers
                 LOG.warning("interruption work failed for %s: %s", entry.item.item_id, exc, exc_info=True)
                 return exc
 
-    if workers <= 1 or len(tasks) == 1:
-        return [safe(e, a) for e, a in tasks]
-    with ThreadPoolExecutor(max_workers=min(workers, len(tasks)), thread_name_prefix="interruption") as pool:
-        return list(pool.map(lambda t: safe(*t), tasks))
+    return map_ordered(lambda t: safe(*t), tasks, workers=workers, name="interruption")
 
 
 def handle_batch(

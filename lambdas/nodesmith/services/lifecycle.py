@@ -23,7 +23,6 @@ schedules, so the capacity it plans against is current:
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -43,6 +42,7 @@ from .breakdown import (
 )
 from .capacity import UNREGISTERED_TAINT_KEY, from_rfc3339, instance_id_of, to_rfc3339
 from .nodeclaims import TAG_NODECLAIM
+from .parallel import map_ordered
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -241,11 +241,7 @@ def _delete_all(
 ) -> None:
     """Run the deletions ``workers`` at a time and count them in ``out`` in their order (so the outcome does
     not depend on thread timing)."""
-    if workers <= 1 or len(deletions) <= 1:
-        errors = [_delete_claim(cluster, cloud, d) for d in deletions]
-    else:
-        with ThreadPoolExecutor(max_workers=min(workers, len(deletions)), thread_name_prefix="gc") as pool:
-            errors = list(pool.map(lambda d: _delete_claim(cluster, cloud, d), deletions))
+    errors = map_ordered(lambda d: _delete_claim(cluster, cloud, d), deletions, workers=workers, name="gc")
     for d, error in zip(deletions, errors, strict=True):
         if error is not None:
             out.errors.append(error)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,6 +44,7 @@ from .capacity import (
 from .launch import Launcher, LaunchOutcome
 from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
 from .nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+from .parallel import map_ordered
 from .reconcile_inputs import (
     merged_catalogue,
     nodeclass_catalogues,
@@ -276,10 +276,12 @@ class _Pass:
         ``workqueue.ParallelizeUntil``): one CreateFleet takes seconds, and in an interruption burst
         a dozen replacements launched one after another would take most of the two-minute notice.
         """
-        if len(plans) <= 1:
-            return [self._create_and_launch(plan=p, index=i) for i, p in enumerate(plans)]
-        with ThreadPoolExecutor(max_workers=min(LAUNCH_WORKERS, len(plans)), thread_name_prefix="launch") as pool:
-            return list(pool.map(lambda ip: self._create_and_launch(plan=ip[1], index=ip[0]), enumerate(plans)))
+        return map_ordered(
+            lambda ip: self._create_and_launch(plan=ip[1], index=ip[0]),
+            list(enumerate(plans)),
+            workers=LAUNCH_WORKERS,
+            name="launch",
+        )
 
     def _create_and_launch(self, *, plan: NodeClaimPlan, index: int) -> LaunchOutcome | None:
         """Create the NodeClaim for ``plan`` and launch it; None when it could not even be created."""

@@ -6,7 +6,6 @@ cost of the launched NodeClaims by NodePool and capacity type (:func:`cost_by_po
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,6 +13,7 @@ from nodesmith.core.ports import Cluster, Instance, ObjectRef
 
 from .breakdown import PoolKey, pool_key
 from .capacity import offering_price
+from .parallel import map_ordered
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -123,13 +123,9 @@ def post_pod_events(
         target = by_key.get(key)
         if target is not None:
             events.append((target, "FailedScheduling", f"Failed to schedule pod, {reason}", "Warning"))
-    events = events[: max(0, limit)]
-    if not events:
-        return
 
     def post(event: tuple[Pod, str, str, str]) -> None:
         pod, reason, message, type_ = event
         cluster.record_event(ref=pod_ref(pod), reason=reason, message=message, type_=type_)
 
-    with ThreadPoolExecutor(max_workers=min(EVENT_WORKERS, len(events)), thread_name_prefix="pod-events") as pool:
-        list(pool.map(post, events))
+    map_ordered(post, events[: max(0, limit)], workers=EVENT_WORKERS, name="pod-events")
