@@ -27,8 +27,9 @@ Timed run, from ``t0`` = the moment the bench starts putting the events on Event
   to ``--concurrency`` (the stack's ``MaximumConcurrency``, 25), as Lambda scales an SQS event source. Every
   ``--duplicate-every``-th message is delivered twice (SQS is at-least-once);
 * the reconcile handler runs every 60 s from ``t0 + 60`` (the EventBridge schedule), and when a batch
-  wakes it (``InvocationType=Event``), one woken invocation at a time in its own process (reserved
-  concurrency 1; ``--no-reconcile-wake``: never woken);
+  wakes it (``InvocationType=Event``), one invocation at a time in its own process (reserved
+  concurrency 1: a tick waits while a woken invocation runs, and is dropped after the stack's 60 s
+  event age; ``--no-reconcile-wake``: never woken);
 * at each event's deadline (event time + 120 s) EC2 reclaims its instance if it is still running
   (the bench terminates it; pods still on the node are lost).
 
@@ -94,6 +95,7 @@ from interruptions_lambda import (
     ESM_POLLERS_PER_SECOND,
     FUNCTION_TIMEOUT_SECONDS,
     MAX_CONCURRENCY,
+    TICK,
     VISIBILITY_TIMEOUT_SECONDS,
     _warm_up,
     invocations_process,
@@ -164,17 +166,14 @@ def _reclaim(
     return lost
 
 
-def _schedule(world: Any, t0: float, stop: threading.Event, runs: list[dict[str, Any]]) -> None:
-    """The reconcile Lambda's EventBridge schedule: a pass every 60 s from t0 + 60."""
-    from nodesmith.cli.world import LambdaContext
-    from nodesmith.handlers.reconcile import handler
-
+def _schedule(events: Any, t0: float, stop: threading.Event, sent: list[float]) -> None:
+    """The reconcile Lambda's EventBridge schedule: a tick every 60 s from t0 + 60, put on the reconcile
+    function's queue of asynchronous invocations (:class:`interruptions_lambda.AsyncReconcile` runs it);
+    each one's monotonic time goes on ``sent``."""
     tick = t0 + SCHEDULE_SECONDS
     while not stop.wait(max(0.0, tick - time.monotonic())):
-        try:
-            runs.append(handler({}, LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900)))
-        except Exception as exc:
-            runs.append({"error": str(exc)})
+        sent.append(time.monotonic())
+        events.put((TICK, sent[-1]))
         tick += SCHEDULE_SECONDS
 
 
@@ -227,7 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
 
         stop = threading.Event()
-        processes, go, stop_all, results, terminated = _start_invocations(args, world, counters)
+        processes, go, stop_all, results, terminated, reconcile_events = _start_invocations(args, world, counters)
         threading.Thread(target=_note_terminations, args=(terminated, stop), name="terminated", daemon=True).start()
         deliver = _send_events if args.deliver == "sqs" else _put_events
         if args.preload:  # every warning waits in the queue before the clock starts (deadlines run already)
@@ -248,8 +247,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             target=lambda: lost_box.append(_reclaim(world, launched, deadlines, stop)), name="reclaim", daemon=True
         )
         reclaimer.start()
-        ticks: list[dict[str, Any]] = []
-        scheduler = threading.Thread(target=_schedule, args=(world, t0, stop, ticks), name="schedule", daemon=True)
+        ticks_sent: list[float] = []
+        scheduler = threading.Thread(
+            target=_schedule, args=(reconcile_events, t0, stop, ticks_sent), name="schedule", daemon=True
+        )
         scheduler.start()
 
         def finished() -> bool:
@@ -367,7 +368,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "api_calls": dict(sorted(counters.calls.items(), key=lambda kv: -kv[1])),
                 "api_calls_per_node": round(sum(counters.calls.values()) / max(1, args.nodes), 1),
                 "records_failed": counters.failed_records,
-                "reconcile_ticks": len(ticks),
+                # the schedule's ticks: how many were sent; of those the reconcile function took up (the others
+                # still waited behind a woken invocation when the run ended), when each was sent and began
+                # (seconds from t0), how long it ran and what it did
+                "reconcile_ticks": {
+                    "sent": len(ticks_sent),
+                    "taken_up": [
+                        {
+                            "sent_at": round(sent - t0, 1),
+                            "began_at": round(began - t0, 1),
+                            "seconds": round(took, 1),
+                            "status": status,
+                        }
+                        for sent, began, took, status in sorted(counters.ticks)
+                    ],
+                },
                 "replacement_passes": {
                     "ran": sum(1 for r in counters.replacements if r.ran),
                     "skipped_lease_held": sum(1 for r in counters.replacements if r.skipped),
@@ -420,12 +435,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _start_invocations(
     args: argparse.Namespace, world: Any, counters: Counters
-) -> tuple[list[Any], Any, Any, Any, Any]:
+) -> tuple[list[Any], Any, Any, Any, Any, Any]:
     """Start ``--processes`` processes of "Lambda invocations" (:func:`interruptions_lambda.invocations_process`)
-    sharing Lambda's SQS scaling between them, and (unless ``--no-reconcile-wake``) one more for the reconcile
-    function their batches wake (:func:`interruptions_lambda.reconcile_process`); returns (processes, go, stop,
-    results, terminated) once every process is warm (handlers imported, clients and catalogue cached), so the
-    clock starts on warm containers. Every process puts one summary on ``results``."""
+    sharing Lambda's SQS scaling between them, and one more for the reconcile function, which their batches wake
+    (unless ``--no-reconcile-wake``) and the schedule ticks (:func:`interruptions_lambda.reconcile_process`);
+    returns (processes, go, stop, results, terminated, reconcile events: the queue wakes and ticks go on) once
+    every process is warm (handlers imported, clients and catalogue cached), so the clock starts on warm
+    containers. Every process puts one summary on ``results``."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -445,13 +461,13 @@ def _start_invocations(
         "most": max(1, args.concurrency // n),
     }
     channels = (go, stop, results, terminated, ready, wakes)
-    targets = [invocations_process] * n + ([reconcile_process] if spec["reconcile_wake"] else [])
+    targets = [invocations_process] * n + [reconcile_process]
     processes = [ctx.Process(target=target, args=(spec, channels), daemon=True) for target in targets]
     for proc in processes:
         proc.start()
     for _ in processes:
         ready.get(timeout=300)
-    return processes, go, stop, results, terminated
+    return processes, go, stop, results, terminated, wakes
 
 
 def _note_terminations(terminated: Any, stop: threading.Event) -> None:

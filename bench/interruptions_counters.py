@@ -39,6 +39,7 @@ class Counters:
         self.ended_at_timeout: set[int] = set()  # invocations (all processes) ended at the function timeout
         self.cut_off_in: Counter[str] = Counter()  # where they were then (interruptions_timeouts.CUT_OFF_IN)
         self.wakes_ended: list[float] = []  # seconds each woken invocation that took the lease ran
+        self.ticks: list[tuple[float, float, float, str]] = []  # scheduled ticks: (sent, began, seconds, status)
         self.errors: list[str] = []
         self.replacements: list[Any] = []
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
@@ -216,6 +217,7 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
         "wakes_skipped": counters.wakes_skipped,
         "wake_passes": counters.wake_passes,
         "wakes_ended": counters.wakes_ended,
+        "ticks": counters.ticks,
         "killed": consumer.killed if consumer else 0,
         "timed_out": consumer.timed_out if consumer else 0,
         "duplicated": sorted(consumer.duplicated) if consumer else [],
@@ -253,6 +255,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.wakes_skipped += part["wakes_skipped"]
         counters.wake_passes += [tuple(p) for p in part["wake_passes"]]
         counters.wakes_ended += part["wakes_ended"]
+        counters.ticks += [tuple(t) for t in part["ticks"]]
         counters.failed_records += part["failed_records"]
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]

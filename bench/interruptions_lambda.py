@@ -35,6 +35,12 @@ MAX_CONCURRENCY = NodesmithConfig.interruption_max_concurrency
 """The stack's event source ``MaximumConcurrency`` (``--concurrency``): invocations at once, at most."""
 FUNCTION_TIMEOUT_SECONDS = NodesmithConfig.interruption_timeout_seconds
 """The interruption function's timeout in the stack (seconds, its default), given to each invocation's context."""
+TICK_MAX_AGE_SECONDS = 60.0
+"""The reconcile function's asynchronous ``max_event_age`` in the stack (``infra/constructs/reconcile.py``):
+a scheduled tick throttled by its reserved concurrency (1) while a woken invocation runs is retried by
+Lambda for this long, then dropped."""
+TICK = "tick"
+"""The first item of a scheduled tick put on the reconcile function's queue: ``(TICK, monotonic time sent)``."""
 VISIBILITY_TIMEOUT_SECONDS = 6 * FUNCTION_TIMEOUT_SECONDS + int(BATCHING_WINDOW_SECONDS)
 """How long a received message stays invisible (the stack's 6 x the function timeout + the batching
 window; ``--visibility-timeout``): the receive's visibility, which the handler shortens on start to its
@@ -60,11 +66,15 @@ def _warm_up() -> None:
 
 class AsyncReconcile:
     """The reconcile function's asynchronous invocations (``InvocationType=Event``): the interruption batches'
-    wakes (:mod:`nodesmith.adapters.aws.wake`) arrive on ``events`` (a queue shared by every invocation
-    process) and :meth:`serve` runs them in turn through the real reconcile handler, as Lambda runs a function
-    with reserved concurrency 1 (its throttled events wait and are retried). It runs in a process of its own
-    (:func:`reconcile_process`), as the reconcile function has its own CPU: a thread among an invocation
-    process's fifty would wait for that process's GIL behind every interruption batch's I/O threads."""
+    wakes (:mod:`nodesmith.adapters.aws.wake`) and the EventBridge schedule's ticks (``(TICK, sent)``) arrive on
+    ``events`` (a queue shared by every invocation process and the bench's schedule) and :meth:`serve` runs them
+    in turn through the real reconcile handler, as Lambda runs a function with reserved concurrency 1 (its
+    throttled events wait and are retried; a tick older than :data:`TICK_MAX_AGE_SECONDS` is dropped). It runs
+    in a process of its own (:func:`reconcile_process`), as the reconcile function has its own CPU: a thread
+    among an invocation process's fifty would wait for that process's GIL behind every interruption batch's
+    I/O threads, and a tick run in the bench's own process (as before) held the Kubernetes API emulator's GIL
+    for its whole pass over the cluster. A tick's calls are not counted in ``api_calls`` (they are not the
+    interruption path's)."""
 
     def __init__(self, counters: Counters, events: Any) -> None:
         self.counters = counters
@@ -105,6 +115,9 @@ class AsyncReconcile:
                 after = self.events.get(timeout=0.5)
             except queue.Empty:
                 continue
+            if isinstance(after, tuple) and after[0] == TICK:
+                self._tick(handler, after[1])
+                continue
             began = time.monotonic()
             try:
                 out = handler(
@@ -119,6 +132,26 @@ class AsyncReconcile:
                     self.counters.wakes_skipped += 1
                 else:
                     self.counters.wakes_ended.append(time.monotonic() - began)
+
+    def _tick(self, handler: Any, sent: float) -> None:
+        """One scheduled tick (sent at ``sent``, monotonic): dropped when it waited past the event age, else
+        a pass of the real handler, its calls left out of the counts; recorded in ``counters.ticks``."""
+        from nodesmith.cli.world import LambdaContext
+
+        began = time.monotonic()
+        if began - sent > TICK_MAX_AGE_SECONDS:
+            status = f"dropped: throttled for {began - sent:.0f} s"
+        else:
+            self.counters.count_calls = False
+            try:
+                out = handler({}, LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900))
+                status = str(out.get("status") or "ran")
+            except Exception as exc:
+                status = f"failed: {type(exc).__name__}: {exc}"
+            finally:
+                self.counters.count_calls = True
+        with self.counters.lock:
+            self.counters.ticks.append((sent, began, time.monotonic() - began, status[:200]))
 
 
 class Consumer:
