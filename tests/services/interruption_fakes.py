@@ -155,6 +155,7 @@ class FakeCluster:
         self.instant_termination = instant_termination
         self.fail_nodes = fail_nodes or set()
         self.nodeclaims: set[str] = set()
+        self.nodeclaim_nodes: dict[str, str] = {}  # NodeClaim name -> its status.nodeName (the claim exists)
         self.calls: list[tuple[str, Any]] = []
         self.events: list[tuple[str, str, str, str]] = []  # (kind, name, reason, type)
         self.timeline: list[tuple[str, Any, float]] = []  # (call, argument, wall time)
@@ -185,6 +186,22 @@ class FakeCluster:
 
     def get_node(self, *, name: str) -> Node | None:
         return self.nodes.get(name)
+
+    def get_nodeclaim(self, *, name: str) -> Any:
+        """A NodeClaim in ``nodeclaims`` or ``nodeclaim_nodes`` (naming its node there), else None."""
+        from nodesmith.core.api.nodeclaim import NodeClaim
+
+        self._record(("get_nodeclaim", name))
+        if name not in self.nodeclaims and name not in self.nodeclaim_nodes:
+            return None
+        ref = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        return NodeClaim.model_validate(
+            {
+                "metadata": {"name": name},
+                "spec": {"requirements": [], "nodeClassRef": ref},
+                "status": {"nodeName": self.nodeclaim_nodes.get(name)},
+            }
+        )
 
     # The replacement pass (reconcile's provisioning half) reads these; no NodePools means it plans nothing.
     def list_daemonsets(self) -> list[Any]:
@@ -273,6 +290,7 @@ class FakeCluster:
     def delete_nodeclaim(self, *, name: str) -> None:
         self._record(("delete_nodeclaim", name))
         self.nodeclaims.discard(name)
+        self.nodeclaim_nodes.pop(name, None)
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
         self._record(("record_event", reason))

@@ -211,6 +211,10 @@ class FakeCluster:
     def get_node(self, *, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
 
+    def get_nodeclaim(self, *, name: str) -> NodeClaim | None:
+        claim = self.nodeclaims.get(name)
+        return claim.model_copy(deep=True) if claim is not None else None
+
     def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
         raise NotImplementedError
 

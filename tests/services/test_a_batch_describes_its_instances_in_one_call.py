@@ -1,7 +1,8 @@
 """A burst of interruptions costs few API calls per node: handle_batch describes all the batch's instances
 in one ``get_instances`` call (one by one only when that call fails), finds each node by its name (the
-instance's private DNS name) instead of listing or searching every node, lists the nodes at most once
-for all the nodes its names miss (already removed, or named otherwise), and marks an interrupted spot
+instance's private DNS name) instead of listing or searching every node, finds the nodes of our
+instances its names miss through their NodeClaims (already removed, or named otherwise), lists the
+nodes at most once for the other instances' misses, and marks an interrupted spot
 offering once per batch however many of its nodes were interrupted."""
 
 from __future__ import annotations
@@ -111,19 +112,52 @@ def test_an_interrupted_spot_offering_is_marked_once_per_batch() -> None:
     }
 
 
-def test_nodes_missing_by_name_are_looked_for_in_one_list_for_the_whole_batch() -> None:
+def test_our_nodes_missing_by_name_are_found_through_their_nodeclaims_without_listing_every_node() -> None:
     clock, cluster, cloud = world()
     for n in (0, 1, 2):  # already removed: a continuation or redelivery after the drain removed them
         del cluster.nodes[f"ip-10-0-0-{n}.us-west-2.compute.internal"]
+    cluster.nodeclaim_nodes["nc-2"] = "ip-10-0-0-2.us-west-2.compute.internal"  # its node went first
+    cluster.nodeclaims.add("nc-1")  # a NodeClaim whose node never registered
     renamed = cluster.nodes.pop("ip-10-0-0-3.us-west-2.compute.internal")  # a node not named after its host
     cluster.nodes["custom-name"] = replace(renamed, name="custom-name")
+    cluster.nodeclaim_nodes["nc-3"] = "custom-name"
     out = run(clock, cluster, cloud, IDS[:4], cordon_workers=4)
 
-    assert cluster.count("list_nodes") == 1
+    assert cluster.count("list_nodes") == 0
+    assert sorted(arg for call, arg in cluster.calls if call == "get_nodeclaim") == ["nc-0", "nc-1", "nc-2", "nc-3"]
     statuses = [r.outcome.instances[0] for r in out.items]
     assert [o.node_name for o in statuses] == [None, None, None, "custom-name"]
     assert [o.status for o in statuses] == [InstanceStatus.REMOVED] * 4  # the NodeClaims go, the last is drained
     assert ("taint_and_cordon", "custom-name") in cluster.calls
+
+
+def test_a_nodeclaim_naming_another_instances_node_finds_no_node() -> None:
+    clock, cluster, cloud = world()
+    del cluster.nodes["ip-10-0-0-0.us-west-2.compute.internal"]
+    cluster.nodeclaim_nodes["nc-0"] = "ip-10-0-0-1.us-west-2.compute.internal"  # a stale or wrong nodeName
+    out = run(clock, cluster, cloud, IDS[:1])
+
+    assert out.items[0].outcome.instances[0].node_name is None
+    assert ("taint_and_cordon", "ip-10-0-0-1.us-west-2.compute.internal") not in cluster.calls
+
+
+def test_nodes_of_instances_we_did_not_launch_are_looked_for_in_one_list_for_the_whole_batch() -> None:
+    clock, cluster, cloud = world()
+    for iid in IDS[:4]:  # a managed node group's instances: the cluster tag, no NodeClaim
+        inst = cloud.instances[iid]
+        tags = {k: v for k, v in inst.tags.items() if not k.startswith("karpenter.sh/")}
+        cloud.instances[iid] = replace(inst, tags=tags)
+    for n in (0, 1, 2):
+        del cluster.nodes[f"ip-10-0-0-{n}.us-west-2.compute.internal"]
+    renamed = cluster.nodes.pop("ip-10-0-0-3.us-west-2.compute.internal")
+    cluster.nodes["custom-name"] = replace(renamed, name="custom-name")
+    out = run(clock, cluster, cloud, IDS[:4], cordon_workers=4)
+
+    assert cluster.count("list_nodes") == 1
+    assert cluster.count("get_nodeclaim") == 0
+    statuses = [r.outcome.instances[0] for r in out.items]
+    assert [o.node_name for o in statuses] == [None, None, None, "custom-name"]
+    assert [o.status for o in statuses] == [InstanceStatus.NO_NODE] * 3 + [InstanceStatus.DRAINED]
 
 
 def test_an_instance_ec2_no_longer_knows_shares_the_batch_list_too() -> None:

@@ -214,6 +214,13 @@ class Cluster(Protocol):
         """
         ...
 
+    def get_nodeclaim(self, *, name: str) -> NodeClaim | None:
+        """One ``karpenter.sh/v1`` NodeClaim by name, or None when there is none.
+
+        Raises ``KubernetesError`` when the API call fails or the NodeClaim cannot be read.
+        """
+        ...
+
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
         """Create a NodeClaim; raises ``ConflictError`` if it exists."""
         ...

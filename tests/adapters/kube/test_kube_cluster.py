@@ -262,11 +262,15 @@ def test_nodeclaim_lifecycle(cluster: KubeCluster, store: Store) -> None:
     updated = cluster.update_nodeclaim_status(nodeclaim=created)
     assert updated.status.provider_id == "aws:///us-east-1a/i-1"
     assert [c.status.node_name for c in cluster.list_nodeclaims()] == ["n1"]
+    got = cluster.get_nodeclaim(name="default-abcde")
+    assert got is not None and got.status.node_name == "n1" and got.name == "default-abcde"
+    assert cluster.get_nodeclaim(name="default-other") is None
     with pytest.raises(ConflictError):
         cluster.update_nodeclaim_status(nodeclaim=created)  # read before the last write
 
     cluster.delete_nodeclaim(name="default-abcde")  # has a finalizer: removed first
     assert cluster.list_nodeclaims() == []
+    assert cluster.get_nodeclaim(name="default-abcde") is None
     cluster.delete_nodeclaim(name="default-abcde")
     with pytest.raises(NotFoundError):
         cluster.update_nodeclaim_status(nodeclaim=created)

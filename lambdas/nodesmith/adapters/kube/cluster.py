@@ -171,6 +171,14 @@ class KubeCluster:
         )
 
     # ----------------------------------------------------------------- NodeClaims
+    def get_nodeclaim(self, *, name: str) -> NodeClaim | None:
+        """One NodeClaim by name (one GET), or None on 404; an unreadable one raises ``KubernetesError``."""
+        try:
+            doc = self.rest.request("GET", _crd(KARPENTER_GROUP, "nodeclaims", name), what=f"get nodeclaim {name}")
+        except NotFoundError:
+            return None
+        return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
+
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
         """Create ``nodeclaim`` (the API server drops its status); ``ConflictError`` if it exists."""
         body = nodeclaim.model_dump_k8s()
