@@ -118,6 +118,36 @@ def test_unavailable_offerings_and_incompatible_types_are_marked_not_dropped(ec2
     assert any(o.available for it in no_arm if it.name == "m5.large" for o in it.offerings)
 
 
+def test_a_new_unavailable_set_is_laid_over_the_build_and_equals_building_afresh(
+    ec2: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nodesmith.adapters.aws.catalog as catalog_module
+
+    builds: list[str] = []
+    real = catalog_module.build_instance_type
+    monkeypatch.setattr(catalog_module, "build_instance_type", lambda **kw: builds.append(kw["info"]) or real(**kw))
+    cat = catalogue(ec2, tmp_path)
+    first = cat.instance_types(unavailable={("m5.large", "us-east-1a", "spot")})
+    built_once = len(builds)
+    blocked = {("m5.large", "us-east-1b", "spot"), ("c5.xlarge", "us-east-1a", "on-demand")}
+    second = cat.instance_types(unavailable=blocked)
+
+    assert len(builds) == built_once  # the catalogue is not rebuilt for a new set of marks
+    fresh = catalogue(ec2, tmp_path).instance_types(unavailable=blocked)
+    assert second == fresh
+    by_name = {it.name: it for it in second}
+    unmarked = {it.name: it for it in cat.instance_types()}
+
+    def off(it: Any) -> set[tuple[str, str]]:
+        return {(o.zone, o.capacity_type) for o in it.offerings if not o.available}
+
+    assert off(by_name["m5.large"]) - off(unmarked["m5.large"]) == {("us-east-1b", "spot")}
+    c5 = {(o.zone, o.capacity_type): o.available for o in by_name["c5.xlarge"].offerings}
+    assert c5[("us-east-1a", "on-demand")] is False
+    untouched = [(a, b) for a, b in zip(first, second, strict=True) if a.name not in {"m5.large", "c5.xlarge"}]
+    assert untouched and all(a is b for a, b in untouched)  # types no mark names are shared, not copied
+
+
 class NotArm:
     """Hashable launchability predicate: no arm64 AMI."""
 
