@@ -117,7 +117,6 @@ def test_our_nodes_missing_by_name_are_found_through_their_nodeclaims_without_li
     for n in (0, 1, 2):  # already removed: a continuation or redelivery after the drain removed them
         del cluster.nodes[f"ip-10-0-0-{n}.us-west-2.compute.internal"]
     cluster.nodeclaim_nodes["nc-2"] = "ip-10-0-0-2.us-west-2.compute.internal"  # its node went first
-    cluster.nodeclaims.add("nc-1")  # a NodeClaim whose node never registered
     renamed = cluster.nodes.pop("ip-10-0-0-3.us-west-2.compute.internal")  # a node not named after its host
     cluster.nodes["custom-name"] = replace(renamed, name="custom-name")
     cluster.nodeclaim_nodes["nc-3"] = "custom-name"
@@ -128,6 +127,18 @@ def test_our_nodes_missing_by_name_are_found_through_their_nodeclaims_without_li
     statuses = [r.outcome.instances[0] for r in out.items]
     assert [o.node_name for o in statuses] == [None, None, None, "custom-name"]
     assert [o.status for o in statuses] == [InstanceStatus.REMOVED] * 4  # the NodeClaims go, the last is drained
+    assert ("taint_and_cordon", "custom-name") in cluster.calls
+
+
+def test_a_nodeclaim_not_yet_marked_registered_falls_back_to_the_list() -> None:
+    clock, cluster, cloud = world()
+    renamed = cluster.nodes.pop("ip-10-0-0-0.us-west-2.compute.internal")  # registered since the last pass
+    cluster.nodes["custom-name"] = replace(renamed, name="custom-name")
+    cluster.nodeclaims.add("nc-0")  # no status.nodeName yet
+    out = run(clock, cluster, cloud, IDS[:1])
+
+    assert cluster.count("list_nodes") == 1
+    assert out.items[0].outcome.instances[0].node_name == "custom-name"
     assert ("taint_and_cordon", "custom-name") in cluster.calls
 
 

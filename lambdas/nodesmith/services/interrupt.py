@@ -283,8 +283,10 @@ class InterruptionRun:
     def _node_for(self, instance: Instance, nodeclaim_name: str | None) -> Node | None:
         """The instance's node: by its private DNS name (the node name EKS and Karpenter nodes get; one
         GET) when its providerID matches; else, for an instance carrying its NodeClaim's name
-        (``karpenter.sh/nodeclaim``), the node the NodeClaim names (one or two GETs: no NodeClaim, or one
-        not registered yet, is no node); else by providerID among all nodes (:class:`NodeLookup`).
+        (``karpenter.sh/nodeclaim``), the node the NodeClaim's ``status.nodeName`` names (one or two GETs;
+        no NodeClaim, or one naming the node already missed, is no node); else, and for a NodeClaim not yet
+        marked registered (its node may have registered under another name since the last reconcile pass),
+        by providerID among all nodes (:class:`NodeLookup`).
 
         In a burst most misses are nodes already removed (a duplicate, continuation or redelivery after
         the drain removed node and NodeClaim, node first): the NodeClaim answers those without listing
@@ -298,11 +300,15 @@ class InterruptionRun:
                 return node
             if nodeclaim_name:
                 claim = self.cluster.get_nodeclaim(name=nodeclaim_name)
-                named = claim.status.node_name if claim is not None else None
-                if not named or named == tried:
-                    return None
-                node = self.cluster.get_node(name=named)
-                return node if node is not None and node.provider_id == instance.provider_id else None
+                if claim is None:
+                    return None  # removed: the node went first
+                named = claim.status.node_name
+                if named == tried:
+                    return None  # its node, already deleted
+                if named:
+                    node = self.cluster.get_node(name=named)
+                    return node if node is not None and node.provider_id == instance.provider_id else None
+                # not marked registered yet: a node named otherwise may have registered since the last pass
         return self.node_lookup.by_provider_id(instance.provider_id)
 
     def locate(self, instance_id: str) -> InstanceCase | InstanceOutcome:
