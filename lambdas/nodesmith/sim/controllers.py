@@ -267,9 +267,10 @@ class SimControllers:
     # -- store helpers -----------------------------------------------------------------------------
 
     def _set_status(self, resource: str, obj: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """Write ``status`` into ``obj`` unless ``obj`` (read this step) already has it: only this controller
+        writes these statuses, so the copy read at the step's start is current (no second read per object)."""
         meta = obj["metadata"]
-        current = self.store.find(resource, meta["name"], namespace=meta.get("namespace"))
-        if current is None or all((current.get("status") or {}).get(k) == v for k, v in status.items()):
+        if all((obj.get("status") or {}).get(k) == v for k, v in status.items()):
             return
 
         def edit(o: dict[str, Any]) -> None:
