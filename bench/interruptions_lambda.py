@@ -72,9 +72,10 @@ class AsyncReconcile:
     throttled events wait and are retried; a tick older than :data:`TICK_MAX_AGE_SECONDS` is dropped). It runs
     in a process of its own (:func:`reconcile_process`), as the reconcile function has its own CPU: a thread
     among an invocation process's fifty would wait for that process's GIL behind every interruption batch's
-    I/O threads, and a tick run in the bench's own process (as before) held the Kubernetes API emulator's GIL
-    for its whole pass over the cluster. A tick's calls are not counted in ``api_calls`` (they are not the
-    interruption path's)."""
+    I/O threads. A tick used to run in the bench's own process, beside the woken invocation (which reserved
+    concurrency 1 does not allow) and on the Kubernetes API emulator's GIL. A tick's calls are not counted in
+    ``api_calls`` (they are not the interruption path's); a pass it runs again on a batch's request is counted
+    with the woken passes (``wake_passes``), as both go through the handler's ``_provision_only``."""
 
     def __init__(self, counters: Counters, events: Any) -> None:
         self.counters = counters

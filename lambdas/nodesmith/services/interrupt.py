@@ -290,8 +290,8 @@ class InterruptionRun:
 
         In a burst most misses are nodes already removed (a duplicate, continuation or redelivery after
         the drain removed node and NodeClaim, node first): the NodeClaim answers those without listing
-        every node, which at 1,000 nodes cost the API server and the invocation more than the rest of
-        the message's calls together (``bench/interruptions.py``).
+        every node, which at 1,000 nodes took 9.5% of an invocation process's samples in a profile of
+        ``bench/interruptions.py``, and the API server's biggest responses.
         """
         tried = instance.private_dns_name
         if tried:
