@@ -64,6 +64,13 @@ def _warm_up() -> None:
     wiring.build_requeue(settings)
 
 
+def _reconcile_context() -> Any:
+    """The Lambda context of one reconcile invocation (the stack's 900 s timeout)."""
+    from nodesmith.cli.world import LambdaContext
+
+    return LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900)
+
+
 class AsyncReconcile:
     """The reconcile function's asynchronous invocations (``InvocationType=Event``): the interruption batches'
     wakes (:mod:`nodesmith.adapters.aws.wake`) and the EventBridge schedule's ticks (``(TICK, sent)``) arrive on
@@ -82,11 +89,10 @@ class AsyncReconcile:
         self.events = events
 
     def serve(self, stop: threading.Event) -> None:
-        """Run the queued wakes one after another until ``stop`` is set."""
+        """Run the queued wakes and ticks one after another until ``stop`` is set."""
         import queue
 
         from nodesmith.adapters.aws.wake import provision_event
-        from nodesmith.cli.world import LambdaContext
         from nodesmith.handlers import reconcile
         from nodesmith.handlers.reconcile import handler
 
@@ -121,9 +127,7 @@ class AsyncReconcile:
                 continue
             began = time.monotonic()
             try:
-                out = handler(
-                    provision_event(after), LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900)
-                )
+                out = handler(provision_event(after), _reconcile_context())
             except Exception as exc:
                 with self.counters.lock:
                     self.counters.errors.append(f"reconcile wake: {type(exc).__name__}: {exc}")
@@ -137,15 +141,13 @@ class AsyncReconcile:
     def _tick(self, handler: Any, sent: float) -> None:
         """One scheduled tick (sent at ``sent``, monotonic): dropped when it waited past the event age, else
         a pass of the real handler, its calls left out of the counts; recorded in ``counters.ticks``."""
-        from nodesmith.cli.world import LambdaContext
-
         began = time.monotonic()
         if began - sent > TICK_MAX_AGE_SECONDS:
             status = f"dropped: throttled for {began - sent:.0f} s"
         else:
             self.counters.count_calls = False
             try:
-                out = handler({}, LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900))
+                out = handler({}, _reconcile_context())
                 status = str(out.get("status") or "ran")
             except Exception as exc:
                 status = f"failed: {type(exc).__name__}: {exc}"
@@ -358,7 +360,8 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
 
 def reconcile_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any, Any, Any]) -> None:
     """The reconcile function (``multiprocessing`` target): warm up like a warm container, wait for ``go``, run
-    the wakes the invocation processes put on ``wakes`` (:class:`AsyncReconcile`) until ``stop``, then put
+    the wakes the invocation processes and the ticks the schedule put on ``wakes`` (:class:`AsyncReconcile`) until
+    ``stop``, then put
     :func:`summary` on ``results``. ``channels`` are :func:`invocations_process`'s."""
     go, stop, results, terminated, ready, wakes = channels
     log = os.environ.get("BENCH_INVOCATION_LOG") or os.devnull
