@@ -10,6 +10,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from nodesmith.sim.kube import KubeEmulator, Store
+from nodesmith.sim.kube.errors import ApiError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -468,3 +469,53 @@ def test_the_pods_by_node_index_follows_creates_binds_graceful_and_final_deletes
     assert (on("n2"), on("n3")) == ([], ["c"])
     # selectors the index does not serve still scan
     assert sorted(o["metadata"]["name"] for o in store.list("pods", field_selector="spec.nodeName!=n1").items) == ["c"]
+
+
+def test_the_budget_counts_follow_relabels_deletes_and_namespaces() -> None:
+    """An eviction's budget check reads the pods its selector matches from an index by label: the
+    index must follow every write, or a budget would count pods it no longer selects (and allow an
+    eviction it must refuse) or miss new ones."""
+    store = Store()
+    store.create("namespaces", {"metadata": {"name": "other"}})
+    for i in range(3):
+        store.create("pods", pod(f"web-{i}", labels={"app": "web", "tier": "front"}, node="n1"))
+    store.create("pods", pod("twin", labels={"app": "web", "tier": "front"}, node="n1"), namespace="other")
+    budget = {"minAvailable": 2, "selector": {"matchLabels": {"app": "web", "tier": "front"}}}
+    store.create("poddisruptionbudgets.policy", {"metadata": {"name": "web", "namespace": "default"}, "spec": budget})
+
+    def healthy() -> int:
+        pdb = store.get("poddisruptionbudgets.policy", "web", namespace="default")
+        return int(pdb["status"]["currentHealthy"])
+
+    assert healthy() == 3  # the pod of the same labels in "other" is not counted
+    relabelled = store.get("pods", "web-2", namespace="default")
+    relabelled["metadata"]["labels"] = {"app": "web", "tier": "back"}
+    store.replace("pods", relabelled, namespace="default")
+    assert healthy() == 2
+    with pytest.raises(ApiError) as refused:
+        store.evict("web-0", namespace="default")
+    assert refused.value.code == 429
+    store.create("pods", pod("web-3", labels={"tier": "front", "app": "web"}, node="n2"))
+    assert healthy() == 3
+    store.evict("web-0", namespace="default")
+    store.delete("pods", "web-1", namespace="default")
+    assert healthy() == 1
+    # a selector with only matchExpressions is not served by the index and still matches
+    expressions = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["back"]}]}
+    backs = store.pdb_status_of({"metadata": {"namespace": "default"}, "spec": {"selector": expressions}})
+    assert backs["currentHealthy"] == 1
+
+
+def test_lists_stay_in_order_across_creates_and_deletes_after_the_first_list() -> None:
+    """The sorted keys a list walks are kept in order by each create and delete, not resorted."""
+    store = Store()
+    order = ["m", "c", "x", "a", "q"]
+    for name in order:
+        store.create("pods", pod(name))
+    assert [p["metadata"]["name"] for p in store.list("pods", namespace="default").items] == sorted(order)
+    store.create("pods", pod("b"))
+    store.delete("pods", "m", namespace="default")
+    store.create("pods", pod("z"))
+    store.delete("pods", "a", namespace="default")
+    expected = sorted({*order, "b", "z"} - {"m", "a"})
+    assert [p["metadata"]["name"] for p in store.list("pods", namespace="default").items] == expected

@@ -132,15 +132,15 @@ def pdb_status(
 def check_eviction(
     pod: Mapping[str, Any],
     pdbs: Sequence[Mapping[str, Any]],
-    namespace_pods: Callable[[], Sequence[Mapping[str, Any]]],
+    budget_pods: Callable[[Mapping[str, Any]], Sequence[Mapping[str, Any]]],
     owner_scale: OwnerScale,
 ) -> None:
     """Raise the error the Eviction API would answer for ``pod``, or return if it may be evicted.
 
     ``pdbs`` are the namespace's budgets; those whose selector matches the pod apply. Two or more
     matching budgets are a 500 (upstream refuses to guess); a violated budget is a 429.
-    ``namespace_pods`` lists the namespace's pods; it is called only when a budget applies (most
-    evictions need none, and the list is as long as the namespace).
+    ``budget_pods(pdb)`` lists the namespace's pods the budget may select (at least every pod it
+    selects; :func:`pdb_status` applies the selector); it is called only when a budget applies.
     """
     if ignores_budgets(pod):
         return
@@ -155,7 +155,7 @@ def check_eviction(
             "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
         )
     pdb = matching[0]
-    status = pdb_status(pdb, namespace_pods(), owner_scale)
+    status = pdb_status(pdb, budget_pods(pdb), owner_scale)
     if not is_healthy(pod):
         policy = (pdb.get("spec") or {}).get("unhealthyPodEvictionPolicy", "IfHealthyBudget")
         if policy == "AlwaysAllow" or status["currentHealthy"] >= status["desiredHealthy"]:

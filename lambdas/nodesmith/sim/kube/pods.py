@@ -13,6 +13,8 @@ from nodesmith.sim.kube.disruption import check_eviction, pdb_status
 from nodesmith.sim.kube.timefmt import rfc3339
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from nodesmith.sim.kube.store import Store
 
 __all__ = ["bind", "evict", "pdb_status_now"]
@@ -21,8 +23,11 @@ _PDBS = "poddisruptionbudgets.policy"
 _SCALABLE = {"ReplicaSet": "replicasets.apps", "StatefulSet": "statefulsets.apps", "Deployment": "deployments.apps"}
 
 
-def _namespace_pods(store: Store, namespace: str) -> list[dict[str, Any]]:
-    return [e.obj for key, e in store._objects["pods"].items() if key[0] == namespace]
+def _budget_pods(store: Store, namespace: str) -> Any:
+    def pods(pdb: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return store._pods_for_selector(namespace, (pdb.get("spec") or {}).get("selector"))
+
+    return pods
 
 
 def _owner_scale(store: Store) -> Any:
@@ -42,7 +47,8 @@ def _owner_scale(store: Store) -> Any:
 def pdb_status_now(store: Store, pdb: dict[str, Any]) -> dict[str, Any]:
     """``status`` of ``pdb`` computed from the pods currently stored in its namespace."""
     namespace = (pdb.get("metadata") or {}).get("namespace", "")
-    return pdb_status(pdb, _namespace_pods(store, namespace), _owner_scale(store), now_iso=rfc3339(store.clock()))
+    pods = _budget_pods(store, namespace)(pdb)
+    return pdb_status(pdb, pods, _owner_scale(store), now_iso=rfc3339(store.clock()))
 
 
 def evict(
@@ -65,7 +71,7 @@ def evict(
             f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}",
         )
     pdbs = [e.obj for key, e in store._objects[_PDBS].items() if key[0] == namespace]
-    check_eviction(pod, pdbs, lambda: _namespace_pods(store, namespace), _owner_scale(store))
+    check_eviction(pod, pdbs, _budget_pods(store, namespace), _owner_scale(store))
     store._delete(rt, entry, grace_period_seconds, preconditions)
 
 

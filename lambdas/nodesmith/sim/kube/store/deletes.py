@@ -80,7 +80,7 @@ class StoreDeletes(StoreState):
             return self._store_marked(rt, key, old, new_meta)
         final = {**old, "metadata": {**meta, "resourceVersion": str(self._bump())}}
         del self._objects[rt.key][key]
-        self._order.pop(rt.key, None)
+        self._keys_removed(rt, key)
         self._emit("DELETED", rt, final, old)
         return final
 

@@ -45,7 +45,7 @@ class StoreWrites(StoreState):
                 raise errors.already_exists(rt.plural, meta["name"], rt.group)
             meta["resourceVersion"] = str(self._bump())
             objects[key] = _Entry(new)
-            self._order.pop(rt.key, None)
+            self._keys_added(rt, key)
             self._emit("ADDED", rt, new, None)
             return self._copy(new)  # type: ignore[no-any-return]
 
@@ -63,7 +63,7 @@ class StoreWrites(StoreState):
         key = self._key(rt, meta.get("namespace"), meta["name"])
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             del self._objects[rt.key][key]
-            self._order.pop(rt.key, None)
+            self._keys_removed(rt, key)
             self._emit("DELETED", rt, result, old)
             return result
         self._objects[rt.key][key] = _Entry(result)
