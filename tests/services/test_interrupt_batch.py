@@ -310,8 +310,33 @@ def test_drain_progress_is_written_when_pods_go_not_on_every_refused_eviction() 
     assert out.items[0].outcome.instances[0].status is InstanceStatus.REMOVED
     progress = state.get_drain(instance_id=IDS[0])
     assert (progress.evicted, progress.blocked_responses, progress.done) == (3, 6, True)
-    # the start, the round evicting the two free pods, the round evicting the last one, the end
-    assert state.writes.count(f"drain#{IDS[0]}") == 4
+    # the round evicting the two free pods, the round evicting the last one (6.3 s of backoff later,
+    # past the 5 s between writes), the end
+    assert state.writes.count(f"drain#{IDS[0]}") == 3
+
+
+def test_rounds_close_together_are_written_once_and_an_unchanged_end_is_not_written_again() -> None:
+    # the refused pod goes 0.3 s after the others: its round is not written, the end is (done)
+    clock, cluster, cloud = world(pods_per_node=3, pdb_blocks={"default/web-0-2": 2})
+    state = memory.MemoryStateStore()
+    out = run([item(IDS[0])], clock, cluster, cloud, state=state, eviction_workers=3)
+    assert out.items[0].outcome.instances[0].status is InstanceStatus.REMOVED
+    progress = state.get_drain(instance_id=IDS[0])
+    assert (progress.evicted, progress.attempts, progress.done) == (3, 1, True)
+    assert state.writes.count(f"drain#{IDS[0]}") == 2
+
+
+def test_an_attempt_ending_as_its_last_round_left_it_is_not_written_again() -> None:
+    # both pods are evicted in one round and take their 30 s grace period to go: the attempt ends
+    # unfinished with the counts its round wrote, and only the attempt count was new before that round
+    clock, cluster, cloud = world(pods_per_node=2, grace=30)
+    state, requeue = memory.MemoryStateStore(), Requeue()
+    out = run([item(IDS[0])], clock, cluster, cloud, state=state, requeue=requeue, drain_budget_seconds=1.0)
+    [inst] = out.items[0].outcome.instances
+    assert inst.status is InstanceStatus.DRAIN_INCOMPLETE and inst.continued
+    progress = state.get_drain(instance_id=IDS[0])
+    assert (progress.attempts, progress.evicted, progress.done) == (1, 2, False)
+    assert state.writes.count(f"drain#{IDS[0]}") == 1
 
 
 def test_a_hand_offs_cordon_time_is_read_only_when_we_wrote_it_well() -> None:

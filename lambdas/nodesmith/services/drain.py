@@ -15,7 +15,8 @@ pool), and their answers are applied in plan order, so results do not depend on 
 ``on_step`` is called with the result so far after every round in which a pod was evicted or
 deleted, which is how the interruption flow stores drain progress while the drain runs (not after
 rounds that were only refused: a PodDisruptionBudget answering 429 every few hundred milliseconds
-would cost a progress write each time).
+would cost a progress write each time; the interruption flow also spaces its writes, see
+:data:`nodesmith.services.interrupt_batch_run.PROGRESS_SAVE_INTERVAL_SECONDS`).
 
 Events (:mod:`nodesmith.services.events`, Karpenter's reasons): ``Evicted`` on each pod whose
 eviction was accepted, ``Disrupted`` on each pod deleted for the deadline, ``FailedDraining`` on

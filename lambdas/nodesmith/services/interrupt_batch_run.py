@@ -39,6 +39,7 @@ __all__ = [
     "CONTINUATION_DELAY_SECONDS",
     "DRAIN_PROGRESS_TTL_SECONDS",
     "MAX_DRAIN_ATTEMPTS",
+    "PROGRESS_SAVE_INTERVAL_SECONDS",
     "SPOT_UNAVAILABLE_SECONDS",
     "TERMINATING_WAIT_MAX_SECONDS",
     "BatchEntry",
@@ -63,6 +64,12 @@ MAX_DRAIN_ATTEMPTS = 120
 """Invocations one drain may take before it is abandoned (the node stays cordoned; logged)."""
 DRAIN_PROGRESS_TTL_SECONDS = 86_400.0
 """How long stored drain progress is kept (seconds; DynamoDB TTL)."""
+PROGRESS_SAVE_INTERVAL_SECONDS = 5.0
+"""Shortest time between two progress writes of one drain attempt while it evicts (seconds). The first
+round that evicts or deletes a pod is written at once and the attempt's end always is; rounds in between
+only every this long. A resumed drain re-plans from the pods still on the node, so what a crash loses is
+at most this long of the counts, never an eviction; and at 1,000 nodes the per-round writes were 3.7 of a
+node's 33 API calls and the largest single share (17%) of the invocations' CPU."""
 SPOT_UNAVAILABLE_SECONDS = 180.0
 """Karpenter's ``UnavailableOfferingsTTL``: an interrupted spot offering is avoided for 3 minutes."""
 
@@ -186,7 +193,14 @@ class BatchRun:
             warnings.append(f"drain progress not stored: {exc}")
 
     def drain(self, entry: BatchEntry, case: InstanceCase) -> InstanceOutcome:
-        """The idempotent unit: drain (resuming stored progress), remove, or enqueue a continuation."""
+        """The idempotent unit: drain (resuming stored progress), remove, or enqueue a continuation.
+
+        Progress is written when the attempt first evicts or deletes a pod, then at most every
+        :data:`PROGRESS_SAVE_INTERVAL_SECONDS` while it evicts, and at its end (with the attempt count,
+        so a drain that keeps failing to finish is abandoned after :data:`MAX_DRAIN_ATTEMPTS`). An
+        invocation killed before its first write leaves no trace, and its message comes back under the
+        same attempt (the queue's redrive policy bounds those).
+        """
         item, run = entry.item, entry.run
         assert run is not None and case.node is not None
         message = item.message
@@ -207,7 +221,19 @@ class BatchRun:
             return case.outcome(InstanceStatus.DRAIN_ABANDONED, f"abandoned after {base.attempts} attempts")
         warnings: list[str] = []
         current = replace(base, attempts=attempts, replaced=True, updated_at=self.wall())
-        self.save(current, warnings)
+        saved: list[DrainProgress] = []
+
+        def store(progress: DrainProgress, *, final: bool) -> None:
+            """Write ``progress`` unless it is what this attempt last wrote, or (``final`` False) the last
+            write is under :data:`PROGRESS_SAVE_INTERVAL_SECONDS` old."""
+            last = saved[-1] if saved else None
+            if last is not None and replace(progress, updated_at=last.updated_at) == last:
+                return
+            recent = last is not None and progress.updated_at - last.updated_at < PROGRESS_SAVE_INTERVAL_SECONDS
+            if recent and not final:
+                return
+            self.save(progress, warnings)
+            saved.append(progress)
 
         def totals(result: DrainResult) -> DrainProgress:
             return replace(
@@ -218,10 +244,10 @@ class BatchRun:
                 updated_at=self.wall(),
             )
 
-        outcome = run.drain(case, case.node, on_step=lambda r: self.save(totals(r), warnings))
+        outcome = run.drain(case, case.node, on_step=lambda r: store(totals(r), final=False))
         final = totals(outcome.drain) if outcome.drain is not None else current
         unfinished = outcome.status is InstanceStatus.DRAIN_INCOMPLETE
-        self.save(replace(final, done=not unfinished), warnings)
+        store(replace(final, done=not unfinished), final=True)
         if unfinished:
             if self.requeue is None:
                 reason = outcome.drain.reason if outcome.drain is not None else outcome.detail
