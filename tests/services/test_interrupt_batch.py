@@ -301,29 +301,28 @@ def test_continuation_markers_we_did_not_write_are_ignored() -> None:
     assert parse_message(__import__("json").dumps(body)).event_id == event["id"]  # still the same event
 
 
-def test_drain_progress_is_written_when_pods_go_not_on_every_refused_eviction() -> None:
-    # one pod's eviction is refused 6 times (PodDisruptionBudget 429s, retried from 100 ms doubling)
-    clock, cluster, cloud = world(pods_per_node=3, pdb_blocks={"default/web-0-2": 6})
+@pytest.mark.parametrize(
+    ("refusals", "writes"),
+    [
+        # the round evicting the two free pods, the round evicting the last one (6.3 s of backoff later,
+        # past the 5 s between writes), the end
+        (6, 3),
+        # the refused pod goes 0.3 s after the others: its round is not written, the end is (done)
+        (2, 2),
+    ],
+)
+def test_drain_progress_is_written_when_pods_go_at_most_every_5_s_not_on_every_refused_eviction(
+    refusals: int, writes: int
+) -> None:
+    # one pod's eviction is refused (PodDisruptionBudget 429s, retried from 100 ms doubling)
+    clock, cluster, cloud = world(pods_per_node=3, pdb_blocks={"default/web-0-2": refusals})
     state = memory.MemoryStateStore()
     out = run([item(IDS[0])], clock, cluster, cloud, state=state, eviction_workers=3)
 
     assert out.items[0].outcome.instances[0].status is InstanceStatus.REMOVED
     progress = state.get_drain(instance_id=IDS[0])
-    assert (progress.evicted, progress.blocked_responses, progress.done) == (3, 6, True)
-    # the round evicting the two free pods, the round evicting the last one (6.3 s of backoff later,
-    # past the 5 s between writes), the end
-    assert state.writes.count(f"drain#{IDS[0]}") == 3
-
-
-def test_rounds_close_together_are_written_once_and_an_unchanged_end_is_not_written_again() -> None:
-    # the refused pod goes 0.3 s after the others: its round is not written, the end is (done)
-    clock, cluster, cloud = world(pods_per_node=3, pdb_blocks={"default/web-0-2": 2})
-    state = memory.MemoryStateStore()
-    out = run([item(IDS[0])], clock, cluster, cloud, state=state, eviction_workers=3)
-    assert out.items[0].outcome.instances[0].status is InstanceStatus.REMOVED
-    progress = state.get_drain(instance_id=IDS[0])
-    assert (progress.evicted, progress.attempts, progress.done) == (3, 1, True)
-    assert state.writes.count(f"drain#{IDS[0]}") == 2
+    assert (progress.evicted, progress.blocked_responses, progress.attempts, progress.done) == (3, refusals, 1, True)
+    assert state.writes.count(f"drain#{IDS[0]}") == writes
 
 
 def test_an_attempt_ending_as_its_last_round_left_it_is_not_written_again() -> None:
