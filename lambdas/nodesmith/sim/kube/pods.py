@@ -23,11 +23,10 @@ _PDBS = "poddisruptionbudgets.policy"
 _SCALABLE = {"ReplicaSet": "replicasets.apps", "StatefulSet": "statefulsets.apps", "Deployment": "deployments.apps"}
 
 
-def _budget_pods(store: Store, namespace: str) -> Any:
-    def pods(pdb: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return store._pods_for_selector(namespace, (pdb.get("spec") or {}).get("selector"))
-
-    return pods
+def _budget_pods(store: Store, pdb: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pods of the budget's namespace its selector may match (from the store's label index)."""
+    namespace = (pdb.get("metadata") or {}).get("namespace", "")
+    return store._pods_for_selector(namespace, (pdb.get("spec") or {}).get("selector"))
 
 
 def _owner_scale(store: Store) -> Any:
@@ -46,9 +45,7 @@ def _owner_scale(store: Store) -> Any:
 
 def pdb_status_now(store: Store, pdb: dict[str, Any]) -> dict[str, Any]:
     """``status`` of ``pdb`` computed from the pods currently stored in its namespace."""
-    namespace = (pdb.get("metadata") or {}).get("namespace", "")
-    pods = _budget_pods(store, namespace)(pdb)
-    return pdb_status(pdb, pods, _owner_scale(store), now_iso=rfc3339(store.clock()))
+    return pdb_status(pdb, _budget_pods(store, pdb), _owner_scale(store), now_iso=rfc3339(store.clock()))
 
 
 def evict(
@@ -71,7 +68,7 @@ def evict(
             f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata']['uid']}",
         )
     pdbs = [e.obj for key, e in store._objects[_PDBS].items() if key[0] == namespace]
-    check_eviction(pod, pdbs, _budget_pods(store, namespace), _owner_scale(store))
+    check_eviction(pod, pdbs, lambda pdb: _budget_pods(store, pdb), _owner_scale(store))
     store._delete(rt, entry, grace_period_seconds, preconditions)
 
 
