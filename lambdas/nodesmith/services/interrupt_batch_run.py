@@ -221,19 +221,19 @@ class BatchRun:
             return case.outcome(InstanceStatus.DRAIN_ABANDONED, f"abandoned after {base.attempts} attempts")
         warnings: list[str] = []
         current = replace(base, attempts=attempts, replaced=True, updated_at=self.wall())
-        saved: list[DrainProgress] = []
+        last: DrainProgress | None = None  # what this attempt last wrote
 
         def store(progress: DrainProgress, *, final: bool) -> None:
             """Write ``progress`` unless it is what this attempt last wrote, or (``final`` False) the last
             write is under :data:`PROGRESS_SAVE_INTERVAL_SECONDS` old."""
-            last = saved[-1] if saved else None
+            nonlocal last
             if last is not None and replace(progress, updated_at=last.updated_at) == last:
                 return
             recent = last is not None and progress.updated_at - last.updated_at < PROGRESS_SAVE_INTERVAL_SECONDS
             if recent and not final:
                 return
             self.save(progress, warnings)
-            saved.append(progress)
+            last = progress
 
         def totals(result: DrainResult) -> DrainProgress:
             return replace(
