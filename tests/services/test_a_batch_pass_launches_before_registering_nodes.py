@@ -1,10 +1,11 @@
 """Watch mode's batch pass (``provision_first``) launches for its pending pods before it writes the
-registration of nodes that joined meanwhile; the registration still happens in the same pass, and
-the registered node's capacity counts either way."""
+registration of nodes that joined meanwhile, and before it lists the fleet (DescribeInstances of every
+instance, which only garbage collection needs); the registration and the garbage collection still
+happen in the same pass, and the registered node's capacity counts either way."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
@@ -14,7 +15,7 @@ from nodesmith.services.reconcile import reconcile
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from nodesmith.core.ports import LaunchRequest, LaunchResult
+    from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult
 
 
 @dataclass
@@ -39,6 +40,10 @@ class OrderedCloud(FakeCloud):
         self.calls.order.append("CreateFleet")
         return super().create(request=request)
 
+    def list_instances(self) -> list[Instance]:
+        self.calls.order.append("list fleet")
+        return super().list_instances()
+
 
 def _joined_node_and_new_pod(calls: Calls) -> tuple[OrderedCluster, OrderedCloud]:
     cluster = OrderedCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], calls=calls)
@@ -57,13 +62,35 @@ def test_the_batch_pass_calls_createfleet_before_registering_the_joined_node() -
     calls = Calls()
     cluster, cloud = _joined_node_and_new_pod(calls)
     out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0, provision_first=True)
-    assert calls.order[0] == "CreateFleet" and "register" in calls.order
+    assert calls.order.index("CreateFleet") < calls.order.index("register")
     assert out.nodeclaims_launched == 1 and out.nodeclaims_registered == 1
+
+
+def test_the_batch_pass_lists_the_fleet_after_createfleet_and_still_collects_orphans() -> None:
+    calls = Calls()
+    cluster, cloud = _joined_node_and_new_pod(calls)
+    orphan = replace(next(iter(cloud.instances.values())), instance_id="i-orphan", launch_time=900.0,
+                     tags={"karpenter.sh/nodeclaim": "deleted-long-ago"})  # fmt: skip
+    cloud.instances[orphan.instance_id] = orphan
+
+    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0, provision_first=True)
+
+    assert calls.order.index("CreateFleet") < calls.order.index("list fleet")
+    assert calls.order.count("list fleet") == 1
+    assert cloud.terminated == ["i-orphan"] and out.orphans_terminated == 1
+    assert out.nodeclaims_launched == 1  # the instance it launched is listed too, and not taken for an orphan
+
+
+def test_a_full_pass_lists_the_fleet_first() -> None:
+    calls = Calls()
+    cluster, cloud = _joined_node_and_new_pod(calls)
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0)
+    assert calls.order.index("list fleet") < calls.order.index("CreateFleet")
 
 
 def test_a_full_pass_still_registers_first() -> None:
     calls = Calls()
     cluster, cloud = _joined_node_and_new_pod(calls)
     out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0)
-    assert calls.order[0] == "register" and "CreateFleet" in calls.order
+    assert calls.order.index("register") < calls.order.index("CreateFleet")
     assert out.nodeclaims_launched == 1 and out.nodeclaims_registered == 1

@@ -36,7 +36,8 @@ __all__ = [
 
 @dataclass(slots=True)
 class Snapshot:
-    """What a pass reads: the cluster's lists and our EC2 instances by id."""
+    """What a pass reads: the cluster's lists and our EC2 instances by id; ``every_instance`` is False
+    when ``instances`` holds only those provisioning uses (:func:`provisioning_instances`)."""
 
     nodes: list[Node]
     pods: list[Pod]
@@ -45,6 +46,7 @@ class Snapshot:
     nodeclasses: dict[str, EC2NodeClass]
     nodeclaims: list[NodeClaim]
     instances: dict[str, Instance]
+    every_instance: bool = True
 
 
 def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: bool = True) -> Snapshot:
@@ -78,6 +80,7 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: boo
         nodeclasses=nodeclasses,
         nodeclaims=nodeclaims,
         instances=instances,
+        every_instance=listing is not None,
     )
 
 
