@@ -158,8 +158,32 @@ def _attempt(cluster: Cluster, pod: Pod) -> str | KubernetesError:
         return exc
 
 
+def _budget_group(pod: Pod) -> tuple[str, frozenset[tuple[str, str]]]:
+    """What decides which PodDisruptionBudgets cover ``pod``: its namespace and labels (a budget's
+    selector matches labels, within the budget's namespace)."""
+    return pod.namespace, frozenset(pod.labels.items())
+
+
 def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, workers: int) -> None:
-    due = [pod for pod in plan.evict if state.next_try.get(_pod_id(pod), 0.0) <= t]
+    """One round of evictions: every pod of the plan's tier that is due, except that of pods already
+    refused by a PodDisruptionBudget and sharing namespace and labels (so the same budgets, e.g. the
+    replicas of one Deployment), one is sent and its refusal holds the others back with it. Their
+    budgets answer each of them alike, and at 1,000 interrupted nodes with four replicas of a budgeted
+    Deployment on each, refusals were 62% of all eviction calls. Pods never refused are all sent.
+    """
+    due: list[Pod] = []
+    held: dict[tuple[str, frozenset[tuple[str, str]]], list[Pod]] = {}
+    for pod in plan.evict:
+        pid = _pod_id(pod)
+        if state.next_try.get(pid, 0.0) > t:
+            continue
+        if pid not in state.blocked:
+            due.append(pod)
+            continue
+        group = held.setdefault(_budget_group(pod), [])
+        if not group:
+            due.append(pod)  # the group's one eviction this round
+        group.append(pod)
     answers = map_ordered(lambda pod: _attempt(cluster, pod), due, workers=workers, name="evict")
     for pod, outcome in zip(due, answers, strict=True):
         pid = _pod_id(pod)
@@ -172,6 +196,9 @@ def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, workers: 
             state.blocked.add(pid)
             state.blocked_responses += 1
             _retry_later(state, pid, t)
+            if (alike := held.get(_budget_group(pod))) and alike[0] is pod:
+                for other in alike[1:]:
+                    _retry_later(state, _pod_id(other), t)  # refused with it: wait as it does
         else:
             state.evicted.add(pid)
             state.next_try.pop(pid, None)
