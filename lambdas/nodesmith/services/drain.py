@@ -29,6 +29,8 @@ run instantly. Wall time inside the loop is ``now + (clock() - start)``.
 from __future__ import annotations
 
 import contextlib
+import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKOFF_CAP_SECONDS",
     "BACKOFF_INITIAL_SECONDS",
+    "DrainActivity",
     "DrainResult",
     "backoff_seconds",
     "cordon_node",
@@ -99,6 +102,27 @@ class DrainResult:
     remaining_pods: tuple[str, ...] = ()
     last_error: str = ""
     terminating_until: float | None = None
+
+
+class DrainActivity:
+    """When any of the drains running side by side (one invocation's) last evicted or deleted a pod
+    (``last``, the ``clock`` of :func:`drain_node`, monotonic seconds; -inf before the first).
+
+    A drain given one (``activity``) and waiting on a PodDisruptionBudget stalls only once none of
+    them has made progress for its ``stall_seconds``: until then the invocation runs anyway, and the
+    budget's replacement pods may become Ready and let its next eviction through, where continuing
+    in a new message would wait behind every message queued meanwhile (a minute in a burst of 1,000).
+    Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.last = -math.inf
+
+    def note(self, t: float) -> None:
+        """Record progress at monotonic time ``t`` (seconds)."""
+        with self._lock:
+            self.last = max(self.last, t)
 
 
 def cordon_node(*, cluster: Cluster, node_name: str) -> bool:
@@ -250,6 +274,7 @@ def drain_node(
     eviction_workers: int = 1,
     on_step: Callable[[DrainResult], None] | None = None,
     stall_seconds: float | None = None,
+    activity: DrainActivity | None = None,
 ) -> DrainResult:
     """Evict the pods of an already cordoned ``node`` until it is drained or ``budget_seconds`` pass.
 
@@ -262,7 +287,10 @@ def drain_node(
     (None: never) ends the call early, incomplete, once that long has passed without an eviction or
     deletion going through (only pods blocked by a PodDisruptionBudget, waited for or still
     terminating are left): the caller continues later instead of waiting in place (Karpenter's
-    termination controller evicts and requeues the node rather than blocking on it).
+    termination controller evicts and requeues the node rather than blocking on it). With an
+    ``activity`` shared by drains running side by side, each reports its progress there, and one with
+    a pod refused by a PodDisruptionBudget counts the stall from the latest progress of any of them
+    (:class:`DrainActivity`), so it stalls no earlier than the last of them would have.
     However little budget is left (0 included), one round of evictions and deletions is made: a
     drain resumed under load, whose invocation spent its budget before reaching the node, would
     otherwise only ever list the pods and continue again, evicting nothing (seen at 1,000 nodes).
@@ -296,8 +324,13 @@ def drain_node(
             on_step(_result(node=node, plan=plan, state=state, duration=clock() - start, reason="in progress"))
         if progressed:
             last_progress = clock()
+            if activity is not None:
+                activity.note(last_progress)
             continue  # progress: look again at once (pods with no grace are already gone)
-        if stall_seconds is not None and clock() - last_progress >= stall_seconds:
+        since = last_progress
+        if activity is not None and any(_pod_id(p) in state.blocked for p in plan.evict):
+            since = max(since, activity.last)  # waiting on a budget: as long as the others progress
+        if stall_seconds is not None and clock() - since >= stall_seconds:
             reason = f"no progress for {stall_seconds:g}s with {plan.remaining} pod(s) left; continuing later"
             return _result(node=node, plan=plan, state=state, duration=clock() - start, reason=reason)
         wake = t + poll_seconds

@@ -52,7 +52,7 @@ from nodesmith.core.errors import KubernetesError, UnavailableOffering
 from nodesmith.core.interruption import Action, InterruptionMessage, MessageKind, RebalanceAction, action_for
 from nodesmith.core.model import CAPACITY_TYPE_SPOT
 from nodesmith.core.ports import ObjectRef
-from nodesmith.services.drain import DrainResult, cordon_node, drain_node
+from nodesmith.services.drain import DrainActivity, DrainResult, cordon_node, drain_node
 from nodesmith.services.interrupt_outcomes import InstanceOutcome, InstanceStatus, InterruptionOutcome
 
 if TYPE_CHECKING:
@@ -223,7 +223,9 @@ class InterruptionRun:
     replaces the per-instance ``get_instance`` (a batch describes its instances in one call).
     ``drain_stall_seconds`` (None: never) ends a drain that has made no progress for that long, within
     the budget (:func:`~nodesmith.services.drain.drain_node`'s ``stall_seconds``): it continues in
-    a later message, giving its turn to others.
+    a later message, giving its turn to others. ``drain_activity`` is shared by the drains an
+    invocation runs side by side (:class:`~nodesmith.services.drain.DrainActivity`): one waiting on a
+    PodDisruptionBudget stalls only when none of them progresses.
     """
 
     def __init__(
@@ -245,9 +247,11 @@ class InterruptionRun:
         started_at: float | None = None,
         instances_by_id: Mapping[str, Instance | None] | None = None,
         drain_stall_seconds: float | None = None,
+        drain_activity: DrainActivity | None = None,
     ) -> None:
         self.message = message
         self.drain_stall_seconds = drain_stall_seconds
+        self.drain_activity = drain_activity
         self.cluster = cluster
         self.cloud = cloud
         self.cluster_name = cluster_name
@@ -397,6 +401,7 @@ class InterruptionRun:
             deadline=self.message.deadline,
             budget_seconds=max(0.0, self.budget_end - self.clock()),
             stall_seconds=self.drain_stall_seconds,
+            activity=self.drain_activity,
             sleep=self.sleep,
             clock=self.clock,
             eviction_workers=self.eviction_workers,

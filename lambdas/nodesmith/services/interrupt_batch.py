@@ -52,6 +52,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
+from nodesmith.services.drain import DrainActivity
 from nodesmith.services.interrupt import (
     InstanceCase,
     InstanceOutcome,
@@ -197,7 +198,9 @@ def handle_batch(
     long: one blocked by a PodDisruptionBudget then continues ``continuation_delay_seconds`` later
     in a new message instead of sleeping in an invocation, and with it a share of the function's
     concurrency, that a burst's other nodes need for their first evictions (Karpenter's termination
-    controller likewise requeues a node whose drain is blocked instead of waiting on it).
+    controller likewise requeues a node whose drain is blocked instead of waiting on it); while
+    another drain of the batch still progresses, the invocation runs anyway, and one held up by a
+    budget keeps retrying until then (:class:`~nodesmith.services.drain.DrainActivity`).
     Worker counts bound the thread pools.
 
     Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
@@ -217,6 +220,7 @@ def handle_batch(
     t0 = clock()
     instances = _describe(cloud, [iid for e in acting for iid in e.instance_ids()])
     nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
+    activity = DrainActivity()  # a drain held up by a budget waits while the batch's others progress
     for e in acting:
         e.run = InterruptionRun(
             message=e.item.message,
@@ -235,6 +239,7 @@ def handle_batch(
             eviction_workers=eviction_workers,
             started_at=t0,  # one budget for the whole batch, counted from the call
             drain_stall_seconds=continuation_stall_seconds if e.item.continuation is not None else None,
+            drain_activity=activity,
         )
 
     # 1. cordon every node of the batch
