@@ -5,18 +5,26 @@ throttles, up to 8 attempts), 5 s connect / 30 s read timeouts, and a ``nodesmit
 ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_<SERVICE>`` are honoured by botocore itself, which is
 how the embedded AWS (moto server) is reached without any code path of its own.
 
+Responses' ISO 8601 timestamps (EC2's ``LaunchTime``, ``AttachTime``, ...) are parsed with
+:meth:`datetime.datetime.fromisoformat` (:func:`parse_timestamp`) instead of botocore's dateutil parser: 175 µs
+each against 0.3 µs on this machine, five per instance, so listing 1,000 instances spent about a second
+in dates alone. Whatever else botocore may return (epoch numbers, RFC 822, no zone) still goes to
+botocore's own parser, unchanged.
+
 Nothing here runs at import time: the first call creates the boto3 session.
 """
 
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from typing import Any
 
 __all__ = [
     "DEFAULT_CONFIG",
     "SERVICE_CONFIG",
     "client",
+    "parse_timestamp",
     "pricing_region",
     "reset_clients",
 ]
@@ -39,6 +47,23 @@ SERVICE_CONFIG: dict[str, dict[str, Any]] = {
     "pricing": {"retries": {"mode": "standard", "max_attempts": 2}, "read_timeout": 15},
 }
 """Per-service overrides of :data:`DEFAULT_CONFIG`."""
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """A response timestamp as a datetime: an ISO 8601 string with a zone (``2026-11-26T21:50:00.000Z``) by
+    :meth:`datetime.datetime.fromisoformat`, anything else by ``botocore.utils.parse_timestamp`` (botocore's
+    default, which it also falls back to). Raises what botocore's parser raises for what neither reads."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return parsed
+    from botocore.utils import parse_timestamp as botocore_parse
+
+    result: datetime = botocore_parse(value)
+    return result
 
 
 def pricing_region(region: str) -> str:
@@ -64,11 +89,14 @@ def client(service: str, *, region: str | None = None) -> Any:
         cached = _CLIENTS.get(key)
         if cached is None:
             import boto3
+            import botocore.session
             from botocore.config import Config
 
             global _SESSION  # noqa: PLW0603 - one session per process, created on first use
             if _SESSION is None:
-                _SESSION = boto3.session.Session()
+                core = botocore.session.get_session()
+                core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
+                _SESSION = boto3.session.Session(botocore_session=core)
             config = Config(**{**DEFAULT_CONFIG, **SERVICE_CONFIG.get(service, {})})
             cached = _SESSION.client(service, region_name=region, config=config)
             _CLIENTS[key] = cached
