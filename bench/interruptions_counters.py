@@ -79,8 +79,12 @@ class Counters:
                 key = (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
                 counters.drains[key] += 1
                 counters.drain_runs.setdefault(key, []).append((time.monotonic(), getattr(_INVOCATION, "id", None)))
-                crashed = case.instance_id in counters.crashed
-            if crashed and self.state is not None:
+                # every process knows the targets, not which were killed: the killed invocation's records
+                # come back to whichever process receives them (counting only resumes in the killing process
+                # reported 6-8 of 10). A target's first drain finding unfinished progress of its own event
+                # resumes a killed run: nothing else writes progress before a first drain.
+                target = first and case.instance_id in counters.crash_targets
+            if target and self.state is not None:
                 prior = self.state.get_drain(instance_id=case.instance_id)
                 if (
                     prior is not None
