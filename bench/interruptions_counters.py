@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
@@ -63,6 +64,7 @@ class Counters:
         save, handed_off = interrupt_batch_run.BatchRun.save, interrupt_batch_run.BatchRun.handed_off
         replace = interrupt_batch._replace
         counters = self
+        crash_marks = CrashMarks()
 
         def counted_replace(replace_capacity: Any, ready_at: float) -> Any:
             result = replace(replace_capacity, ready_at)
@@ -79,18 +81,17 @@ class Counters:
                 key = (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
                 counters.drains[key] += 1
                 counters.drain_runs.setdefault(key, []).append((time.monotonic(), getattr(_INVOCATION, "id", None)))
-                # every process knows the targets, not which were killed: the killed invocation's records
-                # come back to whichever process receives them (counting only resumes in the killing process
-                # reported 6-8 of 10). A target's first drain finding unfinished progress of its own event
-                # resumes a killed run: nothing else writes progress before a first drain.
-                target = first and case.instance_id in counters.crash_targets
-            if target and self.state is not None:
+            # The killed run's records come back to whichever process receives them: the kill is marked in
+            # the state table (crash_marks), so every process sees it (counting only resumes in the killing
+            # process reported 6-8 of 10, and each process killed a target once more).
+            if case.instance_id in counters.crash_targets and self.state is not None:
                 prior = self.state.get_drain(instance_id=case.instance_id)
                 if (
                     prior is not None
                     and prior.event_id == entry.item.message.event_id
                     and prior.evicted
                     and not prior.done
+                    and crash_marks.resume(case.instance_id)
                 ):
                     with counters.lock:
                         counters.resumed_from_progress[case.instance_id] = prior.evicted
@@ -112,10 +113,8 @@ class Counters:
         def crashing_save(self: Any, progress: Any, warnings: list[str]) -> None:
             save(self, progress, warnings)
             iid = progress.instance_id
-            if iid in counters.crash_targets and progress.evicted >= 1 and not progress.done:
+            if iid in counters.crash_targets and progress.evicted >= 1 and not progress.done and crash_marks.kill(iid):
                 with counters.lock:
-                    if iid in counters.crashed:
-                        return
                     counters.crashed.add(iid)
                 raise LambdaKilled(f"invocation killed mid-drain of {iid} after {progress.evicted} evictions")
 
@@ -235,6 +234,44 @@ def fresh_runs(runs: list[tuple[float, int | None]], ended_at_timeout: set[int])
     the same drain, not a second."""
     invocations = [inv for _, inv in sorted(runs, key=lambda r: r[0])]
     return sum(1 for i, _ in enumerate(invocations) if i == 0 or invocations[i - 1] not in ended_at_timeout)
+
+
+class CrashMarks:
+    """``--crash-every``'s kills, shared by every invocation process through the state table (items
+    ``bench-crash#<instance id>``, never read by the handlers): each target is killed once, and its resume
+    counted once, whichever processes run them."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+
+    def _dynamodb(self) -> Any:
+        if self._client is None:
+            import boto3
+
+            self._client = boto3.client("dynamodb", region_name=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+        return self._client
+
+    def _claim(self, instance_id: str, step: str, condition: str) -> bool:
+        """Set ``step`` on the instance's mark when ``condition`` holds; False when it did not."""
+        try:
+            self._dynamodb().update_item(
+                TableName=os.environ["NODESMITH_STATE_TABLE"],
+                Key={"pk": {"S": f"bench-crash#{instance_id}"}, "sk": {"S": "mark"}},
+                UpdateExpression=f"SET {step} = :t",
+                ConditionExpression=condition,
+                ExpressionAttributeValues={":t": {"BOOL": True}},
+            )
+        except self._dynamodb().exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def kill(self, instance_id: str) -> bool:
+        """True the first time, in any process: kill this invocation now."""
+        return self._claim(instance_id, "killed", "attribute_not_exists(killed)")
+
+    def resume(self, instance_id: str) -> bool:
+        """True the first time a killed target's drain starts again from its stored progress."""
+        return self._claim(instance_id, "resumed", "attribute_exists(killed) AND attribute_not_exists(resumed)")
 
 
 def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
