@@ -348,3 +348,19 @@ def test_a_hand_offs_cordon_time_is_read_only_when_we_wrote_it_well() -> None:
     assert read({}).cordoned_at is None
     not_a_hand_off = Continuation.from_event({CONTINUATION_KEY: {**marker, "handoff": False, "cordoned-at": 5.0}})
     assert not_a_hand_off is not None and not_a_hand_off.cordoned_at is None
+
+
+def test_a_drain_held_by_another_invocation_fails_its_record_so_it_comes_back() -> None:
+    """SQS can hand one message to two invocations at once; if the one draining dies, only the copy can resume
+    it, so the copy is not acknowledged while the drain is held elsewhere. Back later, it replays the result."""
+    clock, cluster, cloud = world(pods_per_node=2)
+    once = DictOnce()
+    once.in_progress.add(f"{item(IDS[0]).message.event_id}#{IDS[0]}#0")  # the other invocation's claim
+
+    held = run([item(IDS[0])], clock, cluster, cloud, once=once)
+
+    assert held.items[0].outcome.instances[0].status is InstanceStatus.IN_PROGRESS_ELSEWHERE
+    assert held.items[0].failed and cluster.count("evict") == 0
+    once.in_progress.clear()  # the holder died: its claim expired
+    back = run([item(IDS[0])], clock, cluster, cloud, once=once)
+    assert not back.items[0].failed and back.items[0].outcome.instances[0].status is InstanceStatus.REMOVED

@@ -30,7 +30,7 @@ class InstanceStatus(StrEnum):
     DRAINED = "drained"  # drained; not terminated (not launched by us, or a rebalance)
     DRAIN_INCOMPLETE = "drain_incomplete"  # budget spent: retry
     REMOVED = "removed"  # node (and instance / NodeClaim when ours) removed
-    IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # a duplicate delivery: another invocation drains it
+    IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another invocation holds the drain: retry the record
     DRAIN_ABANDONED = "drain_abandoned"  # too many attempts: left cordoned, no more retries
     DRAIN_HANDED_OFF = "drain_handed_off"  # cordoned; a continuation message drains it (a burst)
 
@@ -107,8 +107,16 @@ class InterruptionOutcome:
 
     @property
     def needs_retry(self) -> bool:
-        """True when a drain did not finish and no continuation carries it on: the message should come back."""
-        return any(i.status is InstanceStatus.DRAIN_INCOMPLETE and not i.continued for i in self.instances)
+        """True when the message should come back: a drain did not finish and no continuation carries it on,
+        or another invocation holds the drain. SQS may deliver one message twice at once; if the invocation
+        holding the drain then dies, acknowledging the copy here would delete the only message that can
+        resume it. Coming back after the visibility timeout, the copy finds the drain done (its stored
+        result answers) or its holder's claim expired (and resumes it from the stored progress)."""
+        return any(
+            (i.status is InstanceStatus.DRAIN_INCOMPLETE and not i.continued)
+            or i.status is InstanceStatus.IN_PROGRESS_ELSEWHERE
+            for i in self.instances
+        )
 
     @property
     def nodes_cordoned(self) -> int:
