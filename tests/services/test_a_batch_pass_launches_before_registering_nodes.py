@@ -81,6 +81,17 @@ def test_the_batch_pass_lists_the_fleet_after_createfleet_and_still_collects_orp
     assert out.nodeclaims_launched == 1  # the instance it launched is listed too, and not taken for an orphan
 
 
+def test_a_batch_pass_that_had_to_list_the_fleet_to_provision_lists_it_once() -> None:
+    calls = Calls()
+    cluster, cloud = _joined_node_and_new_pod(calls)
+    (claim,) = cluster.nodeclaims.values()
+    claim.status.provider_id = None  # as if a pass died after CreateFleet, before writing the status
+
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0, provision_first=True)
+
+    assert calls.order.count("list fleet") == 1
+
+
 def test_a_full_pass_lists_the_fleet_first() -> None:
     calls = Calls()
     cluster, cloud = _joined_node_and_new_pod(calls)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Snapshot",
+    "lists_every_instance",
     "merged_catalogue",
     "nodeclass_catalogues",
     "provisioning_instances",
@@ -80,8 +81,14 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: boo
         nodeclasses=nodeclasses,
         nodeclaims=nodeclaims,
         instances=instances,
-        every_instance=listing is not None,
+        every_instance=listing is not None or lists_every_instance(nodeclaims),
     )
+
+
+def lists_every_instance(nodeclaims: Sequence[NodeClaim]) -> bool:
+    """True when :func:`provisioning_instances` must list every instance: some live NodeClaim has no
+    providerID (never launched, or launched by a pass that died before writing its status)."""
+    return any(not nc.status.provider_id for nc in nodeclaims if nc.metadata.deletion_timestamp is None)
 
 
 def provisioning_instances(
@@ -98,9 +105,9 @@ def provisioning_instances(
     by listing: then every instance is listed.
     Terminated instances are left out, as :meth:`~nodesmith.core.ports.CloudProvider.list_instances` does.
     """
-    live = [nc for nc in nodeclaims if nc.metadata.deletion_timestamp is None]
-    if any(not nc.status.provider_id for nc in live):
+    if lists_every_instance(nodeclaims):
         return {i.instance_id: i for i in cloud.list_instances()}
+    live = [nc for nc in nodeclaims if nc.metadata.deletion_timestamp is None]
     registered = {n.provider_id for n in nodes if n.provider_id}
     ids = sorted(
         {
