@@ -22,7 +22,8 @@ OTHERS_UNTIL = 6.0  # the other drains of the invocation evict until t0 + 6 s
 
 def _drain(pod: Any, *, activity: DrainActivity | None, blocks: int) -> tuple[DrainResult, float]:
     """The drain's result, and when (seconds from its start) another drain last progressed."""
-    clock, cluster, _ = world_one(pod, blocks)
+    clock = fakes.FakeClock()
+    cluster = fakes.FakeCluster(clock=clock, nodes=[fakes.make_node()], pods=[pod], pdb_blocks={pod.key: blocks})
     last = 0.0
 
     def sleep(seconds: float) -> None:
@@ -36,12 +37,6 @@ def _drain(pod: Any, *, activity: DrainActivity | None, blocks: int) -> tuple[Dr
                         budget_seconds=60.0, sleep=sleep, clock=clock, stall_seconds=STALL,
                         activity=activity)  # fmt: skip
     return result, last
-
-
-def world_one(pod: Any, blocks: int) -> tuple[Any, Any, Any]:
-    clock = fakes.FakeClock()
-    cluster = fakes.FakeCluster(clock=clock, nodes=[fakes.make_node()], pods=[pod], pdb_blocks={pod.key: blocks})
-    return clock, cluster, None
 
 
 def test_a_budget_blocked_drain_stalls_only_after_the_others_stop_progressing() -> None:
