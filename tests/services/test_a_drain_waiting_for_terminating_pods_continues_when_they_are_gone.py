@@ -2,7 +2,9 @@
 continued once their grace periods have run out (their latest ``deletionTimestamp`` + 1 s, at most 60 s),
 not every 5 s: in a 1,000-node burst, continuations looking again every 5 s at pods taking their 30 s to go
 took the function's concurrency from nodes whose drain had not begun. A pod still blocked by a
-PodDisruptionBudget keeps the 5 s retry."""
+PodDisruptionBudget keeps the 5 s retry. A burst's hand-off does not poll its terminating pods in place
+first; a later continuation still waits in place up to the stall limit (pods often go before their
+grace period ends)."""
 
 from __future__ import annotations
 
@@ -58,3 +60,31 @@ def test_a_long_grace_period_is_looked_at_again_within_a_minute() -> None:
 
     assert inst.drain.terminating_until is not None
     assert delay == TERMINATING_WAIT_MAX_SECONDS
+
+
+def _waited(entry: BatchItem) -> tuple[float, int, Any]:
+    """Seconds the batch took and node-0's pod lists, for ``entry`` on a node whose two pods take 30 s to go."""
+    clock, cluster, cloud = world(pods_per_node=2, grace=30)
+    started = clock()
+    out = run([entry], clock, cluster, cloud, state=memory.MemoryStateStore(), requeue=Requeue(), once=DictOnce(),
+              continuation_stall_seconds=3.0)  # fmt: skip
+    [inst] = out.items[0].outcome.instances
+    return clock() - started, cluster.args("list_pods").count("node-0"), inst
+
+
+def test_a_hand_off_continues_at_once_instead_of_polling_its_terminating_pods() -> None:
+    took, lists, inst = _waited(hand_off())
+
+    assert inst.status is InstanceStatus.DRAIN_INCOMPLETE and inst.continued and inst.drain.evicted == 2
+    assert took < 1.0 and lists == 2  # the round that evicted, and the one that found them terminating
+    assert "terminating" in inst.drain.reason
+
+
+def test_a_later_continuation_still_waits_in_place_for_pods_that_may_go_early() -> None:
+    original = item(IDS[0])
+    body = continuation_body(original.event, attempt=2, instance_ids=[IDS[0]])
+    later = BatchItem(item_id="later", message=original.message, event=body, continuation=Continuation.from_event(body))
+
+    took, lists, inst = _waited(later)
+
+    assert inst.continued and took >= 3.0 and lists > 2

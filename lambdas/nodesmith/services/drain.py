@@ -275,6 +275,7 @@ def drain_node(
     on_step: Callable[[DrainResult], None] | None = None,
     stall_seconds: float | None = None,
     activity: DrainActivity | None = None,
+    wait_for_terminating: bool = True,
 ) -> DrainResult:
     """Evict the pods of an already cordoned ``node`` until it is drained or ``budget_seconds`` pass.
 
@@ -291,6 +292,9 @@ def drain_node(
     ``activity`` shared by drains running side by side, each reports its progress there, and one with
     a pod refused by a PodDisruptionBudget counts the stall from the latest progress of any of them
     (:class:`DrainActivity`), so it stalls no earlier than the last of them would have.
+    ``wait_for_terminating`` False ends the call, incomplete, as soon as every pod left is terminating
+    (its eviction went through): ``terminating_until`` then says when their grace periods end and
+    the node can be looked at again, instead of polling it here in the meantime.
     However little budget is left (0 included), one round of evictions and deletions is made: a
     drain resumed under load, whose invocation spent its budget before reaching the node, would
     otherwise only ever list the pods and continue again, evicting nothing (seen at 1,000 nodes).
@@ -310,6 +314,9 @@ def drain_node(
         )
         if plan.drained:
             return _result(node=node, plan=plan, state=state, duration=t - start, reason="")
+        if not wait_for_terminating and _terminating_until(plan) is not None:
+            reason = f"only {plan.remaining} terminating pod(s) left; continuing when their grace periods end"
+            return _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)
         if t >= end and rounds > 0:
             reason = f"drain budget of {budget_seconds:g}s spent with {plan.remaining} pod(s) left"
             result = _result(node=node, plan=plan, state=state, duration=t - start, reason=reason)

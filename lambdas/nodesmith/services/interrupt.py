@@ -225,7 +225,9 @@ class InterruptionRun:
     the budget (:func:`~nodesmith.services.drain.drain_node`'s ``stall_seconds``): it continues in
     a later message, giving its turn to others. ``drain_activity`` is shared by the drains an
     invocation runs side by side (:class:`~nodesmith.services.drain.DrainActivity`): one waiting on a
-    PodDisruptionBudget stalls only when none of them progresses.
+    PodDisruptionBudget stalls only when none of them progresses. ``drain_waits_for_terminating`` False
+    ends a drain once only terminating pods are left (``wait_for_terminating`` of
+    :func:`~nodesmith.services.drain.drain_node`): it continues when their grace periods end.
     """
 
     def __init__(
@@ -248,10 +250,12 @@ class InterruptionRun:
         instances_by_id: Mapping[str, Instance | None] | None = None,
         drain_stall_seconds: float | None = None,
         drain_activity: DrainActivity | None = None,
+        drain_waits_for_terminating: bool = True,
     ) -> None:
         self.message = message
         self.drain_stall_seconds = drain_stall_seconds
         self.drain_activity = drain_activity
+        self.drain_waits_for_terminating = drain_waits_for_terminating
         self.cluster = cluster
         self.cloud = cloud
         self.cluster_name = cluster_name
@@ -402,6 +406,7 @@ class InterruptionRun:
             budget_seconds=max(0.0, self.budget_end - self.clock()),
             stall_seconds=self.drain_stall_seconds,
             activity=self.drain_activity,
+            wait_for_terminating=self.drain_waits_for_terminating,
             sleep=self.sleep,
             clock=self.clock,
             eviction_workers=self.eviction_workers,

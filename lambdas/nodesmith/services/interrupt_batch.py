@@ -200,7 +200,11 @@ def handle_batch(
     concurrency, that a burst's other nodes need for their first evictions (Karpenter's termination
     controller likewise requeues a node whose drain is blocked instead of waiting on it); while
     another drain of the batch still progresses, the invocation runs anyway, and one held up by a
-    budget keeps retrying until then (:class:`~nodesmith.services.drain.DrainActivity`).
+    budget keeps retrying until then (:class:`~nodesmith.services.drain.DrainActivity`). A hand-off's
+    drain does not wait in place for the pods it evicted to go: once only terminating pods are left,
+    it continues when their grace periods end (at 1,000 nodes, each hand-off otherwise held its
+    invocation for the stall limit, listing the node's pods every second, for pods that take 30 s);
+    a pod that goes early is seen only then, and its node removed up to a grace period later.
     Worker counts bound the thread pools.
 
     Returns one :class:`ItemResult` per item, in order. NO_OP messages should not be passed in
@@ -240,6 +244,8 @@ def handle_batch(
             started_at=t0,  # one budget for the whole batch, counted from the call
             drain_stall_seconds=continuation_stall_seconds if e.item.continuation is not None else None,
             drain_activity=activity,
+            # a burst's hand-off continues when its evicted pods' grace periods end, not polling them meanwhile
+            drain_waits_for_terminating=e.item.continuation is None or not e.item.continuation.handoff,
         )
 
     # 1. cordon every node of the batch
