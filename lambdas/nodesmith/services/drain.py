@@ -196,18 +196,16 @@ def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, workers: 
     Deployment on each, refusals were 62% of all eviction calls. Pods never refused are all sent.
     """
     due: list[Pod] = []
-    held: dict[tuple[str, frozenset[tuple[str, str]]], list[Pod]] = {}
+    sent_for: dict[tuple[str, frozenset[tuple[str, str]]], str] = {}  # budget group -> the pod asked for it
+    held: dict[str, list[str]] = {}  # pod asked -> the pods of its group held back this round
     for pod in plan.evict:
         pid = _pod_id(pod)
         if state.next_try.get(pid, 0.0) > t:
             continue
-        if pid not in state.blocked:
-            due.append(pod)
+        if pid in state.blocked and (lead := sent_for.setdefault(_budget_group(pod), pid)) != pid:
+            held.setdefault(lead, []).append(pid)
             continue
-        group = held.setdefault(_budget_group(pod), [])
-        if not group:
-            due.append(pod)  # the group's one eviction this round
-        group.append(pod)
+        due.append(pod)
     answers = map_ordered(lambda pod: _attempt(cluster, pod), due, workers=workers, name="evict")
     for pod, outcome in zip(due, answers, strict=True):
         pid = _pod_id(pod)
@@ -220,9 +218,8 @@ def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, workers: 
             state.blocked.add(pid)
             state.blocked_responses += 1
             _retry_later(state, pid, t)
-            if (alike := held.get(_budget_group(pod))) and alike[0] is pod:
-                for other in alike[1:]:
-                    _retry_later(state, _pod_id(other), t)  # refused with it: wait as it does
+            for other in held.get(pid, ()):
+                _retry_later(state, other, t)  # refused with it: wait as it does
         else:
             state.evicted.add(pid)
             state.next_try.pop(pid, None)
