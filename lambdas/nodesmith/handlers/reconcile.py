@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services.leases import RECONCILE_LEASE, lease_ttl, with_lease
+from nodesmith.services.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
 from nodesmith.services.reconcile import ReconcileOutcome, reconcile
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ _PENDING: dict[str, PendingCommand] = {}
 """Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
 _RECENT_EVENTS: dict[str, float] = {}
 """Rejection Events this container posted recently (deduplication)."""
+
+_GARBAGE_COLLECTED_AT: list[float] = []
+"""When (monotonic seconds) a pass of this container last began that listed the fleet and collected garbage."""
 
 _MAX_LOGGED_REASONS = 20
 REQUESTED_PASSES_SECONDS = 30.0
@@ -78,6 +82,7 @@ def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
         "nodeclaims_initialized": outcome.nodeclaims_initialized,
         "nodeclaims_terminated": outcome.nodeclaims_terminated,
         "orphans_terminated": outcome.orphans_terminated,
+        "garbage_collected": outcome.garbage_collected,
         "launched": list(outcome.launched),
         "launch_failures": dict(outcome.launch_failures),
         "offerings_marked_unavailable": outcome.offerings_marked_unavailable,
@@ -107,17 +112,27 @@ def _emit(outcome: ReconcileOutcome) -> None:
 def run_pass(*, now: float | None = None, provision_first: bool = False) -> ReconcileOutcome:
     """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds).
 
-    ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes, see
-    :func:`~nodesmith.services.reconcile.reconcile`).
+    ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes and an
+    interruption burst's wakes, see :func:`~nodesmith.services.reconcile.reconcile`). Such a pass lists the
+    fleet for garbage collection only when no pass of this container began one in the last
+    :data:`~nodesmith.services.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (Karpenter's 2 minutes): a
+    burst runs one every few seconds, and each listing read every instance (DescribeInstances of the
+    whole fleet). A scheduled pass always collects garbage, as before; a new container's first pass too.
     """
     settings = wiring.get_settings()
-    return reconcile(
+    began = time.monotonic()
+    last = _GARBAGE_COLLECTED_AT[-1] if _GARBAGE_COLLECTED_AT else None
+    outcome = reconcile(
         cluster=wiring.build_cluster(settings),
         cloud=wiring.build_cloud(settings),
         cluster_name=settings.cluster_name,
         now=time.time() if now is None else now,
         provision_first=provision_first,
+        collect_garbage=not provision_first or last is None or began - last >= GARBAGE_COLLECTION_INTERVAL_SECONDS,
     )
+    if outcome.garbage_collected:
+        _GARBAGE_COLLECTED_AT[:] = [began]
+    return outcome
 
 
 def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:

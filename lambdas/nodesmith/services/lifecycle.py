@@ -18,6 +18,10 @@ schedules, so the capacity it plans against is current:
   whose instance no longer exists (or is shutting down / terminated) is deleted with its Node;
 * **orphans** (``[aws]:pkg/controllers/nodeclaim/garbagecollection/controller.go``): our instances
   that no NodeClaim claims, launched more than 30 seconds ago, are terminated.
+
+The last two need every instance of ours (DescribeInstances of the whole fleet); Karpenter runs
+them every :data:`GARBAGE_COLLECTION_INTERVAL_SECONDS`, and so does the reconcile function (a pass
+given only some instances skips them, ``fleet_listed=False``).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EPHEMERAL_TAINT_KEYS",
+    "GARBAGE_COLLECTION_INTERVAL_SECONDS",
     "GONE_STATES",
     "INSTANCE_GONE_GRACE_SECONDS",
     "LAUNCH_TTL_SECONDS",
@@ -81,6 +86,14 @@ INSTANCE_GONE_GRACE_SECONDS = 10.0
 """A NodeClaim Launched less than this long ago is not checked for a vanished instance: EC2's
 DescribeInstances is eventually consistent right after a launch (Karpenter's NodeClaim garbage
 collection waits 10 s the same way, ``[core]:pkg/controllers/nodeclaim/garbagecollection``)."""
+
+GARBAGE_COLLECTION_INTERVAL_SECONDS = 120.0
+"""How often the instance-gone check and the orphan sweep run, at most (seconds): both list every
+instance of ours, and Karpenter's garbage collection controllers requeue every 2 minutes
+(``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``, ``RequeueAfter: time.Minute * 2``).
+A burst of interruptions runs many provisioning passes a minute; at 1,000 nodes each listing was a
+DescribeInstances of 1,000 instances (about 7 s of CPU in the embedded EC2, and a share of the
+account's EC2 API rate limits in AWS)."""
 
 GONE_STATES = frozenset({"shutting-down", "terminated"})
 """EC2 states in which an instance counts as gone for its NodeClaim."""
@@ -283,6 +296,7 @@ def collect_garbage(
     registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS,
     orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS,
     workers: int = GC_WORKERS,
+    fleet_listed: bool = True,
 ) -> None:
     """Delete NodeClaims whose instance is gone or whose liveness expired; terminate orphan instances.
 
@@ -291,6 +305,10 @@ def collect_garbage(
     ids) before their NodeClaims are deleted. The deletions (terminate, delete Node and NodeClaim, Event) run
     ``workers`` at a time. Times in epoch seconds. Deleted NodeClaim names land in ``outcome.deleted``, failed
     deletions in ``outcome.errors``; a failure to describe the instances propagates (the pass is retried).
+
+    ``fleet_listed=False``: ``instances`` holds only some of ours (those of in-flight NodeClaims, or none), so
+    an instance missing there says nothing; only liveness runs, and the instance-gone check and the orphan
+    sweep wait for a pass that listed the fleet (:data:`GARBAGE_COLLECTION_INTERVAL_SECONDS`).
     """
     node_by_provider = {n.provider_id: n.name for n in nodes if n.provider_id}
     labels_by_node = {n.name: n.labels for n in nodes}
@@ -310,14 +328,14 @@ def collect_garbage(
         for nc in nodeclaims
         if not nc.metadata.deletion_timestamp
     ]
-    unlisted = [iid for _, iid, done in live if iid is not None and done and iid not in instances]
+    unlisted = [iid for _, iid, done in live if fleet_listed and iid is not None and done and iid not in instances]
     # a terminated instance is no longer listed, but still described
     described = cloud.get_instances(instance_ids=unlisted) if unlisted else {}
     deletions: list[_Deletion] = []
     for nc, iid, done in live:
         node_name = nc.status.node_name or node_by_provider.get(nc.status.provider_id or "")
         inst = (instances.get(iid) or described.get(iid)) if iid is not None else None
-        if iid is not None and done and (inst is None or inst.state in GONE_STATES):
+        if fleet_listed and iid is not None and done and (inst is None or inst.state in GONE_STATES):
             state = "gone" if inst is None else inst.state
             deletions.append(
                 _Deletion(
@@ -346,6 +364,8 @@ def collect_garbage(
                 )
             )
     _delete_all(cluster, cloud, deletions, workers, outcome)
+    if not fleet_listed:
+        return
     claimed_ids = {instance_id_of(nc.status.provider_id) for nc in nodeclaims if nc.name not in outcome.deleted}
     claimed_names = {nc.name for nc in nodeclaims if nc.name not in outcome.deleted and not nc.status.provider_id}
     orphans = [

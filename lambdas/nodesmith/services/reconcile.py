@@ -124,6 +124,7 @@ class _Pass:
             instances=snap.instances,
             now=self.now,
             outcome=life,
+            fleet_listed=snap.every_instance,
         )
         self.claims = [nc for nc in claims if nc.name not in life.deleted]
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
@@ -135,6 +136,7 @@ class _Pass:
         out.initialized_by = dict(life.initialized_by)
         out.terminated_by = dict(life.terminated_by)
         out.orphans_terminated = life.orphans_terminated
+        out.garbage_collected = snap.every_instance
         out.errors.extend(life.errors)
 
     def prepare(self) -> None:
@@ -345,7 +347,9 @@ class _Pass:
         out.launched = list(launcher.launched_names)
         out.errors.extend(launcher.errors)
         out.launched_by = dict(launcher.launched_by)
-        out.cost_by = cost_by_pool(self.claims, self.snap.instances, self.merged)
+        # a pass that did not list the fleet prices registered nodes by their labels
+        labelled = () if self.snap.every_instance else self.nodes
+        out.cost_by = cost_by_pool(self.claims, self.snap.instances, self.merged, nodes=labelled)
         for key, price in self.new_cost_by.items():
             out.cost_by[key] = out.cost_by.get(key, 0.0) + price
         out.cost_per_hour = sum(out.cost_by.values())
@@ -367,6 +371,7 @@ def reconcile(
     solver: Solver = solve,
     clock: Callable[[], float] = time.perf_counter,
     provision_first: bool = False,
+    collect_garbage: bool = True,
 ) -> ReconcileOutcome:
     """Run one provisioning pass and return what it did.
 
@@ -393,6 +398,12 @@ def reconcile(
     DescribeInstances and its parsing were 38% of the reconcile function's CPU and had every
     burst's first CreateFleet wait for them. Instances launched by the pass are then listed too;
     the orphan grace period (counted from the pass's ``now``) keeps them.
+
+    ``collect_garbage=False`` (the caller ran it less than
+    :data:`~nodesmith.services.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` ago) does not list the fleet
+    at all: the pass reads the instances of in-flight NodeClaims only, skips the instance-gone check and the
+    orphan sweep (registration, initialization and liveness still run) and prices registered nodes by their
+    labels; ``outcome.garbage_collected`` says which it did (a NodeClaim never launched still makes it list).
     """
     run = _Pass(
         cluster=cluster,
@@ -401,13 +412,15 @@ def reconcile(
         now=now,
         solver=solver,
         clock=clock,
-        every_instance=not provision_first,  # a batch pass lists the fleet after its launches
+        # a batch pass lists the fleet after its launches, and only when garbage collection is due
+        every_instance=collect_garbage and not provision_first,
     )
     if provision_first:
         run.leaving = leaving_node_names(run.snap.nodes)
         run.prepare()
         run.provision(max_solve_attempts=max_solve_attempts)
-        run.list_fleet()
+        if collect_garbage:
+            run.list_fleet()
         run.lifecycle()
         return run.finish(max_pod_events=max_pod_events)
     run.lifecycle()
@@ -438,7 +451,7 @@ def provision_leaving(
     liveness and garbage collection are left to the scheduled pass. It reads only the instances of
     in-flight NodeClaims (:func:`~nodesmith.services.reconcile_inputs.provisioning_instances`), not
     the fleet, so the pass a burst of interruptions waits for does not grow with the cluster; the
-    ``cost_by`` it reports then covers only those. Hold the reconcile lease
+    ``cost_by`` it reports prices registered nodes by their labels. Hold the reconcile lease
     (:mod:`nodesmith.services.leases`) around it, as the reconcile handler does, so the two never
     launch for the same pods at once.
     """

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodesmith.core.ports import Cluster, Instance, ObjectRef
+from nodesmith.core.requirements import LABEL_INSTANCE_TYPE, LABEL_ZONE
 
 from .breakdown import PoolKey, pool_key
 from .capacity import offering_price
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
-    from nodesmith.core.model import InstanceType, Pod
+    from nodesmith.core.model import InstanceType, Node, Pod
 
 __all__ = ["EVENT_WORKERS", "ReconcileOutcome", "cost_by_pool", "pod_ref", "post_pod_events"]
 
@@ -48,6 +49,10 @@ class ReconcileOutcome:
     ``launched_by``, ``registered_by``, ``initialized_by`` count NodeClaims by (NodePool, capacity
     type); ``terminated_by`` by (reason, NodePool, capacity type); ``cost_by`` is
     ``cost_per_hour`` split by (NodePool, capacity type) (USD/hour).
+
+    ``garbage_collected`` is True when the pass listed every instance of ours and so ran the instance-gone
+    check and the orphan sweep (:func:`~nodesmith.services.lifecycle.collect_garbage`); a pass that did not
+    priced registered nodes by their labels.
     """
 
     pods_pending: int = 0
@@ -77,6 +82,7 @@ class ReconcileOutcome:
     initialized_by: dict[PoolKey, int] = field(default_factory=dict)
     terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
     cost_by: dict[PoolKey, float] = field(default_factory=dict)
+    garbage_collected: bool = False
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:
@@ -90,9 +96,21 @@ def pod_ref(pod: Pod) -> ObjectRef:
 
 
 def cost_by_pool(
-    claims: Sequence[NodeClaim], instances: Mapping[str, Instance], catalogue: Mapping[str, InstanceType]
+    claims: Sequence[NodeClaim],
+    instances: Mapping[str, Instance],
+    catalogue: Mapping[str, InstanceType],
+    *,
+    nodes: Sequence[Node] = (),
 ) -> dict[PoolKey, float]:
-    """Hourly price (USD) of the instances behind the given NodeClaims, by (NodePool, capacity type)."""
+    """Hourly price (USD) of the instances behind the given NodeClaims, by (NodePool, capacity type).
+
+    ``instances`` are ours by id. ``nodes``: when ``instances`` is not the whole fleet (a pass that did not
+    list it), a NodeClaim whose instance is not there is priced by the offering its registered Node's
+    well-known labels name (``node.kubernetes.io/instance-type``, ``topology.kubernetes.io/zone``,
+    ``karpenter.sh/capacity-type``); leave it empty when ``instances`` is every live instance, so that a
+    NodeClaim whose instance is gone costs nothing.
+    """
+    by_provider = {n.provider_id: n for n in nodes if n.provider_id}
     total: dict[PoolKey, float] = {}
     for nc in claims:
         provider_id = nc.status.provider_id or ""
@@ -102,6 +120,18 @@ def cost_by_pool(
             total[key] = total.get(key, 0.0) + offering_price(
                 catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
             )
+            continue
+        node = by_provider.get(provider_id) if provider_id else None
+        if node is None:
+            continue
+        labels = node.labels
+        key = pool_key(nodeclaim=nc, labels=labels)
+        total[key] = total.get(key, 0.0) + offering_price(
+            catalogue,
+            instance_type=labels.get(LABEL_INSTANCE_TYPE, ""),
+            zone=labels.get(LABEL_ZONE, ""),
+            capacity_type=key[1],
+        )
     return total
 
 

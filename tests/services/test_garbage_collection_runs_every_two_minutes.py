@@ -1,0 +1,139 @@
+"""Garbage collection (the instance-gone check and the orphan sweep) needs every instance of ours, a
+DescribeInstances of the whole fleet; Karpenter runs it every 2 minutes. A burst of interruptions runs a
+provisioning pass every few seconds, so such a pass lists the fleet only when garbage collection is due:
+without it, it reads the instances of in-flight NodeClaims only, still runs registration and liveness,
+and prices registered nodes by their labels."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import pytest
+from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+
+from nodesmith.handlers import wiring
+from nodesmith.handlers.settings import Settings
+from nodesmith.services.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS, REGISTRATION_TTL_SECONDS
+from nodesmith.services.reconcile import reconcile
+
+if TYPE_CHECKING:
+    from nodesmith.core.ports import Instance
+
+
+@dataclass
+class CountingCloud(FakeCloud):
+    listings: list[float] = field(default_factory=list)
+
+    def list_instances(self) -> list[Instance]:
+        self.listings.append(self.now)
+        return super().list_instances()
+
+
+def _registered_node_and_an_orphan() -> tuple[FakeCluster, CountingCloud]:
+    """One NodeClaim launched at 1000 and registered, and an instance of ours no NodeClaim claims."""
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cloud = CountingCloud()
+    cluster.pods = [make_pod("first", cpu="1")]
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    (claim,) = cluster.nodeclaims.values()
+    (instance,) = cloud.instances.values()
+    cluster.nodes.append(node_for(instance, claim, ready=True))
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1005.0)  # registers it
+    orphan = replace(instance, instance_id="i-orphan", launch_time=900.0, tags={"karpenter.sh/nodeclaim": "gone"})
+    cloud.instances[orphan.instance_id] = orphan
+    cloud.listings.clear()
+    return cluster, cloud
+
+
+@pytest.mark.parametrize("provision_first", [True, False])
+def test_a_pass_without_garbage_collection_does_not_list_the_fleet_or_sweep_orphans(provision_first: bool) -> None:
+    cluster, cloud = _registered_node_and_an_orphan()
+
+    out = reconcile(
+        cluster=cluster,
+        cloud=cloud,
+        cluster_name="test",
+        now=1100.0,
+        provision_first=provision_first,
+        collect_garbage=False,
+    )
+
+    assert cloud.listings == [] and cloud.terminated == []
+    assert not out.garbage_collected and out.orphans_terminated == 0
+
+
+@pytest.mark.parametrize("provision_first", [True, False])
+def test_the_pass_garbage_collection_is_due_for_lists_once_and_sweeps(provision_first: bool) -> None:
+    cluster, cloud = _registered_node_and_an_orphan()
+
+    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1100.0, provision_first=provision_first)
+
+    assert len(cloud.listings) == 1 and cloud.terminated == ["i-orphan"]
+    assert out.garbage_collected and out.orphans_terminated == 1
+
+
+def test_a_nodeclaim_whose_instance_went_is_left_to_the_pass_that_lists_the_fleet() -> None:
+    cluster, cloud = _registered_node_and_an_orphan()
+    (claim,) = cluster.nodeclaims.values()
+    gone = claim.status.provider_id.rsplit("/", 1)[-1]
+    del cloud.instances[gone]  # terminated by someone else, and no longer described either
+
+    kept = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1100.0, provision_first=True,
+                     collect_garbage=False)  # fmt: skip
+    assert kept.nodeclaims_terminated == 0 and claim.name in cluster.nodeclaims
+
+    collected = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1101.0, provision_first=True)
+    assert collected.nodeclaims_terminated == 1 and claim.name not in cluster.nodeclaims
+
+
+def test_liveness_still_runs_without_garbage_collection() -> None:
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cloud = CountingCloud()
+    cluster.pods = [make_pod("first", cpu="1")]
+    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    (claim,) = cluster.nodeclaims.values()
+    (iid,) = cloud.instances
+    cloud.listings.clear()
+
+    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1001.0 + REGISTRATION_TTL_SECONDS,
+                    provision_first=True, collect_garbage=False)  # fmt: skip
+
+    assert claim.name not in cluster.nodeclaims and cloud.terminated == [iid]  # never registered: liveness
+    assert out.nodeclaims_terminated == 1 and cloud.listings == []
+
+
+def test_a_pass_that_did_not_list_the_fleet_prices_registered_nodes_by_their_labels() -> None:
+    cluster, cloud = _registered_node_and_an_orphan()
+    del cloud.instances["i-orphan"]
+
+    labelled = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1100.0, provision_first=True,
+                         collect_garbage=False)  # fmt: skip
+    listed = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1101.0, provision_first=True)
+
+    assert labelled.cost_per_hour > 0
+    assert labelled.cost_per_hour == pytest.approx(listed.cost_per_hour)
+    assert labelled.cost_by == pytest.approx(listed.cost_by)
+
+
+def test_the_handler_lists_the_fleet_in_a_batch_pass_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodesmith.handlers import reconcile as handler
+
+    cluster, cloud = _registered_node_and_an_orphan()
+    del cloud.instances["i-orphan"]
+    collected_at: list[float] = []
+    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED_AT", collected_at)
+    wiring.reset()
+    wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
+    try:
+        assert handler.run_pass(provision_first=True).garbage_collected  # a new container collects at once
+        assert not handler.run_pass(provision_first=True).garbage_collected  # the next batch pass does not
+        assert len(cloud.listings) == 1
+        assert handler.run_pass().garbage_collected  # a scheduled pass always does
+        assert len(cloud.listings) == 2
+        collected_at[:] = [time.monotonic() - GARBAGE_COLLECTION_INTERVAL_SECONDS]  # two minutes on
+        assert handler.run_pass(provision_first=True).garbage_collected
+        assert len(cloud.listings) == 3
+    finally:
+        wiring.reset()
