@@ -88,9 +88,11 @@ def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_d
     statuses = [r.outcome.instances[0].status for r in first.items]
     assert statuses == [InstanceStatus.DRAIN_HANDED_OFF] * 4
     assert not any(r.failed for r in first.items)  # acknowledged: the continuations carry the drains on
-    assert [(b[CONTINUATION_KEY], d) for b, d in requeue.sent] == [
+    markers = [({k: v for k, v in b[CONTINUATION_KEY].items() if k != "instances"}, d) for b, d in requeue.sent]
+    assert markers == [
         ({"attempt": 1, "instance-ids": [iid], "handoff": True, "cordoned-at": round(cordoned_at, 3)}, 0) for iid in IDS
     ]
+    assert [list(b[CONTINUATION_KEY]["instances"]) for b, _ in requeue.sent] == [[iid] for iid in IDS]
     node_events = lambda: sorted(e for e in cluster.events if e[0] == "Node" and e[2] != "TerminatingOnInterruption")  # noqa: E731
     cordon_events = node_events()
     assert len(cordon_events) == 4
@@ -100,10 +102,12 @@ def test_a_burst_is_cordoned_and_handed_off_then_the_continuations_replace_and_d
     clock.sleep(60.0)
     bodies = [b for b, _ in requeue.sent]
     continuations = [item_of(b, f"cont-{n}") for n, b in enumerate(bodies)] + [item_of(bodies[0], "cont-dup")]
+    before = len(cloud.calls)
     second = run(continuations, clock, cluster, cloud, requeue=requeue, once=once, state=state,
                  replace_capacity=replace_capacity, handoff_min_drains=3)  # fmt: skip
 
     assert passes == [(4, pytest.approx(cordoned_at, abs=0.001))]
+    assert [c[0] for c in cloud.calls[before:]] == ["terminate"] * 4  # the hand-offs carried their instances
     assert second.drains_handed_off == 0 and len(requeue.sent) == 4  # a hand-off is never handed off again
     assert sorted(once.runs) == sorted(f"evt-{iid}#{iid}#0" for iid in IDS)  # each drained once, as the original
     assert cluster.count("evict") == 8 and cluster.lost == []

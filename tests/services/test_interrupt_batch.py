@@ -138,7 +138,9 @@ def test_a_pdb_blocked_drain_does_not_delay_other_nodes_cordons() -> None:
     assert statuses == [InstanceStatus.DRAIN_INCOMPLETE, InstanceStatus.REMOVED, InstanceStatus.REMOVED]
     assert not any(r.failed for r in out.items)  # continued, so acknowledged
     [(body, delay)] = requeue.sent
-    assert body[CONTINUATION_KEY] == {"attempt": 1, "instance-ids": [IDS[0]]}
+    marker = body[CONTINUATION_KEY]
+    assert {k: v for k, v in marker.items() if k != "instances"} == {"attempt": 1, "instance-ids": [IDS[0]]}
+    assert list(marker["instances"]) == [IDS[0]]  # as located here: the continuation need not describe it
     assert delay == 5
 
 

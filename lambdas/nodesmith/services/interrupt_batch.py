@@ -21,7 +21,8 @@ of a spot interruption run out:
    idempotency in the Lambda), so the same event delivered twice, or redelivered after a timeout,
    drains once. Progress (:class:`~nodesmith.core.ports.DrainProgress`) is stored as the drain
    goes. A drain that runs out of the invocation's budget enqueues a *continuation* -- the
-   original event plus ``"nodesmith-continuation": {"attempt": n, "instance-ids": [...]}`` --
+   original event plus ``"nodesmith-continuation": {"attempt": n, "instance-ids": [...]}`` and the instances
+   as located (:func:`~nodesmith.services.interrupt_items.continuation_body`, so it does not describe them again) --
    with an SQS delay, inside the idempotent unit, and its record is acknowledged; the continuation
    has its own idempotency key (attempt n), so it is never deduplicated away. After a crash or
    timeout the original record comes back after the visibility timeout and, the in-progress
@@ -124,6 +125,18 @@ def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, In
     return {iid: found.get(iid) for iid in instance_ids}
 
 
+def _instances(cloud: CloudProvider, acting: Sequence[BatchEntry]) -> dict[str, Instance | None] | None:
+    """The batch's instances by id: those its continuations carry (located by the invocation before), the
+    others described in one call (:func:`_describe`); None (look each up) when there are none of either."""
+    carried = {
+        i.instance_id: i for e in acting if e.item.continuation is not None for i in e.item.continuation.instances
+    }
+    described = _describe(cloud, [iid for e in acting for iid in e.instance_ids() if iid not in carried])
+    if not carried:
+        return described
+    return {**(described or {}), **carried}
+
+
 def _task_keys(entry: BatchEntry, arg: Any) -> dict[str, Any]:
     """The log keys of one task: its message's event id and its instance (``arg`` is an id or a case)."""
     item = entry.item
@@ -222,7 +235,7 @@ def handle_batch(
     entries = [BatchEntry(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
     t0 = clock()
-    instances = _describe(cloud, [iid for e in acting for iid in e.instance_ids()])
+    instances = _instances(cloud, acting)
     nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
     activity = DrainActivity()  # a drain held up by a budget waits while the batch's others progress
     for e in acting:

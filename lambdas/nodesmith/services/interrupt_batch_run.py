@@ -167,8 +167,9 @@ class BatchRun:
         """The hand-off continuation of one message's cordoned nodes ``cases``."""
         ids = [c.instance_id for c in cases]
         attempt = entry.item.attempt + 1
+        located = [c.instance for c in cases if c.instance is not None]
         return continuation_body(entry.item.event, attempt=attempt, instance_ids=ids, handoff=True,
-                                 cordoned_at=self.cordoned_at)  # fmt: skip
+                                 cordoned_at=self.cordoned_at, instances=located)  # fmt: skip
 
     def handed_off(self, cases: list[InstanceCase]) -> list[InstanceOutcome]:
         """The outcomes of ``cases`` once their hand-off continuation was sent."""
@@ -252,7 +253,9 @@ class BatchRun:
             if self.requeue is None:
                 reason = outcome.drain.reason if outcome.drain is not None else outcome.detail
                 raise DrainUnfinishedError(f"drain of {case.instance_id} unfinished: {reason}")
-            body = continuation_body(item.event, attempt=item.attempt + 1, instance_ids=[case.instance_id])
+            located = [case.instance] if case.instance is not None else []
+            body = continuation_body(item.event, attempt=item.attempt + 1, instance_ids=[case.instance_id],
+                                     instances=located)  # fmt: skip
             # raising here undoes the idempotency record: the record is retried
             self.requeue(body, self.continuation_delay(outcome.drain))
             outcome = replace(outcome, continued=True)

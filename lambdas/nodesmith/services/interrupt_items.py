@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.errors import UnavailableOffering
+from nodesmith.core.ports import Instance
 from nodesmith.services.drain import DrainResult
 from nodesmith.services.interrupt import InstanceOutcome, InstanceStatus, InterruptionOutcome
 
@@ -21,19 +22,79 @@ if TYPE_CHECKING:
     from nodesmith.services.replacement import Replacement
 
 __all__ = [
+    "CARRIED_TAG_PREFIXES",
     "CONTINUATION_KEY",
+    "MAX_CARRIED_INSTANCES",
     "BatchItem",
     "BatchOutcome",
     "Continuation",
     "ItemResult",
     "continuation_body",
     "drain_from_dict",
+    "instance_from_dict",
+    "instance_to_dict",
     "outcome_from_dict",
     "outcome_to_dict",
 ]
 
 CONTINUATION_KEY = "nodesmith-continuation"
 """Top-level key a continuation message adds to the original EventBridge event."""
+
+
+CARRIED_TAG_PREFIXES = ("kubernetes.io/cluster/", "karpenter.sh/", "karpenter.k8s.aws/")
+"""The instance tags a continuation carries: those the interruption handler reads (our cluster's tag, the
+NodePool and NodeClaim tags). Other tags (up to 50 of 256 characters each) would only bloat the message."""
+
+
+MAX_CARRIED_INSTANCES = 100
+"""Instances one continuation carries at most (about 400 bytes each: far under SQS's 256 KiB per message, even
+for an AWS Health event naming many instances)."""
+
+
+def instance_to_dict(instance: Instance) -> dict[str, Any]:
+    """What a continuation carries of an instance the interruption handler located: its type, zone, capacity
+    type, state, launch time (epoch seconds), private DNS name, image and the tags of
+    :data:`CARRIED_TAG_PREFIXES` (JSON-safe; read back with :func:`instance_from_dict`)."""
+    return {
+        "type": instance.instance_type,
+        "zone": instance.zone,
+        "capacity-type": instance.capacity_type,
+        "state": instance.state,
+        "launch-time": instance.launch_time,
+        "private-dns-name": instance.private_dns_name,
+        "image-id": instance.image_id,
+        "tags": {k: v for k, v in instance.tags.items() if k.startswith(CARRIED_TAG_PREFIXES)},
+    }
+
+
+_CARRIED_STRINGS = ("type", "zone", "capacity-type", "state", "private-dns-name", "image-id")
+
+
+def instance_from_dict(instance_id: str, data: object) -> Instance | None:
+    """The :class:`~nodesmith.core.ports.Instance` :func:`instance_to_dict` wrote for ``instance_id``, or None
+    when ``data`` is not such a document (the handler then describes the instance, as for an original)."""
+    if not isinstance(data, dict):
+        return None
+    strings = [data.get(k) for k in _CARRIED_STRINGS]
+    launched, tags = data.get("launch-time"), data.get("tags")
+    if not all(isinstance(v, str) for v in strings) or not isinstance(tags, dict):
+        return None
+    if not isinstance(launched, int | float) or isinstance(launched, bool) or not math.isfinite(launched):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+        return None
+    instance_type, zone, capacity_type, state, dns, image = (str(v) for v in strings)
+    return Instance(
+        instance_id=instance_id,
+        instance_type=instance_type,
+        zone=zone,
+        capacity_type=capacity_type,
+        state=state,
+        launch_time=float(launched),
+        private_dns_name=dns,
+        image_id=image,
+        tags=dict(tags),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +104,16 @@ class Continuation:
     ``handoff`` is True for a drain handed off after the cordon (a burst): it runs the replacement
     pass and posts the drain's Events like an original message. ``cordoned_at`` (epoch seconds, hand-offs
     only) is when the original's invocation had cordoned the nodes: a replacement pass begun after it
-    already sees them leaving, so the hand-off need not ask for another.
+    already sees them leaving, so the hand-off need not ask for another. ``instances`` are those of
+    ``instance_ids`` the message carries as the invocation before it located them
+    (:func:`instance_to_dict`): the continuation uses them instead of describing them again.
     """
 
     attempt: int
     instance_ids: tuple[str, ...]
     handoff: bool = False
     cordoned_at: float | None = None
+    instances: tuple[Instance, ...] = ()
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Continuation | None:
@@ -66,7 +130,10 @@ class Continuation:
         cordoned_at: float | None = None
         if handoff and isinstance(at, int | float) and not isinstance(at, bool) and math.isfinite(at):
             cordoned_at = float(at)
-        return cls(attempt=attempt, instance_ids=ids_, handoff=handoff, cordoned_at=cordoned_at)
+        carried = raw.get("instances")
+        found = [instance_from_dict(i, carried.get(i)) for i in ids_] if isinstance(carried, dict) else []
+        instances = tuple(i for i in found if i is not None)
+        return cls(attempt=attempt, instance_ids=ids_, handoff=handoff, cordoned_at=cordoned_at, instances=instances)
 
 
 def continuation_body(
@@ -76,12 +143,20 @@ def continuation_body(
     instance_ids: Sequence[str],
     handoff: bool = False,
     cordoned_at: float | None = None,
+    instances: Sequence[Instance] = (),
 ) -> dict[str, Any]:
     """The original event with the continuation marker for ``attempt`` and ``instance_ids`` (and
     ``"handoff": true`` for a drain handed off after the cordon, with ``"cordoned-at"``, epoch seconds,
-    when given)."""
+    when given). ``instances`` (those located of ``instance_ids``) go along under ``"instances"``
+    (:func:`instance_to_dict`), so the continuation does not describe them again: a burst's hand-offs and
+    continuations otherwise repeated the originals' DescribeInstances for every node."""
     body = {k: v for k, v in event.items() if k != CONTINUATION_KEY}
     body[CONTINUATION_KEY] = {"attempt": attempt, "instance-ids": list(instance_ids)}
+    wanted = set(instance_ids)
+    carried = {i.instance_id: instance_to_dict(i) for i in instances if i.instance_id in wanted}
+    carried = dict(list(carried.items())[:MAX_CARRIED_INSTANCES])
+    if carried:
+        body[CONTINUATION_KEY]["instances"] = carried
     if handoff:
         body[CONTINUATION_KEY]["handoff"] = True
         if cordoned_at is not None:
