@@ -108,3 +108,19 @@ def test_a_carried_instance_without_our_cluster_tag_is_still_left_alone() -> Non
 
     assert out.items[0].outcome.instances[0].status is InstanceStatus.FOREIGN
     assert cloud.calls == [] and cluster.count("evict") == 0
+
+
+def test_past_its_deadline_a_continuation_describes_its_instance_afresh_and_sees_it_gone() -> None:
+    clock, cluster, cloud = _world()
+    located = cloud.instances[IDS[0]]
+    body = continuation_body(fakes.event(IDS[0]), attempt=2, instance_ids=[IDS[0]], instances=[located])
+    clock.sleep(200.0)  # the two-minute notice is over: EC2 has taken the instance back
+    cloud.instances[IDS[0]] = replace(located, state="terminated")
+
+    out = handle_batch(items=[_item(body, "a")], cluster=cluster, cloud=cloud, cluster_name=fakes.CLUSTER,
+                       rebalance_action="cordon", now=clock.wall(), drain_budget_seconds=60.0, sleep=clock.sleep,
+                       clock=clock, wall=clock.wall)  # fmt: skip
+
+    assert ("get_instances", (IDS[0],)) in cloud.calls
+    assert out.items[0].outcome.instances[0].status is InstanceStatus.REMOVED
+    assert cluster.count("evict") == 0  # its pods went with it: the node is removed, not drained

@@ -125,11 +125,19 @@ def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, In
     return {iid: found.get(iid) for iid in instance_ids}
 
 
-def _instances(cloud: CloudProvider, acting: Sequence[BatchEntry]) -> dict[str, Instance | None] | None:
+def _instances(cloud: CloudProvider, acting: Sequence[BatchEntry], now: float) -> dict[str, Instance | None] | None:
     """The batch's instances by id: those its continuations carry (located by the invocation before), the
-    others described in one call (:func:`_describe`); None (look each up) when there are none of either."""
+    others described in one call (:func:`_describe`); None (look each up) when there are none of either.
+
+    A carried instance is used only before its message's deadline (``now``, epoch seconds): after it EC2 may
+    have taken the instance back, and described afresh it is seen gone, so its node is removed at once
+    instead of drained.
+    """
     carried = {
-        i.instance_id: i for e in acting if e.item.continuation is not None for i in e.item.continuation.instances
+        i.instance_id: i
+        for e in acting
+        if e.item.continuation is not None and (e.item.message.deadline is None or now < e.item.message.deadline)
+        for i in e.item.continuation.instances
     }
     described = _describe(cloud, [iid for e in acting for iid in e.instance_ids() if iid not in carried])
     if not carried:
@@ -235,7 +243,7 @@ def handle_batch(
     entries = [BatchEntry(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
     t0 = clock()
-    instances = _instances(cloud, acting)
+    instances = _instances(cloud, acting, now)
     nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
     activity = DrainActivity()  # a drain held up by a budget waits while the batch's others progress
     for e in acting:

@@ -91,9 +91,9 @@ GARBAGE_COLLECTION_INTERVAL_SECONDS = 120.0
 """How often the instance-gone check and the orphan sweep run, at most (seconds): both list every
 instance of ours, and Karpenter's garbage collection controllers requeue every 2 minutes
 (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``, ``RequeueAfter: time.Minute * 2``).
-A burst of interruptions runs many provisioning passes a minute; at 1,000 nodes each listing was a
-DescribeInstances of 1,000 instances (about 7 s of CPU in the embedded EC2, and a share of the
-account's EC2 API rate limits in AWS)."""
+A burst of interruptions runs many provisioning passes a minute; at 1,000 nodes each listing read 1,000
+instances (a share of the account's EC2 API rate limits in AWS), and in the embedded environment the burst's
+woken passes took 6.5-7.2 s at p50 without them against 14-31 s with them."""
 
 GONE_STATES = frozenset({"shutting-down", "terminated"})
 """EC2 states in which an instance counts as gone for its NodeClaim."""
