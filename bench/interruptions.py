@@ -8,7 +8,8 @@ SQS, EventBridge, DynamoDB) in a process of its own, and in this process the Kub
 Lambda side (:mod:`interruptions_lambda`): the real interruption handler, adapters and services,
 invoked by the SQS event source mapping's pollers in ``--processes`` processes of their own, and the
 reconcile function the batches wake in one more, all warmed up (handlers imported, clients and
-instance-type catalogue cached) before the clock starts. Setup,
+instance-type catalogue cached; the reconcile function has run the schedule's last pass, with its garbage
+collection, as a container the 1-minute schedule keeps warm has) before the clock starts. Setup,
 not timed:
 
 * ``--nodes`` spot ``m5.large`` instances (moto ``RunInstances``) tagged as Nodesmith launched them,
