@@ -191,13 +191,18 @@ def test_importing_the_handler_does_not_import_kubernetes() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_with_a_reconcile_function_the_batch_wakes_it_for_the_replacement_pass(ports: Ports) -> None:
+def _memory_state() -> Any:
+    """The tests' in-memory state store (``tests/services/memory_state.py``)."""
     path = Path(__file__).resolve().parents[1] / "services" / "memory_state.py"
     spec = importlib.util.spec_from_file_location("nodesmith_tests_memory_state", path)
     assert spec is not None and spec.loader is not None
     memory = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
     spec.loader.exec_module(memory)  # registered first: its dataclasses look their module up
-    state = memory.MemoryStateStore()
+    return memory.MemoryStateStore()
+
+
+def test_with_a_reconcile_function_the_batch_wakes_it_for_the_replacement_pass(ports: Ports) -> None:
+    state = _memory_state()
     woken: list[float] = []
     before = time.time()
     wiring.set_ports(state=state, waker=woken.append)
@@ -209,3 +214,28 @@ def test_with_a_reconcile_function_the_batch_wakes_it_for_the_replacement_pass(p
     assert len(woken) == 1 and before <= woken[0] <= time.time()  # one batch, one wake, at its cordon time
     assert ports.cluster.args("taint_and_cordon") == ["node-a"]
     assert state.lease_holder(name="reconcile", now=time.time()) is None  # the batch took no lease
+
+
+@pytest.mark.parametrize(("with_waker", "with_state"), [(True, True), (True, False), (False, True)])
+def test_a_burst_asks_for_its_replacements_at_once_only_when_the_reconcile_function_runs_them(
+    ports: Ports, monkeypatch: pytest.MonkeyPatch, with_waker: bool, with_state: bool
+) -> None:
+    real = interruption.handle_batch
+    seen: dict[str, Any] = {}
+
+    def spy(**kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(interruption, "handle_batch", spy)
+    if with_waker:
+        wiring.set_ports(waker=lambda after: None)
+    if with_state:
+        wiring.set_ports(state=_memory_state())
+    event = batch()
+    event["Records"] = [r for r in event["Records"] if r["messageId"] != FAILING_MESSAGE_ID]
+
+    interruption.handler(event, Context())
+
+    # without a waker, or without the lease's state table, the pass would run in this invocation
+    assert seen["replace_at_handoff"] is (with_waker and with_state)

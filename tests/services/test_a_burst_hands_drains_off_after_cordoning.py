@@ -179,3 +179,35 @@ def test_a_burst_hands_off_in_one_batch_send_and_only_unsent_messages_fail() -> 
     assert [r.failed for r in out.items] == [False, True, False, False]
     assert "Throttled" in out.items[1].error and out.drains_handed_off == 3
     assert cluster.count("evict") == 0 and all(n.unschedulable for n in cluster.nodes.values())
+
+
+def test_asked_to_replace_at_hand_off_a_burst_asks_for_the_pass_at_its_cordon_and_still_drains_nothing() -> None:
+    clock, cluster, cloud = world()
+    requeue = Requeue()
+    passes: list[tuple[int, float]] = []
+
+    def replace_capacity(ready_at: float) -> Replacement:  # as the reconcile function's waker: returns at once
+        passes.append((sum(1 for n in cluster.nodes.values() if n.unschedulable), ready_at))
+        return Replacement(ran=False, woke=True)
+
+    originals = [item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS]
+    out = run(originals, clock, cluster, cloud, requeue=requeue, replace_capacity=replace_capacity,
+              handoff_min_drains=3, replace_at_handoff=True)  # fmt: skip
+
+    assert passes == [(4, pytest.approx(clock.wall(), abs=0.001))]  # once, for every node it cordoned
+    assert out.replacement is not None and out.replacement.woke
+    assert out.drains_handed_off == 4 and cluster.count("evict") == 0 and len(requeue.sent) == 4
+
+
+def test_a_burst_whose_hand_offs_all_failed_to_send_asks_for_no_pass() -> None:
+    clock, cluster, cloud = world()
+    passes: list[float] = []
+
+    def broken(body: Any, delay: int) -> None:
+        raise RuntimeError("SendMessage throttled")
+
+    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, requeue=broken,
+              replace_capacity=lambda at: passes.append(at) or Replacement(ran=False), handoff_min_drains=2,
+              replace_at_handoff=True)  # fmt: skip
+
+    assert passes == [] and all(r.failed for r in out.items)  # they come back, and ask for it then

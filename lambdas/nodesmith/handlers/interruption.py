@@ -160,6 +160,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
     holder = str(getattr(lambda_context, "aws_request_id", "") or f"interruption-{now:.6f}")
     budget = _budget_seconds(settings.drain_timeout_seconds, lambda_context)
     left = _remaining_seconds(lambda_context)
+    waker = wiring.build_waker(settings)
     return handle_batch(
         items=items,
         cluster=cluster,
@@ -180,12 +181,15 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
             # passes requested of this holder run only while one more still ends before the invocation has to
             # report: a fixed window let reruns run past the function timeout, where Lambda kills them mid-launch
             again_until=None if left is None else time.monotonic() + left - RERUN_MARGIN_SECONDS,
-            wake=wiring.build_waker(settings),  # poll mode: a free lease's pass goes to the reconcile function
+            wake=waker,  # poll mode: a free lease's pass goes to the reconcile function
         ),
         once=once,
         requeue=wiring.build_requeue(settings),
         requeue_batch=wiring.build_requeue_batch(settings),
         handoff_min_drains=HANDOFF_MIN_DRAINS,
+        # a burst's replacements at once: cheap here only when the pass runs in the reconcile function (with no
+        # state table there is no lease, and the launcher runs the pass itself)
+        replace_at_handoff=waker is not None and state is not None,
         continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
         continuation_stall_seconds=CONTINUATION_STALL_SECONDS,
     )

@@ -38,7 +38,9 @@ idempotency key, attempt 0, so a duplicate drained in place is not drained again
 invocations stay seconds long and every node of the burst is cordoned first; the hand-off
 continuations then do phases 2 and 3 (one replacement pass, then drain) like an original
 (Karpenter splits the same way: its interruption controller only taints and deletes the
-NodeClaim, the termination controller drains later).
+NodeClaim, the termination controller drains later). With ``replace_at_handoff`` (the reconcile
+function runs the pass), the batch that hands off asks for the replacement pass at once, for the
+nodes it cordoned, rather than when its hand-offs arrive.
 
 Errors: a failure of one instance fails only its own record (SQS delivers it again); a failing
 replacement pass is reported and the drains go on (the scheduled reconcile catches up). Only
@@ -190,6 +192,7 @@ def handle_batch(
     requeue: Requeue | None = None,
     requeue_batch: RequeueBatch | None = None,
     handoff_min_drains: int | None = None,
+    replace_at_handoff: bool = False,
     cordon_workers: int = 16,
     drain_workers: int = 16,
     eviction_workers: int = 4,
@@ -214,6 +217,12 @@ def handle_batch(
     to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon,
     all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
     continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated).
+    ``replace_at_handoff``: a batch that handed its drains off still calls ``replace_capacity`` at once, for
+    the nodes it cordoned, instead of leaving the pass to its hand-offs, which a burst's backlog holds back
+    (at 1,000 nodes they came 15 s after their cordon, and the replacements launched 15 s later than the issue's
+    "at once"). Set it only when ``replace_capacity`` does not run the pass in this invocation (it wakes the
+    reconcile function, or asks the lease holder for another pass): a pass here would hold the invocation the
+    hand-off frees for the next batch.
     ``continuation_stall_seconds`` (None: wait within the budget) ends a continuation's drain (a
     burst's hand-off, or a drain that was blocked before) once it has made no progress for that
     long: one blocked by a PodDisruptionBudget then continues ``continuation_delay_seconds`` later
@@ -282,14 +291,15 @@ def handle_batch(
     # 1b. a burst: hand the originals' drains off and acknowledge, so this invocation is free for the next batch
     originals = [e for e in acting if e.cases and e.item.continuation is None]
     burst = handoff_min_drains is not None and sum(len(e.cases) for e in originals) >= handoff_min_drains
-    if burst and requeue is not None:
-        _hand_off(batch, originals, requeue_batch, cordon_workers)
+    handed_off = burst and requeue is not None and _hand_off(batch, originals, requeue_batch, cordon_workers)
 
-    # 2. replacement capacity for the pods of the nodes about to be drained
+    # 2. replacement capacity for the pods of the nodes about to be drained (a burst's: at once, when asked to)
     t1 = clock()
     fresh = [e for e in acting if e.cases and (e.item.continuation is None or e.item.continuation.handoff)]
-    if replace_capacity is not None and fresh:
-        batch.out.replacement = _replace(replace_capacity, _ready_at(batch, fresh))
+    at_once = replace_at_handoff and handed_off
+    if replace_capacity is not None and (fresh or at_once):
+        # the nodes cordoned here are the batch's latest: a pass begun after them sees every one leaving
+        batch.out.replacement = _replace(replace_capacity, batch.cordoned_at if at_once else _ready_at(batch, fresh))
     batch.out.replace_seconds = clock() - t1
 
     # 3. drain, in parallel, each drain once per (event, instance, attempt)
@@ -300,18 +310,21 @@ def handle_batch(
     return batch.out
 
 
-def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> None:
+def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> bool:
     """Hand every original message's drains off to a continuation: all in ``SendMessageBatch`` calls
     when ``send_batch`` is given, else one ``requeue`` per message in parallel. A message whose
-    continuation was not sent fails its record (an error on its entry); the others are handed off."""
+    continuation was not sent fails its record (an error on its entry); the others are handed off.
+    True when at least one drain was handed off."""
     handed = [(e, list(e.cases)) for e in originals]
     for e in originals:
         e.cases = []
+    sent_any = False
     if send_batch is None:
         for (e, _), sent in zip(handed, _gather(handed, batch.hand_off, workers), strict=True):
             if isinstance(sent, list):
                 e.results.update((o.instance_id, o) for o in sent)
-        return
+                sent_any = sent_any or bool(sent)
+        return sent_any
     try:
         errors = send_batch([(batch.handoff_body(e, cases), 0) for e, cases in handed])
     except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
@@ -319,9 +332,11 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
     for (e, cases), error in zip(handed, errors, strict=True):
         if error is None:
             e.results.update((o.instance_id, o) for o in batch.handed_off(cases))
+            sent_any = sent_any or bool(cases)
         else:
             e.errors.append(f"hand-off continuation not sent: {error}")
             LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
+    return sent_any
 
 
 def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
