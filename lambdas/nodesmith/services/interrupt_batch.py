@@ -291,12 +291,13 @@ def handle_batch(
     # 1b. a burst: hand the originals' drains off and acknowledge, so this invocation is free for the next batch
     originals = [e for e in acting if e.cases and e.item.continuation is None]
     burst = handoff_min_drains is not None and sum(len(e.cases) for e in originals) >= handoff_min_drains
-    handed_off = burst and requeue is not None and _hand_off(batch, originals, requeue_batch, cordon_workers)
+    if burst and requeue is not None:
+        _hand_off(batch, originals, requeue_batch, cordon_workers)
 
     # 2. replacement capacity for the pods of the nodes about to be drained (a burst's: at once, when asked to)
     t1 = clock()
     fresh = [e for e in acting if e.cases and (e.item.continuation is None or e.item.continuation.handoff)]
-    at_once = replace_at_handoff and handed_off
+    at_once = replace_at_handoff and batch.out.drains_handed_off > 0
     if replace_capacity is not None and (fresh or at_once):
         # the nodes cordoned here are the batch's latest: a pass begun after them sees every one leaving
         batch.out.replacement = _replace(replace_capacity, batch.cordoned_at if at_once else _ready_at(batch, fresh))
@@ -310,21 +311,19 @@ def handle_batch(
     return batch.out
 
 
-def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> bool:
+def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> None:
     """Hand every original message's drains off to a continuation: all in ``SendMessageBatch`` calls
     when ``send_batch`` is given, else one ``requeue`` per message in parallel. A message whose
-    continuation was not sent fails its record (an error on its entry); the others are handed off.
-    True when at least one drain was handed off."""
+    continuation was not sent fails its record (an error on its entry); the others are handed off
+    (counted in ``batch.out.drains_handed_off``)."""
     handed = [(e, list(e.cases)) for e in originals]
     for e in originals:
         e.cases = []
-    sent_any = False
     if send_batch is None:
         for (e, _), sent in zip(handed, _gather(handed, batch.hand_off, workers), strict=True):
             if isinstance(sent, list):
                 e.results.update((o.instance_id, o) for o in sent)
-                sent_any = sent_any or bool(sent)
-        return sent_any
+        return
     try:
         errors = send_batch([(batch.handoff_body(e, cases), 0) for e, cases in handed])
     except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
@@ -332,11 +331,9 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
     for (e, cases), error in zip(handed, errors, strict=True):
         if error is None:
             e.results.update((o.instance_id, o) for o in batch.handed_off(cases))
-            sent_any = sent_any or bool(cases)
         else:
             e.errors.append(f"hand-off continuation not sent: {error}")
             LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
-    return sent_any
 
 
 def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
