@@ -106,6 +106,8 @@ from interruptions_monitor import Monitor
 from interruptions_world import (
     EMULATOR_SHORTCUTS,
     KUBELET_INSTANCE_CACHE_SECONDS,
+    NOTICE_SECONDS,
+    POD_GRACE_SECONDS,
     SCHEDULE_SECONDS,
     TERMINATED,
     _conditions,
@@ -326,7 +328,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     f"{key} on {node}" for key, node, gone in monitor.deleted_while_ready if gone
                 )[:5],
                 "pods_force_deleted": counters.force_deleted,
+                "pods_force_deleted_behind_pdbs": sum(
+                    n for app, n in counters.force_deleted_apps.items() if app in budgeted
+                ),
                 "pdb_violations": monitor.violations,
+                # before the deadline's force-deletions (a pod's 30 s grace period before the 2-minute notice ends)
+                "budget_chains_seconds": {
+                    k: _spread(v) for k, v in monitor.budget_chains(NOTICE_SECONDS - POD_GRACE_SECONDS - 2).items()
+                },
                 "drains_per_event": {
                     "min": min(first_attempts, default=0),
                     "max": max(first_attempts, default=0),

@@ -31,6 +31,7 @@ class Counters:
         self.handed_off = 0
         self.continuations = 0
         self.force_deleted = 0
+        self.force_deleted_apps: Counter[str] = Counter()  # app label -> pods force-deleted for the deadline
         self.invocations = 0
         self.timed_out = 0  # invocations Lambda would have ended at the function timeout (their records come back)
         self.failed_records = 0
@@ -134,6 +135,7 @@ class Counters:
         def counted_delete(self: Any, **kwargs: Any) -> None:
             with counters.lock:
                 counters.force_deleted += 1
+                counters.force_deleted_apps[kwargs["pod"].labels.get("app", "")] += 1
             delete_pod(self, **kwargs)
 
         terminate = Ec2CloudProvider.terminate
@@ -204,6 +206,7 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
         "handed_off": counters.handed_off,
         "continuations": counters.continuations,
         "force_deleted": counters.force_deleted,
+        "force_deleted_apps": dict(counters.force_deleted_apps),
         "invocations": counters.invocations,
         "failed_records": counters.failed_records,
         "errors": counters.errors[:20],
@@ -289,6 +292,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.handed_off += part["handed_off"]
         counters.continuations += part["continuations"]
         counters.force_deleted += part["force_deleted"]
+        counters.force_deleted_apps.update(part["force_deleted_apps"])
         counters.invocations += part["invocations"]
         counters.timed_out += part["timed_out"]
         counters.wakes_sent += part["wakes_sent"]

@@ -5,6 +5,7 @@ and Ready pods removed with their node."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections import Counter
@@ -34,6 +35,10 @@ class Monitor:
         self.details: list[dict[str, Any]] = []
         self.deleted_while_ready: list[tuple[str, str, bool]] = []  # (pod key, node, node already deleted)
         self.removed_nodes: set[str] = set()
+        # budgeted apps: when each pod began terminating (evicted or deleted) and each new pod became Ready
+        self.terminating: set[str] = set()
+        self.budgeted_terminations: dict[str, list[float]] = {}
+        self.budgeted_ready: dict[str, list[float]] = {}
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.errors: list[str] = []
@@ -88,6 +93,10 @@ class Monitor:
         old = self.pods.pop(key, None)
         if deleted and old is not None and old[2]:
             self.deleted_while_ready.append((key, old[1], old[1] in self.removed_nodes))
+        budgeted = app in self.pdb_apps and bool(self.t0)
+        if budgeted and (deleted or meta.get("deletionTimestamp")) and key not in self.terminating:
+            self.terminating.add(key)  # evicted or deleted: terminating, or gone at once without a grace period
+            self.budgeted_terminations.setdefault(app, []).append(time.monotonic() - self.t0)
         if old is not None and old[2]:
             self.healthy_by_app[old[0]] -= 1
             self.safe -= old[1] not in self.nodes
@@ -100,9 +109,38 @@ class Monitor:
             and _conditions(pod).get("Ready") == "True"
         )
         self.pods[key] = (app, node, healthy)
+        if budgeted and healthy and (old is None or not old[2]) and node not in self.nodes:
+            self.budgeted_ready.setdefault(app, []).append(time.monotonic() - self.t0)
         if healthy:
             self.healthy_by_app[app] += 1
             self.safe += node not in self.nodes
+
+    def budget_chains(self, before: float) -> dict[str, Any]:
+        """How the budgeted Deployments' evictions (maxUnavailable 1) followed one another before ``before``
+        (seconds from t0; the deadline's force-deletions come after): per app, when its first pod began to
+        terminate and how many did, the seconds between successive ones, and from each to the next Ready
+        replacement."""
+        gaps: list[float] = []
+        to_ready: list[float] = []
+        firsts: list[float] = []
+        counts: list[float] = []
+        for app in self.pdb_apps:
+            times = sorted(t for t in self.budgeted_terminations.get(app, []) if t < before)
+            counts.append(len(times))
+            if times:
+                firsts.append(times[0])
+            gaps += [b - a for a, b in itertools.pairwise(times)]
+            ready = sorted(self.budgeted_ready.get(app, []))
+            for t in times:
+                later = [r for r in ready if r >= t]
+                if later:
+                    to_ready.append(later[0] - t)
+        return {
+            "first_termination": firsts,
+            "terminations_per_app": counts,
+            "between_terminations": gaps,
+            "termination_to_ready": to_ready,
+        }
 
     def _check(self, now: float) -> None:
         if self.all_running_at is None and self.safe >= self.total_pods:

@@ -23,6 +23,8 @@ POD_CPU = "450m"
 POD_MEMORY = "512Mi"
 REPLICAS = 20
 NOTICE_SECONDS = 120.0
+POD_GRACE_SECONDS = 30
+"""The Deployments' ``terminationGracePeriodSeconds``."""
 SCHEDULE_SECONDS = 60.0
 DISRUPTED = "karpenter.sh/disrupted"
 
@@ -450,7 +452,7 @@ def _deploy(store: Any, total_pods: int, pdb_every: int) -> dict[str, int]:
                     "template": {
                         "metadata": {"labels": {"app": app}},
                         "spec": {
-                            "terminationGracePeriodSeconds": 30,
+                            "terminationGracePeriodSeconds": POD_GRACE_SECONDS,
                             "containers": [
                                 {
                                     "name": "app",
