@@ -211,3 +211,55 @@ def test_a_burst_whose_hand_offs_all_failed_to_send_asks_for_no_pass() -> None:
               replace_at_handoff=True)  # fmt: skip
 
     assert passes == [] and all(r.failed for r in out.items)  # they come back, and ask for it then
+
+
+def test_hand_offs_of_a_burst_that_asked_for_the_pass_itself_drain_without_asking_again() -> None:
+    clock, cluster, cloud = world()
+    requeue, state = Requeue(), memory.MemoryStateStore()
+    passes: list[float] = []
+
+    def replace_capacity(ready_at: float) -> Replacement:
+        passes.append(ready_at)
+        return Replacement(ran=False, woke=True)
+
+    originals = [item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS]
+    run(originals, clock, cluster, cloud, requeue=requeue, state=state, replace_capacity=replace_capacity,
+        handoff_min_drains=3, replace_at_handoff=True)  # fmt: skip
+    assert len(passes) == 1 and all(b[CONTINUATION_KEY]["replacement-asked"] is True for b, _ in requeue.sent)
+
+    clock.sleep(30.0)
+    handoffs = [item_of(b, f"cont-{n}") for n, b in enumerate(b for b, _ in requeue.sent)]
+    assert all(h.continuation is not None and h.continuation.replacement_asked for h in handoffs)
+    out = run(handoffs, clock, cluster, cloud, requeue=requeue, state=state, replace_capacity=replace_capacity,
+              handoff_min_drains=3, replace_at_handoff=True)  # fmt: skip
+
+    assert len(passes) == 1 and out.replacement is None  # asked for once, by the burst's own invocation
+    assert cluster.count("evict") == 8 and cluster.lost == []
+
+
+def test_a_hand_off_without_the_mark_still_asks_for_the_pass_at_its_cordon_time() -> None:
+    clock, cluster, cloud = world()
+    requeue = Requeue()
+    passes: list[float] = []
+    originals = [item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS]
+    run(originals, clock, cluster, cloud, requeue=requeue, handoff_min_drains=3)  # no at-once pass: no mark
+    cordoned_at = clock.wall()
+    assert not any("replacement-asked" in b[CONTINUATION_KEY] for b, _ in requeue.sent)
+    marked = json.loads(json.dumps(requeue.sent[0][0]))
+    marked[CONTINUATION_KEY]["replacement-asked"] = True
+
+    clock.sleep(30.0)
+    items = [item_of(marked, "cont-0"), item_of(requeue.sent[1][0], "cont-1")]
+    run(items, clock, cluster, cloud, requeue=requeue, handoff_min_drains=3,
+        replace_capacity=lambda at: passes.append(at) or Replacement(ran=True))  # fmt: skip
+
+    assert passes == [pytest.approx(cordoned_at, abs=0.001)]  # one pass, for the unmarked hand-off's nodes
+
+
+def test_the_mark_counts_only_on_a_hand_off() -> None:
+    body = json.loads(json.dumps(fakes.event(IDS[0])))
+    body[CONTINUATION_KEY] = {"attempt": 2, "instance-ids": [IDS[0]], "replacement-asked": True}
+
+    continuation = Continuation.from_event(body)
+
+    assert continuation is not None and not continuation.handoff and not continuation.replacement_asked

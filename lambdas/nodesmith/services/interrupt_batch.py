@@ -292,11 +292,13 @@ def handle_batch(
     originals = [e for e in acting if e.cases and e.item.continuation is None]
     burst = handoff_min_drains is not None and sum(len(e.cases) for e in originals) >= handoff_min_drains
     if burst and requeue is not None:
+        # the hand-offs say whether the pass is asked for here, so they do not look for it in the lease again
+        batch.replacement_asked = replace_at_handoff and replace_capacity is not None
         _hand_off(batch, originals, requeue_batch, cordon_workers)
 
     # 2. replacement capacity for the pods of the nodes about to be drained (a burst's: at once, when asked to)
     t1 = clock()
-    fresh = [e for e in acting if e.cases and (e.item.continuation is None or e.item.continuation.handoff)]
+    fresh = [e for e in acting if e.cases and _asks_for_replacement(e.item.continuation)]
     at_once = replace_at_handoff and batch.out.drains_handed_off > 0
     if replace_capacity is not None and (fresh or at_once):
         # the nodes cordoned here are the batch's latest: a pass begun after them sees every one leaving
@@ -363,6 +365,15 @@ def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
         else:
             e.results[case.instance_id] = replace(done, replayed=True)
             batch.out.drains_replayed += 1
+
+
+def _asks_for_replacement(continuation: Continuation | None) -> bool:
+    """Whether a message's nodes need the batch's replacement pass: an original's do, and a hand-off's unless
+    the invocation that cordoned them asked for it (:attr:`Continuation.replacement_asked`); a later
+    continuation's pods were planned for by its first attempt."""
+    if continuation is None:
+        return True
+    return continuation.handoff and not continuation.replacement_asked
 
 
 def _ready_at(batch: BatchRun, fresh: list[BatchEntry]) -> float:

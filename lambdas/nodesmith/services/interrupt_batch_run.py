@@ -134,6 +134,7 @@ class BatchRun:
         self.lock = threading.Lock()
         self.marked: set[tuple[str, str, str]] = set()
         self.cordoned_at = wall()  # epoch seconds: set again once every node of the batch is cordoned
+        self.replacement_asked = False  # this batch asks for its hand-offs' replacement pass itself (at once)
 
     # -- phase 1 ----------------------------------------------------------------------------------
     def begin(self, entry: BatchEntry, instance_id: str) -> InstanceCase | InstanceOutcome:
@@ -169,7 +170,8 @@ class BatchRun:
         attempt = entry.item.attempt + 1
         located = [c.instance for c in cases if c.instance is not None]
         return continuation_body(entry.item.event, attempt=attempt, instance_ids=ids, handoff=True,
-                                 cordoned_at=self.cordoned_at, instances=located)  # fmt: skip
+                                 cordoned_at=self.cordoned_at, instances=located,
+                                 replacement_asked=self.replacement_asked)  # fmt: skip
 
     def handed_off(self, cases: list[InstanceCase]) -> list[InstanceOutcome]:
         """The outcomes of ``cases`` once their hand-off continuation was sent."""

@@ -104,7 +104,11 @@ class Continuation:
     ``handoff`` is True for a drain handed off after the cordon (a burst): it runs the replacement
     pass and posts the drain's Events like an original message. ``cordoned_at`` (epoch seconds, hand-offs
     only) is when the original's invocation had cordoned the nodes: a replacement pass begun after it
-    already sees them leaving, so the hand-off need not ask for another. ``instances`` are those of
+    already sees them leaving, so the hand-off need not ask for another. ``replacement_asked`` (hand-offs
+    only) says the original's invocation asked for that pass itself, right after handing off (a burst's
+    at-once replacement): the hand-off then asks for none, not even to find the reconcile lease covering
+    it (at 1,000 nodes those lease reads and requests were about one DynamoDB call per node, in the
+    middle of the burst). ``instances`` are those of
     ``instance_ids`` the message carries as the invocation before it located them
     (:func:`instance_to_dict`): the continuation uses them instead of describing them again.
     """
@@ -114,6 +118,7 @@ class Continuation:
     handoff: bool = False
     cordoned_at: float | None = None
     instances: tuple[Instance, ...] = ()
+    replacement_asked: bool = False
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> Continuation | None:
@@ -133,7 +138,9 @@ class Continuation:
         carried = raw.get("instances")
         found = [instance_from_dict(i, carried.get(i)) for i in ids_] if isinstance(carried, dict) else []
         instances = tuple(i for i in found if i is not None)
-        return cls(attempt=attempt, instance_ids=ids_, handoff=handoff, cordoned_at=cordoned_at, instances=instances)
+        asked = handoff and raw.get("replacement-asked") is True
+        return cls(attempt=attempt, instance_ids=ids_, handoff=handoff, cordoned_at=cordoned_at, instances=instances,
+                   replacement_asked=asked)  # fmt: skip
 
 
 def continuation_body(
@@ -144,12 +151,15 @@ def continuation_body(
     handoff: bool = False,
     cordoned_at: float | None = None,
     instances: Sequence[Instance] = (),
+    replacement_asked: bool = False,
 ) -> dict[str, Any]:
     """The original event with the continuation marker for ``attempt`` and ``instance_ids`` (and
     ``"handoff": true`` for a drain handed off after the cordon, with ``"cordoned-at"``, epoch seconds,
-    when given). ``instances`` (those located of ``instance_ids``) go along under ``"instances"``
-    (:func:`instance_to_dict`), so the continuation does not describe them again: a burst's hand-offs and
-    continuations otherwise repeated the originals' DescribeInstances for every node."""
+    when given, and ``"replacement-asked": true`` when the cordoning invocation asks for the replacement
+    pass itself: :attr:`Continuation.replacement_asked`). ``instances`` (those located of ``instance_ids``)
+    go along under ``"instances"`` (:func:`instance_to_dict`), so the continuation does not describe them
+    again: a burst's hand-offs and continuations otherwise repeated the originals' DescribeInstances for
+    every node."""
     body = {k: v for k, v in event.items() if k != CONTINUATION_KEY}
     body[CONTINUATION_KEY] = {"attempt": attempt, "instance-ids": list(instance_ids)}
     wanted = set(instance_ids)
@@ -161,6 +171,8 @@ def continuation_body(
         body[CONTINUATION_KEY]["handoff"] = True
         if cordoned_at is not None:
             body[CONTINUATION_KEY]["cordoned-at"] = round(cordoned_at, 3)
+        if replacement_asked:
+            body[CONTINUATION_KEY]["replacement-asked"] = True
     return body
 
 
