@@ -118,3 +118,19 @@ def test_turns_one_in_flight_backoff_on_refusal_and_at_once_after_a_pod_went() -
     assert turns.refused(GROUP) and turns.take_turn(GROUP, 10.3)  # still one at a time, but at once
     turns.answered(GROUP, 10.3, let_go=False)
     assert turns.next_try(GROUP) == pytest.approx(10.3 + BACKOFF_INITIAL_SECONDS)  # the backoff starts again
+
+
+def test_a_turn_taken_by_a_drain_that_dies_mid_eviction_is_given_back_to_the_others() -> None:
+    clock, cluster = _world({"node-a": 1, "node-b": 1})
+    shared = DrainActivity()
+    shared.answered(GROUP, clock(), let_go=False)  # the budget refused before: its pods take turns
+    clock.sleep(1.0)
+
+    def dying(**_: Any) -> str:
+        raise RuntimeError("the invocation is ending")
+
+    cluster.evict = dying
+    with pytest.raises(RuntimeError):
+        _drain(cluster, clock, "node-a", budget=5.0, activity=shared)
+
+    assert shared.take_turn(GROUP, clock())  # not left in flight for node-b's drain
