@@ -35,8 +35,8 @@ IDS = ["i-0000000000000000a", "i-0000000000000000b", "i-0000000000000000c"]
 def world(*, pods_per_node: int = 2, grace: int = 0, **cluster_kwargs: Any) -> tuple[Any, Any, Any]:
     clock = fakes.FakeClock()
     nodes = [fakes.make_node(f"node-{i}", iid) for i, iid in enumerate(IDS)]
-    pods = [
-        fakes.make_pod(f"web-{i}-{j}", node=f"node-{i}", grace=grace)
+    pods = [  # one Deployment's replicas per node: the labels that decide their PodDisruptionBudgets differ by node
+        fakes.make_pod(f"web-{i}-{j}", node=f"node-{i}", grace=grace, labels={"app": f"web-{i}"})
         for i in range(len(IDS))
         for j in range(pods_per_node)
     ]
