@@ -134,18 +134,3 @@ def test_a_turn_taken_by_a_drain_that_dies_mid_eviction_is_given_back_to_the_oth
         _drain(cluster, clock, "node-a", budget=5.0, activity=shared)
 
     assert shared.take_turn(GROUP, clock())  # not left in flight for node-b's drain
-
-
-def test_a_drain_another_drain_takes_the_turns_for_looks_again_at_its_poll_interval_until_it_takes_one() -> None:
-    clock, cluster = _world({"node-b": 2})
-    cluster.free_at = float("inf")  # the budget refuses throughout
-    shared = DrainActivity()
-    assert shared.take_turn(GROUP, clock(), who=1)  # another drain of the invocation asks, and is refused
-    shared.answered(GROUP, clock(), let_go=False)
-    assert shared.follows(GROUP, 1) and not shared.follows(GROUP, 2)
-
-    _drain(cluster, clock, "node-b", budget=4.0, activity=shared)
-
-    # it waits out its poll (1 s; each wake lists the node's pods), then takes the due turn and follows the backoff
-    assert clock.sleeps[0] == pytest.approx(1.0)
-    assert clock.sleeps[1:4] == pytest.approx([backoff_seconds(n) for n in (2, 3, 4)])

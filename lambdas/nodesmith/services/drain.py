@@ -118,7 +118,6 @@ class _Turn:
     refusals: int = 0
     next_try: float = -math.inf
     asking: bool = False
-    taker: int | None = None  # the drain that took the last turn (it follows the backoff; the others poll)
 
 
 class DrainActivity:
@@ -159,23 +158,15 @@ class DrainActivity:
         with self._lock:
             return group in self._turns
 
-    def take_turn(self, group: BudgetGroup, t: float, *, who: int = 0) -> bool:
-        """Claim the next eviction of ``group`` at monotonic time ``t`` for drain ``who``: False while another
-        is in flight or before its backoff has passed. A True must be followed by :meth:`answered`."""
+    def take_turn(self, group: BudgetGroup, t: float) -> bool:
+        """Claim the next eviction of ``group`` at monotonic time ``t``: False while another is in flight or
+        before its backoff has passed. A True must be followed by :meth:`answered`."""
         with self._lock:
             turn = self._turns.setdefault(group, _Turn())
             if turn.asking or turn.next_try > t:
                 return False
-            turn.asking, turn.taker = True, who
+            turn.asking = True
             return True
-
-    def follows(self, group: BudgetGroup, who: int) -> bool:
-        """Whether drain ``who`` should wake for ``group``'s next turn: it took the last one, or none has been
-        taken yet. The others look again at their poll interval: each wake lists the node's pods, and five
-        drains waking at every step of a backoff from 100 ms quadrupled the pod lists of a burst."""
-        with self._lock:
-            turn = self._turns.get(group)
-            return turn is None or turn.taker is None or turn.taker == who
 
     def answered(self, group: BudgetGroup, t: float, *, let_go: bool | None) -> None:
         """Record the answer to ``group``'s eviction sent at ``t``: ``let_go`` True (accepted, or the pod was
@@ -271,7 +262,7 @@ def _due(plan: DrainPlan, state: _State, t: float, turns: DrainActivity) -> list
             due.append((pod, False))
             continue
         state.blocked.add(pid)  # its budget has refused: it waits for the group's turn like the refused ones
-        if turns.take_turn(group, t, who=id(state)):
+        if turns.take_turn(group, t):
             due.append((pod, True))
     return due
 
@@ -313,17 +304,6 @@ def _evict(cluster: Cluster, plan: DrainPlan, state: _State, t: float, *, worker
                 heard[group] = True
     for group, went in heard.items():
         turns.answered(group, t, let_go=went)
-
-
-def _wake_at(plan: DrainPlan, state: _State, t: float, turns: DrainActivity, poll_seconds: float) -> float:
-    """When a drain that made no progress in the round begun at ``t`` looks again (monotonic seconds): at the
-    poll interval, or sooner for a pod's retry or for the next turn of a budget group it follows."""
-    retries = [state.next_try[_pod_id(p)] for p in plan.evict if _pod_id(p) in state.next_try]
-    for group in {_budget_group(p) for p in plan.evict if _pod_id(p) in state.blocked}:
-        if turns.follows(group, id(state)):  # else another drain follows the turns: look again at the poll
-            turn = turns.next_try(group)  # passed already: another drain's eviction of it is in flight
-            retries.append(turn if turn > t else t + BACKOFF_INITIAL_SECONDS)
-    return min([t + poll_seconds, *retries])
 
 
 def _result(*, node: Node, plan: DrainPlan, state: _State, duration: float, reason: str) -> DrainResult:
@@ -439,6 +419,13 @@ def drain_node(
         if stall_seconds is not None and clock() - since >= stall_seconds:
             reason = f"no progress for {stall_seconds:g}s with {plan.remaining} pod(s) left; continuing later"
             return _result(node=node, plan=plan, state=state, duration=clock() - start, reason=reason)
-        delay = min(_wake_at(plan, state, t, turns, poll_seconds), end) - clock()
+        wake = t + poll_seconds
+        retries = [state.next_try[_pod_id(p)] for p in plan.evict if _pod_id(p) in state.next_try]
+        for group in {_budget_group(p) for p in plan.evict if _pod_id(p) in state.blocked}:
+            turn = turns.next_try(group)  # passed already: another drain's eviction of it is in flight
+            retries.append(turn if turn > t else t + BACKOFF_INITIAL_SECONDS)
+        if retries:
+            wake = min(wake, *retries)
+        delay = min(wake, end) - clock()
         if delay > 0:
             sleep(delay)
