@@ -108,7 +108,9 @@ class Continuation:
     only) says the original's invocation asked for that pass itself, right after handing off (a burst's
     at-once replacement): the hand-off then asks for none, not even to find the reconcile lease covering
     it (at 1,000 nodes those lease reads and requests were about one DynamoDB call per node, in the
-    middle of the burst). ``instances`` are those of
+    middle of the burst). The mark is written before that ask is made: if the ask then fails (the wake and
+    the pass run in its place both fail; logged), the scheduled reconcile's pass provisions for these pods,
+    within a minute. ``instances`` are those of
     ``instance_ids`` the message carries as the invocation before it located them
     (:func:`instance_to_dict`): the continuation uses them instead of describing them again.
     """
