@@ -5,6 +5,7 @@ and Ready pods removed with their node."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 import time
@@ -132,9 +133,9 @@ class Monitor:
             gaps += [b - a for a, b in itertools.pairwise(times)]
             ready = sorted(self.budgeted_ready.get(app, []))
             for t in times:
-                later = [r for r in ready if r >= t]
-                if later:
-                    to_ready.append(later[0] - t)
+                at = bisect.bisect_left(ready, t)  # the first replacement Ready at or after it
+                if at < len(ready):
+                    to_ready.append(ready[at] - t)
         return {
             "first_termination": firsts,
             "terminations_per_app": counts,

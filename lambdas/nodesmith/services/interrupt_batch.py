@@ -299,7 +299,7 @@ def handle_batch(
     # 2. replacement capacity for the pods of the nodes about to be drained (a burst's: at once, when asked to)
     t1 = clock()
     fresh = [e for e in acting if e.cases and _asks_for_replacement(e.item.continuation)]
-    at_once = replace_at_handoff and batch.out.drains_handed_off > 0
+    at_once = batch.replacement_asked and batch.out.drains_handed_off > 0
     if replace_capacity is not None and (fresh or at_once):
         # the nodes cordoned here are the batch's latest: a pass begun after them sees every one leaving
         batch.out.replacement = _replace(replace_capacity, batch.cordoned_at if at_once else _ready_at(batch, fresh))
