@@ -134,3 +134,25 @@ def test_a_turn_taken_by_a_drain_that_dies_mid_eviction_is_given_back_to_the_oth
         _drain(cluster, clock, "node-a", budget=5.0, activity=shared)
 
     assert shared.take_turn(GROUP, clock())  # not left in flight for node-b's drain
+
+
+def test_first_round_refusals_sent_together_by_several_drains_count_once() -> None:
+    turns = DrainActivity()
+    # three drains of one invocation reach the group in their first rounds, before any refusal is known
+    for sent in (10.0, 10.0, 10.02):
+        turns.answered(GROUP, sent, let_go=False)
+
+    assert turns.next_try(GROUP) == pytest.approx(10.0 + BACKOFF_INITIAL_SECONDS)  # not 0.2 or 0.4 s later
+    assert turns.take_turn(GROUP, 10.1)
+    turns.answered(GROUP, 10.1, let_go=False)
+    assert turns.next_try(GROUP) == pytest.approx(10.1 + backoff_seconds(2))  # the next refusal is the second
+
+
+def test_a_refusal_sent_before_a_replica_went_leaves_the_next_turn_at_once() -> None:
+    turns = DrainActivity()
+    turns.answered(GROUP, 10.0, let_go=False)
+    assert turns.take_turn(GROUP, 10.5)
+    turns.answered(GROUP, 10.5, let_go=True)  # the budget let one go
+    turns.answered(GROUP, 10.45, let_go=False)  # a slower answer to an eviction sent before it
+
+    assert turns.next_try(GROUP) == pytest.approx(10.5) and turns.take_turn(GROUP, 10.5)

@@ -171,15 +171,23 @@ class DrainActivity:
     def answered(self, group: BudgetGroup, t: float, *, let_go: bool | None) -> None:
         """Record the answer to ``group``'s eviction sent at ``t``: ``let_go`` True (accepted, or the pod was
         gone), False (refused by its budget: the next turn waits the backoff), None (another error: the turn
-        is given back unchanged, the pod retries on its own backoff)."""
+        is given back unchanged, the pod retries on its own backoff).
+
+        A refusal of an eviction sent before the turn's current wait was set (``next_try`` already past ``t``)
+        is not counted again: the drains of one invocation that reach the group in their first rounds send
+        its replicas together, before any refusal is known, and the budget's one answer to them all used to
+        count once per drain, starting the backoff at 0.8-1.6 s instead of 0.1 s.
+        """
         with self._lock:
             turn = self._turns.setdefault(group, _Turn())
             turn.asking = False
             if let_go is True:
                 turn.refusals, turn.next_try = 0, t
             elif let_go is False:
+                if turn.next_try > t:
+                    return  # sent alongside one whose refusal (or release) already set the wait
                 turn.refusals += 1
-                turn.next_try = max(turn.next_try, t + backoff_seconds(turn.refusals))
+                turn.next_try = t + backoff_seconds(turn.refusals)
 
     def next_try(self, group: BudgetGroup) -> float:
         """When ``group`` may next be asked (monotonic seconds; -inf: now)."""
