@@ -239,3 +239,35 @@ def test_a_burst_asks_for_its_replacements_at_once_only_when_the_reconcile_funct
 
     # without a waker, or without the lease's state table, the pass would run in this invocation
     assert seen["replace_at_handoff"] is (with_waker and with_state)
+
+
+@pytest.mark.parametrize(("receive_count", "reads"), [("1", 0), ("2", 1), (None, 1)])
+def test_stored_drain_progress_is_read_unless_sqs_delivers_the_record_for_the_first_time(
+    ports: Ports, receive_count: str | None, reads: int
+) -> None:
+    state = load_memory_state().MemoryStateStore()
+    wiring.set_ports(state=state)
+    event = batch()
+    record = event["Records"][0]  # the spot interruption warning for node-a's instance
+    if receive_count is None:
+        del record["attributes"]["ApproximateReceiveCount"]
+    else:
+        record["attributes"]["ApproximateReceiveCount"] = receive_count
+
+    result = interruption.handler({"Records": [record]}, Context())
+
+    assert result == {"batchItemFailures": []}
+    assert ports.cluster.count("evict") == 1  # drained either way: web-1 left node-a
+    assert len(state.reads) == reads  # a redelivery (or an unknown count) may resume a drain that died
+
+
+def load_memory_state() -> ModuleType:
+    name = "nodesmith_tests_memory_state"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "services" / "memory_state.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

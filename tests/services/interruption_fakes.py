@@ -345,15 +345,15 @@ def event(
     }
 
 
-def sqs_record(body: dict[str, Any] | str, *, message_id: str) -> dict[str, Any]:
-    """A Lambda SQS event record carrying ``body``."""
+def sqs_record(body: dict[str, Any] | str, *, message_id: str, receive_count: int = 1) -> dict[str, Any]:
+    """A Lambda SQS event record carrying ``body``, delivered for the ``receive_count``-th time."""
     import json
 
     return {
         "messageId": message_id,
         "receiptHandle": f"rh-{message_id}",
         "body": body if isinstance(body, str) else json.dumps(body),
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1795327201000"},
+        "attributes": {"ApproximateReceiveCount": str(receive_count), "SentTimestamp": "1795327201000"},
         "messageAttributes": {},
         "md5OfBody": "",
         "eventSource": "aws:sqs",

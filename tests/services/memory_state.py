@@ -22,6 +22,7 @@ class MemoryStateStore:
     drains: dict[str, tuple[DrainProgress, float]] = field(default_factory=dict)
     offerings: dict[tuple[str, str, str], OfferingMark] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
     fail_puts: bool = False
 
     def __post_init__(self) -> None:
@@ -88,6 +89,8 @@ class MemoryStateStore:
         )
 
     def get_drain(self, *, instance_id: str) -> DrainProgress | None:
+        with self._lock:
+            self.reads.append(f"drain#{instance_id}")
         stored = self.drains.get(instance_id)
         return stored[0] if stored else None
 

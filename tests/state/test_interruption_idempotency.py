@@ -110,9 +110,12 @@ def _forget_ports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     wiring.reset()
 
 
-def record(message_id: str, *, kind: str = "spot", body: dict[str, Any] | None = None) -> dict[str, Any]:
+def record(
+    message_id: str, *, kind: str = "spot", body: dict[str, Any] | None = None, receive_count: int = 1
+) -> dict[str, Any]:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    return fakes.sqs_record(body or fakes.event(IID, kind=kind, event_id="evt-1", time=now), message_id=message_id)
+    event = body or fakes.event(IID, kind=kind, event_id="evt-1", time=now)
+    return fakes.sqs_record(event, message_id=message_id, receive_count=receive_count)
 
 
 def test_the_same_event_delivered_twice_drains_once(table: str) -> None:
@@ -166,7 +169,7 @@ def test_a_crash_mid_drain_is_resumed_by_the_redelivery_without_losing_a_pod(tab
         ExpressionAttributeValues={":past": {"N": str(int((time.time() - 1) * 1000))}},
     )
     world.cluster.evict = evict
-    assert world.deliver(record("m-1"), ctx=Context("req-2")) == []
+    assert world.deliver(record("m-1", receive_count=2), ctx=Context("req-2")) == []
 
     progress = world.store.get_drain(instance_id=IID)
     assert (progress.attempts, progress.evicted, progress.done) == (2, 6, True)

@@ -145,8 +145,20 @@ def _parse(record: SQSRecord, now: float) -> BatchItem | None:
         return None
     event: dict[str, Any] = json.loads(record.body)  # parse_message proved it is a JSON object
     return BatchItem(
-        item_id=record.message_id, message=message, event=event, continuation=Continuation.from_event(event)
+        item_id=record.message_id,
+        message=message,
+        event=event,
+        continuation=Continuation.from_event(event),
+        first_delivery=_receive_count(record) == 1,
     )
+
+
+def _receive_count(record: SQSRecord) -> int | None:
+    """The record's ``ApproximateReceiveCount``, or None when it is missing or not a number."""
+    try:
+        return int(record.attributes.approximate_receive_count)
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: float) -> BatchOutcome:

@@ -180,12 +180,15 @@ def continuation_body(
 
 @dataclass(frozen=True, slots=True)
 class BatchItem:
-    """One SQS record: its message id, the parsed message, the event as received, its continuation."""
+    """One SQS record: its message id, the parsed message, the event as received, its continuation, and
+    ``first_delivery``: True when SQS says no invocation received the record before
+    (``ApproximateReceiveCount`` 1), False when it did or when that is not known."""
 
     item_id: str
     message: InterruptionMessage
     event: Mapping[str, Any]
     continuation: Continuation | None = None
+    first_delivery: bool = False
 
     @property
     def attempt(self) -> int:
