@@ -206,7 +206,7 @@ class Consumer:
                     "messageId": m["MessageId"],
                     "receiptHandle": m["ReceiptHandle"],
                     "body": m["Body"],
-                    "attributes": {"SentTimestamp": str(int(time.time() * 1000))},
+                    "attributes": {"SentTimestamp": str(int(time.time() * 1000)), **m.get("Attributes", {})},
                     "messageAttributes": {},
                     "md5OfBody": m.get("MD5OfBody", ""),
                     "eventSource": "aws:sqs",
@@ -263,6 +263,7 @@ class Consumer:
                 MaxNumberOfMessages=count,
                 WaitTimeSeconds=wait,
                 VisibilityTimeout=self.visibility_timeout,
+                MessageSystemAttributeNames=["ApproximateReceiveCount"],  # as the event source mapping passes it
             ).get("Messages", [])
         )
 
