@@ -15,6 +15,13 @@ behave under Nodesmith:
 
 All writes go through the emulator's in-process store; ``step(now)`` is deterministic given the
 store (names come from the store's seeded generator).
+
+Like the real controllers, which act on what their informers report changed and resync everything
+only now and then, a step after the first reconciles only the objects whose changes it has seen
+since the previous step (a Deployment, ReplicaSet or pod of theirs changed; a Node or owner gone),
+and every object once every :data:`RESYNC_SECONDS`. Reconciling every ReplicaSet and Deployment on
+every step was most of the emulator's CPU in a 1,000-node benchmark (4,000 pods, 750 Deployments),
+CPU the bench's invocations and moto share and a real control plane does not take from them.
 """
 
 from __future__ import annotations
@@ -22,16 +29,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube.errors import ApiError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
-    from nodesmith.sim.kube.store import Store
+    from nodesmith.sim.kube.store import Store, Subscription, WatchEvent
 
-__all__ = ["SimControllers", "template_hash"]
+__all__ = ["RESYNC_SECONDS", "SimControllers", "template_hash"]
 
 LOG = logging.getLogger(__name__)
 
@@ -39,6 +48,11 @@ _DEPLOYMENTS = "deployments.apps"
 _REPLICASETS = "replicasets.apps"
 _HASH_LABEL = "pod-template-hash"
 _HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+RESYNC_SECONDS = 10.0
+"""Every object is reconciled at least this often (seconds), changed or not (an informer's resync)."""
+
+OwnerKey = tuple[str, str]
+"""(namespace, uid) of a Deployment or ReplicaSet."""
 
 
 def template_hash(template: Mapping[str, Any]) -> str:
@@ -83,38 +97,128 @@ def _replicas(obj: Mapping[str, Any]) -> int:
     return 1 if value is None else int(value)
 
 
+def _owner_key(obj: Mapping[str, Any]) -> OwnerKey:
+    meta = obj["metadata"]
+    return meta.get("namespace") or "default", meta.get("uid") or ""
+
+
+def _controller_key(obj: Mapping[str, Any], kind: str) -> OwnerKey | None:
+    """(namespace, uid) of ``obj``'s controller when it is a ``kind``, else None."""
+    ref = _controller(obj)
+    if ref is None or ref.get("kind") != kind:
+        return None
+    return obj["metadata"].get("namespace") or "default", ref.get("uid") or ""
+
+
+@dataclass(slots=True)
+class _Changes:
+    """What the events since the last step touched: the Deployments and ReplicaSets to reconcile (by
+    :data:`OwnerKey`), the pods to look at for garbage collection, and the Nodes and owners that went."""
+
+    deployments: set[OwnerKey] = field(default_factory=set)
+    replicasets: set[OwnerKey] = field(default_factory=set)
+    pods: set[tuple[str, str]] = field(default_factory=set)
+    nodes_gone: set[str] = field(default_factory=set)
+    replicasets_gone: bool = False
+    deployments_gone: bool = False
+
+    @classmethod
+    def of(cls, events: Iterable[WatchEvent]) -> _Changes:
+        changes = cls()
+        for event in events:
+            obj, deleted = event.object, event.type == "DELETED"
+            if event.resource == "pods":
+                owner = _controller_key(obj, "ReplicaSet")
+                if owner is not None:
+                    changes.replicasets.add(owner)
+                if not deleted:
+                    changes.pods.add(_key(obj))
+            elif event.resource == _REPLICASETS:
+                changes.replicasets.add(_owner_key(obj))
+                owner = _controller_key(obj, "Deployment")
+                if owner is not None:
+                    changes.deployments.add(owner)
+                changes.replicasets_gone |= deleted
+            elif event.resource == _DEPLOYMENTS:
+                changes.deployments.add(_owner_key(obj))
+                changes.deployments_gone |= deleted
+            elif event.resource == "nodes" and deleted:
+                changes.nodes_gone.add(obj["metadata"]["name"])
+        return changes
+
+
 class SimControllers:
-    """Deployment, ReplicaSet, pod-GC and owner-GC loops over the emulator store."""
+    """Deployment, ReplicaSet, pod-GC and owner-GC loops over the emulator store.
+
+    ``resync_seconds`` (default :data:`RESYNC_SECONDS`; 0: always) is how often every object is reconciled
+    whether or not it changed; in between, a step reconciles what changed since the step before.
+    """
 
     watch = ("pods", "nodes", _DEPLOYMENTS, _REPLICASETS)
 
-    def __init__(self, *, store: Store) -> None:
+    def __init__(self, *, store: Store, resync_seconds: float = RESYNC_SECONDS) -> None:
         self.store = store
+        self.resync_seconds = resync_seconds
         self._owned: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {}
+        self._events: Subscription | None = None
+        self._synced_at = -math.inf
+        self._touched: set[tuple[str, str]] = set()  # ReplicaSets created or scaled during this step
+        self._hashes: dict[tuple[str, int], str] = {}  # template hash by Deployment (uid, generation)
 
     def step(self, now: float) -> None:
-        """Reconcile every Deployment and ReplicaSet and collect garbage as of ``now`` (epoch seconds).
+        """Reconcile Deployments and ReplicaSets and collect garbage as of ``now`` (epoch seconds): every
+        object on the first step and every ``resync_seconds``, else those changed since the last step.
 
         Pods and ReplicaSets are indexed by (namespace, controller uid) once per step (after garbage
         collection), as the real controllers' informers index them, instead of a scan per owner.
         """
-        self._collect_garbage()
-        self._owned = {}
-        for deployment in sorted(self.store.objects(_DEPLOYMENTS), key=_key):
-            self._deployment(deployment)
+        events = None if self._events is None else self._events.drain()
+        if self._events is None:
+            self._events = self.store.subscribe(resources=list(self.watch))
+        changes = None
+        if events is not None and 0 <= now - self._synced_at < self.resync_seconds:
+            changes = _Changes.of(events)
+        else:
+            self._synced_at = now
+        self._reconcile(changes)
+
+    def _reconcile(self, changes: _Changes | None) -> None:
+        """One pass over everything (``changes`` None) or over what ``changes`` touched."""
+        self._collect_garbage(changes)
+        self._owned, self._touched = {}, set()
+        deployments = sorted(self.store.objects(_DEPLOYMENTS), key=_key)
+        for deployment in deployments:
+            if changes is None or _owner_key(deployment) in changes.deployments:
+                self._deployment(deployment)
+        statuses = None if changes is None else set(changes.deployments)
         for rs in sorted(self.store.objects(_REPLICASETS), key=_key):
-            self._replicaset(rs)
+            if changes is None or _owner_key(rs) in changes.replicasets or _key(rs) in self._touched:
+                self._replicaset(rs)
+                owner = _controller_key(rs, "Deployment")
+                if statuses is not None and owner is not None:
+                    statuses.add(owner)
         self._owned.pop(_REPLICASETS, None)  # the statuses just written
         for deployment in sorted(self.store.objects(_DEPLOYMENTS), key=_key):
-            self._deployment_status(deployment)
+            if statuses is None or _owner_key(deployment) in statuses:
+                self._deployment_status(deployment)
+
+    def _template_hash(self, deployment: Mapping[str, Any]) -> str:
+        """:func:`template_hash` of ``deployment``'s pod template, once per (uid, generation): a spec change
+        bumps ``metadata.generation``."""
+        meta = deployment["metadata"]
+        key = (meta.get("uid") or "", int(meta.get("generation") or 0))
+        hashed = self._hashes.get(key) if key[0] else None
+        if hashed is None:
+            hashed = template_hash((deployment.get("spec") or {}).get("template") or {})
+            if key[0]:
+                self._hashes[key] = hashed
+        return hashed
 
     # -- deployments -------------------------------------------------------------------------------
 
     def _deployment(self, deployment: Mapping[str, Any]) -> None:
         meta = deployment["metadata"]
-        spec = deployment.get("spec") or {}
-        template = spec.get("template") or {}
-        hashed = template_hash(template)
+        hashed = self._template_hash(deployment)
         name = f"{meta['name']}-{hashed}"
         owned = self._owned_replicasets(deployment)
         desired = _replicas(deployment)
@@ -161,6 +265,7 @@ class SimControllers:
             },
             "spec": {"replicas": replicas, "selector": selector, "template": template},
         }
+        self._touched.add(_key(rs))
         try:
             self.store.create(_REPLICASETS, rs)
         except ApiError as exc:
@@ -169,6 +274,7 @@ class SimControllers:
 
     def _scale(self, rs: Mapping[str, Any], replicas: int) -> None:
         meta = rs["metadata"]
+        self._touched.add(_key(rs))
 
         def edit(obj: dict[str, Any]) -> None:
             obj.setdefault("spec", {})["replicas"] = replicas
@@ -176,9 +282,7 @@ class SimControllers:
         self._mutate(_REPLICASETS, meta["name"], meta.get("namespace"), edit)
 
     def _deployment_status(self, deployment: Mapping[str, Any]) -> None:
-        current_name = (
-            f"{deployment['metadata']['name']}-{template_hash((deployment.get('spec') or {}).get('template') or {})}"
-        )
+        current_name = f"{deployment['metadata']['name']}-{self._template_hash(deployment)}"
         owned = self._owned_replicasets(deployment)
         states = [rs.get("status") or {} for rs in owned]
         updated = next((rs.get("status") or {} for rs in owned if rs["metadata"]["name"] == current_name), {})
@@ -245,11 +349,18 @@ class SimControllers:
 
     # -- garbage collection ------------------------------------------------------------------------
 
-    def _collect_garbage(self) -> None:
+    def _collect_garbage(self, changes: _Changes | None) -> None:
+        """Delete pods on Nodes that are gone or whose ReplicaSet is gone, and ReplicaSets whose Deployment is
+        gone: all of them (``changes`` None), else the pods that changed, and those on a Node or of a
+        ReplicaSet deleted since the last step."""
         nodes = {n["metadata"]["name"] for n in self.store.objects("nodes")}
         rs_uids = {rs["metadata"].get("uid") for rs in self.store.objects(_REPLICASETS)}
         deploy_uids = {d["metadata"].get("uid") for d in self.store.objects(_DEPLOYMENTS)}
-        for pod in list(self.store.objects("pods")):
+        pods = self.store.objects("pods")
+        if changes is not None and not changes.replicasets_gone:
+            gone, changed = changes.nodes_gone, changes.pods
+            pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in gone or _key(p) in changed]
+        for pod in pods:
             meta = pod["metadata"]
             node = (pod.get("spec") or {}).get("nodeName")
             owner = _controller(pod)
@@ -259,6 +370,11 @@ class SimControllers:
             )
             if orphaned_by_node or orphaned_by_owner:
                 self._delete("pods", meta["name"], meta.get("namespace"), grace=0)
+                replicaset = _controller_key(pod, "ReplicaSet")
+                if changes is not None and replicaset is not None:
+                    changes.replicasets.add(replicaset)  # it replaces the pod in this step, as a full pass does
+        if changes is not None and not changes.deployments_gone:
+            return
         for rs in list(self.store.objects(_REPLICASETS)):
             owner = _controller(rs)
             if owner is not None and owner.get("kind") == "Deployment" and owner.get("uid") not in deploy_uids:
