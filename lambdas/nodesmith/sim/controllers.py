@@ -359,7 +359,13 @@ class SimControllers:
         pods = self.store.objects("pods")
         if changes is not None and not changes.replicasets_gone:
             gone, changed = changes.nodes_gone, changes.pods
-            pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in gone or _key(p) in changed]
+            names = {name for _, name in changed}  # a name first: a key per pod was most of this scan
+            pods = [
+                p
+                for p in pods
+                if (p.get("spec") or {}).get("nodeName") in gone
+                or (p["metadata"]["name"] in names and _key(p) in changed)
+            ]
         for pod in pods:
             meta = pod["metadata"]
             node = (pod.get("spec") or {}).get("nodeName")
