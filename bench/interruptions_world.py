@@ -52,7 +52,8 @@ EMULATOR_SHORTCUTS = [
     "moto SQS: the retention check per received message reads the retention period, and queue attributes "
     "(scanned on every SendMessage) are recomputed at most once a second (moto's are O(queue) per message)",
     "moto SQS: a receive reads the clock once per queue scan instead of twice per message",
-    "moto DynamoDB: conditional writes are atomic (one lock), as DynamoDB's are; moto's threads could race",
+    "moto DynamoDB: conditional writes are atomic (one lock), as DynamoDB's are, and Query and Scan read under "
+    "that lock; moto's threads could race",
     "moto EC2: an instance's tags are read by its id (moto filters every tag of the account per instance)",
     "simulated kubelet: reads our live instances from moto's memory (what list_instances' DescribeInstances "
     "returns, without its XML), at most every KUBELET_INSTANCE_CACHE_SECONDS, less the instances terminated since",
@@ -79,7 +80,9 @@ def _patch_moto() -> None:
     * SQS: a queue's visible messages are found with one clock read per scan, not two per message
       (every waiting long poll rescans the queue on each new message);
     * DynamoDB: a conditional write checks and writes under one lock, atomic as in DynamoDB (moto's
-      server threads could otherwise both pass the check of one idempotency record or lease);
+      server threads could otherwise both pass the check of one idempotency record or lease), and a
+      Query or Scan reads under the same lock (moto's threads changed a table's items while a Query
+      iterated them: a 500, "dictionary changed size during iteration");
     * EC2: an instance's tags are read from the tag store by id instead of filtering every tag of the
       account (done per instance by every DescribeInstances);
     * SQS: a receive copies the queue's in-flight FIFO messages before reading their groups (moto's
@@ -139,7 +142,7 @@ def _patch_moto() -> None:
 
         return locked
 
-    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items", "query", "scan"):
         setattr(DynamoDBBackend, name, atomic(getattr(DynamoDBBackend, name)))
 
     def pending_groups(self: Any) -> set[str]:
