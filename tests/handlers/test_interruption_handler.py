@@ -27,10 +27,11 @@ EVENTS = Path(__file__).resolve().parents[1] / "events"
 FAILING_MESSAGE_ID = "4d5c7f9b-0a1e-4e2f-9b3c-6d7e8f9a0b1c"
 
 
-def load_fakes() -> ModuleType:
-    name = "nodesmith_tests_interruption_fakes"
+def load_services_module(filename: str) -> ModuleType:
+    """A helper module of ``tests/services`` (the test folders are not packages), loaded once."""
+    name = f"nodesmith_tests_{filename.removesuffix('.py')}"
     if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "services" / "interruption_fakes.py"
+        path = Path(__file__).resolve().parents[1] / "services" / filename
         spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -39,7 +40,7 @@ def load_fakes() -> ModuleType:
     return sys.modules[name]
 
 
-fakes = load_fakes()
+fakes = load_services_module("interruption_fakes.py")
 
 
 @dataclass
@@ -245,7 +246,7 @@ def test_a_burst_asks_for_its_replacements_at_once_only_when_the_reconcile_funct
 def test_stored_drain_progress_is_read_unless_sqs_delivers_the_record_for_the_first_time(
     ports: Ports, receive_count: str | None, reads: int
 ) -> None:
-    state = load_memory_state().MemoryStateStore()
+    state = load_services_module("memory_state.py").MemoryStateStore()
     wiring.set_ports(state=state)
     event = batch()
     record = event["Records"][0]  # the spot interruption warning for node-a's instance
@@ -259,15 +260,3 @@ def test_stored_drain_progress_is_read_unless_sqs_delivers_the_record_for_the_fi
     assert result == {"batchItemFailures": []}
     assert ports.cluster.count("evict") == 1  # drained either way: web-1 left node-a
     assert len(state.reads) == reads  # a redelivery (or an unknown count) may resume a drain that died
-
-
-def load_memory_state() -> ModuleType:
-    name = "nodesmith_tests_memory_state"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "services" / "memory_state.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
