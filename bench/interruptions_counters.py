@@ -77,9 +77,8 @@ class Counters:
 
         def counted_drain(self: Any, entry: Any, case: Any) -> Any:
             with counters.lock:
-                first = entry.item.continuation is None or entry.item.continuation.handoff
                 counters.drain_started.setdefault((entry.item.message.event_id, case.instance_id), time.monotonic())
-                key = (entry.item.message.event_id, case.instance_id, 0 if first else entry.item.attempt)
+                key = (entry.item.message.event_id, case.instance_id, entry.item.drain_attempt)
                 counters.drains[key] += 1
                 counters.drain_runs.setdefault(key, []).append((time.monotonic(), getattr(_INVOCATION, "id", None)))
             # The killed run's records come back to whichever process receives them: the kill is marked in

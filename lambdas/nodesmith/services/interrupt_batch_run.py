@@ -276,7 +276,7 @@ class BatchRun:
         and attempt are not carried over, which changes the reported totals only, since a drain re-plans
         from the pods still on the node. Progress of another event's drain of the instance is ignored.
         """
-        if self.state is None or (entry.item.first_delivery and self.drain_attempt(entry) == 0):
+        if self.state is None or (entry.item.first_delivery and entry.item.drain_attempt == 0):
             return None
         prior = self.state.get_drain(instance_id=case.instance_id)
         if prior is not None and prior.event_id != entry.item.message.event_id:
@@ -297,14 +297,7 @@ class BatchRun:
         """The idempotency key of a drain: ``event id#instance id#attempt``. A hand-off drains under the
         original's key: a duplicate of the event drained in place (a small batch) and its hand-off (a
         burst) are the same drain, done once."""
-        return f"{entry.item.message.event_id}#{case.instance_id}#{BatchRun.drain_attempt(entry)}"
-
-    @staticmethod
-    def drain_attempt(entry: BatchEntry) -> int:
-        """The drain attempt ``entry`` runs: 0 for an original message and its hand-off, n for the n-th
-        continuation after that."""
-        continuation = entry.item.continuation
-        return 0 if continuation is not None and continuation.handoff else entry.item.attempt
+        return f"{entry.item.message.event_id}#{case.instance_id}#{entry.item.drain_attempt}"
 
     def drain_once(self, entry: BatchEntry, case: InstanceCase) -> InstanceOutcome:
         key = self.drain_key(entry, case)

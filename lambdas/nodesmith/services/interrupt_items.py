@@ -195,6 +195,12 @@ class BatchItem:
         """0 for an original message, n for the n-th continuation."""
         return self.continuation.attempt if self.continuation else 0
 
+    @property
+    def drain_attempt(self) -> int:
+        """The drain attempt this message runs: 0 for an original message and its hand-off (the hand-off
+        drains under the original's attempt), else :attr:`attempt`."""
+        return 0 if self.continuation is not None and self.continuation.handoff else self.attempt
+
 
 @dataclass(frozen=True, slots=True)
 class ItemResult:
