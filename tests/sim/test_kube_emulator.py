@@ -397,12 +397,21 @@ def test_graceful_pod_deletion_waits_for_the_grace_period() -> None:
     now = [1_000.0]
     store = Store(clock=lambda: now[0], graceful_pod_deletion=True)
     store.create("pods", pod("bound", node="n1"))
+    store.create("pods", pod("quick", node="n1"))
+    store.create("pods", pod("staying", node="n1"))
     store.delete("pods", "bound", namespace="default", grace_period_seconds=30)
+    store.delete("pods", "quick", namespace="default", grace_period_seconds=10)
     assert store.get("pods", "bound", namespace="default")["metadata"]["deletionGracePeriodSeconds"] == 30
     assert store.finish_graceful_deletions() == 0
-    now[0] += 31
+    now[0] += 11
+    assert store.finish_graceful_deletions() == 1
+    assert store.find("pods", "quick", namespace="default") is None
+    now[0] += 20
     assert store.finish_graceful_deletions() == 1
     assert store.find("pods", "bound", namespace="default") is None
+    now[0] += 3600
+    assert store.finish_graceful_deletions() == 0
+    assert store.find("pods", "staying", namespace="default") is not None
 
 
 def test_scale_subresource_sets_replicas_only(api: client.ApiClient) -> None:

@@ -116,15 +116,13 @@ class StoreDeletes(StoreState):
             return [self._copy(self._delete(rt, e, None, None)) for _, e in found]
 
     def finish_graceful_deletions(self) -> int:
-        """Remove terminating pods whose ``deletionTimestamp`` has passed (a kubelet's job); returns how many."""
+        """Remove terminating pods whose ``deletionTimestamp`` has passed (a kubelet's job), in key order; returns
+        how many. Only the pods being deleted are looked at (``_pods_terminating``), not every pod."""
         with self.condition:
             rt = self.rt("pods")
             now = rfc3339(self.clock())
-            due = [
-                e
-                for e in list(self._objects[rt.key].values())
-                if (ts := e.obj["metadata"].get("deletionTimestamp")) and ts <= now
-            ]
-            for entry in due:
-                self._delete(rt, entry, 0, None)
+            pods = self._objects[rt.key]
+            due = sorted(key for key, ts in self._pods_terminating.items() if ts <= now and key in pods)
+            for key in due:
+                self._delete(rt, pods[key], 0, None)
             return len(due)

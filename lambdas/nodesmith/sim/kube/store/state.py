@@ -68,6 +68,9 @@ class StoreState:
     """Pod keys by ``(namespace, label key, label value)``, kept by :meth:`_emit`: an eviction's budget
     check counts the pods its PodDisruptionBudget selects, and at 4,000 pods scanning them all per
     eviction was a third of the emulator's CPU in ``bench/interruptions.py``."""
+    _pods_terminating: dict[tuple[str, str], str]
+    """``metadata.deletionTimestamp`` by pod key, of the pods being deleted gracefully, kept by :meth:`_emit`:
+    the kubelet's confirmations (``finish_graceful_deletions``) look at these instead of every pod."""
 
     # ------------------------------------------------------------------ basics
     @property
@@ -143,6 +146,11 @@ class StoreState:
             self._pods_by_node.get((old.get("spec") or {}).get("nodeName") or "", set()).discard(key)
         if kind != "DELETED":
             self._pods_by_node.setdefault((obj.get("spec") or {}).get("nodeName") or "", set()).add(key)
+        deleting = None if kind == "DELETED" else meta.get("deletionTimestamp")
+        if deleting:
+            self._pods_terminating[key] = deleting
+        else:
+            self._pods_terminating.pop(key, None)
         if labels != old_labels:
             for label, value in old_labels.items():
                 self._pods_by_label.get((namespace, label, value), set()).discard(key)

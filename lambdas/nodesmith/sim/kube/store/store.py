@@ -59,6 +59,7 @@ class Store(StoreWrites, StoreDeletes):
         self._order: dict[str, list[tuple[str, str]]] = {}
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}
         self._pods_by_label: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        self._pods_terminating: dict[tuple[str, str], str] = {}
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"metadata": {"name": ns}, "status": {"phase": "Active"}})
 
