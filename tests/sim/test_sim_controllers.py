@@ -103,6 +103,33 @@ def test_kubelet_registers_a_node_for_a_launched_instance_then_makes_it_ready(st
     assert taint_keys(store.get("nodes", "ip-10-0-1-7.ec2.internal")) == {"dedicated"}
 
 
+def test_kubelet_leaves_a_settled_node_alone_until_it_or_its_nodeclaim_is_written(store: Store) -> None:
+    launched_claim(store)
+    kubelet = SimKubelet(store=store, instances=lambda: [instance()], ready_delay=0.0)
+    name = "ip-10-0-1-7.ec2.internal"
+    kubelet.step(100.0)
+    kubelet.step(100.0)  # Ready: nothing left to do
+    version = store.resource_version
+    kubelet.step(101.0)
+    assert store.resource_version == version
+
+    store.mutate("nodes", name, lambda n: n["status"].update(conditions=[{"type": "Ready", "status": "False"}]))
+    kubelet.step(102.0)  # the Node was written: looked at again, and Ready again
+    assert ready(store.get("nodes", name)) == "True"
+
+    # a startup taint its NodeClaim now names (the agent's, say) is dropped once the NodeClaim is written
+    store.mutate("nodes", name, lambda n: n["spec"]["taints"].append({"key": "agent", "effect": "NoSchedule"}))
+    kubelet.step(103.0)
+    assert "agent" in taint_keys(store.get("nodes", name))
+    store.mutate(
+        "nodeclaims.karpenter.sh",
+        CLAIM,
+        lambda c: c["spec"].update(startupTaints=[{"key": "agent", "effect": "NoSchedule"}]),
+    )
+    kubelet.step(104.0)
+    assert taint_keys(store.get("nodes", name)) == {"dedicated"}
+
+
 def test_kubelet_waits_for_a_nodeclaim_with_a_launched_status(store: Store) -> None:
     kubelet = SimKubelet(store=store, instances=lambda: [instance(claim="someone-else")])
     kubelet.step(100.0)

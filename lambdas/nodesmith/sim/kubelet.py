@@ -77,6 +77,11 @@ class SimKubelet:
         self.removal_delay = removal_delay
         self._registered_at: dict[str, float] = {}
         self._gone_at: dict[str, float] = {}
+        self._settled: dict[str, tuple[Mapping[str, Any], Mapping[str, Any] | None]] = {}
+        """Node name -> the (Node, NodeClaim) snapshots last found with nothing left to do: Ready, and no startup
+        taint left. The store replaces a snapshot on every write, so while both are the same objects the Node
+        needs nothing (at 1,000 Nodes, looking at each every half second was a quarter of this kubelet's
+        CPU samples)."""
 
     # -- one step ------------------------------------------------------------------------------
 
@@ -182,14 +187,19 @@ class SimKubelet:
 
     def _advance(self, node: Mapping[str, Any], claim: Mapping[str, Any] | None, now: float) -> None:
         name = node["metadata"]["name"]
-        since = self._registered_at.setdefault(name, now)
         self._gone_at.pop(name, None)
+        settled = self._settled.get(name)
+        if settled is not None and settled[0] is node and settled[1] is claim:
+            return  # Ready, no startup taint left, and neither it nor its NodeClaim written since
+        since = self._registered_at.setdefault(name, now)
         startup = {_taint_key(t) for t in ((claim or {}).get("spec") or {}).get("startupTaints") or []}
-        make_ready = now - since >= self.ready_delay and not _is_ready(node)
-        drop_startup = now - since >= self.startup_taint_delay and any(
-            _taint_key(t) in startup for t in (node.get("spec") or {}).get("taints") or []
-        )
+        ready = _is_ready(node)
+        starting = any(_taint_key(t) in startup for t in (node.get("spec") or {}).get("taints") or [])
+        make_ready = now - since >= self.ready_delay and not ready
+        drop_startup = now - since >= self.startup_taint_delay and starting
         if not make_ready and not drop_startup:
+            if ready and not starting:
+                self._settled[name] = (node, claim)
             return
 
         def edit(obj: dict[str, Any]) -> None:
@@ -216,6 +226,7 @@ class SimKubelet:
                     raise
             self._registered_at.pop(name, None)
             self._gone_at.pop(name, None)
+            self._settled.pop(name, None)
             LOG.info("simulated kubelet removed node %s (instance gone)", name)
             return
         if _condition(node, "Ready") == "Unknown":
