@@ -6,6 +6,7 @@ Deployments with PodDisruptionBudgets, the state table, and the spot warnings' d
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import threading
@@ -44,8 +45,13 @@ SIM_MIN_STEP_SECONDS = 0.5
 """Shortest time between two steps of a simulated scheduler, kubelet or controller (seconds)."""
 
 KUBELET_INSTANCE_CACHE_SECONDS = {"seconds": 1.0}
-"""How long the simulated kubelet reuses its instance list (seconds; 1, or nodes / 1,000 when larger): it
-delays node registration and NotReady by at most this much."""
+"""How long the simulated kubelet reuses its instance list at least (seconds; 1, or nodes / 1,000 when larger):
+it delays node registration by at most this much."""
+
+KUBELET_INSTANCE_RESYNC_SECONDS = 30.0
+"""The simulated kubelet reads the instance list again after this long (seconds) even when no NodeClaim names
+an instance it has not seen: every instance leaving goes through :data:`TERMINATED`, so the list only has to
+be read for launches."""
 
 
 EMULATOR_SHORTCUTS = [
@@ -56,7 +62,9 @@ EMULATOR_SHORTCUTS = [
     "that lock; moto's threads could race",
     "moto EC2: an instance's tags are read by its id (moto filters every tag of the account per instance)",
     "simulated kubelet: reads our live instances from moto's memory (what list_instances' DescribeInstances "
-    "returns, without its XML), at most every KUBELET_INSTANCE_CACHE_SECONDS, less the instances terminated since",
+    "returns, without its XML), at most every KUBELET_INSTANCE_CACHE_SECONDS, and only when a launched "
+    "NodeClaim names an instance it has not read yet (or every KUBELET_INSTANCE_RESYNC_SECONDS), less the "
+    "instances terminated since",
     "moto server: the backend for a host name is looked up once per name, not through every URL pattern on "
     "every request under the dispatcher's lock",
     "moto SQS: a receive copies the in-flight FIFO message set before reading its groups (moto's server "
@@ -312,14 +320,32 @@ def _world_class() -> Any:
             from nodesmith.sim.kubelet import SimKubelet
             from nodesmith.sim.runner import Runner
 
-            cache: dict[str, Any] = {"at": 0.0, "items": []}
-            conn, lock = self.moto_conn, threading.Lock()
+            cache: dict[str, Any] = {"at": -math.inf, "items": [], "known": set()}
+            conn, lock, store = self.moto_conn, threading.Lock(), self.store
+
+            def launched_unseen() -> bool:
+                """A launched NodeClaim names an instance the list read last did not have running and tagged
+                with the NodeClaim's name (what the kubelet registers a Node for)."""
+                known = cache["known"]
+                for claim in store.objects("nodeclaims.karpenter.sh"):
+                    provider_id = (claim.get("status") or {}).get("providerID")
+                    if provider_id and (provider_id, claim["metadata"]["name"]) not in known:
+                        return True
+                return False
 
             def instances() -> list[Any]:
-                if time.monotonic() - cache["at"] > KUBELET_INSTANCE_CACHE_SECONDS["seconds"]:
+                age = time.monotonic() - cache["at"]
+                if age > KUBELET_INSTANCE_RESYNC_SECONDS or (
+                    age > KUBELET_INSTANCE_CACHE_SECONDS["seconds"] and launched_unseen()
+                ):
                     with lock:
                         conn.send("instances")
                         cache["items"] = [instance_from_ec2(item) for item in conn.recv()]
+                    cache["known"] = {
+                        (i.provider_id, i.tags.get("karpenter.sh/nodeclaim"))
+                        for i in cache["items"]
+                        if i.state == "running"
+                    }
                     cache["at"] = time.monotonic()
                 # A terminated instance's kubelet is gone: the cache must not let the sim re-register its Node
                 # (it did, between our DeleteNode and DeleteNodeClaim, and pods were scheduled onto it).
