@@ -53,6 +53,7 @@ __all__ = ["SimScheduler", "why_not"]
 LOG = logging.getLogger(__name__)
 
 _DEFAULT_SCHEDULER = "default-scheduler"
+_CORDONED = "node(s) were unschedulable"
 
 
 def _term_matches(term: NodeSelectorTerm, labels: Mapping[str, str]) -> bool:
@@ -76,7 +77,7 @@ def why_not(pod: Pod, node: Node, used: Mapping[str, int]) -> str | None:
     ``used`` is what pods already bound to the node request (cpu millicores, memory bytes, pods).
     """
     if node.unschedulable:
-        return "node(s) were unschedulable"
+        return _CORDONED
     for taint in node.taints:
         if taint.effect == "PreferNoSchedule":
             continue
@@ -229,7 +230,7 @@ class SimScheduler:
                 pending.append((pod, raw))
         pending.sort(key=lambda item: (-item[0].priority, item[0].creation_timestamp, item[0].key))
         starting = []
-        for key in sorted(view.starting):  # the store's order
+        for key in sorted(view.starting):  # in key order: the same writes in the same order every time
             raw, pod = view.pods[key]
             if pod is not None and pod.node_name in ready:
                 starting.append(raw)
@@ -251,10 +252,13 @@ class SimScheduler:
         for raw in starting:
             self._run(raw, now)
         bound = 0
+        # a cordoned Node fits no pod, for the same reason (why_not's first check): counted, not tried per pod
+        open_nodes = [n for n in nodes if not n.unschedulable]
+        cordoned = len(nodes) - len(open_nodes)
         for pod, raw in pending:
-            reasons: Counter[str] = Counter()
+            reasons: Counter[str] = Counter({_CORDONED: cordoned} if cordoned else {})
             target: Node | None = None
-            for node in nodes:
+            for node in open_nodes:
                 reason = why_not(pod, node, used.get(node.name, {}))
                 if reason is None:
                     target = node
@@ -270,7 +274,7 @@ class SimScheduler:
                 continue
             used[target.name] = add(used.get(target.name, {}), pod.requests)
             bound += 1
-            self._run(self.store.find("pods", pod.name, namespace=pod.namespace) or raw, now)
+            self._run(raw, now)
         return bound
 
     def _run(self, raw: Mapping[str, Any], now: float) -> None:
