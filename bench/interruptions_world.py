@@ -241,7 +241,7 @@ class _FreshBindStore:
     def bind(self, name: str, *, namespace: str, node_name: str) -> Any:
         from nodesmith.sim.kube import errors
 
-        node = self._store.find("nodes", node_name)
+        node = self._store.snapshot("nodes", node_name)
         spec = (node or {}).get("spec") or {}
         if (
             node is None

@@ -528,3 +528,16 @@ def test_lists_stay_in_order_across_creates_and_deletes_after_the_first_list() -
     store.delete("pods", "a", namespace="default")
     expected = sorted({*order, "b", "z"} - {"m", "a"})
     assert [p["metadata"]["name"] for p in store.list("pods", namespace="default").items] == expected
+
+
+def test_snapshot_is_the_stored_object_itself_and_none_when_absent() -> None:
+    store = Store()
+    store.create("pods", pod("web", node="n1"))
+    shared = store.snapshot("pods", "web", namespace="default")
+    assert shared is not None and shared is store.objects("pods")[0]  # no copy, unlike get
+    assert store.get("pods", "web", namespace="default") is not shared
+    assert store.snapshot("pods", "web", namespace="other") is None
+    assert store.snapshot("nodes", "n1") is None
+    store.mutate("pods", "web", lambda p: p["metadata"].setdefault("labels", {}).update(app="web"), namespace="default")
+    assert store.snapshot("pods", "web", namespace="default") is not shared  # a write replaces the snapshot
+    assert "app" not in shared["metadata"].get("labels", {})

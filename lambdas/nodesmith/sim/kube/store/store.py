@@ -150,6 +150,13 @@ class Store(StoreWrites, StoreDeletes):
         with self.condition:
             return [e.obj for e in self._objects[self.rt(resource).key].values()]
 
+    def snapshot(self, resource: str, name: str, *, namespace: str | None = None) -> dict[str, Any] | None:
+        """One object as its shared snapshot (like :meth:`objects`: no copy, callers must not mutate), or None."""
+        with self.condition:
+            rt = self.rt(resource)
+            entry = self._objects[rt.key].get(self._key(rt, namespace, name))
+            return None if entry is None else entry.obj
+
     # ------------------------------------------------------------------ apply
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create a manifest, or replace its spec/metadata if it exists (``kubectl apply``-like).
