@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, path
+from nodesmith.adapters.kube.parsed import ParsedObjects
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.api.nodepool import NodePool
@@ -85,6 +86,8 @@ class KubeCluster:
         self.clock = clock
         self._read_nodes: dict[str, tuple[float, dict[str, Any]]] = {}
         self._read_lock = threading.Lock()
+        self._pods: ParsedObjects[Pod] = ParsedObjects(pod_from_dict)
+        self._nodes: ParsedObjects[Node] = ParsedObjects(node_from_dict)
 
     # ----------------------------------------------------------------- snapshot reads
     def _list(self, url_path: str, *, what: str, **query: Any) -> list[dict[str, Any]]:
@@ -100,15 +103,22 @@ class KubeCluster:
             raise KubernetesError(f"{kind} {name}: cannot read: {exc}") from exc
 
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
-        """All pods, or those bound to ``node_name`` (field selector ``spec.nodeName``)."""
+        """All pods, or those bound to ``node_name`` (field selector ``spec.nodeName``).
+
+        A pod listed at a ``resourceVersion`` already parsed is not parsed again (:mod:`.parsed`)."""
         selector = f"spec.nodeName={node_name}" if node_name else None
         items = self._list(path("api", "v1", "pods"), what="list pods", fieldSelector=selector)
-        return [self._parse(pod_from_dict, i, "pod") for i in items]
+        pods = [self._parse(self._pods, i, "pod") for i in items]
+        if selector is None:
+            self._pods.keep_only(items)
+        return pods
 
     def list_nodes(self) -> list[Node]:
-        """All nodes."""
+        """All nodes (a node listed at a ``resourceVersion`` already parsed is not parsed again)."""
         items = self._list(path("api", "v1", "nodes"), what="list nodes")
-        return [self._parse(node_from_dict, i, "node") for i in items]
+        nodes = [self._parse(self._nodes, i, "node") for i in items]
+        self._nodes.keep_only(items)
+        return nodes
 
     def list_daemonsets(self) -> list[DaemonSet]:
         """All DaemonSets as template pods."""
@@ -243,7 +253,7 @@ class KubeCluster:
             if len(self._read_nodes) >= _READ_REUSE_MAX:
                 self._read_nodes.clear()
             self._read_nodes[name] = (time.monotonic(), doc)
-        node: Node = self._parse(node_from_dict, doc, "node")
+        node: Node = self._parse(self._nodes, doc, "node")
         return node
 
     def _node_for_write(self, name: str, *, first: bool) -> dict[str, Any] | None:
