@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from test_interrupt_service import fakes
 
-from nodesmith.services.drain import BACKOFF_INITIAL_SECONDS, DrainActivity, DrainResult, backoff_seconds, drain_node
+from nodesmith.services.drain import (
+    BACKOFF_INITIAL_SECONDS,
+    POLL_SECONDS,
+    DrainActivity,
+    DrainResult,
+    backoff_seconds,
+    drain_node,
+)
 
 if TYPE_CHECKING:
     from nodesmith.core.model import Pod
@@ -156,3 +163,16 @@ def test_a_refusal_sent_before_a_replica_went_leaves_the_next_turn_at_once() -> 
     turns.answered(GROUP, 10.45, let_go=False)  # a slower answer to an eviction sent before it
 
     assert turns.next_try(GROUP) == pytest.approx(10.5) and turns.take_turn(GROUP, 10.5)
+
+
+def test_a_drain_waiting_for_its_budget_lists_the_pods_at_most_every_poll_and_after_each_eviction() -> None:
+    clock, cluster = _world({"node-a": 6})
+
+    result = _drain(cluster, clock, "node-a", budget=60.0, activity=None)
+
+    lists = [at for call, _, at in cluster.timeline if call == "list_pods"]
+    refusals = sum(1 for _, _, answer in cluster.answers if answer == "blocked")
+    assert result.complete and refusals >= 10  # retries every 100 ms to 800 ms between the six evictions
+    # one list after each eviction (and the first), else one per second of waiting: not one per retry
+    assert len(lists) <= 1 + 6 + (lists[-1] - lists[0]) / POLL_SECONDS
+    assert len(lists) < 1 + 6 + refusals / 2
