@@ -90,7 +90,8 @@ class Interruption(Construct):
         wait. Each invocation keeps up to 16 Kubernetes requests in flight (cordons, then drains), so 25
         invocations stay within the ~400 requests a kube-apiserver serves at once before API Priority and
         Fairness queues or rejects them; on the interruption bench (1,000 nodes, 2 cores) 25 cut the
-        invocations ended at the function timeout from 109-225 to 9-13 and cordoned every node in 9.3-9.7 s.
+        invocations ended at the function timeout from 109-225 to 9-13 when it was chosen (the README has
+        the bench's current figures).
 
     The function may send to its own queue (continuations of unfinished drains, with a delay).
 
