@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 import yaml
@@ -15,17 +15,8 @@ from nodesmith.core.model import Taint
 from nodesmith.core.ports import ObjectRef
 from nodesmith.sim.kube import KubeEmulator, Store
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
 DISRUPTED = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
 MANIFESTS = Path(__file__).resolve().parents[3] / "lambdas" / "nodesmith" / "sim" / "manifests"
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
 
 
 @pytest.fixture

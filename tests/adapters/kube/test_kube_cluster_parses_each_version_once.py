@@ -7,24 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from nodesmith.adapters.kube import KubeCluster, build_api_client
 from nodesmith.adapters.kube.parsed import ParsedObjects
 from nodesmith.core.model import Taint
-from nodesmith.sim.kube import KubeEmulator, Store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
 
-
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def cluster(kube: KubeEmulator) -> KubeCluster:
-    return KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
+    from nodesmith.adapters.kube import KubeCluster
+    from nodesmith.sim.kube import KubeEmulator, Store
 
 
 def _pod(store: Store, name: str, *, node: str = "n1", cpu: str = "250m") -> None:

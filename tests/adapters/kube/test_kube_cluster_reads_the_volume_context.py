@@ -10,18 +10,11 @@ import pytest
 from nodesmith.adapters.kube import KubeCluster, build_api_client
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import NodeSelectorRequirement, Pod
-from nodesmith.sim.kube import KubeEmulator
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from nodesmith.sim.kube import KubeEmulator
 
 ZONE = "topology.kubernetes.io/zone"
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
 
 
 @pytest.fixture

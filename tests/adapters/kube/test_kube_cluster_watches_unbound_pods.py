@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from nodesmith.adapters.kube import KubeCluster, build_api_client
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Taint
 from nodesmith.sim.kube import KubeEmulator, Store
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from nodesmith.adapters.kube import KubeCluster
 
 DISRUPTED = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
 
@@ -25,11 +26,6 @@ DISRUPTED = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
 def kube() -> Iterator[KubeEmulator]:
     with KubeEmulator(store=Store(history=50)) as emulator:
         yield emulator
-
-
-@pytest.fixture
-def cluster(kube: KubeEmulator) -> KubeCluster:
-    return KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
 
 
 def add_pod(store: Store, name: str, *, node: str | None = None) -> None:
