@@ -19,10 +19,11 @@ store (names come from the store's seeded generator).
 Like the real controllers, which act on what their informers report changed and resync everything
 only now and then, a step after the first reconciles only the objects whose changes it has seen
 since the previous step (a Deployment, ReplicaSet or pod of theirs changed; a Node or owner gone),
-and every object once every :data:`RESYNC_SECONDS`. Reconciling every ReplicaSet and Deployment on
-every step was the largest share (40%) of the emulator process's CPU samples in a 1,000-node
-benchmark (4,000 pods, 200 Deployments), CPU the bench's invocations and moto share and a real
-control plane does not take from them.
+and every object once every :data:`~nodesmith.sim.changes.RESYNC_SECONDS`
+(:class:`~nodesmith.sim.changes.ChangeFeed`). Reconciling every ReplicaSet and Deployment on every
+step was the largest share (40%) of the emulator process's CPU samples in a 1,000-node benchmark
+(4,000 pods, 200 Deployments), CPU the bench's invocations and moto share and a real control plane
+does not take from them.
 """
 
 from __future__ import annotations
@@ -30,18 +31,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.sim.changes import RESYNC_SECONDS, ChangeFeed
 from nodesmith.sim.kube.errors import ApiError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from nodesmith.sim.kube.store import Store, Subscription, WatchEvent
+    from nodesmith.sim.kube.store import Store, WatchEvent
 
-__all__ = ["RESYNC_SECONDS", "SimControllers", "template_hash"]
+__all__ = ["SimControllers", "template_hash"]
 
 LOG = logging.getLogger(__name__)
 
@@ -49,8 +50,6 @@ _DEPLOYMENTS = "deployments.apps"
 _REPLICASETS = "replicasets.apps"
 _HASH_LABEL = "pod-template-hash"
 _HASH_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-RESYNC_SECONDS = 10.0
-"""Every object is reconciled at least this often (seconds), changed or not (an informer's resync)."""
 
 OwnerKey = tuple[str, str]
 """(namespace, uid) of a Deployment or ReplicaSet."""
@@ -151,18 +150,17 @@ class _Changes:
 class SimControllers:
     """Deployment, ReplicaSet, pod-GC and owner-GC loops over the emulator store.
 
-    ``resync_seconds`` (default :data:`RESYNC_SECONDS`; 0: always) is how often every object is reconciled
-    whether or not it changed; in between, a step reconciles what changed since the step before.
+    ``resync_seconds`` (default :data:`~nodesmith.sim.changes.RESYNC_SECONDS`; 0: always) is how often every
+    object is reconciled whether or not it changed; in between, a step reconciles what changed since the step
+    before.
     """
 
     watch = ("pods", "nodes", _DEPLOYMENTS, _REPLICASETS)
 
     def __init__(self, *, store: Store, resync_seconds: float = RESYNC_SECONDS) -> None:
         self.store = store
-        self.resync_seconds = resync_seconds
         self._owned: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {}
-        self._events: Subscription | None = None
-        self._synced_at = -math.inf
+        self._changes = ChangeFeed(store, self.watch, resync_seconds=resync_seconds)
         self._touched: set[tuple[str, str]] = set()  # ReplicaSets created or scaled during this step
         self._hashes: dict[tuple[str, int], str] = {}  # template hash by Deployment (uid, generation)
 
@@ -173,15 +171,8 @@ class SimControllers:
         Pods and ReplicaSets are indexed by (namespace, controller uid) once per step (after garbage
         collection), as the real controllers' informers index them, instead of a scan per owner.
         """
-        events = None if self._events is None else self._events.drain()
-        if self._events is None:
-            self._events = self.store.subscribe(resources=list(self.watch))
-        changes = None
-        if events is not None and 0 <= now - self._synced_at < self.resync_seconds:
-            changes = _Changes.of(events)
-        else:
-            self._synced_at = now
-        self._reconcile(changes)
+        events = self._changes.since_last(now)
+        self._reconcile(None if events is None else _Changes.of(events))
 
     def _reconcile(self, changes: _Changes | None) -> None:
         """One pass over everything (``changes`` None) or over what ``changes`` touched."""

@@ -18,7 +18,7 @@ preemption; the unschedulable message mirrors kube-scheduler's ``0/N nodes are a
 Like kube-scheduler, whose informers keep its cache of pods and nodes current from watch events, a step
 after the first updates its view of the pods from the store's events since the previous step (pods waiting
 to be bound, pods bound but not started, what each Node's pods request) instead of reading every pod, and
-reads everything again once every :data:`~nodesmith.sim.controllers.RESYNC_SECONDS`. Reading and summing
+reads everything again once every :data:`~nodesmith.sim.changes.RESYNC_SECONDS`. Reading and summing
 all 4,000 pods of a 1,000-node benchmark every half second was the largest share (29%) of the emulator
 process's CPU samples, CPU the bench's invocations and moto share and a real control plane does not take
 from them.
@@ -27,7 +27,6 @@ from them.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.core.objects import ObjectParseError, node_from_dict, pod_from_dict
 from nodesmith.core.requirements import Requirement
 from nodesmith.core.resources import add
-from nodesmith.sim.controllers import RESYNC_SECONDS
+from nodesmith.sim.changes import RESYNC_SECONDS, ChangeFeed
 from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.timefmt import rfc3339
 from nodesmith.sim.parsed import ParseCache
@@ -46,7 +45,7 @@ if TYPE_CHECKING:
     from nodesmith.core.model import Node, NodeSelectorTerm, Pod
     from nodesmith.core.resources import Resources
     from nodesmith.sim.kube.events import WatchEvent
-    from nodesmith.sim.kube.store import Store, Subscription
+    from nodesmith.sim.kube.store import Store
 
 __all__ = ["SimScheduler", "why_not"]
 
@@ -168,7 +167,7 @@ def _default_scheduler(raw: Mapping[str, Any]) -> bool:
 class SimScheduler:
     """Binds pending pods (``schedulerName`` default) to fitting Ready Nodes; see the module docstring.
 
-    ``resync_seconds`` (default :data:`~nodesmith.sim.controllers.RESYNC_SECONDS`; 0: always) is how often a
+    ``resync_seconds`` (default :data:`~nodesmith.sim.changes.RESYNC_SECONDS`; 0: always) is how often a
     step reads every pod again instead of applying the changes since the step before.
     """
 
@@ -176,10 +175,8 @@ class SimScheduler:
 
     def __init__(self, *, store: Store, resync_seconds: float = RESYNC_SECONDS) -> None:
         self.store = store
-        self.resync_seconds = resync_seconds
         self._nodes: ParseCache[Node] = ParseCache(node_from_dict)
-        self._events: Subscription | None = None
-        self._synced_at = -math.inf
+        self._changes = ChangeFeed(store, self.watch, resync_seconds=resync_seconds)
         self._view = _PodView()
 
     def _ready_nodes(self) -> list[Node]:
@@ -238,14 +235,11 @@ class SimScheduler:
 
     def step(self, now: float) -> int:
         """Schedule what can be scheduled as of ``now`` (epoch seconds); returns how many pods were bound."""
-        events = None if self._events is None else self._events.drain()
-        if self._events is None:
-            self._events = self.store.subscribe(resources=list(self.watch))
-        if events is not None and 0 <= now - self._synced_at < self.resync_seconds:
-            self._apply(events)
-        else:
-            self._synced_at = now
+        events = self._changes.since_last(now)
+        if events is None:
             self._resync()
+        else:
+            self._apply(events)
         nodes = self._ready_nodes()
         used, pending, starting = self._pods({n.name for n in nodes})
         self._nodes.sweep()
