@@ -314,6 +314,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "batch_size": args.batch_size,
                 "cordoned_seconds": None if cordoned is None else round(cordoned, 2),
                 "nodes_cordoned": len(monitor.cordoned),
+                "cordons_seconds": _spread(list(monitor.cordoned.values())),
                 "replacements_launched_seconds": round(max(monitor.launched.values()), 2) if monitor.launched else None,
                 "replacement_nodeclaims": len(monitor.launched),
                 # each replacement NodeClaim's launch: the woken pass's, then any for pods left unschedulable

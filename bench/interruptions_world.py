@@ -79,6 +79,8 @@ EMULATOR_SHORTCUTS = [
     "moto server: an action's handler is found in a method-name list made once per class, not by "
     "inspect.getmembers per request",
     "moto SQS: the clock behind a queue's per-message checks is time.time(), not a datetime difference",
+    "moto response serializer: the attribute names to try per (object class, member shape) and the response "
+    "transformer per key path are worked out once, not for every attribute of every object of every response",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
     "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
     f"simulated scheduler, kubelet and controllers step at most every {SIM_MIN_STEP_SECONDS:g} s",
