@@ -288,6 +288,23 @@ def test_a_held_lease_is_still_asked_for_a_pass_rather_than_waking_another() -> 
     assert result.requested and not result.woke and woken == []
 
 
+def test_with_a_reconcile_function_a_held_lease_costs_one_read_and_at_most_one_request() -> None:
+    """Every batch of a burst after the first finds the lease held: it reads it once, and asks the holder
+    with one write when the holder began too early, without trying to take the lease first."""
+    for since, expected in ((-3.0, ["lease_info", "request_pass"]), (CLOCK_SKEW_SECONDS + 0.5, ["lease_info"])):
+        clock, state = fakes.FakeClock(), memory.MemoryStateStore()
+        held(clock, state, since=since)
+        calls: list[str] = []
+        for name in ("lease_info", "request_pass", "acquire_lease", "release_lease"):
+            method = getattr(state, name)
+            setattr(state, name, lambda *a, _m=method, _n=name, _c=calls, **k: _c.append(_n) or _m(*a, **k))
+
+        result = launcher(clock, state, [], wake=lambda after: None)()
+
+        assert not result.ran and not result.woke and calls == expected
+        assert result.requested == (since < 0)
+
+
 def test_a_wake_that_fails_runs_the_pass_here() -> None:
     clock, state = fakes.FakeClock(), memory.MemoryStateStore()
     provisions: list[float] = []

@@ -83,3 +83,21 @@ def _race(store: DynamoStateStore, start: float) -> dict[str, bool]:
     for t in threads:
         t.join()
     return results
+
+
+def test_a_refused_request_is_answered_from_the_item_the_failed_write_returns(store: DynamoStateStore) -> None:
+    """In a burst most requests find as late a pass already asked for: the failed conditional write's
+    own answer (the item as it was) says so, without a second read of the lease."""
+    calls: list[str] = []
+    store.client.meta.events.register("before-call.dynamodb.*", lambda model, **_: calls.append(model.name))
+    assert store.acquire_lease(name="reconcile", holder="a", ttl_seconds=10, now=NOW)
+    assert store.request_pass(name="reconcile", after=NOW + 5, now=NOW + 1)
+    calls.clear()
+
+    assert store.request_pass(name="reconcile", after=NOW + 4, now=NOW + 2)  # as late a pass is owed
+    assert not store.request_pass(name="reconcile", after=NOW + 30, now=NOW + 30)  # expired at NOW + 10
+    assert calls == ["UpdateItem", "UpdateItem"]
+    assert store.release_lease(name="reconcile", holder="a")
+    calls.clear()
+    assert not store.request_pass(name="reconcile", after=NOW + 6, now=NOW + 6)  # no lease item at all
+    assert calls == ["UpdateItem"]

@@ -24,7 +24,15 @@ if TYPE_CHECKING:
 
     from nodesmith.core.ports import LeaseInfo, StateStore
 
-__all__ = ["DEFAULT_LEASE_TTL_SECONDS", "LEASE_MARGIN_SECONDS", "RECONCILE_LEASE", "Leased", "lease_ttl", "with_lease"]
+__all__ = [
+    "DEFAULT_LEASE_TTL_SECONDS",
+    "LEASE_MARGIN_SECONDS",
+    "RECONCILE_LEASE",
+    "Leased",
+    "defer_to_holder",
+    "lease_ttl",
+    "with_lease",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -197,21 +205,46 @@ def _acquire(
     give_up = clock() + max(0.0, wait_seconds)
     while not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
         info = state.lease_info(name=name, now=wall())
-        if info is not None and covered is not None and covered(info):
-            LOG.info("lease %s held by %s, whose run covers %s's work", name, info.holder, holder)
-            return Leased(acquired=False, held_by=info.holder, covered=True)
-        if (
-            info is not None
-            and request_after is not None
-            and state.request_pass(name=name, after=request_after, now=wall())
-        ):
-            LOG.info("lease %s held by %s; %s asked it for another pass", name, info.holder, holder)
-            return Leased(acquired=False, held_by=info.holder, requested=True)
+        deferred = defer_to_holder(
+            state=state, name=name, holder=holder, info=info, covered=covered, request_after=request_after, now=wall
+        )
+        if deferred is not None:
+            return deferred
         if clock() >= give_up:
             held_by = info.holder if info is not None else None
             LOG.info("lease %s held by %s; %s skips", name, held_by, holder)
             return Leased(acquired=False, held_by=held_by)
         sleep(max(0.0, min(poll_seconds, give_up - clock())))
+    return None
+
+
+def defer_to_holder(
+    *,
+    state: StateStore,
+    name: str,
+    holder: str,
+    info: LeaseInfo | None,
+    covered: Callable[[LeaseInfo], bool] | None,
+    request_after: float | None,
+    now: Callable[[], float] = time.time,
+) -> Leased[Any] | None:
+    """Leave ``holder``'s work to the current holder of lease ``name`` (``info``, as just read), or None.
+
+    :func:`with_lease`'s steps for a lease it did not get, for a caller that has read the lease itself:
+    ``covered`` when ``covered(info)`` says the holder's run does the work (no store call); ``requested``
+    when a pass starting after ``request_after`` (epoch seconds) was recorded on the held lease (one
+    :meth:`~nodesmith.core.ports.StateStore.request_pass`). None when the lease is free (``info`` is None,
+    or it was freed before the request landed) or neither applies: take it or wait. ``now`` gives epoch
+    seconds. Errors of the store propagate.
+    """
+    if info is None:
+        return None
+    if covered is not None and covered(info):
+        LOG.info("lease %s held by %s, whose run covers %s's work", name, info.holder, holder)
+        return Leased(acquired=False, held_by=info.holder, covered=True)
+    if request_after is not None and state.request_pass(name=name, after=request_after, now=now()):
+        LOG.info("lease %s held by %s; %s asked it for another pass", name, info.holder, holder)
+        return Leased(acquired=False, held_by=info.holder, requested=True)
     return None
 
 

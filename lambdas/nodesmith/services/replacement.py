@@ -15,12 +15,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodesmith.services.leases import RECONCILE_LEASE, with_lease
+from nodesmith.services.leases import RECONCILE_LEASE, defer_to_holder, with_lease
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import CloudProvider, Cluster, StateStore
+    from nodesmith.core.ports import CloudProvider, Cluster, LeaseInfo, StateStore
     from nodesmith.services.reconcile import ReconcileOutcome
 
 __all__ = ["CLOCK_SKEW_SECONDS", "WOKEN", "Replacement", "replacement_launcher"]
@@ -92,7 +92,8 @@ def replacement_launcher(
     value: the invocation's own deadline less a margin) as long as another pass as long as the last still ends
     by then; a request still pending then is left to the next holder (the next interruption batch or the
     scheduled reconcile). With ``wake`` (the reconcile function's asynchronous invoke, given the cordon time
-    in epoch seconds), a free lease is not taken: the reconcile function is woken for the pass instead, so a
+    in epoch seconds), the lease is read once: held, it is left to the holder as above (one more write at most,
+    no attempt to take it); free, it is not taken: the reconcile function is woken for the pass instead, so a
     pass longer than this invocation's timeout still ends (killed at the timeout, it would launch nothing, and
     so would the next batch's); if the wake fails, this pass runs here. ``wait_seconds`` also bounds the wait
     for a lease that frees between the two checks. Without a ``state`` store there is no lease (single
@@ -108,6 +109,9 @@ def replacement_launcher(
             ready_at = wall()
         outs: list[ReconcileOutcome] = []
 
+        def covered(info: LeaseInfo) -> bool:  # the holder took the lease late enough to see these nodes leaving
+            return info.acquired_at >= ready_at + CLOCK_SKEW_SECONDS
+
         def work() -> ReconcileOutcome:
             if provision is not None:
                 out = provision(cluster=cluster, cloud=cloud, cluster_name=cluster_name, now=wall())
@@ -122,13 +126,29 @@ def replacement_launcher(
             work()
             reruns = 0
         else:
-            if wake is not None and state.lease_info(name=RECONCILE_LEASE, now=wall()) is None:
-                try:
-                    wake(ready_at)
-                except Exception as exc:  # no wake queued: run the pass here, as without one
-                    LOG.warning("waking the reconcile function failed, running the pass here: %s", exc)
-                else:
-                    return Replacement(ran=False, skipped=WOKEN, requested=True, woke=True, seconds=clock() - started)
+            if wake is not None:
+                info = state.lease_info(name=RECONCILE_LEASE, now=wall())
+                # held (every batch of a burst after the first): left to the holder in one more call at most
+                deferred = defer_to_holder(
+                    state=state,
+                    name=RECONCILE_LEASE,
+                    holder=holder,
+                    info=info,
+                    covered=covered,
+                    request_after=ready_at + CLOCK_SKEW_SECONDS,
+                    now=wall,
+                )
+                if deferred is not None:
+                    skipped, requested = deferred.skipped_reason, deferred.requested
+                    return Replacement(ran=False, skipped=skipped, requested=requested, seconds=clock() - started)
+                if info is None:
+                    try:
+                        wake(ready_at)
+                    except Exception as exc:  # no wake queued: run the pass here, as without one
+                        LOG.warning("waking the reconcile function failed, running the pass here: %s", exc)
+                    else:
+                        seconds = clock() - started
+                        return Replacement(ran=False, skipped=WOKEN, requested=True, woke=True, seconds=seconds)
             leased = with_lease(
                 state=state,
                 name=RECONCILE_LEASE,
@@ -139,7 +159,7 @@ def replacement_launcher(
                 wall=wall,
                 clock=clock,
                 sleep=sleep,
-                covered=lambda info: info.acquired_at >= ready_at + CLOCK_SKEW_SECONDS,
+                covered=covered,
                 request_after=ready_at + CLOCK_SKEW_SECONDS,
                 again=work,
                 again_within_seconds=wait_seconds,

@@ -157,7 +157,13 @@ class DynamoStateStore:
         return True
 
     def request_pass(self, *, name: str, after: float, now: float) -> bool:
-        """Record on the held lease ``name`` that a pass starting after ``after`` is owed; False when it is free."""
+        """Record on the held lease ``name`` that a pass starting after ``after`` is owed; False when it is free.
+
+        One conditional UpdateItem. When its condition fails, the item as it was comes back with the error
+        (``ReturnValuesOnConditionCheckFailure=ALL_OLD``; none when there is no lease item) and says which: the
+        lease is free, or as late a pass was already asked for (in a burst, most batches' requests), without
+        reading the lease again.
+        """
         try:
             self.client.update_item(
                 TableName=self.table_name,
@@ -168,12 +174,16 @@ class DynamoStateStore:
                     "AND (attribute_not_exists(requested_at) OR requested_at < :after)"
                 ),
                 ExpressionAttributeValues={":after": _n(after), ":now": _n(now)},
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except Exception as exc:
             if _code(exc) != _CONDITION_FAILED:
                 raise
-            info = self.lease_info(name=name, now=now)  # free, or already asked for as late a pass
-            return info is not None and info.requested_at is not None and info.requested_at >= after
+            old = getattr(exc, "response", {}).get("Item")
+            if not old:  # no lease item: free
+                return False
+            held = _num(old, "expires_at") >= now and bool(_str(old, "holder"))
+            return held and _num(old, "requested_at", default=-math.inf) >= after
         return True
 
     def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
