@@ -212,8 +212,8 @@ def _patch_serializer() -> None:
     the candidate attribute names (its alias providers read only the object's class, its ``Meta`` and the
     member's shape and parent shape) and the response transformer of the member's key path. The values
     are still read from each object, in the same order, so the answers are the same. A DescribeInstances
-    of 10 instances spent two thirds of its 45 ms of CPU there (most of the moto process's samples while
-    1,000 nodes are cordoned)."""
+    of 10 instances (client and server) cost 33-42 ms of CPU with the other shortcuts and 24 ms with this
+    one; serializing it was the moto process's largest cost while 1,000 nodes are cordoned."""
     from moto.core.constants import MISSING
     from moto.core.serialize import AttributePicker, AttributePickerContext
     from moto.core.utils import get_value
