@@ -168,8 +168,9 @@ class SimControllers:
         """Reconcile Deployments and ReplicaSets and collect garbage as of ``now`` (epoch seconds): every
         object on the first step and every ``resync_seconds``, else those changed since the last step.
 
-        Pods and ReplicaSets are indexed by (namespace, controller uid) once per step (after garbage
-        collection), as the real controllers' informers index them, instead of a scan per owner.
+        ReplicaSets are indexed by (namespace, controller uid) once per step (after garbage collection), and
+        pods read from the store's owner and node indexes, as the real controllers' informers index them,
+        instead of a scan of every pod per owner or per step.
         """
         events = self._changes.since_last(now)
         self._reconcile(None if events is None else _Changes.of(events))
@@ -224,8 +225,12 @@ class SimControllers:
                 self._scale(rs, 0)
 
     def _owned_by(self, resource: str, owner: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The ``resource`` objects whose controller is ``owner``, from this step's index (built on first use;
-        a ReplicaSet created during the step is picked up at the next step, as after an informer resync)."""
+        """The ``resource`` objects whose controller is ``owner``: pods from the store's owner index, others from
+        this step's index (built on first use; a ReplicaSet created during the step is picked up at the next
+        step, as after an informer resync)."""
+        meta = owner["metadata"]
+        if resource == "pods":
+            return self.store.pods_controlled_by(meta.get("namespace") or "default", meta.get("uid") or "")
         index = self._owned.get(resource)
         if index is None:
             index = {}
@@ -233,7 +238,6 @@ class SimControllers:
                 key = (obj["metadata"].get("namespace") or "default", (_controller(obj) or {}).get("uid") or "")
                 index.setdefault(key, []).append(obj)
             self._owned[resource] = index
-        meta = owner["metadata"]
         return index.get((meta.get("namespace") or "default", meta.get("uid") or ""), [])
 
     def _owned_replicasets(self, deployment: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -348,16 +352,15 @@ class SimControllers:
         nodes = {n["metadata"]["name"] for n in self.store.objects("nodes")}
         rs_uids = {rs["metadata"].get("uid") for rs in self.store.objects(_REPLICASETS)}
         deploy_uids = {d["metadata"].get("uid") for d in self.store.objects(_DEPLOYMENTS)}
-        pods = self.store.objects("pods")
-        if changes is not None and not changes.replicasets_gone:
-            gone, changed = changes.nodes_gone, changes.pods
-            names = {name for _, name in changed}  # a name first: a key per pod was most of this scan
-            pods = [
-                p
-                for p in pods
-                if (p.get("spec") or {}).get("nodeName") in gone
-                or (p["metadata"]["name"] in names and _key(p) in changed)
-            ]
+        if changes is None or changes.replicasets_gone:
+            pods = self.store.objects("pods")
+        else:  # from the store's indexes, not a scan of every pod per step
+            found = {_key(p): p for node in sorted(changes.nodes_gone) for p in self.store.pods_on(node)}
+            for namespace, name in sorted(changes.pods):
+                pod = self.store.snapshot("pods", name, namespace=namespace or None)
+                if pod is not None:
+                    found[_key(pod)] = pod
+            pods = list(found.values())
         for pod in pods:
             meta = pod["metadata"]
             node = (pod.get("spec") or {}).get("nodeName")

@@ -59,6 +59,7 @@ class Store(StoreWrites, StoreDeletes):
         self._order: dict[str, list[tuple[str, str]]] = {}
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}
         self._pods_by_label: dict[tuple[str, str, str], set[tuple[str, str]]] = {}
+        self._pods_by_owner: dict[tuple[str, str], set[tuple[str, str]]] = {}
         self._pods_terminating: dict[tuple[str, str], str] = {}
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"metadata": {"name": ns}, "status": {"phase": "Active"}})
@@ -156,6 +157,19 @@ class Store(StoreWrites, StoreDeletes):
             rt = self.rt(resource)
             entry = self._objects[rt.key].get(self._key(rt, namespace, name))
             return None if entry is None else entry.obj
+
+    def pods_on(self, node_name: str) -> builtins.list[dict[str, Any]]:
+        """The pods bound to ``node_name`` as shared snapshots (like :meth:`objects`), from the node index."""
+        with self.condition:
+            pods = self._objects["pods"]
+            return [pods[key].obj for key in sorted(self._pods_by_node.get(node_name, ())) if key in pods]
+
+    def pods_controlled_by(self, namespace: str, uid: str) -> builtins.list[dict[str, Any]]:
+        """The pods of ``namespace`` whose controller ownerReference has ``uid``, as shared snapshots (like
+        :meth:`objects`), from the owner index."""
+        with self.condition:
+            pods = self._objects["pods"]
+            return [pods[key].obj for key in sorted(self._pods_by_owner.get((namespace, uid), ())) if key in pods]
 
     # ------------------------------------------------------------------ apply
     def apply(self, obj: dict[str, Any]) -> dict[str, Any]:
