@@ -78,6 +78,20 @@ def _bool(item: Mapping[str, Any], name: str) -> bool:
     return bool(value.get("BOOL")) if value else False
 
 
+def _lease(item: Mapping[str, Any] | None, now: float) -> LeaseInfo | None:
+    """The lease a state-table item holds at ``now`` (epoch seconds), or None when there is no item, no holder,
+    or it has expired."""
+    if not item or _num(item, "expires_at") < now or not _str(item, "holder"):
+        return None
+    requested = item.get("requested_at")
+    return LeaseInfo(
+        holder=_str(item, "holder"),
+        acquired_at=_num(item, "acquired_at"),
+        expires_at=_num(item, "expires_at"),
+        requested_at=float(requested["N"]) if requested and "N" in requested else None,
+    )
+
+
 def _code(exc: Exception) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
@@ -179,11 +193,8 @@ class DynamoStateStore:
         except Exception as exc:
             if _code(exc) != _CONDITION_FAILED:
                 raise
-            old = getattr(exc, "response", {}).get("Item")
-            if not old:  # no lease item: free
-                return False
-            held = _num(old, "expires_at") >= now and bool(_str(old, "holder"))
-            return held and _num(old, "requested_at", default=-math.inf) >= after
+            info = _lease(getattr(exc, "response", {}).get("Item"), now)  # free, or already asked for as late a pass
+            return info is not None and info.requested_at is not None and info.requested_at >= after
         return True
 
     def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
@@ -212,15 +223,7 @@ class DynamoStateStore:
         item = self.client.get_item(TableName=self.table_name, Key=self._lease_key(name), ConsistentRead=True).get(
             "Item"
         )
-        if not item or _num(item, "expires_at") < now or not _str(item, "holder"):
-            return None
-        requested = item.get("requested_at")
-        return LeaseInfo(
-            holder=_str(item, "holder"),
-            acquired_at=_num(item, "acquired_at"),
-            expires_at=_num(item, "expires_at"),
-            requested_at=float(requested["N"]) if requested and "N" in requested else None,
-        )
+        return _lease(item, now)
 
     # -- drain progress ---------------------------------------------------------------------------
 
