@@ -225,12 +225,10 @@ class SimControllers:
                 self._scale(rs, 0)
 
     def _owned_by(self, resource: str, owner: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """The ``resource`` objects whose controller is ``owner``: pods from the store's owner index, others from
-        this step's index (built on first use; a ReplicaSet created during the step is picked up at the next
-        step, as after an informer resync)."""
+        """The ``resource`` objects whose controller is ``owner``, from this step's index (built on first use;
+        a ReplicaSet created during the step is picked up at the next step, as after an informer resync). Pods
+        come from the store's own owner index instead (:meth:`~nodesmith.sim.kube.Store.pods_controlled_by`)."""
         meta = owner["metadata"]
-        if resource == "pods":
-            return self.store.pods_controlled_by(meta.get("namespace") or "default", meta.get("uid") or "")
         index = self._owned.get(resource)
         if index is None:
             index = {}
@@ -296,7 +294,8 @@ class SimControllers:
     def _replicaset(self, rs: Mapping[str, Any]) -> None:
         meta = rs["metadata"]
         ns = meta.get("namespace") or "default"
-        active = [p for p in self._owned_by("pods", rs) if _active(p)]
+        pods = self.store.pods_controlled_by(ns, meta.get("uid") or "")
+        active = [p for p in pods if _active(p)]
         diff = _replicas(rs) - len(active)
         created = 0
         if diff > 0:
