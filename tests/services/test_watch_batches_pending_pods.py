@@ -100,21 +100,54 @@ def test_a_pod_that_arrived_during_a_long_pass_is_batched_from_its_arrival_not_t
     assert passes == [0.0, 3.0]  # its idle second had passed when the pass ended: no extra wait
 
 
-def test_a_pass_asked_for_by_an_interruption_batch_runs_at_once_without_pending_pods() -> None:
+def test_a_pass_asked_for_by_an_interruption_batch_runs_one_idle_second_later_without_pending_pods() -> None:
     ft = FakeTime({})
     asked_at = 3.0  # an interruption batch cordoned nodes at 3.0 and asked the watcher for a pass
     seen: list[float] = []
 
-    def requested(since: float) -> bool:
+    def requested(since: float) -> float | None:
         seen.append(since)
-        return ft.t >= asked_at and since < asked_at
+        return asked_at if ft.t >= asked_at and since < asked_at else None
 
-    watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
-          resync_seconds=99, requested=requested)  # fmt: skip
+    out = watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
+                resync_seconds=99, requested=requested)  # fmt: skip
 
     assert ft.passes[0] == 0.0 and len(ft.passes) == 2  # the start, then one for the request (not repeated)
-    assert 3.0 <= ft.passes[1] <= 3.2
+    assert 4.0 <= ft.passes[1] <= 4.2  # the batch the request opened closed after its idle second
+    assert out.batches == []  # no pods in it
     assert max(seen) == ft.passes[1]  # later checks ask about requests after the pass that served it
+
+
+def test_a_burst_of_requests_gets_one_pass_when_its_batch_reaches_the_maximum_not_one_per_request() -> None:
+    """A thousand interruptions are cordoned over about ten seconds, each batch of them asking for a pass:
+    like Karpenter's batcher, the requests extend one batch, which closes at its 10 s maximum."""
+    ft = FakeTime({})
+    requests = [1.0 + 0.25 * i for i in range(60)]  # one every 0.25 s from 1.0 to 15.75
+
+    def requested(since: float) -> float | None:
+        latest = max((t for t in requests if t <= ft.t), default=None)
+        return latest if latest is not None and latest > since else None
+
+    watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=25.0, clock=ft.clock, sleep=ft.sleep,
+          resync_seconds=99, requested=requested)  # fmt: skip
+
+    assert ft.passes[0] == 0.0
+    assert 11.0 <= ft.passes[1] <= 11.2  # opened by the request at 1.0, closed at the 10 s maximum
+    assert 16.75 <= ft.passes[2] <= 16.95  # the rest: one idle second after the last request, at 15.75
+    assert len(ft.passes) == 3
+
+
+def test_pods_and_requests_share_one_batch() -> None:
+    ft = FakeTime({2.0: {"a"}})
+
+    def requested(since: float) -> float | None:
+        return 2.5 if ft.t >= 2.5 and since < 2.5 else None
+
+    out = watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
+                resync_seconds=99, requested=requested)  # fmt: skip
+
+    assert out.batches == [1] and len(ft.passes) == 2
+    assert 3.5 <= ft.passes[1] <= 3.7  # one idle second after the later of the two triggers
 
 
 def test_without_the_catch_up_pass_the_pods_already_pending_open_the_first_batch() -> None:

@@ -100,7 +100,7 @@ def watch(
     max_seconds: float = BATCH_MAX_SECONDS,
     resync_seconds: float = RESYNC_SECONDS,
     arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None,
-    requested: Callable[[float], bool] | None = None,
+    requested: Callable[[float], float | None] | None = None,
     catch_up: bool = True,
 ) -> WatchOutcome:
     """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
@@ -117,12 +117,17 @@ def watch(
     last ``clock`` time at which the given pods became pending: a pod that arrived while a pass ran
     then opens its batch at that moment, not when the pass ended, so the batch's idle and maximum
     windows are real time as in Karpenter (whose provisioner does not wait for disruption).
-    ``requested(since)`` (optional, checked every loop) is True when someone asked the lease holder
-    for a pass starting after ``since`` (the ``clock`` time the last pass started; an interruption
-    batch whose cordons the pass did not see, :meth:`~nodesmith.core.ports.StateStore.request_pass`):
-    a provisioning pass then runs at once. ``catch_up`` False skips the first pass (the caller has
-    just run one) and lets the pods pending at the start open the first batch (they may have turned
-    unschedulable after that pass began). Exceptions of ``run_pass`` propagate.
+    ``requested(since)`` (optional, checked every loop) gives the ``clock`` time of the latest request
+    for a pass starting after ``since`` (the ``clock`` time the last pass started), or None: an
+    interruption batch whose cordons the pass did not see asked the lease holder
+    (:meth:`~nodesmith.core.ports.StateStore.request_pass`). A request is a trigger of the same batch as
+    pending pods, as in Karpenter, whose provisioner is triggered by the disrupted nodes' pods and
+    batches those triggers too: one request gets a provisioning pass one idle second later, and a burst
+    of them (a thousand interruptions cordoned over ten seconds, each batch asking) gets one pass for
+    all when the batch reaches its maximum, instead of a pass per request, each listing every pod, Node
+    and NodeClaim again. ``catch_up`` False skips the first pass (the caller has just run one) and lets
+    the pods pending at the start open the first batch (they may have turned unschedulable after that
+    pass began). Exceptions of ``run_pass`` propagate.
     """
     out = WatchOutcome()
     full = run_resync or run_pass
@@ -145,7 +150,16 @@ def watch(
         return out
     last_pass = clock()
     batch: set[str] = set()
+    owed = False  # a pass was requested since the last one began: the batch is open even without pods
     opened = last_seen = 0.0
+
+    def trigger(first: float, last: float) -> None:
+        nonlocal opened, last_seen
+        if batch or owed:
+            opened, last_seen = min(opened, first), max(last_seen, last)
+        else:
+            opened, last_seen = first, last
+
     while True:
         now = clock()
         if now >= stop_at:
@@ -156,19 +170,18 @@ def watch(
         seen = current
         if new:
             first, last = (now, now) if arrived_at is None else arrived_at(new) or (now, now)
-            first, last = min(first, now), min(last, now)
-            if not batch:
-                opened, last_seen = first, last
-            else:
-                last_seen = max(last_seen, last)
+            trigger(min(first, now), min(last, now))
             batch |= new
-        closes = bool(batch) and (now - last_seen >= idle_seconds or now - opened >= max_seconds)
-        if not closes and requested is not None and requested(started[0]):
-            closes = True  # provision now for nodes cordoned since the last pass began
+        asked = requested(started[0]) if requested is not None else None
+        if asked is not None:
+            trigger(min(asked, now), min(asked, now))
+            owed = True
+        closes = (bool(batch) or owed) and (now - last_seen >= idle_seconds or now - opened >= max_seconds)
         if closes or now - last_pass >= resync_seconds:
             if batch:
                 out.batches.append(len(batch))
             batch = set()
+            owed = False
             seen = pending_pods()
             if not one_pass(resync=not closes):
                 return out
@@ -177,6 +190,6 @@ def watch(
         # sleep until the next thing due (a batch closing, a resync, the deadline), at most a poll;
         # a ``sleep`` that returns early when pods change makes the batch open at once
         due = min(stop_at, last_pass + resync_seconds)
-        if batch:
+        if batch or owed:
             due = min(due, last_seen + idle_seconds, opened + max_seconds)
         sleep(max(0.0, min(poll_seconds, due - now)))
