@@ -1,6 +1,7 @@
 """Watch mode holds the reconcile lease for most of 15 minutes, so interruption batches cannot take it:
 they record a request on it, and the watcher, reading the lease at most once a second, runs one more
-provisioning pass for it when the batch the request opened closes. Driven through ``run_watch`` with a fake clock and the in-memory lease store."""
+provisioning pass for it when the batch the request opened closes. Driven through ``run_watch`` with a fake
+clock and the in-memory lease store."""
 
 from __future__ import annotations
 

@@ -201,8 +201,9 @@ def watch_burst(
     ``run_pass`` runs whenever a batch closes: of newly unschedulable pods (from the pod watch, or
     listed every poll with ``watch_pods`` False or when the watch does not list in
     :data:`SYNC_WAIT_SECONDS`), and of the passes interruption batches that cordoned more nodes ask for
-    (``requested``, :func:`lease_requests`), batched the same way. Returns :class:`~nodesmith.services.watch.WatchOutcome` (passes run
-    here, batch sizes); exceptions of ``run_pass`` propagate.
+    (``requested``, :func:`lease_requests`), batched the same way. Returns
+    :class:`~nodesmith.services.watch.WatchOutcome` (passes run here, batch sizes); exceptions of
+    ``run_pass`` propagate.
     """
     if seconds <= 0:
         return WatchOutcome(stopped="deadline")

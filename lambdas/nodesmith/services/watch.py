@@ -63,6 +63,28 @@ class WatchOutcome:
     stopped: str = ""
 
 
+@dataclass(slots=True)
+class _Batch:
+    """The batch being gathered: its new pending pods, whether a pass was requested (``owed``), and the
+    ``clock`` times it opened and last grew (seconds)."""
+
+    pods: set[str] = field(default_factory=set)
+    owed: bool = False
+    opened: float = 0.0
+    last_seen: float = 0.0
+
+    def is_open(self) -> bool:
+        return bool(self.pods) or self.owed
+
+    def add(self, first: float, last: float) -> None:
+        """A trigger (pods that turned pending between ``first`` and ``last``, or a request at both): it opens
+        the batch, or extends its idle window."""
+        if self.is_open():
+            self.last_seen = max(self.last_seen, last)
+        else:
+            self.opened, self.last_seen = first, last
+
+
 def holder_name(*, request_id: str, leave_at: float) -> str:
     """The lease holder name of a watcher: ``<request id>@<epoch second it leaves>``."""
     return f"{request_id}@{int(leave_at)}"
@@ -149,17 +171,7 @@ def watch(
     if catch_up and not one_pass():
         return out
     last_pass = clock()
-    batch: set[str] = set()
-    owed = False  # a pass was requested since the last one began: the batch is open even without pods
-    opened = last_seen = 0.0
-
-    def trigger(first: float, last: float) -> None:
-        nonlocal opened, last_seen
-        if batch or owed:
-            opened, last_seen = min(opened, first), max(last_seen, last)
-        else:
-            opened, last_seen = first, last
-
+    batch = _Batch()
     while True:
         now = clock()
         if now >= stop_at:
@@ -170,18 +182,17 @@ def watch(
         seen = current
         if new:
             first, last = (now, now) if arrived_at is None else arrived_at(new) or (now, now)
-            trigger(min(first, now), min(last, now))
-            batch |= new
+            batch.add(min(first, now), min(last, now))
+            batch.pods |= new
         asked = requested(started[0]) if requested is not None else None
         if asked is not None:
-            trigger(min(asked, now), min(asked, now))
-            owed = True
-        closes = (bool(batch) or owed) and (now - last_seen >= idle_seconds or now - opened >= max_seconds)
+            batch.add(min(asked, now), min(asked, now))
+            batch.owed = True
+        closes = batch.is_open() and (now - batch.last_seen >= idle_seconds or now - batch.opened >= max_seconds)
         if closes or now - last_pass >= resync_seconds:
-            if batch:
-                out.batches.append(len(batch))
-            batch = set()
-            owed = False
+            if batch.pods:
+                out.batches.append(len(batch.pods))
+            batch = _Batch()
             seen = pending_pods()
             if not one_pass(resync=not closes):
                 return out
@@ -190,6 +201,6 @@ def watch(
         # sleep until the next thing due (a batch closing, a resync, the deadline), at most a poll;
         # a ``sleep`` that returns early when pods change makes the batch open at once
         due = min(stop_at, last_pass + resync_seconds)
-        if batch or owed:
-            due = min(due, last_seen + idle_seconds, opened + max_seconds)
+        if batch.is_open():
+            due = min(due, batch.last_seen + idle_seconds, batch.opened + max_seconds)
         sleep(max(0.0, min(poll_seconds, due - now)))
