@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +293,34 @@ def test_unreachable_api_server_is_a_kubernetes_error_with_status_zero() -> None
     with pytest.raises(KubernetesError) as err:
         cluster.list_nodes()
     assert err.value.status == 0
+
+
+def test_a_success_whose_body_is_not_json_is_a_kubernetes_error_naming_the_call() -> None:
+    """A proxy or load balancer in front of the API server can answer 200 with an HTML page."""
+
+    class Html(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html>signed out</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", retries=0))
+        with pytest.raises(KubernetesError, match="list nodes: the API server's answer is not JSON") as err:
+            cluster.list_nodes()
+        assert err.value.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_bearer_token_auth(kube: KubeEmulator) -> None:
