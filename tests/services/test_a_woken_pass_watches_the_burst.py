@@ -37,13 +37,13 @@ def test_a_batch_that_asks_during_the_burst_gets_a_pass_and_nothing_else_runs() 
     passes: list[float] = []
     t0 = time.monotonic()
 
-    def requested(since: float) -> float | None:  # a batch cordoned at t0 + 1 s and asked the holder for a pass
-        return t0 + 1.0 if time.monotonic() - t0 >= 1.0 and since < t0 + 1.0 else None
+    def requested(since: float) -> bool:  # a batch cordoned at t0 + 1 s and asked the holder for a pass
+        return time.monotonic() - t0 >= 1.0 and since < t0 + 1.0
 
     out = watch_burst(run_pass=lambda: passes.append(time.monotonic() - t0), cluster=cluster,  # type: ignore[arg-type]
-                      seconds=3.5, requested=requested)  # fmt: skip
+                      seconds=2.5, requested=requested)  # fmt: skip
 
-    assert len(passes) == 1 and 2.0 <= passes[0] <= 2.8 and out.batches == []  # one idle second after it
+    assert len(passes) == 1 and 1.0 <= passes[0] <= 1.8 and out.batches == []
 
 
 def test_a_window_already_over_runs_nothing_and_starts_no_watch() -> None:

@@ -3,6 +3,8 @@ deadline or when the lease is lost, and a scheduled invocation waits only for a 
 
 from __future__ import annotations
 
+import itertools
+
 from nodesmith.services.watch import handover_wait, holder_name, watch
 
 
@@ -100,54 +102,66 @@ def test_a_pod_that_arrived_during_a_long_pass_is_batched_from_its_arrival_not_t
     assert passes == [0.0, 3.0]  # its idle second had passed when the pass ended: no extra wait
 
 
-def test_a_pass_asked_for_by_an_interruption_batch_runs_one_idle_second_later_without_pending_pods() -> None:
+def test_a_pass_asked_for_by_an_interruption_batch_runs_at_once_without_pending_pods() -> None:
     ft = FakeTime({})
     asked_at = 3.0  # an interruption batch cordoned nodes at 3.0 and asked the watcher for a pass
     seen: list[float] = []
 
-    def requested(since: float) -> float | None:
+    def requested(since: float) -> bool:
         seen.append(since)
-        return asked_at if ft.t >= asked_at and since < asked_at else None
+        return ft.t >= asked_at and since < asked_at
 
-    out = watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
-                resync_seconds=99, requested=requested)  # fmt: skip
+    watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
+          resync_seconds=99, requested=requested)  # fmt: skip
 
     assert ft.passes[0] == 0.0 and len(ft.passes) == 2  # the start, then one for the request (not repeated)
-    assert 4.0 <= ft.passes[1] <= 4.2  # the batch the request opened closed after its idle second
-    assert out.batches == []  # no pods in it
+    assert 3.0 <= ft.passes[1] <= 3.2
     assert max(seen) == ft.passes[1]  # later checks ask about requests after the pass that served it
 
 
-def test_a_burst_of_requests_gets_one_pass_when_its_batch_reaches_the_maximum_not_one_per_request() -> None:
-    """A thousand interruptions are cordoned over about ten seconds, each batch of them asking for a pass:
-    like Karpenter's batcher, the requests extend one batch, which closes at its 10 s maximum."""
+def test_after_a_long_pass_a_requested_pass_waits_as_long_as_that_pass_took() -> None:
+    """A 1,000-node burst: every interruption batch asks for a pass, and each pass takes 2 s. Back to back,
+    the passes would list the whole cluster all the time; resting as long as the last pass took halves that,
+    and no request waits more than one pass's duration."""
     ft = FakeTime({})
-    requests = [1.0 + 0.25 * i for i in range(60)]  # one every 0.25 s from 1.0 to 15.75
+    requests = [1.0 + 0.25 * i for i in range(40)]  # one every 0.25 s from 1.0 to 10.75
 
-    def requested(since: float) -> float | None:
-        latest = max((t for t in requests if t <= ft.t), default=None)
-        return latest if latest is not None and latest > since else None
+    def slow_pass() -> None:
+        ft.run_pass()
+        ft.t += 2.0  # a pass takes 2 s
 
-    watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=25.0, clock=ft.clock, sleep=ft.sleep,
+    def requested(since: float) -> bool:
+        return any(since < t <= ft.t for t in requests)
+
+    watch(run_pass=slow_pass, pending_pods=ft.pods, stop_at=30.0, clock=ft.clock, sleep=ft.sleep,
           resync_seconds=99, requested=requested)  # fmt: skip
 
-    assert ft.passes[0] == 0.0
-    assert 11.0 <= ft.passes[1] <= 11.2  # opened by the request at 1.0, closed at the 10 s maximum
-    assert 16.75 <= ft.passes[2] <= 16.95  # the rest: one idle second after the last request, at 15.75
-    assert len(ft.passes) == 3
+    starts = ft.passes
+    assert starts[0] == 0.0  # the catch-up pass, ending at 2.0
+    assert 4.0 <= starts[1] <= 4.2  # the request at 1.0 waited out the 2 s rest after it
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
+    assert all(gap >= 4.0 for gap in gaps)  # 2 s of pass, then 2 s of rest
+    assert starts[-1] >= 10.75 - 4.0 - 0.2  # the last request was served...
+    assert starts[-1] <= 10.75 + 2.0 + 0.2  # ...within one pass's duration of the moment it was possible
+    assert len(starts) <= 5  # back to back it would have been 7 passes up to the last request
 
 
-def test_pods_and_requests_share_one_batch() -> None:
-    ft = FakeTime({2.0: {"a"}})
+def test_a_request_after_a_quick_pass_runs_at_once() -> None:
+    ft = FakeTime({})
 
-    def requested(since: float) -> float | None:
-        return 2.5 if ft.t >= 2.5 and since < 2.5 else None
+    def quick_pass() -> None:
+        ft.run_pass()
+        ft.t += 0.05
 
-    out = watch(run_pass=ft.run_pass, pending_pods=ft.pods, stop_at=8.0, clock=ft.clock, sleep=ft.sleep,
-                resync_seconds=99, requested=requested)  # fmt: skip
+    asked_at = 0.3
 
-    assert out.batches == [1] and len(ft.passes) == 2
-    assert 3.5 <= ft.passes[1] <= 3.7  # one idle second after the later of the two triggers
+    def requested(since: float) -> bool:
+        return ft.t >= asked_at and since < asked_at
+
+    watch(run_pass=quick_pass, pending_pods=ft.pods, stop_at=3.0, clock=ft.clock, sleep=ft.sleep,
+          resync_seconds=99, requested=requested)  # fmt: skip
+
+    assert len(ft.passes) == 2 and 0.3 <= ft.passes[1] <= 0.45
 
 
 def test_without_the_catch_up_pass_the_pods_already_pending_open_the_first_batch() -> None:

@@ -160,23 +160,19 @@ def run_watch(
 
 def lease_requests(
     state: Any, *, wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic
-) -> Callable[[float], float | None]:
+) -> Callable[[float], bool]:
     """The batcher's ``requested(since)`` hook for the holder of the reconcile lease in ``state`` (a
-    :class:`~nodesmith.core.ports.StateStore`): the ``clock`` time of the latest pass an interruption batch
-    asked for, when it is to start after ``since`` (the ``clock`` time the last pass began;
-    :meth:`~nodesmith.core.ports.StateStore.request_pass` records it in epoch seconds), else None. Reads the
-    lease at most every :data:`REQUEST_CHECK_SECONDS` (None in between); store errors propagate."""
+    :class:`~nodesmith.core.ports.StateStore`): True when an interruption batch asked for a pass starting
+    after ``since`` (the ``clock`` time the last pass began; :meth:`~nodesmith.core.ports.StateStore.request_pass`).
+    Reads the lease at most every :data:`REQUEST_CHECK_SECONDS`; store errors propagate."""
     asked_at = [-REQUEST_CHECK_SECONDS]
 
-    def requested(since: float) -> float | None:
+    def requested(since: float) -> bool:
         if clock() - asked_at[0] < REQUEST_CHECK_SECONDS:
-            return None
+            return False
         asked_at[0] = clock()
         info = state.lease_info(name=LEASE, now=wall())
-        if info is None or info.requested_at is None:
-            return None
-        at = clock() - (wall() - info.requested_at)
-        return at if at > since else None
+        return bool(info and info.requested_at is not None and info.requested_at > wall() - (clock() - since))
 
     return requested
 
@@ -186,7 +182,7 @@ def watch_burst(
     run_pass: Callable[[], Any],
     cluster: Cluster,
     seconds: float,
-    requested: Callable[[float], float | None] | None = None,
+    requested: Callable[[float], bool] | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     watch_pods: bool = True,
@@ -198,12 +194,12 @@ def watch_burst(
     pass packed them, so a few can be left unschedulable when the last capacity fills differently;
     Karpenter's provisioner launches for them within its batch window (1 s idle, 10 s at most), where the
     schedule would leave them for up to a minute. So, like watch mode but without resyncs or disruption,
-    ``run_pass`` runs whenever a batch closes: of newly unschedulable pods (from the pod watch, or
+    ``run_pass`` runs whenever a batch of newly unschedulable pods closes (pods from the pod watch, or
     listed every poll with ``watch_pods`` False or when the watch does not list in
-    :data:`SYNC_WAIT_SECONDS`), and of the passes interruption batches that cordoned more nodes ask for
-    (``requested``, :func:`lease_requests`), batched the same way. Returns
-    :class:`~nodesmith.services.watch.WatchOutcome` (passes run here, batch sizes); exceptions of
-    ``run_pass`` propagate.
+    :data:`SYNC_WAIT_SECONDS`) and whenever ``requested`` (:func:`lease_requests`) says a batch cordoned
+    more nodes since the last pass (at once, or after resting as long as the last pass took:
+    :func:`~nodesmith.services.watch.watch`). Returns :class:`~nodesmith.services.watch.WatchOutcome` (passes run
+    here, batch sizes); exceptions of ``run_pass`` propagate.
     """
     if seconds <= 0:
         return WatchOutcome(stopped="deadline")

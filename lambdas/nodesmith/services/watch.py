@@ -65,21 +65,18 @@ class WatchOutcome:
 
 @dataclass(slots=True)
 class _Batch:
-    """The batch being gathered: its new pending pods, whether a pass was requested (``owed``), and the
-    ``clock`` times it opened and last grew (seconds)."""
+    """The batch being gathered: its new pending pods, the ``clock`` times (seconds) it opened and last
+    grew, and whether an interruption batch asked for a pass meanwhile (``owed``)."""
 
     pods: set[str] = field(default_factory=set)
-    owed: bool = False
     opened: float = 0.0
     last_seen: float = 0.0
-
-    def is_open(self) -> bool:
-        return bool(self.pods) or self.owed
+    owed: bool = False
 
     def add(self, first: float, last: float) -> None:
-        """A trigger (pods that turned pending between ``first`` and ``last``, or a request at both): it opens
-        the batch, or extends its idle window."""
-        if self.is_open():
+        """Pods that turned pending between ``first`` and ``last``: they open the batch, or extend its idle
+        window."""
+        if self.pods:
             self.last_seen = max(self.last_seen, last)
         else:
             self.opened, self.last_seen = first, last
@@ -122,7 +119,7 @@ def watch(
     max_seconds: float = BATCH_MAX_SECONDS,
     resync_seconds: float = RESYNC_SECONDS,
     arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None,
-    requested: Callable[[float], float | None] | None = None,
+    requested: Callable[[float], bool] | None = None,
     catch_up: bool = True,
 ) -> WatchOutcome:
     """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
@@ -139,15 +136,17 @@ def watch(
     last ``clock`` time at which the given pods became pending: a pod that arrived while a pass ran
     then opens its batch at that moment, not when the pass ended, so the batch's idle and maximum
     windows are real time as in Karpenter (whose provisioner does not wait for disruption).
-    ``requested(since)`` (optional, checked every loop) gives the ``clock`` time of the latest request
-    for a pass starting after ``since`` (the ``clock`` time the last pass started), or None: an
-    interruption batch whose cordons the pass did not see asked the lease holder
-    (:meth:`~nodesmith.core.ports.StateStore.request_pass`). A request is a trigger of the same batch as
-    pending pods, as in Karpenter, whose provisioner is triggered by the disrupted nodes' pods and
-    batches those triggers too: one request gets a provisioning pass one idle second later, and a burst
-    of them (a thousand interruptions cordoned over ten seconds, each batch asking) gets one pass for
-    all when the batch reaches its maximum, instead of a pass per request, each listing every pod, Node
-    and NodeClaim again. ``catch_up`` False skips the first pass (the caller has just run one) and lets
+    ``requested(since)`` (optional, checked every loop) is True when someone asked the lease holder for
+    a pass starting after ``since`` (the ``clock`` time the last pass started): an interruption batch
+    whose cordons the pass did not see asked it
+    (:meth:`~nodesmith.core.ports.StateStore.request_pass`), so that the cordoned nodes' pods get their
+    replacement capacity before they are evicted. A provisioning pass runs for it at once, with the pods
+    of the open batch, except right after a pass: then once the function has rested as long as that pass
+    took. In a burst (a thousand interruptions cordoned over ten seconds, every batch asking) passes
+    ran back to back, each listing every pod, Node and NodeClaim of the cluster again; resting keeps the
+    passes, and the API server's busiest lists, to half the time, and a request waits at most one pass's
+    duration (a second or two at 1,000 nodes) where Karpenter's batcher can hold it for ten.
+    ``catch_up`` False skips the first pass (the caller has just run one) and lets
     the pods pending at the start open the first batch (they may have turned unschedulable after that
     pass began). Exceptions of ``run_pass`` propagate.
     """
@@ -184,11 +183,14 @@ def watch(
             first, last = (now, now) if arrived_at is None else arrived_at(new) or (now, now)
             batch.add(min(first, now), min(last, now))
             batch.pods |= new
-        asked = requested(started[0]) if requested is not None else None
-        if asked is not None:
-            batch.add(min(asked, now), min(asked, now))
+        if requested is not None and requested(started[0]):
             batch.owed = True
-        closes = batch.is_open() and (now - batch.last_seen >= idle_seconds or now - batch.opened >= max_seconds)
+        # a requested pass runs once the function has rested as long as its last pass took (at once after a
+        # short one); the pods' batch closes on its idle or maximum window
+        rested = last_pass + (last_pass - started[0])
+        closes = (batch.owed and now >= rested) or (
+            bool(batch.pods) and (now - batch.last_seen >= idle_seconds or now - batch.opened >= max_seconds)
+        )
         if closes or now - last_pass >= resync_seconds:
             if batch.pods:
                 out.batches.append(len(batch.pods))
@@ -201,6 +203,8 @@ def watch(
         # sleep until the next thing due (a batch closing, a resync, the deadline), at most a poll;
         # a ``sleep`` that returns early when pods change makes the batch open at once
         due = min(stop_at, last_pass + resync_seconds)
-        if batch.is_open():
+        if batch.pods:
             due = min(due, batch.last_seen + idle_seconds, batch.opened + max_seconds)
+        if batch.owed:
+            due = min(due, rested)
         sleep(max(0.0, min(poll_seconds, due - now)))
