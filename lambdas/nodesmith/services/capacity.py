@@ -110,13 +110,25 @@ def leaving_node_names(nodes: Sequence[Node], *, deleted: Collection[str] = ()) 
     }
 
 
+_PENDING_COPIES: dict[int, tuple[Pod, Pod]] = {}
+"""The last call's pending copies by ``id`` of the pod they copy (kept alive beside them, so an id is not reused)."""
+
+
 def reschedulable_pods(pods: Sequence[Pod], *, leaving: Collection[str]) -> list[Pod]:
     """Pods on nodes that are going away, as pending pods to provision for ahead of their eviction.
 
     Karpenter adds these to every provisioning pass (``provisioner.go GetPendingPods`` with
     ``IsReschedulable``): not terminal, not DaemonSet or mirror pods, and not terminating unless
     owned by a StatefulSet (whose replacement keeps the name). Returned unbound and Unschedulable.
+
+    A pod object passed again (the Kubernetes adapter reuses a pod's parse while its ``resourceVersion``
+    stands) gets the same copy as in the call before: in a 1,000-node burst every pass copied the pods of
+    every cordoned node again, 4,000 ``dataclasses.replace`` of a 29-field pod, a sixth of a pass's CPU. Only
+    the last call's copies are kept.
     """
+    global _PENDING_COPIES  # noqa: PLW0603 - replaced whole each call: only the pods still listed stay
+    before = _PENDING_COPIES
+    copies: dict[int, tuple[Pod, Pod]] = {}
     out: list[Pod] = []
     for pod in pods:
         if not pod.node_name or pod.node_name not in leaving:
@@ -125,8 +137,16 @@ def reschedulable_pods(pods: Sequence[Pod], *, leaving: Collection[str]) -> list
             continue
         if pod.deletion_timestamp is not None and pod.owner_kind != "StatefulSet":
             continue
-        out.append(replace(pod, node_name=None, nominated_node_name=None, unschedulable=True))
+        hit = before.get(id(pod))
+        pending = hit[1] if hit is not None and hit[0] is pod else _pending(pod)
+        copies[id(pod)] = (pod, pending)
+        out.append(pending)
+    _PENDING_COPIES = copies
     return out
+
+
+def _pending(pod: Pod) -> Pod:
+    return replace(pod, node_name=None, nominated_node_name=None, unschedulable=True)
 
 
 def offering_price(
