@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.changes import RESYNC_SECONDS, ChangeFeed
+from nodesmith.sim.kube.disruption import controller_ref
 from nodesmith.sim.kube.errors import ApiError
 
 if TYPE_CHECKING:
@@ -59,13 +60,6 @@ def template_hash(template: Mapping[str, Any]) -> str:
     """A 10-character hash of a pod template (the ``pod-template-hash`` label value)."""
     digest = hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).digest()
     return "".join(_HASH_ALPHABET[b % len(_HASH_ALPHABET)] for b in digest[:10])
-
-
-def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return ref  # type: ignore[no-any-return]
-    return None
 
 
 def _owner_ref(owner: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -104,7 +98,7 @@ def _owner_key(obj: Mapping[str, Any]) -> OwnerKey:
 
 def _controller_key(obj: Mapping[str, Any], kind: str) -> OwnerKey | None:
     """(namespace, uid) of ``obj``'s controller when it is a ``kind``, else None."""
-    ref = _controller(obj)
+    ref = controller_ref(obj)
     if ref is None or ref.get("kind") != kind:
         return None
     return obj["metadata"].get("namespace") or "default", ref.get("uid") or ""
@@ -233,7 +227,7 @@ class SimControllers:
         if index is None:
             index = {}
             for obj in self.store.objects(resource):
-                key = (obj["metadata"].get("namespace") or "default", (_controller(obj) or {}).get("uid") or "")
+                key = (obj["metadata"].get("namespace") or "default", (controller_ref(obj) or {}).get("uid") or "")
                 index.setdefault(key, []).append(obj)
             self._owned[resource] = index
         return index.get((meta.get("namespace") or "default", meta.get("uid") or ""), [])
@@ -363,7 +357,7 @@ class SimControllers:
         for pod in pods:
             meta = pod["metadata"]
             node = (pod.get("spec") or {}).get("nodeName")
-            owner = _controller(pod)
+            owner = controller_ref(pod)
             orphaned_by_node = bool(node) and node not in nodes
             orphaned_by_owner = (
                 owner is not None and owner.get("kind") == "ReplicaSet" and owner.get("uid") not in rs_uids
@@ -376,7 +370,7 @@ class SimControllers:
         if changes is not None and not changes.deployments_gone:
             return
         for rs in list(self.store.objects(_REPLICASETS)):
-            owner = _controller(rs)
+            owner = controller_ref(rs)
             if owner is not None and owner.get("kind") == "Deployment" and owner.get("uid") not in deploy_uids:
                 self._delete(_REPLICASETS, rs["metadata"]["name"], rs["metadata"].get("namespace"))
 

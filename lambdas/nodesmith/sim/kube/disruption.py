@@ -28,6 +28,7 @@ from nodesmith.sim.kube.selectors import match_label_selector
 
 __all__ = [
     "check_eviction",
+    "controller_ref",
     "ignores_budgets",
     "is_healthy",
     "pdb_status",
@@ -64,10 +65,11 @@ def _scaled(value: int | str, total: int) -> int:
     return int(text)
 
 
-def _controller(pod: Mapping[str, Any]) -> tuple[str, str] | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``obj``'s ownerReference marked ``controller: true`` (its managing controller), or None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
-            return str(ref.get("kind", "")), str(ref.get("name", ""))
+            return ref  # type: ignore[no-any-return]
     return None
 
 
@@ -75,7 +77,8 @@ def _expected_from_controllers(pods: list[Mapping[str, Any]], namespace: str, ow
     seen: set[tuple[str, str]] = set()
     total = 0
     for pod in pods:
-        owner = _controller(pod)
+        ref = controller_ref(pod)
+        owner = (str(ref.get("kind", "")), str(ref.get("name", ""))) if ref is not None else None
         replicas = owner_scale(namespace, owner[0], owner[1]) if owner else None
         if owner is None or replicas is None:
             total += 1

@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors
+from nodesmith.sim.kube.disruption import controller_ref
 from nodesmith.sim.kube.events import WatchEvent
 from nodesmith.sim.kube.listing import select
 from nodesmith.sim.kube.selectors import parse_field_selector
@@ -188,10 +189,7 @@ class StoreState:
 
 def _controller_uid(obj: dict[str, Any]) -> str:
     """The uid of ``obj``'s controller ownerReference ("" when it has none)."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            return str(ref.get("uid") or "")
-    return ""
+    return str((controller_ref(obj) or {}).get("uid") or "")
 
 
 def _node_name_selected(rt: ResourceType, field_selector: str | None) -> str | None:
