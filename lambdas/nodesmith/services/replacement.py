@@ -108,9 +108,10 @@ def replacement_launcher(
         if ready_at is None:  # the batch's nodes are tainted by now: a snapshot taken later sees them leaving
             ready_at = wall()
         outs: list[ReconcileOutcome] = []
+        sees_them = ready_at + CLOCK_SKEW_SECONDS  # a pass starting after this sees these nodes leaving
 
-        def covered(info: LeaseInfo) -> bool:  # the holder took the lease late enough to see these nodes leaving
-            return info.acquired_at >= ready_at + CLOCK_SKEW_SECONDS
+        def covered(info: LeaseInfo) -> bool:  # the holder took the lease late enough to see them
+            return info.acquired_at >= sees_them
 
         def work() -> ReconcileOutcome:
             if provision is not None:
@@ -135,7 +136,7 @@ def replacement_launcher(
                     holder=holder,
                     info=info,
                     covered=covered,
-                    request_after=ready_at + CLOCK_SKEW_SECONDS,
+                    request_after=sees_them,
                     now=wall,
                 )
                 if deferred is not None:
@@ -160,7 +161,7 @@ def replacement_launcher(
                 clock=clock,
                 sleep=sleep,
                 covered=covered,
-                request_after=ready_at + CLOCK_SKEW_SECONDS,
+                request_after=sees_them,
                 again=work,
                 again_within_seconds=wait_seconds,
                 again_until=again_until,
