@@ -58,9 +58,10 @@ def items(ids: list[str]) -> list[BatchItem]:
 
 
 def run(clock: Any, cluster: Any, cloud: Any, ids: list[str], **kwargs: Any) -> Any:
+    options: dict[str, Any] = {"drain_workers": 1, "eviction_workers": 1, **kwargs}
     return handle_batch(items=items(ids), cluster=cluster, cloud=cloud, cluster_name=fakes.CLUSTER,
-                        rebalance_action="cordon", now=clock.wall(), drain_budget_seconds=60.0, drain_workers=1,
-                        eviction_workers=1, sleep=clock.sleep, clock=clock, wall=clock.wall, **kwargs)  # fmt: skip
+                        rebalance_action="cordon", now=clock.wall(), drain_budget_seconds=60.0,
+                        sleep=clock.sleep, clock=clock, wall=clock.wall, **options)  # fmt: skip
 
 
 def calls(cloud: Any, name: str) -> list[Any]:
@@ -178,3 +179,13 @@ def test_an_instance_ec2_no_longer_knows_shares_the_batch_list_too() -> None:
 
     assert cluster.count("list_nodes") == 1
     assert all(r.outcome.instances[0].node_deleted for r in out.items)
+
+
+def test_nodes_removed_together_terminate_their_instances_in_shared_calls() -> None:
+    clock, cluster, cloud = world()
+    out = run(clock, cluster, cloud, IDS, drain_workers=len(IDS))
+
+    assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * len(IDS)
+    terminated = calls(cloud, "terminate")
+    assert sorted(i for call in terminated for i in call) == sorted(IDS)
+    assert len(terminated) < len(IDS)  # one TerminateInstances per node before the batcher

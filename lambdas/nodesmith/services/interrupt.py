@@ -228,6 +228,8 @@ class InterruptionRun:
     PodDisruptionBudget stalls only when none of them progresses. ``drain_waits_for_terminating`` False
     ends a drain once only terminating pods are left (``wait_for_terminating`` of
     :func:`~nodesmith.services.drain.drain_node`): it continues when their grace periods end.
+    ``terminate_instance`` terminates one instance (default: a ``TerminateInstances`` call of its own; a
+    batch passes :meth:`~nodesmith.services.batcher.Batcher.submit`, so removals finishing together share one).
     """
 
     def __init__(
@@ -251,8 +253,10 @@ class InterruptionRun:
         drain_stall_seconds: float | None = None,
         drain_activity: DrainActivity | None = None,
         drain_waits_for_terminating: bool = True,
+        terminate_instance: Callable[[str], None] | None = None,
     ) -> None:
         self.message = message
+        self.terminate_instance = terminate_instance or (lambda iid: cloud.terminate(instance_ids=[iid]))
         self.drain_stall_seconds = drain_stall_seconds
         self.drain_activity = drain_activity
         self.drain_waits_for_terminating = drain_waits_for_terminating
@@ -423,7 +427,7 @@ class InterruptionRun:
         """Terminate the instance (when ours and still up), delete the Node and the NodeClaim."""
         terminated = node_deleted = nodeclaim_deleted = False
         if case.instance is not None and case.launched_by_us and case.instance.state not in _GONE_STATES:
-            self.cloud.terminate(instance_ids=[case.instance_id])
+            self.terminate_instance(case.instance_id)
             terminated = True
         if case.node is not None:
             self.cluster.delete_node(name=case.node.name)

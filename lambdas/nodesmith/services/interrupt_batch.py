@@ -27,7 +27,8 @@ of a spot interruption run out:
    has its own idempotency key (attempt n), so it is never deduplicated away. After a crash or
    timeout the original record comes back after the visibility timeout and, the in-progress
    marker having expired, the drain resumes from the stored progress (the cluster itself says
-   which pods are left: eviction is idempotent).
+   which pods are left: eviction is idempotent). Nodes removed together terminate their instances in
+   shared ``TerminateInstances`` calls (:class:`~nodesmith.services.batcher.Batcher`, as Karpenter's batcher).
 
 **Burst hand-off**: a batch whose original messages leave at least ``handoff_min_drains`` nodes to
 drain is a sign of a burst (a full batch; more messages are waiting behind it). Holding those
@@ -55,6 +56,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
+from nodesmith.services.batcher import Batcher
 from nodesmith.services.drain import DrainActivity
 from nodesmith.services.interrupt import (
     InstanceCase,
@@ -254,6 +256,8 @@ def handle_batch(
     t0 = clock()
     instances = _instances(cloud, acting, now)
     nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
+    # the batch's removals, finishing together in parallel drains, share TerminateInstances calls (as Karpenter's)
+    terminations: Batcher[str] = Batcher(lambda ids: cloud.terminate(instance_ids=ids))
     activity = DrainActivity()  # a drain held up by a budget waits while the batch's others progress
     for e in acting:
         e.run = InterruptionRun(
@@ -276,6 +280,7 @@ def handle_batch(
             drain_activity=activity,
             # a burst's hand-off continues when its evicted pods' grace periods end, not polling them meanwhile
             drain_waits_for_terminating=e.item.continuation is None or not e.item.continuation.handoff,
+            terminate_instance=terminations.submit,
         )
 
     # 1. cordon every node of the batch
