@@ -13,6 +13,7 @@ from test_interrupt_service import fakes
 
 from nodesmith.services.drain import (
     BACKOFF_INITIAL_SECONDS,
+    BUDGET_POLL_SECONDS,
     POLL_SECONDS,
     DrainActivity,
     DrainResult,
@@ -176,3 +177,31 @@ def test_a_drain_waiting_for_its_budget_lists_the_pods_at_most_every_poll_and_af
     # one list after each eviction (and the first), else one per second of waiting: not one per retry
     assert len(lists) <= 1 + 6 + (lists[-1] - lists[0]) / POLL_SECONDS
     assert len(lists) < 1 + 6 + refusals / 2
+
+
+class NeverFreeing(BudgetCluster):
+    """The budget lets one replica go, and its replacement never becomes Ready."""
+
+    def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> str:
+        answer = super().evict(pod=pod, grace_period_seconds=grace_period_seconds)
+        self.free_at = float("inf")
+        return answer
+
+
+@pytest.mark.parametrize("waits_for_terminating", [False, True])
+def test_a_drain_waiting_only_for_budget_turns_lists_the_pods_every_budget_poll(waits_for_terminating: bool) -> None:
+    clock, world = _world({"node-a": 3})
+    cluster = NeverFreeing(clock=clock, nodes=list(world.nodes.values()), pods=list(world.pods.values()))
+    cluster.instant_termination = False  # the evicted replica stays terminating through the whole drain
+    budget = 6 * BUDGET_POLL_SECONDS
+
+    result = drain_node(cluster=cluster, node=cluster.nodes["node-a"], now=clock.wall(), deadline=None,
+                        budget_seconds=budget, sleep=clock.sleep, clock=clock,
+                        wait_for_terminating=waits_for_terminating)  # fmt: skip
+
+    lists = [at for call, _, at in cluster.timeline if call == "list_pods"]
+    assert not result.complete and result.evicted == 1 and result.blocked == 2
+    if waits_for_terminating:  # the evicted pod may go any moment: kubectl's 1 s poll
+        assert len(lists) >= budget / POLL_SECONDS
+    else:  # only this drain's evictions change the pods: the first list, one after the eviction, then slowly
+        assert len(lists) <= 2 + budget / BUDGET_POLL_SECONDS
