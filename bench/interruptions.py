@@ -311,6 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "pods": total_pods,
                 "pods_behind_pdbs": sum(budgeted.values()),
                 "concurrency": args.concurrency,
+                "cpus": len(os.sched_getaffinity(0)),
                 "batch_size": args.batch_size,
                 "cordoned_seconds": None if cordoned is None else round(cordoned, 2),
                 "nodes_cordoned": len(monitor.cordoned),
@@ -552,9 +553,21 @@ def main() -> None:
         "the reconcile function (the stack without NODESMITH_RECONCILE_FUNCTION)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
+    parser.add_argument(
+        "--cpus",
+        type=int,
+        default=0,
+        help="run the bench and every process it starts on this many of the machine's CPUs (0: all); "
+        "--cpus 1 on a 2-core machine is a machine half as fast",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args()
+    if args.cpus:
+        available = sorted(os.sched_getaffinity(0))
+        if not 0 < args.cpus <= len(available):
+            parser.error(f"--cpus {args.cpus}: this machine offers 1..{len(available)}")
+        os.sched_setaffinity(0, available[: args.cpus])  # inherited by the processes started from here
     real_stdout = sys.stdout
     # What the handlers print (their CloudWatch Logs) goes to stderr with --verbose, else nowhere.
     with Path(os.devnull).open("w") as sink, contextlib.redirect_stdout(sys.stderr if args.verbose else sink):
