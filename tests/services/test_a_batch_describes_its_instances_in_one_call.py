@@ -14,6 +14,7 @@ from typing import Any
 import interruption_fakes as fakes
 import memory_state as memory
 
+from nodesmith.core.errors import LaunchError
 from nodesmith.core.interruption import parse_message
 from nodesmith.services.interrupt import InstanceStatus
 from nodesmith.services.interrupt_batch import BatchItem, handle_batch
@@ -189,3 +190,28 @@ def test_nodes_removed_together_terminate_their_instances_in_shared_calls() -> N
     terminated = calls(cloud, "terminate")
     assert sorted(i for call in terminated for i in call) == sorted(IDS)
     assert len(terminated) < len(IDS)  # one TerminateInstances per node before the batcher
+
+
+class ProtectedCloud(BatchCloud):
+    """TerminateInstances fails as a whole when one of its instances has termination protection."""
+
+    def __init__(self, instances: list[Any], *, protected: str) -> None:
+        super().__init__(instances)
+        self.protected = protected
+
+    def terminate(self, *, instance_ids: list[str]) -> None:
+        if self.protected in instance_ids:
+            self.calls.append(("terminate refused", tuple(instance_ids)))
+            raise LaunchError(f"TerminateInstances failed: {self.protected} is protected", code="OperationNotPermitted")
+        super().terminate(instance_ids=instance_ids)
+
+
+def test_one_protected_instance_fails_only_its_own_record_not_the_shared_call_s_others() -> None:
+    clock, cluster, cloud = world()
+    cloud = ProtectedCloud(list(cloud.instances.values()), protected=IDS[2])
+    out = run(clock, cluster, cloud, IDS, drain_workers=len(IDS))
+
+    assert sorted(i for call in calls(cloud, "terminate") for i in call) == sorted(set(IDS) - {IDS[2]})
+    failed = [r.item_id for r in out.items if r.failed]
+    assert failed == [f"msg-{IDS[2]}"]  # SQS delivers it again; the others are done
+    assert "is protected" in next(r.error for r in out.items if r.failed)

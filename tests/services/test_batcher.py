@@ -87,3 +87,14 @@ def test_a_batch_limit_below_one_is_refused(max_items: int) -> None:
     sent: list[Any] = []
     with pytest.raises(ValueError, match="max_items must be at least 1"):
         Batcher(sent.append, max_items=max_items)
+
+
+def test_an_item_send_reports_as_failed_fails_only_its_own_caller() -> None:
+    def send(items: list[str]) -> dict[str, BaseException]:
+        return {"i-2": LaunchError("i-2 has termination protection", code="OperationNotPermitted")}
+
+    batcher: Batcher[str] = Batcher(send, idle_seconds=0.5)
+    raised = submit_all(batcher, ["i-1", "i-2", "i-3"])
+
+    assert raised[0] is None and raised[2] is None
+    assert isinstance(raised[1], LaunchError) and raised[1].code == "OperationNotPermitted"

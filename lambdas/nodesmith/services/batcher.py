@@ -2,7 +2,8 @@
 
 Karpenter sends EC2 ``TerminateInstances`` through a batcher ([aws]:``pkg/batcher/terminateinstances.go``:
 requests are collected until none has come for 100 ms, for at most 1 s, at most 500 ids, then sent as
-one call, and every caller gets that call's answer). A batch of interruption messages removes its nodes
+one call, and every caller gets its own instance's answer: after a failed call each is tried alone, since
+one instance's failure can fail the whole call). A batch of interruption messages removes its nodes
 from parallel drain threads that finish within moments of each other; one call for all of them
 instead of one per node spares EC2's mutating-call rate limit in a burst (1,000 removals were 1,086
 ``TerminateInstances`` calls at 1,000 interrupted nodes).
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable, Mapping
 
 __all__ = ["IDLE_SECONDS", "MAX_ITEMS", "MAX_SECONDS", "Batcher"]
 
@@ -28,7 +29,7 @@ MAX_SECONDS = 1.0
 MAX_ITEMS = 500
 """... or once it holds this many items (Karpenter's ``MaxItems`` for TerminateInstances)."""
 
-T = TypeVar("T")
+T = TypeVar("T", bound="Hashable")
 
 
 @dataclass(slots=True)
@@ -39,6 +40,7 @@ class _Batch(Generic[T]):
     full: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    failed: dict[T, BaseException] = field(default_factory=dict)
 
 
 class Batcher(Generic[T]):
@@ -46,14 +48,15 @@ class Batcher(Generic[T]):
 
     The first item of a batch makes its caller the batch's sender: it waits until no item has come for
     ``idle_seconds``, the batch has been open ``max_seconds``, or it holds ``max_items``, then calls
-    ``send(items)`` (items in the order they came) while the next items start a new batch. Every caller of
-    :meth:`submit` returns when its batch's ``send`` has returned, or raises a copy of what it raised.
-    Times are seconds of ``clock`` (monotonic). Thread-safe.
+    ``send(items)`` (items in the order they came) while the next items start a new batch. ``send`` returns
+    the items that failed, each with its error (None or empty: none did). Every caller of :meth:`submit`
+    returns when its batch's ``send`` has returned, or raises a copy of its item's error, or of what
+    ``send`` raised. Times are seconds of ``clock`` (monotonic). Thread-safe.
     """
 
     def __init__(
         self,
-        send: Callable[[list[T]], None],
+        send: Callable[[list[T]], Mapping[T, BaseException] | None],
         *,
         idle_seconds: float = IDLE_SECONDS,
         max_seconds: float = MAX_SECONDS,
@@ -73,7 +76,8 @@ class Batcher(Generic[T]):
     def submit(self, item: T) -> None:
         """Add ``item`` to the open batch (opening one if none is) and return once that batch is sent.
 
-        Raises a copy of the exception ``send`` raised for the batch (caused by the original).
+        Raises a copy (caused by the original) of the error ``send`` reported for ``item``, or of the
+        exception it raised for the whole batch.
         """
         with self._cond:
             now = self._clock()
@@ -91,8 +95,9 @@ class Batcher(Generic[T]):
             self._wait_and_send(batch)
         else:
             batch.done.wait()
-        if batch.error is not None:
-            raise copy.copy(batch.error) from batch.error
+        error = batch.error if batch.error is not None else batch.failed.get(item)
+        if error is not None:
+            raise copy.copy(error) from error
 
     def _wait_and_send(self, batch: _Batch[T]) -> None:
         with self._cond:
@@ -106,7 +111,7 @@ class Batcher(Generic[T]):
                 self._open = None
             items = list(batch.items)
         try:
-            self._send(items)
+            batch.failed = dict(self._send(items) or {})
         except BaseException as exc:  # every caller of the batch hears it, the sender included
             batch.error = exc
         finally:

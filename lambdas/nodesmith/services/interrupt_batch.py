@@ -55,6 +55,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.core.errors import LaunchError
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
 from nodesmith.services.batcher import Batcher
 from nodesmith.services.drain import DrainActivity
@@ -257,7 +258,7 @@ def handle_batch(
     instances = _instances(cloud, acting, now)
     nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
     # the batch's removals, finishing together in parallel drains, share TerminateInstances calls (as Karpenter's)
-    terminations: Batcher[str] = Batcher(lambda ids: cloud.terminate(instance_ids=ids))
+    terminations: Batcher[str] = Batcher(lambda ids: _terminate(cloud, ids))
     activity = DrainActivity()  # a drain held up by a budget waits while the batch's others progress
     for e in acting:
         e.run = InterruptionRun(
@@ -316,6 +317,26 @@ def handle_batch(
     batch.out.drain_seconds = clock() - t2
     batch.out.items = [_item_result(e) for e in entries]
     return batch.out
+
+
+def _terminate(cloud: CloudProvider, instance_ids: list[str]) -> dict[str, BaseException]:
+    """Terminate ``instance_ids`` in one call; if it fails, each alone, since one instance's failure (its
+    termination protection, say) fails the whole call (Karpenter's terminate batcher does the same). Returns
+    the instances that still failed, each with its :class:`~nodesmith.core.errors.LaunchError`; other
+    exceptions propagate to every instance of the call."""
+    try:
+        cloud.terminate(instance_ids=instance_ids)
+        return {}
+    except LaunchError as exc:
+        if len(instance_ids) == 1:
+            return {instance_ids[0]: exc}
+    failed: dict[str, BaseException] = {}
+    for iid in instance_ids:
+        try:
+            cloud.terminate(instance_ids=[iid])
+        except LaunchError as exc:
+            failed[iid] = exc
+    return failed
 
 
 def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> None:
