@@ -351,14 +351,14 @@ def _terminating_until(plan: DrainPlan) -> float | None:
     return None if any(t is None for t in stamps) else max(t for t in stamps if t is not None)
 
 
-def _poll_for(plan: DrainPlan | None, poll_seconds: float, *, wait_for_terminating: bool) -> float:
+def _poll_for(plan: DrainPlan, poll_seconds: float, *, wait_for_terminating: bool) -> float:
     """How long the pods listed for ``plan`` stay good enough to plan from (seconds): ``poll_seconds`` while
     something on the node changes without this drain (pods terminating that it waits for, pods waiting for
     their do-not-disrupt annotation to go, a later tier waiting on the current one), else
     :data:`BUDGET_POLL_SECONDS`: only this drain's evictions change the pods then, and each one that goes
     is followed by a list anyway. At 1,000 interrupted nodes, drains waiting only for their budgets' turns
     listed their nodes' pods every second."""
-    if plan is None or plan.waiting or plan.later or (plan.terminating and wait_for_terminating):
+    if plan.waiting or plan.later or (plan.terminating and wait_for_terminating):
         return poll_seconds
     return max(poll_seconds, BUDGET_POLL_SECONDS)
 
@@ -432,10 +432,9 @@ def drain_node(
     pods: list[Pod] = []
     listed_at = -math.inf
     progressed = True  # the first round lists the pods
-    plan: DrainPlan | None = None
+    poll = poll_seconds  # how long the last list stays good (:func:`_poll_for` of the last plan)
     while True:
         t = clock()
-        poll = _poll_for(plan, poll_seconds, wait_for_terminating=wait_for_terminating)
         if progressed or t - listed_at >= poll:
             pods, listed_at = cluster.list_pods(node_name=node.name), t
         plan = plan_drain(node=node, pods=pods, now=now + (t - start), deadline=deadline)
