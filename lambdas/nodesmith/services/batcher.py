@@ -51,7 +51,8 @@ class Batcher(Generic[T]):
     ``send(items)`` (items in the order they came) while the next items start a new batch. ``send`` returns
     the items that failed, each with its error (None or empty: none did). Every caller of :meth:`submit`
     returns when its batch's ``send`` has returned, or raises a copy of its item's error, or of what
-    ``send`` raised. Times are seconds of ``clock`` (monotonic). Thread-safe.
+    ``send`` raised. Times are seconds of ``clock`` (monotonic). Thread-safe. Raises ``ValueError`` when
+    ``max_items`` is below 1.
     """
 
     def __init__(
