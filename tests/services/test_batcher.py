@@ -1,5 +1,5 @@
 """The batcher merges calls made at about the same time from several threads into one (Karpenter's
-TerminateInstances batcher: 100 ms idle, 1 s at most, 500 items), and every caller hears the batch's answer."""
+TerminateInstances batcher: 100 ms idle, 1 s at most, 500 items), and every caller hears its own item's answer."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def submit_all(batcher: Batcher[str], items: list[str]) -> list[BaseException | 
 
 def test_calls_made_together_from_several_threads_are_sent_as_one_batch() -> None:
     sent: list[list[str]] = []
-    batcher: Batcher[str] = Batcher(sent.append, idle_seconds=0.5, max_seconds=5.0)
+    batcher: Batcher[str] = Batcher(sent.append, idle_seconds=1.0, max_seconds=5.0)
 
     raised = submit_all(batcher, [f"i-{n}" for n in range(6)])
 
@@ -74,7 +74,7 @@ def test_every_caller_of_a_failed_batch_gets_its_error() -> None:
     def send(items: list[str]) -> None:
         raise LaunchError(f"TerminateInstances failed for {len(items)} ids", code="RequestLimitExceeded")
 
-    batcher: Batcher[str] = Batcher(send, idle_seconds=0.5)
+    batcher: Batcher[str] = Batcher(send, idle_seconds=1.0)
     raised = submit_all(batcher, ["i-1", "i-2", "i-3"])
 
     assert all(isinstance(e, LaunchError) and e.code == "RequestLimitExceeded" for e in raised)
@@ -93,7 +93,7 @@ def test_an_item_send_reports_as_failed_fails_only_its_own_caller() -> None:
     def send(items: list[str]) -> dict[str, BaseException]:
         return {"i-2": LaunchError("i-2 has termination protection", code="OperationNotPermitted")}
 
-    batcher: Batcher[str] = Batcher(send, idle_seconds=0.5)
+    batcher: Batcher[str] = Batcher(send, idle_seconds=1.0)
     raised = submit_all(batcher, ["i-1", "i-2", "i-3"])
 
     assert raised[0] is None and raised[2] is None
