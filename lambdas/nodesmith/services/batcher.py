@@ -37,7 +37,6 @@ class _Batch(Generic[T]):
     opened: float
     last: float
     items: list[T] = field(default_factory=list)
-    full: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     failed: dict[T, BaseException] = field(default_factory=dict)
@@ -89,8 +88,7 @@ class Batcher(Generic[T]):
             batch.items.append(item)
             batch.last = now
             if len(batch.items) >= self._max_items:
-                batch.full = True
-                self._open = None  # the next item opens a new batch
+                self._open = None  # full: the next item opens a new batch
             self._cond.notify_all()
         if sender:
             self._wait_and_send(batch)
@@ -102,7 +100,7 @@ class Batcher(Generic[T]):
 
     def _wait_and_send(self, batch: _Batch[T]) -> None:
         with self._cond:
-            while not batch.full:
+            while len(batch.items) < self._max_items:
                 now = self._clock()
                 until = min(batch.last + self._idle, batch.opened + self._max)
                 if now >= until:
