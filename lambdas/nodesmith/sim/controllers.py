@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.changes import RESYNC_SECONDS, ChangeFeed
-from nodesmith.sim.kube.disruption import controller_ref
+from nodesmith.sim.kube.disruption import controller_ref, controller_uid
 from nodesmith.sim.kube.errors import ApiError
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ class SimControllers:
         if index is None:
             index = {}
             for obj in self.store.objects(resource):
-                key = (obj["metadata"].get("namespace") or "default", (controller_ref(obj) or {}).get("uid") or "")
+                key = (obj["metadata"].get("namespace") or "default", controller_uid(obj))
                 index.setdefault(key, []).append(obj)
             self._owned[resource] = index
         return index.get((meta.get("namespace") or "default", meta.get("uid") or ""), [])

@@ -29,6 +29,7 @@ from nodesmith.sim.kube.selectors import match_label_selector
 __all__ = [
     "check_eviction",
     "controller_ref",
+    "controller_uid",
     "ignores_budgets",
     "is_healthy",
     "pdb_status",
@@ -71,6 +72,11 @@ def controller_ref(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if ref.get("controller"):
             return ref  # type: ignore[no-any-return]
     return None
+
+
+def controller_uid(obj: Mapping[str, Any]) -> str:
+    """The uid of ``obj``'s controller ownerReference ("" when it has none)."""
+    return str((controller_ref(obj) or {}).get("uid") or "")
 
 
 def _expected_from_controllers(pods: list[Mapping[str, Any]], namespace: str, owner_scale: OwnerScale) -> int:

@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors
-from nodesmith.sim.kube.disruption import controller_ref
+from nodesmith.sim.kube.disruption import controller_uid
 from nodesmith.sim.kube.events import WatchEvent
 from nodesmith.sim.kube.listing import select
 from nodesmith.sim.kube.selectors import parse_field_selector
@@ -150,11 +150,11 @@ class StoreState:
         if old is not None:
             self._pods_by_node.get((old.get("spec") or {}).get("nodeName") or "", set()).discard(key)
             self._pods_by_owner.get(
-                ((old.get("metadata") or {}).get("namespace", ""), _controller_uid(old)), set()
+                ((old.get("metadata") or {}).get("namespace", ""), controller_uid(old)), set()
             ).discard(key)
         if kind != "DELETED":
             self._pods_by_node.setdefault((obj.get("spec") or {}).get("nodeName") or "", set()).add(key)
-            self._pods_by_owner.setdefault((namespace, _controller_uid(obj)), set()).add(key)
+            self._pods_by_owner.setdefault((namespace, controller_uid(obj)), set()).add(key)
         deleting = None if kind == "DELETED" else meta.get("deletionTimestamp")
         if deleting:
             self._pods_terminating[key] = deleting
@@ -185,11 +185,6 @@ class StoreState:
             keys = sorted(self._pods_by_node.get(node, ()))
         found, token = select(self._objects[rt.key], keys, rt, **query)
         return [(rt, e) for e in found], token
-
-
-def _controller_uid(obj: dict[str, Any]) -> str:
-    """The uid of ``obj``'s controller ownerReference ("" when it has none)."""
-    return str((controller_ref(obj) or {}).get("uid") or "")
 
 
 def _node_name_selected(rt: ResourceType, field_selector: str | None) -> str | None:
