@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodepool import NodePool
-from nodesmith.core.errors import InsufficientCapacityError, UnavailableOffering
+from nodesmith.core.errors import InsufficientCapacityError, NotFoundError, UnavailableOffering
+from nodesmith.core.labels import LABEL_INSTANCE_ID
 from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
 from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
 from nodesmith.core.resources import parse_quantity
@@ -203,6 +204,19 @@ class FakeCluster:
         stored = self.nodeclaims[nodeclaim.name]
         stored.status = nodeclaim.status.model_copy(deep=True)
         return stored.model_copy(deep=True)
+
+    def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:
+        if name not in self.nodeclaims:
+            raise NotFoundError(f"nodeclaim {name} not found", status=404)
+        self.nodeclaims[name].metadata.labels.update(labels)
+
+    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
+        wanted = set(instance_ids)
+        return {
+            nc.metadata.labels[LABEL_INSTANCE_ID]: nc.model_copy(deep=True)
+            for nc in self.nodeclaims.values()
+            if nc.metadata.labels.get(LABEL_INSTANCE_ID) in wanted
+        }
 
     def delete_nodeclaim(self, *, name: str) -> None:
         if self.nodeclaims.pop(name, None) is not None:

@@ -5,10 +5,12 @@ initialization, liveness, orphan and instance-gone garbage collection."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
+from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Pod, Taint
 from nodesmith.core.ports import Instance
 from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve
@@ -60,6 +62,14 @@ def test_pending_pods_get_one_nodeclaim_launched_with_karpenter_metadata(world: 
     assert claim.is_true("Launched") and not claim.is_true("Registered")
     assert claim.status.provider_id.startswith("aws:///us-east-1a/i-")
     assert claim.status.allocatable["cpu"] == "3900m"
+    # labelled with what was launched (as Karpenter's launch does) and the instance id the interruption
+    # handler selects NodeClaims by
+    iid = claim.status.provider_id.rsplit("/", 1)[-1]
+    assert {k: claim.metadata.labels.get(k) for k in ("node.kubernetes.io/instance-type", "topology.kubernetes.io/zone",
+            "karpenter.sh/capacity-type", "nodesmith.dev/instance-id")} == {
+        "node.kubernetes.io/instance-type": "c5.xlarge", "topology.kubernetes.io/zone": "us-east-1a",
+        "karpenter.sh/capacity-type": cloud.instances[iid].capacity_type, "nodesmith.dev/instance-id": iid}  # fmt: skip
+    assert cluster.nodeclaims_for_instances(instance_ids=[iid])[iid].name == claim.name
     request = cloud.requests[0]
     assert request.tags["kubernetes.io/cluster/test"] == "owned"
     assert request.tags["karpenter.sh/nodeclaim"] == claim.name
@@ -372,3 +382,20 @@ def _unlaunched_claim(cluster: FakeCluster, cloud: FakeCloud, *, created: float)
     return cluster.create_nodeclaim(
         nodeclaim=build_nodeclaim(plan=plan, nodepool=pool, name=f"default-seed{len(cluster.created)}")
     ).name
+
+
+def test_a_nodeclaim_whose_labels_cannot_be_written_is_still_launched_and_the_failure_reported(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster, cloud = world
+
+    def refuse(*, name: str, labels: Any) -> None:
+        raise KubernetesError(f"patch nodeclaim {name}: 503", status=503)
+
+    monkeypatch.setattr(cluster, "label_nodeclaim", refuse)
+    out = run(cluster, cloud, 1000.0)
+
+    claim = only_claim(cluster)
+    assert out.nodeclaims_launched == 1 and claim.is_true("Launched")
+    assert "nodesmith.dev/instance-id" not in claim.metadata.labels
+    assert [e for e in out.errors if "label launched NodeClaim" in e and "503" in e]

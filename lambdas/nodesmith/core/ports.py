@@ -229,6 +229,21 @@ class Cluster(Protocol):
         """Write ``nodeclaim.status`` through the status subresource."""
         ...
 
+    def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:
+        """Merge ``labels`` into the NodeClaim's labels (a merge patch: no resourceVersion precondition).
+
+        Raises ``NotFoundError`` if it is gone, ``KubernetesError`` on other failures.
+        """
+        ...
+
+    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
+        """The NodeClaims labelled with these EC2 instance ids (``nodesmith.dev/instance-id``), by instance id.
+
+        Only those whose ``status.providerID`` names the same instance; ids without one are absent.
+        Raises ``KubernetesError`` when the list fails or a NodeClaim cannot be read.
+        """
+        ...
+
     def delete_nodeclaim(self, *, name: str) -> None:
         """Delete a NodeClaim (its finalizers removed); a missing one is not an error."""
         ...

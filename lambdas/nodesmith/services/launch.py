@@ -4,8 +4,9 @@ Follows Karpenter's launch lifecycle (``[core]:pkg/controllers/nodeclaim/lifecyc
 
 * an instance already tagged with the NodeClaim's name (a previous pass launched it but died before
   writing the status) is adopted instead of launching a second one;
-* success -> ``status.providerID/imageID/capacity/allocatable`` and ``Launched=True``, a
-  ``Launched`` Event on the NodeClaim;
+* success -> ``status.providerID/imageID/capacity/allocatable`` and ``Launched=True``, then the
+  instance's type, zone, capacity type and id as labels (merge patch, :func:`.nodeclaims.launched_labels`),
+  a ``Launched`` Event on the NodeClaim;
 * :class:`~nodesmith.core.errors.InsufficientCapacityError` -> the failed offerings are remembered
   for the rest of the pass (the provider also caches them for 3 minutes), the NodeClaim is deleted
   and the caller re-solves its pods;
@@ -26,7 +27,7 @@ from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
 from .breakdown import Tally, pool_key
 from .capacity import offering_price
 from .lifecycle import nodeclaim_ref
-from .nodeclaims import TAG_NODECLAIM, launch_request, mark_launched
+from .nodeclaims import TAG_NODECLAIM, launch_request, launched_labels, mark_launched
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -163,6 +164,14 @@ class Launcher:
             # The instance runs and carries the NodeClaim's name: the next pass adopts it.
             with self.lock:
                 self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
+        labels = launched_labels(result)
+        try:  # after the status: the labels' write would fail the status write's resourceVersion precondition
+            self.cluster.label_nodeclaim(name=nodeclaim.name, labels=labels)
+            updated.metadata.labels.update(labels)  # our own copy (mark_launched's or the server's answer)
+        except KubernetesError as exc:
+            # Only the interruption handler reads them, and it describes an unlabelled NodeClaim's instance instead.
+            with self.lock:
+                self.errors.append(f"label launched NodeClaim {nodeclaim.name}: {exc}")
         with self.lock:
             self.launched += 1
             self.launched_names.append(nodeclaim.name)

@@ -14,7 +14,8 @@ lifecycle/launch.go``):
   ``karpenter.sh/nodepool In [<pool>]``;
 * after launch: ``status.providerID``, ``imageID``, ``capacity``, ``allocatable`` and
   ``Launched=True``; Registered/Initialized start ``Unknown`` (their transition time starts the
-  15-minute registration liveness clock).
+  15-minute registration liveness clock); then the labels of :func:`launched_labels` (instance type,
+  zone, capacity type and id).
 
 Instances are tagged as Karpenter tags them (``[aws]:pkg/utils/utils.go GetTags``) so orphan
 garbage collection can find them.
@@ -49,6 +50,7 @@ from nodesmith.core.disruption.drift import (
     nodepool_hash,
 )
 from nodesmith.core.errors import InsufficientCapacityError
+from nodesmith.core.labels import LABEL_INSTANCE_ID
 from nodesmith.core.ports import LaunchRequest, LaunchResult
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
@@ -82,6 +84,7 @@ __all__ = [
     "ec2nodeclass_hash",
     "instance_tags",
     "launch_request",
+    "launched_labels",
     "mark_launched",
     "nodeclaim_name",
     "nodepool_hash",
@@ -296,6 +299,19 @@ def launch_request(
 
 def _quantities(resources: Mapping[str, int]) -> dict[str, str]:
     return {k: format_quantity(k, v) for k, v in sorted(resources.items()) if k != "nodes"}
+
+
+def launched_labels(result: LaunchResult) -> dict[str, str]:
+    """The labels a launched NodeClaim gets: its instance's type, zone and capacity type, as Karpenter's launch
+    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``), and the
+    instance id (:data:`~nodesmith.core.labels.LABEL_INSTANCE_ID`), by which the interruption handler finds
+    the NodeClaim of an interrupted instance without describing it."""
+    return {
+        LABEL_INSTANCE_TYPE: result.instance_type,
+        LABEL_ZONE: result.zone,
+        LABEL_CAPACITY_TYPE: result.capacity_type,
+        LABEL_INSTANCE_ID: result.instance_id,
+    }
 
 
 def mark_launched(

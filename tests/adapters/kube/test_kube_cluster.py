@@ -269,6 +269,26 @@ def test_nodeclaim_lifecycle(cluster: KubeCluster, store: Store) -> None:
         cluster.update_nodeclaim_status(nodeclaim=created)
 
 
+def test_nodeclaims_are_labelled_and_selected_by_the_instance_ids_they_launched(cluster: KubeCluster) -> None:
+    for n, name in enumerate(("default-aaaaa", "default-bbbbb", "default-ccccc", "default-ddddd")):
+        created = cluster.create_nodeclaim(nodeclaim=nodeclaim(name))
+        created.status.provider_id = f"aws:///us-east-1a/i-{n}"
+        cluster.update_nodeclaim_status(nodeclaim=created)
+        if n < 3:
+            cluster.label_nodeclaim(name=name, labels={"nodesmith.dev/instance-id": f"i-{n}", "team": "a"})
+    # a label naming another instance than its providerID (edited by hand) answers for neither
+    cluster.label_nodeclaim(name="default-ccccc", labels={"nodesmith.dev/instance-id": "i-9"})
+
+    found = cluster.nodeclaims_for_instances(instance_ids=["i-0", "i-1", "i-3", "i-9", "i-0"])
+
+    assert {iid: c.name for iid, c in found.items()} == {"i-0": "default-aaaaa", "i-1": "default-bbbbb"}
+    assert found["i-0"].metadata.labels["team"] == "a"  # merged into the NodeClaim's labels
+    assert found["i-0"].metadata.labels["karpenter.sh/nodepool"] == "default"
+    assert cluster.nodeclaims_for_instances(instance_ids=[]) == {}
+    with pytest.raises(NotFoundError):
+        cluster.label_nodeclaim(name="default-zzzzz", labels={"team": "a"})
+
+
 def test_record_event_posts_and_never_raises(cluster: KubeCluster, kube: KubeEmulator) -> None:
     ref = ObjectRef(kind="NodeClaim", name="default-abcde", uid="u-1", api_version="karpenter.sh/v1")
     cluster.record_event(ref=ref, reason="Launched", message="x" * 5000, type_="Normal")

@@ -23,10 +23,11 @@ from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
+from nodesmith.core.labels import LABEL_INSTANCE_ID
 from nodesmith.core.objects import ObjectParseError, daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from kubernetes.client import ApiClient
 
@@ -43,6 +44,8 @@ KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
 CRD_VERSION = "v1"
 _SERVER_SET_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields")
 _EVENT_MESSAGE_MAX = 1024
+_SELECTOR_IDS = 100
+"""Instance ids one NodeClaim list selects at most (about 2 KiB of label selector in the request's query)."""
 
 
 def _taint_dict(taint: Taint) -> dict[str, str]:
@@ -214,6 +217,36 @@ class KubeCluster:
             what=f"update nodeclaim {nodeclaim.name} status",
         )
         return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
+
+    def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:
+        """Merge ``labels`` into the NodeClaim's labels; ``NotFoundError`` if it is gone."""
+        self.rest.request(
+            "PATCH",
+            _crd(KARPENTER_GROUP, "nodeclaims", name),
+            body={"metadata": {"labels": dict(labels)}},
+            content_type=MERGE_PATCH,
+            what=f"label nodeclaim {name}",
+        )
+
+    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
+        """The NodeClaims labelled ``nodesmith.dev/instance-id`` with these ids, by instance id: one list (a
+        set-based label selector) per :data:`_SELECTOR_IDS` ids; a NodeClaim whose ``status.providerID`` names
+        another instance is left out. ``KubernetesError`` when a list fails or a NodeClaim cannot be read."""
+        ids = list(dict.fromkeys(i for i in instance_ids if i))
+        out: dict[str, NodeClaim] = {}
+        for start in range(0, len(ids), _SELECTOR_IDS):
+            chunk = ids[start : start + _SELECTOR_IDS]
+            items = self._list(
+                _crd(KARPENTER_GROUP, "nodeclaims"),
+                what="list nodeclaims by instance id",
+                labelSelector=f"{LABEL_INSTANCE_ID} in ({','.join(chunk)})",
+            )
+            for item in items:
+                claim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
+                iid = claim.metadata.labels.get(LABEL_INSTANCE_ID, "")
+                if iid in chunk and (claim.status.provider_id or "").rsplit("/", 1)[-1] == iid:
+                    out[iid] = claim
+        return out
 
     def delete_nodeclaim(self, *, name: str) -> None:
         """Remove the NodeClaim's finalizers, then delete it; already gone is fine."""
