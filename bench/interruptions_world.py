@@ -284,7 +284,18 @@ def _create_claim(store: Any, inst: dict[str, Any], image_id: str) -> None:
         {
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
-            "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default", "team": "platform"}},
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "karpenter.sh/nodepool": "default",
+                    "team": "platform",
+                    # what the launch labels a NodeClaim with (services.nodeclaims.launched_labels)
+                    "node.kubernetes.io/instance-type": INSTANCE_TYPE,
+                    "topology.kubernetes.io/zone": inst["zone"],
+                    "karpenter.sh/capacity-type": "spot",
+                    "nodesmith.dev/instance-id": inst["InstanceId"],
+                },
+            },
             "spec": {
                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
                 "requirements": [

@@ -156,6 +156,8 @@ class FakeCluster:
         self.fail_nodes = fail_nodes or set()
         self.nodeclaims: set[str] = set()
         self.nodeclaim_nodes: dict[str, str] = {}  # NodeClaim name -> its status.nodeName (the claim exists)
+        self.labelled: dict[str, Any] = {}  # instance id -> its NodeClaim labelled nodesmith.dev/instance-id
+        self.fail_nodeclaim_list = False
         self.calls: list[tuple[str, Any]] = []
         self.events: list[tuple[str, str, str, str]] = []  # (kind, name, reason, type)
         self.timeline: list[tuple[str, Any, float]] = []  # (call, argument, wall time)
@@ -218,6 +220,12 @@ class FakeCluster:
 
     def list_nodeclaims(self) -> list[Any]:
         return []
+
+    def nodeclaims_for_instances(self, *, instance_ids: list[str]) -> dict[str, Any]:
+        self._record(("nodeclaims_for_instances", tuple(instance_ids)))
+        if self.fail_nodeclaim_list:
+            raise KubernetesError("list nodeclaims: 503")
+        return {i: self.labelled[i] for i in instance_ids if i in self.labelled}
 
     def volume_context(self) -> Any:
         from nodesmith.core.scheduling.volumes import VolumeContext

@@ -6,7 +6,8 @@ PDB-blocked drain starving the other events) and pods have somewhere to go befor
 of a spot interruption run out:
 
 1. **Cordon**: every instance of every message is located, tainted ``karpenter.sh/disrupted`` and
-   cordoned in parallel (``cordon_workers`` threads; the batch's instances described in one call,
+   cordoned in parallel (``cordon_workers`` threads; the batch's instances located in one NodeClaim
+   list, those it does not answer for described in one call (:mod:`~nodesmith.services.interrupt_locate`),
    each node fetched by name, nodes missing by name found in one list for the batch), and its Event
    posted. A spot-interrupted offering (type, zone, spot)
    is marked unavailable for 3 minutes in the shared state store (once per offering and batch), so
@@ -87,6 +88,7 @@ from nodesmith.services.interrupt_items import (
     ItemResult,
     continuation_body,
 )
+from nodesmith.services.interrupt_locate import locate_instances
 from nodesmith.services.log_context import log_context
 from nodesmith.services.parallel import map_ordered
 from nodesmith.services.replacement import Replacement
@@ -94,7 +96,7 @@ from nodesmith.services.replacement import Replacement
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from nodesmith.core.ports import CloudProvider, Cluster, Instance, StateStore
+    from nodesmith.core.ports import CloudProvider, Cluster, StateStore
 
 __all__ = [
     "CONTINUATION_DELAY_SECONDS",
@@ -115,39 +117,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-
-
-def _describe(cloud: CloudProvider, instance_ids: Sequence[str]) -> dict[str, Instance | None] | None:
-    """Every instance of the batch in one call (``get_instances``: one DescribeInstances); ids EC2 does not
-    know map to None. None (look them up one by one) when there are none or the call fails."""
-    if not instance_ids:
-        return None
-    try:
-        found = cloud.get_instances(instance_ids=list(dict.fromkeys(instance_ids)))
-    except Exception as exc:
-        LOG.warning("describing the batch's instances failed, looking them up one by one: %s", exc)
-        return None
-    return {iid: found.get(iid) for iid in instance_ids}
-
-
-def _instances(cloud: CloudProvider, acting: Sequence[BatchEntry], now: float) -> dict[str, Instance | None] | None:
-    """The batch's instances by id: those its continuations carry (located by the invocation before), the
-    others described in one call (:func:`_describe`); None (look each up) when there are none of either.
-
-    A carried instance is used only before its message's deadline (``now``, epoch seconds): after it EC2 may
-    have taken the instance back, and described afresh it is seen gone, so its node is removed at once
-    instead of drained.
-    """
-    carried = {
-        i.instance_id: i
-        for e in acting
-        if e.item.continuation is not None and (e.item.message.deadline is None or now < e.item.message.deadline)
-        for i in e.item.continuation.instances
-    }
-    described = _describe(cloud, [iid for e in acting for iid in e.instance_ids() if iid not in carried])
-    if not carried:
-        return described
-    return {**(described or {}), **carried}
 
 
 def _task_keys(entry: BatchEntry, arg: Any) -> dict[str, Any]:
@@ -255,7 +224,7 @@ def handle_batch(
     entries = [BatchEntry(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
     t0 = clock()
-    instances = _instances(cloud, acting, now)
+    instances = locate_instances(cloud=cloud, cluster=cluster, cluster_name=cluster_name, acting=acting, now=now)
     nodes = NodeLookup(cluster)  # nodes not found by name: listed once for the whole batch
     # the batch's removals, finishing together in parallel drains, share TerminateInstances calls (as Karpenter's)
     terminations: Batcher[str] = Batcher(lambda ids: _terminate(cloud, ids))
