@@ -15,19 +15,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, path
+from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
 from nodesmith.adapters.kube.parsed import ParsedObjects
-from nodesmith.core.api.ec2nodeclass import EC2NodeClass
-from nodesmith.core.api.nodeclaim import NodeClaim
-from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
-from nodesmith.core.labels import LABEL_INSTANCE_ID
-from nodesmith.core.objects import ObjectParseError, daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
+from nodesmith.core.objects import daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping
 
     from kubernetes.client import ApiClient
 
@@ -39,13 +34,7 @@ __all__ = ["KubeCluster"]
 
 log = logging.getLogger(__name__)
 
-KARPENTER_GROUP = "karpenter.sh"
-KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
-CRD_VERSION = "v1"
-_SERVER_SET_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields")
 _EVENT_MESSAGE_MAX = 1024
-_SELECTOR_IDS = 100
-"""Instance ids one NodeClaim list selects at most (about 2 KiB of label selector in the request's query)."""
 
 
 def _taint_dict(taint: Taint) -> dict[str, str]:
@@ -55,17 +44,13 @@ def _taint_dict(taint: Taint) -> dict[str, str]:
     return out
 
 
-def _crd(group: str, plural: str, *rest: str) -> str:
-    return path("apis", group, CRD_VERSION, plural, *rest)
-
-
 _READ_REUSE_SECONDS = 10.0
 """How long a node document read by ``get_node`` may stand in for the GET before a guarded patch (seconds)."""
 _READ_REUSE_MAX = 4096
 """Node documents kept for reuse at most (a warm container's cache is cleared past this)."""
 
 
-class KubeCluster:
+class KubeCluster(KarpenterObjects):
     """The Kubernetes side of Nodesmith (implements :class:`nodesmith.core.ports.Cluster`).
 
     ``api_client`` comes from :func:`nodesmith.adapters.kube.client.build_api_client`.
@@ -93,18 +78,6 @@ class KubeCluster:
         self._nodes: ParsedObjects[Node] = ParsedObjects(node_from_dict)
 
     # ----------------------------------------------------------------- snapshot reads
-    def _list(self, url_path: str, *, what: str, **query: Any) -> list[dict[str, Any]]:
-        return self.rest.list(url_path, what=what, page_size=self.page_size, **query)
-
-    @staticmethod
-    def _parse(parser: Callable[[Any], Any], item: Mapping[str, Any], kind: str) -> Any:
-        try:
-            return parser(item)
-        except (ObjectParseError, ValidationError) as exc:
-            meta = item.get("metadata") or {}
-            name = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
-            raise KubernetesError(f"{kind} {name}: cannot read: {exc}") from exc
-
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
         """All pods, or those bound to ``node_name`` (field selector ``spec.nodeName``).
 
@@ -133,34 +106,6 @@ class KubeCluster:
         items = self._list(path("apis", "policy", "v1", "poddisruptionbudgets"), what="list poddisruptionbudgets")
         return [self._parse(pdb_from_dict, i, "poddisruptionbudget") for i in items]
 
-    def _custom(self, group: str, plural: str) -> list[dict[str, Any]]:
-        return self._list(_crd(group, plural), what=f"list {plural}.{group}")
-
-    def list_nodepools(self) -> list[NodePool]:
-        """All NodePools. One that fails validation is logged and skipped, so the others still work."""
-        out: list[NodePool] = []
-        for item in self._custom(KARPENTER_GROUP, "nodepools"):
-            try:
-                out.append(NodePool.model_validate(item))
-            except ValidationError as exc:
-                log.warning("skipping invalid NodePool %s: %s", (item.get("metadata") or {}).get("name"), exc)
-        return out
-
-    def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
-        """All EC2NodeClasses. One that fails validation is logged and skipped."""
-        out: list[EC2NodeClass] = []
-        for item in self._custom(KARPENTER_AWS_GROUP, "ec2nodeclasses"):
-            try:
-                out.append(EC2NodeClass.model_validate(item))
-            except ValidationError as exc:
-                log.warning("skipping invalid EC2NodeClass %s: %s", (item.get("metadata") or {}).get("name"), exc)
-        return out
-
-    def list_nodeclaims(self) -> list[NodeClaim]:
-        """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""
-        items = self._custom(KARPENTER_GROUP, "nodeclaims")
-        return [self._parse(NodeClaim.model_validate, i, "nodeclaim") for i in items]
-
     def volume_context(self) -> VolumeContext:
         """Every PersistentVolumeClaim, PersistentVolume and StorageClass, for volume topology.
 
@@ -182,86 +127,6 @@ class KubeCluster:
             volumes=[self._parse(persistent_volume_from_dict, i, "persistentvolume") for i in volumes],
             classes=[self._parse(storage_class_from_dict, i, "storageclass") for i in classes],
         )
-
-    # ----------------------------------------------------------------- NodeClaims
-    def get_nodeclaim(self, *, name: str) -> NodeClaim | None:
-        """One NodeClaim by name (one GET), or None on 404; an unreadable one raises ``KubernetesError``."""
-        try:
-            doc = self.rest.request("GET", _crd(KARPENTER_GROUP, "nodeclaims", name), what=f"get nodeclaim {name}")
-        except NotFoundError:
-            return None
-        return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
-
-    def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
-        """Create ``nodeclaim`` (the API server drops its status); ``ConflictError`` if it exists."""
-        body = nodeclaim.model_dump_k8s()
-        meta = body.setdefault("metadata", {})
-        for key in _SERVER_SET_META:
-            meta.pop(key, None)
-        body.pop("status", None)
-        doc = self.rest.request(
-            "POST", _crd(KARPENTER_GROUP, "nodeclaims"), body=body, what=f"create nodeclaim {nodeclaim.name}"
-        )
-        return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
-
-    def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
-        """PUT ``nodeclaim.status`` on the status subresource.
-
-        The NodeClaim's ``resourceVersion`` (when set) is a precondition: ``ConflictError`` if it
-        changed since it was read; ``NotFoundError`` if it is gone.
-        """
-        doc = self.rest.request(
-            "PUT",
-            _crd(KARPENTER_GROUP, "nodeclaims", nodeclaim.name, "status"),
-            body=nodeclaim.model_dump_k8s(),
-            what=f"update nodeclaim {nodeclaim.name} status",
-        )
-        return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
-
-    def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:
-        """Merge ``labels`` into the NodeClaim's labels; ``NotFoundError`` if it is gone."""
-        self.rest.request(
-            "PATCH",
-            _crd(KARPENTER_GROUP, "nodeclaims", name),
-            body={"metadata": {"labels": dict(labels)}},
-            content_type=MERGE_PATCH,
-            what=f"label nodeclaim {name}",
-        )
-
-    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
-        """The NodeClaims labelled ``nodesmith.dev/instance-id`` with these ids, by instance id: one list (a
-        set-based label selector) per :data:`_SELECTOR_IDS` ids; a NodeClaim whose ``status.providerID`` names
-        another instance is left out. ``KubernetesError`` when a list fails or a NodeClaim cannot be read."""
-        ids = list(dict.fromkeys(i for i in instance_ids if i))
-        out: dict[str, NodeClaim] = {}
-        for start in range(0, len(ids), _SELECTOR_IDS):
-            chunk = ids[start : start + _SELECTOR_IDS]
-            items = self._list(
-                _crd(KARPENTER_GROUP, "nodeclaims"),
-                what="list nodeclaims by instance id",
-                labelSelector=f"{LABEL_INSTANCE_ID} in ({','.join(chunk)})",
-            )
-            for item in items:
-                claim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
-                iid = claim.metadata.labels.get(LABEL_INSTANCE_ID, "")
-                if iid in chunk and (claim.status.provider_id or "").rsplit("/", 1)[-1] == iid:
-                    out[iid] = claim
-        return out
-
-    def delete_nodeclaim(self, *, name: str) -> None:
-        """Remove the NodeClaim's finalizers, then delete it; already gone is fine."""
-        url = _crd(KARPENTER_GROUP, "nodeclaims", name)
-        try:
-            self.rest.request(
-                "PATCH",
-                url,
-                body={"metadata": {"finalizers": None}},
-                content_type=MERGE_PATCH,
-                what=f"remove finalizers of nodeclaim {name}",
-            )
-            self.rest.request("DELETE", url, what=f"delete nodeclaim {name}")
-        except NotFoundError:
-            return
 
     # ----------------------------------------------------------------- nodes
     def _node_json(self, name: str) -> dict[str, Any] | None:
