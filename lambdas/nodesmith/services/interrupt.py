@@ -5,7 +5,9 @@ controller.go``) deletes the NodeClaim, which runs the termination flow (taint, 
 remove the node). Without a controller in the cluster we do that flow here, per instance named by
 the message:
 
-1. ``cloud.get_instance``. An instance without the tag ``kubernetes.io/cluster/<cluster_name>`` is
+1. ``cloud.get_instance`` (a batch passes the instances it located at once: through their labelled NodeClaims
+   for warnings sent while they run, else one ``DescribeInstances``, :mod:`~nodesmith.services.interrupt_locate`).
+   An instance without the tag ``kubernetes.io/cluster/<cluster_name>`` is
    not ours: ignored ("foreign"), because EC2 events carry no cluster identity and an account-wide
    rule reaches every cluster's queue (NTH #787). An instance EC2 no longer knows is looked up among
    our nodes by instance id; not found -> ignored ("unknown instance").

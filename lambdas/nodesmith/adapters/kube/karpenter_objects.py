@@ -8,7 +8,7 @@ builds on, and the ``karpenter.sh/v1`` and ``karpenter.k8s.aws/v1`` calls of the
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["KARPENTER_AWS_GROUP", "KARPENTER_GROUP", "KarpenterObjects"]
 
 log = logging.getLogger(__name__)
+
+_M = TypeVar("_M", NodePool, EC2NodeClass)
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
@@ -62,25 +64,24 @@ class KarpenterObjects:
     def _custom(self, group: str, plural: str) -> list[dict[str, Any]]:
         return self._list(_crd(group, plural), what=f"list {plural}.{group}")
 
+    def _valid(self, model: type[_M], group: str, plural: str) -> list[_M]:
+        """Every object of a user-owned kind that validates as ``model``; one that does not is logged and skipped,
+        so the others still work."""
+        out: list[_M] = []
+        for item in self._custom(group, plural):
+            try:
+                out.append(model.model_validate(item))
+            except ValidationError as exc:
+                log.warning("skipping invalid %s %s: %s", model.__name__, (item.get("metadata") or {}).get("name"), exc)
+        return out
+
     def list_nodepools(self) -> list[NodePool]:
         """All NodePools. One that fails validation is logged and skipped, so the others still work."""
-        out: list[NodePool] = []
-        for item in self._custom(KARPENTER_GROUP, "nodepools"):
-            try:
-                out.append(NodePool.model_validate(item))
-            except ValidationError as exc:
-                log.warning("skipping invalid NodePool %s: %s", (item.get("metadata") or {}).get("name"), exc)
-        return out
+        return self._valid(NodePool, KARPENTER_GROUP, "nodepools")
 
     def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
         """All EC2NodeClasses. One that fails validation is logged and skipped."""
-        out: list[EC2NodeClass] = []
-        for item in self._custom(KARPENTER_AWS_GROUP, "ec2nodeclasses"):
-            try:
-                out.append(EC2NodeClass.model_validate(item))
-            except ValidationError as exc:
-                log.warning("skipping invalid EC2NodeClass %s: %s", (item.get("metadata") or {}).get("name"), exc)
-        return out
+        return self._valid(EC2NodeClass, KARPENTER_AWS_GROUP, "ec2nodeclasses")
 
     def list_nodeclaims(self) -> list[NodeClaim]:
         """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""
