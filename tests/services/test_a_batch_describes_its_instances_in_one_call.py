@@ -14,7 +14,7 @@ from typing import Any
 import interruption_fakes as fakes
 import memory_state as memory
 
-from nodesmith.core.errors import LaunchError
+from nodesmith.core.errors import LaunchError, TerminationError
 from nodesmith.core.interruption import parse_message
 from nodesmith.services.interrupt import InstanceStatus
 from nodesmith.services.interrupt_batch import BatchItem, handle_batch
@@ -193,17 +193,19 @@ def test_nodes_removed_together_terminate_their_instances_in_shared_calls() -> N
 
 
 class ProtectedCloud(BatchCloud):
-    """TerminateInstances fails as a whole when one of its instances has termination protection."""
+    """One instance has termination protection: the provider terminates the others of a request and names it
+    (``TerminationError``, as ``Ec2CloudProvider.terminate`` does after trying the ids one by one)."""
 
     def __init__(self, instances: list[Any], *, protected: str) -> None:
         super().__init__(instances)
         self.protected = protected
 
     def terminate(self, *, instance_ids: list[str]) -> None:
+        super().terminate(instance_ids=[i for i in instance_ids if i != self.protected])
         if self.protected in instance_ids:
-            self.calls.append(("terminate refused", tuple(instance_ids)))
-            raise LaunchError(f"TerminateInstances failed: {self.protected} is protected", code="OperationNotPermitted")
-        super().terminate(instance_ids=instance_ids)
+            self.calls.append(("terminate refused", (self.protected,)))
+            error = LaunchError(f"{self.protected} is protected", code="OperationNotPermitted")
+            raise TerminationError(str(error), failed={self.protected: error})
 
 
 def test_one_protected_instance_fails_only_its_own_record_not_the_shared_call_s_others() -> None:
@@ -215,3 +217,20 @@ def test_one_protected_instance_fails_only_its_own_record_not_the_shared_call_s_
     failed = [r.item_id for r in out.items if r.failed]
     assert failed == [f"msg-{IDS[2]}"]  # SQS delivers it again; the others are done
     assert "is protected" in next(r.error for r in out.items if r.failed)
+
+
+class RefusingCloud(BatchCloud):
+    """A provider whose TerminateInstances fails without saying for which instance (no ``TerminationError``)."""
+
+    def terminate(self, *, instance_ids: list[str]) -> None:
+        self.calls.append(("terminate refused", tuple(instance_ids)))
+        raise LaunchError("TerminateInstances failed: UnauthorizedOperation", code="UnauthorizedOperation")
+
+
+def test_a_termination_error_no_instance_is_named_in_fails_every_record_of_the_shared_call() -> None:
+    clock, cluster, cloud = world()
+    cloud = RefusingCloud(list(cloud.instances.values()))
+    out = run(clock, cluster, cloud, IDS[:3], drain_workers=3)
+
+    assert [r.failed for r in out.items] == [True] * 3  # SQS delivers each again
+    assert all("UnauthorizedOperation" in (r.error or "") for r in out.items)

@@ -5,6 +5,10 @@ Kubernetes ``ApiException``) into these so services can decide: retry, fall back
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = [
     "ConflictError",
@@ -16,6 +20,7 @@ __all__ = [
     "NodeClassNotReadyError",
     "NodesmithError",
     "NotFoundError",
+    "TerminationError",
     "UnavailableOffering",
 ]
 
@@ -52,6 +57,21 @@ class LaunchError(NodesmithError):
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)
         self.code = code
+
+
+class TerminationError(LaunchError):
+    """Some instances of a termination could not be terminated; the others were.
+
+    ``failed`` maps each instance id that failed to its own :class:`LaunchError` (its EC2 error code:
+    ``OperationNotPermitted`` for termination protection, say). EC2 fails a whole ``TerminateInstances``
+    call for one such instance, so the provider retries its ids one by one to tell which
+    (``[aws]:pkg/batcher/terminateinstances.go`` does the same).
+    """
+
+    def __init__(self, message: str, *, failed: Mapping[str, LaunchError]) -> None:
+        first = next(iter(failed.values()), None)
+        super().__init__(message, code=first.code if first is not None else "")
+        self.failed = dict(failed)
 
 
 class NodeClassNotReadyError(NodesmithError):

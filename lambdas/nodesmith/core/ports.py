@@ -171,7 +171,11 @@ class CloudProvider(Protocol):
         ...
 
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
-        """Terminate instances; already-terminated or unknown ids are not an error."""
+        """Terminate instances; already-terminated or unknown ids are not an error.
+
+        Raises ``TerminationError`` naming each instance that could not be terminated (the others were),
+        or another ``LaunchError`` when nothing could be told apart.
+        """
         ...
 
 

@@ -56,7 +56,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.core.errors import LaunchError
+from nodesmith.core.errors import LaunchError, TerminationError
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
 from nodesmith.services.batcher import Batcher
 from nodesmith.services.drain import DrainActivity
@@ -289,23 +289,18 @@ def handle_batch(
 
 
 def _terminate(cloud: CloudProvider, instance_ids: list[str]) -> dict[str, BaseException]:
-    """Terminate ``instance_ids`` in one call; if it fails, each alone, since one instance's failure (its
-    termination protection, say) fails the whole call (Karpenter's terminate batcher does the same). Returns
-    the instances that still failed, each with its :class:`~nodesmith.core.errors.LaunchError`; other
-    exceptions propagate to every instance of the call."""
+    """Terminate ``instance_ids`` in one request; the instances that failed, each with its own error. The
+    provider tells them apart (:class:`~nodesmith.core.errors.TerminationError`: it retries a refused call's
+    ids one by one, as Karpenter's terminate batcher does), so one instance's failure (its termination
+    protection, say) fails only its own record; a ``LaunchError`` it could not pin on any id fails them
+    all. Other exceptions propagate to every instance of the request."""
     try:
         cloud.terminate(instance_ids=instance_ids)
-        return {}
+    except TerminationError as exc:
+        return dict(exc.failed)
     except LaunchError as exc:
-        if len(instance_ids) == 1:
-            return {instance_ids[0]: exc}
-    failed: dict[str, BaseException] = {}
-    for iid in instance_ids:
-        try:
-            cloud.terminate(instance_ids=[iid])
-        except LaunchError as exc:
-            failed[iid] = exc
-    return failed
+        return dict.fromkeys(instance_ids, exc)
+    return {}
 
 
 def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueBatch | None, workers: int) -> None:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED, CONDITION_LAUNCHED, CONDITION_REGISTERED
-from nodesmith.core.errors import KubernetesError, LaunchError
+from nodesmith.core.errors import KubernetesError, LaunchError, TerminationError
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, ObjectRef
 from nodesmith.core.requirements import LABEL_INITIALIZED, LABEL_REGISTERED
 from nodesmith.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
@@ -380,5 +380,8 @@ def collect_garbage(
         try:
             cloud.terminate(instance_ids=orphans)
             outcome.orphans_terminated += len(orphans)
+        except TerminationError as exc:  # the others were terminated
+            outcome.orphans_terminated += len(orphans) - len(exc.failed)
+            outcome.errors.append(f"terminate orphan instances {sorted(exc.failed)}: {exc}")
         except LaunchError as exc:
             outcome.errors.append(f"terminate orphan instances {orphans}: {exc}")

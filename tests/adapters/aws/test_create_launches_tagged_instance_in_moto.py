@@ -10,6 +10,7 @@ import pytest
 from ec2_support import CLUSTER, REGION, SHARED_PRICES, nodeclass
 
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
+from nodesmith.core.errors import TerminationError
 from nodesmith.core.model import Taint
 from nodesmith.core.ports import LaunchRequest
 from nodesmith.sim.aws import SeededAws, write_price_table
@@ -165,3 +166,22 @@ def test_an_unready_node_class_yields_types_with_nothing_available(seeded: Seede
                 zones=frozenset({"us-east-1a"}),
             )
         )
+
+
+def test_terminate_tries_a_refused_call_s_ids_one_by_one_and_names_only_the_protected_instance(
+    seeded: SeededAws, ec2: Any
+) -> None:
+    cloud = provider(seeded, None)
+    image = seeded.images[("x86_64", "standard")]
+    out = ec2.run_instances(ImageId=image, MinCount=3, MaxCount=3, SubnetId=seeded.subnets["us-east-1a"])
+    first, protected, last = (str(i["InstanceId"]) for i in out["Instances"])
+    ec2.modify_instance_attribute(InstanceId=protected, DisableApiTermination={"Value": True})
+
+    with pytest.raises(TerminationError) as raised:
+        cloud.terminate(instance_ids=[first, protected, "i-0123456789abcdef0", last])
+
+    assert list(raised.value.failed) == [protected]
+    assert raised.value.code == "OperationNotPermitted" and protected in str(raised.value)
+    reservations = ec2.describe_instances()["Reservations"]
+    states = {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
+    assert (states[first], states[protected], states[last]) == ("terminated", "running", "terminated")

@@ -12,7 +12,7 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.core.errors import LaunchError
+from nodesmith.core.errors import LaunchError, TerminationError
 from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT
 from nodesmith.core.ports import Instance
 
@@ -121,24 +121,35 @@ class Instances:
     def terminate(self, *, instance_ids: Sequence[str]) -> list[str]:
         """Terminate instances in batches; ids EC2 does not know (or cannot parse) are skipped.
 
-        Returns the ids EC2 accepted. Raises ``LaunchError`` (code = EC2 error) on other failures.
+        Returns the ids EC2 accepted. EC2 fails a whole call for one instance it will not terminate, so a
+        failed call of several ids is retried one id at a time: the others still terminate, and
+        ``TerminationError`` (a ``LaunchError``) names each id that failed with its own error.
         """
         ids = list(dict.fromkeys(i for i in instance_ids if i))
         accepted: list[str] = []
+        failed: dict[str, LaunchError] = {}
         for start in range(0, len(ids), _TERMINATE_BATCH):
-            accepted += self._terminate_batch(ids[start : start + _TERMINATE_BATCH])
+            accepted += self._terminate_batch(ids[start : start + _TERMINATE_BATCH], failed)
+        if failed:
+            codes = sorted({e.code for e in failed.values()})
+            raise TerminationError(
+                f"TerminateInstances failed for {len(failed)} of {len(ids)} instances ({', '.join(codes)}): "
+                + "; ".join(f"{i}: {e}" for i, e in failed.items()),
+                failed=failed,
+            )
         return accepted
 
-    def _terminate_batch(self, batch: list[str]) -> list[str]:
+    def _terminate_batch(self, batch: list[str], failed: dict[str, LaunchError]) -> list[str]:
+        """The ids of ``batch`` EC2 accepted; those it refused go to ``failed`` (id -> error)."""
         try:
             response = self._ec2.terminate_instances(InstanceIds=batch)
         except Exception as exc:
             code = _code(exc)
-            if code in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed") and len(batch) > 1:
-                # One bad id fails the whole call: retry one by one so the others still terminate.
-                return [i for single in batch for i in self._terminate_batch([single])]
+            if len(batch) > 1:  # one instance's error fails the whole call: each alone, to tell which
+                return [i for single in batch for i in self._terminate_batch([single], failed)]
             if code in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
                 LOG.info("instance %s is already gone (%s)", batch[0], code)
                 return []
-            raise LaunchError(f"TerminateInstances failed: {exc}", code=code) from exc
+            failed[batch[0]] = LaunchError(f"TerminateInstances failed: {exc}", code=code)
+            return []
         return [str(i["InstanceId"]) for i in response.get("TerminatingInstances", [])]

@@ -263,7 +263,8 @@ class Ec2CloudProvider:
         return {i.instance_id: i for i in self.instances.describe(instance_ids=instance_ids)}
 
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
-        """Terminate instances; unknown or already-terminated ids are not an error."""
+        """Terminate instances; unknown or already-terminated ids are not an error. ``TerminationError`` names
+        the instances EC2 refused (each tried alone); the others were terminated."""
         self.instances.terminate(instance_ids=instance_ids)
 
 
