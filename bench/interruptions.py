@@ -13,7 +13,8 @@ collection, as a container the 1-minute schedule keeps warm has) before the cloc
 not timed:
 
 * ``--nodes`` spot ``m5.large`` instances (moto ``RunInstances``) tagged as Nodesmith launched them,
-  one NodeClaim each; the simulated kubelet registers their Nodes;
+  one NodeClaim each, labelled with its instance as a launch labels it; the simulated kubelet registers
+  their Nodes;
 * Deployments of 20 replicas filling every node with ``--pods-per-node`` pods (450m CPU each);
   every ``--pdb-every``-th Deployment has a PodDisruptionBudget ``maxUnavailable: 1``;
 * the state table in DynamoDB and the interruption queue fed by the EventBridge rules.

@@ -241,7 +241,8 @@ def _create_table(world: Any) -> str:
 
 
 def _launch_nodes(world: Any, count: int) -> list[dict[str, Any]]:
-    """Spot instances tagged as Nodesmith launched them, spread over the seeded zones; one NodeClaim each."""
+    """Spot instances tagged as Nodesmith launched them, spread over the seeded zones; one NodeClaim each, labelled
+    with its instance as a launch labels it (``services.nodeclaims.launched_labels``)."""
     ec2 = world.client("ec2")
     subnets = ec2.describe_subnets(Filters=[{"Name": "tag:karpenter.sh/discovery", "Values": [world.cluster_name]}])
     zones = sorted((s["AvailabilityZone"], s["SubnetId"]) for s in subnets["Subnets"])
