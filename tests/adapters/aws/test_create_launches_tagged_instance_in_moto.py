@@ -185,3 +185,26 @@ def test_terminate_tries_a_refused_call_s_ids_one_by_one_and_names_only_the_prot
     reservations = ec2.describe_instances()["Reservations"]
     states = {i["InstanceId"]: i["State"]["Name"] for r in reservations for i in r["Instances"]}
     assert (states[first], states[protected], states[last]) == ("terminated", "running", "terminated")
+
+
+def test_a_throttled_terminate_fails_the_request_at_once_without_trying_each_id() -> None:
+    from botocore.exceptions import ClientError
+
+    from nodesmith.adapters.aws.instances import Instances
+    from nodesmith.core.errors import LaunchError
+
+    class Throttled:
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def terminate_instances(self, *, InstanceIds: list[str]) -> Any:
+            self.calls.append(InstanceIds)
+            error = {"Error": {"Code": "RequestLimitExceeded", "Message": "Request limit exceeded."}}
+            raise ClientError(error, "TerminateInstances")
+
+    ec2 = Throttled()
+    with pytest.raises(LaunchError) as raised:
+        Instances(ec2=ec2, cluster_name=CLUSTER).terminate(instance_ids=["i-1", "i-2", "i-3"])
+
+    assert not isinstance(raised.value, TerminationError) and raised.value.code == "RequestLimitExceeded"
+    assert ec2.calls == [["i-1", "i-2", "i-3"]]  # not 3 more calls, one per id

@@ -34,6 +34,20 @@ NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
 _TERMINATE_BATCH = 1000  # TerminateInstances accepts at most 1000 ids per call
 _DESCRIBE_BATCH = 200
+_REQUEST_WIDE = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "UnauthorizedOperation",
+        "AuthFailure",
+        "InternalError",
+        "ServiceUnavailable",
+        "Unavailable",
+    }
+)
+"""EC2 error codes about the request, not one of its instances (throttled once botocore's retries ran out, denied,
+EC2 failing): trying the ids one by one would only repeat them, so the whole request fails instead."""
 
 
 def _code(exc: Exception) -> str:
@@ -123,7 +137,9 @@ class Instances:
 
         Returns the ids EC2 accepted. EC2 fails a whole call for one instance it will not terminate, so a
         failed call of several ids is retried one id at a time: the others still terminate, and
-        ``TerminationError`` (a ``LaunchError``) names each id that failed with its own error.
+        ``TerminationError`` (a ``LaunchError``) names each id that failed with its own error. An error
+        about the request itself (throttling, authorization, EC2 unavailable: :data:`_REQUEST_WIDE`, or no
+        answer) is not retried per id: it raises a plain ``LaunchError`` at once.
         """
         ids = list(dict.fromkeys(i for i in instance_ids if i))
         accepted: list[str] = []
@@ -145,6 +161,8 @@ class Instances:
             response = self._ec2.terminate_instances(InstanceIds=batch)
         except Exception as exc:
             code = _code(exc)
+            if not code or code in _REQUEST_WIDE:  # no error code: the request never reached EC2
+                raise LaunchError(f"TerminateInstances failed: {exc}", code=code) from exc
             if len(batch) > 1:  # one instance's error fails the whole call: each alone, to tell which
                 return [i for single in batch for i in self._terminate_batch([single], failed)]
             if code in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
