@@ -47,7 +47,8 @@ _REQUEST_WIDE = frozenset(
     }
 )
 """EC2 error codes about the request, not one of its instances (throttled once botocore's retries ran out, denied,
-EC2 failing): trying the ids one by one would only repeat them, so the whole request fails instead."""
+EC2 failing): trying the ids one by one would only repeat them, so the whole request fails instead. Karpenter's
+terminate batcher (``[aws]:pkg/batcher/terminateinstances.go``) splits a batch on any failure, these included."""
 
 
 def _code(exc: Exception) -> str:
