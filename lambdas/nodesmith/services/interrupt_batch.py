@@ -56,7 +56,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.core.errors import LaunchError, TerminationError
+from nodesmith.core.errors import TerminationError
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
 from nodesmith.services.batcher import Batcher
 from nodesmith.services.drain import DrainActivity
@@ -292,14 +292,13 @@ def _terminate(cloud: CloudProvider, instance_ids: list[str]) -> dict[str, BaseE
     """Terminate ``instance_ids`` in one request; the instances that failed, each with its own error. The
     provider tells them apart (:class:`~nodesmith.core.errors.TerminationError`: it retries a refused call's
     ids one by one, as Karpenter's terminate batcher does), so one instance's failure (its termination
-    protection, say) fails only its own record; a ``LaunchError`` it could not pin on any id fails them
-    all. Other exceptions propagate to every instance of the request."""
+    protection, say) fails only its own record. Any other exception (a ``LaunchError`` it could not pin on
+    an id) propagates, and the :class:`~nodesmith.services.batcher.Batcher` raises it to every instance of
+    the request."""
     try:
         cloud.terminate(instance_ids=instance_ids)
     except TerminationError as exc:
         return dict(exc.failed)
-    except LaunchError as exc:
-        return dict.fromkeys(instance_ids, exc)
     return {}
 
 
