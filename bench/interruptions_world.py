@@ -279,7 +279,12 @@ def _launch_nodes(world: Any, count: int) -> list[dict[str, Any]]:
 
 
 def _create_claim(store: Any, inst: dict[str, Any], image_id: str) -> None:
+    from nodesmith.core.ports import LaunchResult
+    from nodesmith.services.nodeclaims import launched_labels
+
     name = inst["claim"]
+    launched = LaunchResult(instance_id=inst["InstanceId"], instance_type=INSTANCE_TYPE, zone=inst["zone"],
+                            capacity_type="spot", image_id=image_id, price=0.0)  # fmt: skip
     store.create(
         "nodeclaims.karpenter.sh",
         {
@@ -287,15 +292,7 @@ def _create_claim(store: Any, inst: dict[str, Any], image_id: str) -> None:
             "kind": "NodeClaim",
             "metadata": {
                 "name": name,
-                "labels": {
-                    "karpenter.sh/nodepool": "default",
-                    "team": "platform",
-                    # what the launch labels a NodeClaim with (services.nodeclaims.launched_labels)
-                    "node.kubernetes.io/instance-type": INSTANCE_TYPE,
-                    "topology.kubernetes.io/zone": inst["zone"],
-                    "karpenter.sh/capacity-type": "spot",
-                    "nodesmith.dev/instance-id": inst["InstanceId"],
-                },
+                "labels": {"karpenter.sh/nodepool": "default", "team": "platform", **launched_labels(launched)},
             },
             "spec": {
                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
