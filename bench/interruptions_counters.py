@@ -152,6 +152,11 @@ class Counters:
         def counted_api_call(self: Any, operation: str, params: Any) -> Any:
             name = f"{self.meta.service_model.service_name}.{operation}"
             item = params.get("Item") or params.get("Key") if isinstance(params, dict) else None
+            if operation == "BatchWriteItem":  # the first write names the record kind of them all
+                writes: list[Any] = next(iter(params["RequestItems"].values()), [])
+                item = writes[0]["PutRequest"]["Item"] if writes else None
+                with counters.lock:
+                    counters.calls["dynamodb.BatchWriteItem items"] += len(writes) if counters.count_calls else 0
             if isinstance(item, dict) and isinstance(item.get("pk"), dict):  # the state table: which record
                 name += f" {str(item['pk'].get('S', '')).split('#', 1)[0]}"
             with counters.lock:

@@ -10,8 +10,12 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nodesmith.core.ports import DrainProgress, LeaseInfo, OfferingMark
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 @dataclass
@@ -24,6 +28,8 @@ class MemoryStateStore:
     writes: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     fail_puts: bool = False
+    unprocessed: set[str] = field(default_factory=set)  # instance ids whose progress writes are left unprocessed
+    drain_requests: list[list[str]] = field(default_factory=list)  # instance ids per put_drains request
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -94,12 +100,17 @@ class MemoryStateStore:
         stored = self.drains.get(instance_id)
         return stored[0] if stored else None
 
-    def put_drain(self, *, progress: DrainProgress, expires_at: float) -> None:
+    def put_drains(self, *, progress: Sequence[DrainProgress], expires_at: float) -> list[str]:
         if self.fail_puts:
-            raise RuntimeError("DynamoDB PutItem throttled")
+            raise RuntimeError("DynamoDB BatchWriteItem throttled")
         with self._lock:
-            self.writes.append(f"drain#{progress.instance_id}")
-            self.drains[progress.instance_id] = (progress, expires_at)
+            self.drain_requests.append([p.instance_id for p in progress])
+            left = [p.instance_id for p in progress if p.instance_id in self.unprocessed]
+            for p in progress:
+                if p.instance_id not in self.unprocessed:
+                    self.writes.append(f"drain#{p.instance_id}")
+                    self.drains[p.instance_id] = (p, expires_at)
+        return left
 
     def mark_unavailable(
         self, *, instance_type: str, zone: str, capacity_type: str, expires_at: float, reason: str = ""

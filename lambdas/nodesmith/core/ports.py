@@ -412,8 +412,13 @@ class StateStore(Protocol):
         """The stored progress of ``instance_id``'s drain, or None."""
         ...
 
-    def put_drain(self, *, progress: DrainProgress, expires_at: float) -> None:
-        """Store ``progress`` (replacing what was stored for its instance), kept until ``expires_at``."""
+    def put_drains(self, *, progress: Sequence[DrainProgress], expires_at: float) -> list[str]:
+        """Store each of ``progress`` (replacing what was stored for its instance), kept until ``expires_at``,
+        in as few requests as the store allows; of several for one instance, the last wins.
+
+        Returns the instance ids whose progress the store left unwritten after its retries (empty: all
+        written). Raises the store's error when a request fails as a whole.
+        """
         ...
 
     def mark_unavailable(

@@ -344,6 +344,7 @@ def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
             else:
                 first[key] = None
                 drains.append((e, c))
+    batch.open_progress_writes(min(len(drains), workers))  # the drains running side by side share writes
     for (e, case), done in zip(drains, _gather(drains, batch.drain_once, workers), strict=True):
         if isinstance(done, InstanceOutcome):
             e.results[case.instance_id] = first[batch.drain_key(e, case)] = done

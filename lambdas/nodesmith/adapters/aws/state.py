@@ -32,15 +32,16 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws import clients
 from nodesmith.core.ports import DrainProgress, LeaseInfo, OfferingMark
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["DynamoStateStore"]
+__all__ = ["BATCH_WRITE_MAX_ITEMS", "UNPROCESSED_BACKOFF_SECONDS", "UNPROCESSED_RETRIES", "DynamoStateStore"]
 
 LOG = logging.getLogger(__name__)
 
@@ -48,6 +49,12 @@ _LEASE_SK = "lease"
 _DRAIN_SK = "progress"
 _OFFERING_PK = "offering"
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+BATCH_WRITE_MAX_ITEMS = 25
+"""Most items one DynamoDB ``BatchWriteItem`` request may write."""
+UNPROCESSED_RETRIES = 3
+"""How many times :meth:`DynamoStateStore.put_drains` sends unprocessed items again."""
+UNPROCESSED_BACKOFF_SECONDS = 0.05
+"""Wait before the first of those retries (seconds), doubling for each next one."""
 
 
 def _n(value: float) -> dict[str, str]:
@@ -92,6 +99,28 @@ def _lease(item: Mapping[str, Any] | None, now: float) -> LeaseInfo | None:
     )
 
 
+def _drain_item(progress: DrainProgress, expires_at: float) -> dict[str, Any]:
+    """The state table item of ``progress``, kept until ``expires_at`` (epoch seconds)."""
+    item: dict[str, Any] = {
+        "pk": _s(f"drain#{progress.instance_id}"),
+        "sk": _s(_DRAIN_SK),
+        "event_id": _s(progress.event_id),
+        "node_name": _s(progress.node_name),
+        "started_at": _n(progress.started_at),
+        "updated_at": _n(progress.updated_at),
+        "attempts": _n(progress.attempts),
+        "evicted": _n(progress.evicted),
+        "force_deleted": _n(progress.force_deleted),
+        "blocked_responses": _n(progress.blocked_responses),
+        "replaced": {"BOOL": progress.replaced},
+        "done": {"BOOL": progress.done},
+        "expires_at": _ttl(expires_at),
+    }
+    if progress.deadline is not None:
+        item["deadline"] = _n(progress.deadline)
+    return item
+
+
 def _code(exc: Exception) -> str:
     return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
@@ -99,17 +128,26 @@ def _code(exc: Exception) -> str:
 class DynamoStateStore:
     """Leases, drain progress and unavailable offerings in the DynamoDB table ``table_name``.
 
-    ``client`` is a boto3 DynamoDB client (default: the shared one for ``region``). Every method
+    ``client`` is a boto3 DynamoDB client (default: the shared one for ``region``); ``sleep`` waits between
+    retries of unprocessed batch writes (injectable for tests). Every method
     takes keyword arguments; times are epoch seconds. Errors other than a failed lease condition are
     botocore's ``ClientError`` (the caller decides whether the state is essential).
     """
 
-    def __init__(self, *, table_name: str, client: Any | None = None, region: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        table_name: str,
+        client: Any | None = None,
+        region: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         if not table_name:
             raise ValueError("DynamoStateStore needs a table name (NODESMITH_STATE_TABLE)")
         self.table_name = table_name
         self._client = client
         self._region = region
+        self._sleep = sleep
 
     @property
     def client(self) -> Any:
@@ -252,26 +290,33 @@ class DynamoStateStore:
             done=_bool(item, "done"),
         )
 
-    def put_drain(self, *, progress: DrainProgress, expires_at: float) -> None:
-        """Store ``progress`` for its instance until ``expires_at``."""
-        item: dict[str, Any] = {
-            "pk": _s(f"drain#{progress.instance_id}"),
-            "sk": _s(_DRAIN_SK),
-            "event_id": _s(progress.event_id),
-            "node_name": _s(progress.node_name),
-            "started_at": _n(progress.started_at),
-            "updated_at": _n(progress.updated_at),
-            "attempts": _n(progress.attempts),
-            "evicted": _n(progress.evicted),
-            "force_deleted": _n(progress.force_deleted),
-            "blocked_responses": _n(progress.blocked_responses),
-            "replaced": {"BOOL": progress.replaced},
-            "done": {"BOOL": progress.done},
-            "expires_at": _ttl(expires_at),
-        }
-        if progress.deadline is not None:
-            item["deadline"] = _n(progress.deadline)
-        self.client.put_item(TableName=self.table_name, Item=item)
+    def put_drains(self, *, progress: Sequence[DrainProgress], expires_at: float) -> list[str]:
+        """Store each of ``progress`` until ``expires_at`` in ``BatchWriteItem`` requests of up to 25 items
+        (DynamoDB's limit); of several for one instance the last wins (DynamoDB refuses a request writing one
+        key twice).
+
+        Items DynamoDB returns unprocessed (a throttled partition) are sent again after 50 ms, doubling, up
+        to :data:`UNPROCESSED_RETRIES` times, as the DynamoDB documentation advises for ``BatchWriteItem``;
+        returns the instance ids still unprocessed after that (empty: all written). Raises botocore's
+        ``ClientError`` when a request fails as a whole (after botocore's own retries); the requests before
+        it were written.
+        """
+        latest = {p.instance_id: p for p in progress}
+        writes = [{"PutRequest": {"Item": _drain_item(p, expires_at)}} for p in latest.values()]
+        left: list[str] = []
+        for start in range(0, len(writes), BATCH_WRITE_MAX_ITEMS):
+            pending = writes[start : start + BATCH_WRITE_MAX_ITEMS]
+            for retry in range(UNPROCESSED_RETRIES + 1):
+                if retry:
+                    self._sleep(UNPROCESSED_BACKOFF_SECONDS * 2 ** (retry - 1))
+                answer = self.client.batch_write_item(RequestItems={self.table_name: pending})
+                pending = (answer.get("UnprocessedItems") or {}).get(self.table_name) or []
+                if not pending:
+                    break
+            left += [w["PutRequest"]["Item"]["pk"]["S"].split("#", 1)[1] for w in pending]
+        if left:
+            LOG.warning("drain progress of %d instance(s) left unprocessed by DynamoDB: %s", len(left), left)
+        return left
 
     # -- unavailable offerings --------------------------------------------------------------------
 
