@@ -380,6 +380,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # state-table calls by record (drain, lease, idempotency, offering)
                 "api_calls": dict(sorted(counters.calls.items(), key=lambda kv: -kv[1])),
                 "api_calls_per_node": round(sum(counters.calls.values()) / max(1, args.nodes), 1),
+                # the items of the BatchWriteItem calls above (drain progress the drains of an invocation share)
+                "batch_written_items": counters.batch_written,
                 "records_failed": counters.failed_records,
                 # the schedule's ticks: how many were sent; of those the reconcile function took up (the others
                 # still waited behind a woken invocation when the run ended), when each was sent and began
