@@ -207,8 +207,8 @@ class BatchRun:
 
         Why: a burst's hand-off runs ten drains, each of which wrote its own ``PutItem``: 2,338 at 1,000 nodes,
         the largest share (19%) of the interruption invocations' CPU samples in a profile of
-        ``bench/interruptions.py``. Shared, they were 1,266 requests of 1.9 writes each: the drains of one
-        invocation start up to seconds apart there, so fewer writes coincide than ten drains suggest."""
+        ``bench/interruptions.py``. Shared, they were 1,266-1,589 requests of 1.6-1.9 writes each in five runs: the
+        drains of one invocation start up to seconds apart there, so fewer writes coincide than ten drains suggest."""
         if self.state is None or drains < 1:
             return
         self.progress_writes = Batcher(
