@@ -81,6 +81,8 @@ EMULATOR_SHORTCUTS = [
     "moto SQS: the clock behind a queue's per-message checks is time.time(), not a datetime difference",
     "moto response serializer: the attribute names to try per (object class, member shape) and the response "
     "transformer per key path are worked out once, not for every attribute of every object of every response",
+    "moto EventBridge: a JSONPath expression of a target's input template is compiled once per text, not per "
+    "event (moto builds a new parser for each of the default template's eight paths of every event)",
     "simulated kube-scheduler: a bind to a node cordoned since the scheduler's snapshot is refused (the real "
     "scheduler's informer cache sees the taint within milliseconds; the sim's snapshot here is seconds old)",
     f"simulated scheduler, kubelet and controllers step at most every {SIM_MIN_STEP_SECONDS:g} s",
