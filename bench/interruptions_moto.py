@@ -67,7 +67,8 @@ def _patch_jsonpath() -> None:
 
     import jsonpath_ng.ext
 
-    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
+    parse = getattr(jsonpath_ng.ext, "parse")  # noqa: B009 - not in the module's __all__
+    setattr(jsonpath_ng.ext, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
 
 
 def patch_moto() -> None:
