@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -151,11 +152,13 @@ class EmbeddedWorld:
         self.stop()
 
     def _start_aws(self) -> EmbeddedAws:
-        """Start moto in this process and seed it for the cluster (subclasses may host it elsewhere); the
-        returned world's environment points boto3 at it."""
+        """Start moto in this process, empty, and seed it for the cluster (subclasses may host it elsewhere);
+        the returned world's environment points boto3 at it. moto's backends are the process's: a world
+        started after another in the same process would otherwise find the first one's resources."""
         from nodesmith.sim import aws as embedded_aws
 
         embedded = embedded_aws.start()
+        embedded.reset()
         embedded_aws.seed(cluster_name=self.cluster_name)
         return embedded
 
@@ -257,12 +260,16 @@ class EmbeddedWorld:
         handler = logger.registered_handler
         stream_handler = handler if isinstance(handler, logging.StreamHandler) else None
         with self.lambda_log.open("a", encoding="utf-8") as log, contextlib.redirect_stdout(log):
-            previous = stream_handler.setStream(log) if stream_handler is not None else None
+            previous = None
+            if stream_handler is not None:
+                previous = stream_handler.stream
+                stream_handler.stream = log  # not setStream: it flushes the old stream, which may be closed
             try:
                 yield
             finally:
-                if stream_handler is not None and previous is not None:
-                    stream_handler.setStream(previous)
+                if stream_handler is not None:
+                    open_before = previous is not None and not getattr(previous, "closed", False)
+                    stream_handler.stream = previous if open_before else sys.stdout
 
     def put_spot_interruption(self, *, instance_id: str, zone: str) -> str:
         """Put a real-format ``EC2 Spot Instance Interruption Warning`` on the default event bus.
