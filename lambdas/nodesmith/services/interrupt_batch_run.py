@@ -225,17 +225,13 @@ class BatchRun:
         return {p: NodesmithError("left unwritten by the state store") for p in progress if p.instance_id in left}
 
     def save(self, progress: DrainProgress, warnings: list[str]) -> None:
-        """Store ``progress``; a failure becomes a warning in ``warnings``: progress helps resuming and
-        reporting, and the drain itself is idempotent."""
-        if self.state is None:
+        """Store ``progress`` through the writes :meth:`open_progress_writes` opened (none without a state
+        store); a failure becomes a warning in ``warnings``: progress helps resuming and reporting, and the
+        drain itself is idempotent."""
+        if self.progress_writes is None:
             return
         try:
-            if self.progress_writes is not None:
-                self.progress_writes.submit(progress)
-            else:
-                failed = self._write_progress([progress])
-                if failed:
-                    raise failed[progress]
+            self.progress_writes.submit(progress)
         except Exception as exc:
             warnings.append(f"drain progress not stored: {exc}")
 
