@@ -90,12 +90,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from interruptions_counters import Counters, fresh_runs, merge
+from interruptions_counters import Counters, merge
 from interruptions_lambda import (
     BATCH_SIZE,
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
-    FUNCTION_TIMEOUT_SECONDS,
     MAX_CONCURRENCY,
     TICK,
     VISIBILITY_TIMEOUT_SECONDS,
@@ -104,11 +103,9 @@ from interruptions_lambda import (
     reconcile_process,
 )
 from interruptions_monitor import Monitor
+from interruptions_report import Run, calibrate, report
 from interruptions_world import (
-    EMULATOR_SHORTCUTS,
     KUBELET_INSTANCE_CACHE_SECONDS,
-    NOTICE_SECONDS,
-    POD_GRACE_SECONDS,
     SCHEDULE_SECONDS,
     TERMINATED,
     _conditions,
@@ -122,19 +119,6 @@ from interruptions_world import (
     _world_class,
     process_cpu_seconds,
 )
-
-
-def _spread(values: list[float]) -> dict[str, float | int] | None:
-    """``{count, min, p50, max}`` of ``values`` (seconds, rounded), or None when there are none."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return {
-        "count": len(ordered),
-        "min": round(ordered[0], 2),
-        "p50": round(ordered[len(ordered) // 2], 2),
-        "max": round(ordered[-1], 2),
-    }
 
 
 def _reclaim(
@@ -237,6 +221,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             put_started = time.monotonic()
             deadlines = deliver(world, launched)
             events_put = time.monotonic() - put_started
+        calibration = {"before": calibrate()}  # the invocation processes are warm and waiting for go
         t0 = time.monotonic()
         cpu0 = time.process_time()
         children_cpu0 = _children_cpu()
@@ -272,9 +257,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                      f"pending={pending} on_interrupted={interrupted} "
                      f"removed={len(names & monitor.removed_nodes)} errors={monitor.errors[:2]}")  # fmt: skip
         moto_cpu = process_cpu_seconds(world.moto.pid) - moto_cpu0
-        from nodesmith.handlers.interruption import SAFETY_MARGIN_SECONDS
-
-        drain_budget_end = FUNCTION_TIMEOUT_SECONDS - SAFETY_MARGIN_SECONDS  # seconds into an invocation
         stop.set()
         stop_all.set()
         killed, duplicated = 0, set()
@@ -291,159 +273,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cpu = time.process_time() - cpu0
         invocations_cpu = _children_cpu() - children_cpu0
         done = finished()
-        with monitor.lock:
-            reclaimed = lost_box[0] if lost_box else set()
-            # Ready pods deleted after their node was: the pod garbage collector removed them, never evicted.
-            with_node = {key for key, _, gone in monitor.deleted_while_ready if gone}
-            cordoned = max(monitor.cordoned.values()) if len(monitor.cordoned) == len(names) else None
-            first_attempts = [
-                n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid not in counters.crashed
-            ]
-            fresh = [
-                fresh_runs(runs, counters.ended_at_timeout)
-                for (_, iid, attempt), runs in counters.drain_runs.items()
-                if attempt == 0 and iid not in counters.crashed
-            ]
-            crashed_attempts = [
-                n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid in counters.crashed
-            ]
-            return {
-                "nodes": args.nodes,
-                "pods": total_pods,
-                "pods_behind_pdbs": sum(budgeted.values()),
-                "concurrency": args.concurrency,
-                "cpus": len(os.sched_getaffinity(0)),
-                "batch_size": args.batch_size,
-                "cordoned_seconds": None if cordoned is None else round(cordoned, 2),
-                "nodes_cordoned": len(monitor.cordoned),
-                "cordons_seconds": _spread(list(monitor.cordoned.values())),
-                "replacements_launched_seconds": round(max(monitor.launched.values()), 2) if monitor.launched else None,
-                "replacement_nodeclaims": len(monitor.launched),
-                # each replacement NodeClaim's launch: the woken pass's, then any for pods left unschedulable
-                "replacement_launches_seconds": _spread(list(monitor.launched.values())),
-                "pods_running_again_seconds": None
-                if monitor.all_running_at is None
-                else round(monitor.all_running_at, 2),
-                "pods_lost": len(reclaimed | with_node) + counters.force_deleted,
-                "pods_lost_to_reclaim": len(reclaimed),
-                "pods_lost_with_their_node": len(with_node - reclaimed),
-                "pods_lost_with_their_node_examples": sorted(
-                    f"{key} on {node}" for key, node, gone in monitor.deleted_while_ready if gone
-                )[:5],
-                "pods_force_deleted": counters.force_deleted,
-                "pods_force_deleted_behind_pdbs": sum(
-                    n for app, n in counters.force_deleted_apps.items() if app in budgeted
-                ),
-                "pdb_violations": monitor.violations,
-                # before the deadline's force-deletions (a pod's 30 s grace period before the 2-minute notice ends)
-                "budget_chains_seconds": {
-                    k: _spread(v) for k, v in monitor.budget_chains(NOTICE_SECONDS - POD_GRACE_SECONDS - 2).items()
-                },
-                "drains_per_event": {
-                    "min": min(first_attempts, default=0),
-                    "max": max(first_attempts, default=0),
-                    # runs that did not resume one ended at the function timeout: a second of these is a double drain
-                    "max_fresh": max(fresh, default=0),
-                    "resumed_after_timeout": sum(first_attempts) - sum(fresh),
-                    "events": len(first_attempts),
-                    "duplicated_deliveries": len(duplicated),
-                },
-                "crash_resume": None
-                if not args.crash_every
-                else {
-                    "targets": len(counters.crash_targets),
-                    "invocations_killed": killed,
-                    "drains_killed": len(counters.crashed),
-                    "resumed_from_stored_progress": len(counters.resumed_from_progress),
-                    "pods_evicted_before_crash_by_resumed_drains": sum(counters.resumed_from_progress.values()),
-                    "drains_per_crashed_event": {
-                        "min": min(crashed_attempts, default=0),
-                        "max": max(crashed_attempts, default=0),
-                    },
-                    "visibility_timeout_seconds": args.visibility_timeout,
-                },
-                "events_put_seconds": round(events_put, 2),
-                "events_delivered_via": args.deliver,
-                "events_preloaded": args.preload,
-                "process_cpu_seconds": round(cpu, 1),
-                "process_cpu_share": round(cpu / end / (os.cpu_count() or 1), 2),
-                "invocation_processes": args.processes,
-                "invocation_processes_cpu_seconds": round(invocations_cpu, 1),
-                "moto_process_cpu_seconds": round(moto_cpu, 1),
-                "machine_cpu_share": round((cpu + invocations_cpu + moto_cpu) / end / (os.cpu_count() or 1), 2),
-                "emulator_shortcuts": EMULATOR_SHORTCUTS,
-                "pdb_violation_details": monitor.details[:5],
-                "continuations": counters.continuations - counters.handed_off,
-                "drains_handed_off": counters.handed_off,
-                "invocations": counters.invocations,
-                # every AWS and Kubernetes call the interruption invocations (and the wakes they ran) made after t0;
-                # state-table calls by record (drain, lease, idempotency, offering)
-                "api_calls": dict(sorted(counters.calls.items(), key=lambda kv: -kv[1])),
-                "api_calls_per_node": round(sum(counters.calls.values()) / max(1, args.nodes), 1),
-                # the items of the BatchWriteItem calls above (drain progress the drains of an invocation share)
-                "batch_written_items": counters.batch_written,
-                "records_failed": counters.failed_records,
-                # the schedule's ticks: how many were sent; of those the reconcile function took up (the others
-                # still waited behind a woken invocation when the run ended), when each was sent and began
-                # (seconds from t0), how long it ran and what it did
-                "reconcile_ticks": {
-                    "sent": len(ticks_sent),
-                    "taken_up": [
-                        {
-                            "sent_at": round(sent - t0, 1),
-                            "began_at": round(began - t0, 1),
-                            "seconds": round(took, 1),
-                            "status": status,
-                        }
-                        for sent, began, took, status in sorted(counters.ticks)
-                    ],
-                },
-                "replacement_passes": {
-                    "ran": sum(1 for r in counters.replacements if r.ran),
-                    "skipped_lease_held": sum(1 for r in counters.replacements if r.skipped),
-                    "failed": sum(1 for r in counters.replacements if r.errors and not r.ran),
-                    "nodeclaims_launched": sum(r.nodeclaims_launched for r in counters.replacements),
-                },
-                "drains_started_seconds": _spread([at - t0 for at in counters.drain_started.values()]),
-                "invocation_seconds": _spread(counters.invocation_seconds),
-                # seconds from an invocation's start to each drain it began (the drain phase follows cordon and
-                # replacement); "late": begun once the drain budget was spent (the timeout minus the safety margin)
-                "drain_began_after_seconds": {
-                    **(_spread(counters.drain_offsets) or {}),
-                    "late": sum(1 for s in counters.drain_offsets if s > drain_budget_end),
-                },
-                # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
-                # on (interruptions_timeouts.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
-                "invocations_timed_out": counters.timed_out,
-                # the innermost nodesmith functions of each one's first call after its timeout (most common first)
-                "timed_out_in": dict(counters.cut_off_in.most_common(8)),
-                "function_timeout_enforced": not args.no_function_timeout,
-                "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
-                "reconcile_wakes": {
-                    "enabled": not args.no_reconcile_wake,
-                    "sent": counters.wakes_sent,
-                    "skipped": counters.wakes_skipped,
-                    # a woken invocation's passes: its first, the burst watch's (pods left unschedulable) and reruns
-                    "passes": len(counters.wake_passes),
-                    "invocations_ended": len(counters.wakes_ended),  # the others still watched when the run ended
-                    "nodeclaims_launched": sum(n for _, _, n in counters.wake_passes),
-                    "pass_seconds": _spread([took for _, took, _ in counters.wake_passes]),
-                    "ended_at": _spread([at - t0 for at, _, _ in counters.wake_passes]),
-                },
-                "replacement_pass_seconds": {
-                    "took": _spread([took for _, took in counters.replacement_times]),
-                    "ended_at": _spread([at - t0 for at, _ in counters.replacement_times]),
-                },
-                "nodes_removed": len(names & monitor.removed_nodes),
-                "run_seconds": round(end, 2),
-                "setup_seconds": round(setup_seconds, 2),
-                "timed_out": not done,
-                "note": f"the invocations run as threads of {args.processes} process(es) of their own, the woken "
-                "reconcile function in one more; the world "
-                "(moto: EC2, SQS, EventBridge, DynamoDB; the Kubernetes API emulator; the simulated "
-                f"scheduler/kubelet/controllers) is one more process; all share {os.cpu_count()} cores; real "
-                "invocations each have their own CPU, and so have the cluster's control plane and AWS",
-            }
+        calibration["after"] = calibrate()
+        return report(
+            Run(
+                args=args,
+                counters=counters,
+                monitor=monitor,
+                names=names,
+                total_pods=total_pods,
+                budgeted=budgeted,
+                reclaimed=lost_box[0] if lost_box else set(),
+                t0=t0,
+                end=end,
+                cpu=cpu,
+                invocations_cpu=invocations_cpu,
+                moto_cpu=moto_cpu,
+                events_put=events_put,
+                ticks_sent=ticks_sent,
+                killed=killed,
+                duplicated=duplicated,
+                setup_seconds=setup_seconds,
+                done=done,
+                calibration=calibration,
+            )
+        )
     finally:
         world.stop()
 
