@@ -260,3 +260,39 @@ def test_stored_drain_progress_is_read_unless_sqs_delivers_the_record_for_the_fi
     assert result == {"batchItemFailures": []}
     assert ports.cluster.count("evict") == 1  # drained either way: web-1 left node-a
     assert len(state.reads) == reads  # a redelivery (or an unknown count) may resume a drain that died
+
+
+def test_a_burst_hands_its_drains_off_a_few_seconds_late_behind_the_originals_still_arriving() -> None:
+    clock = fakes.FakeClock()
+    ids = [f"i-00000000000010{n:02d}" for n in range(interruption.HANDOFF_MIN_DRAINS)]
+    nodes = [fakes.make_node(f"node-{n}", iid) for n, iid in enumerate(ids)]
+    pods = [fakes.make_pod(f"web-{n}", node=f"node-{n}", grace=0) for n in range(len(ids))]
+    cluster = fakes.FakeCluster(clock=clock, nodes=nodes, pods=pods, instant_termination=True)
+    cloud = fakes.FakeCloud([fakes.make_instance(iid, nodeclaim=f"nc-{n}") for n, iid in enumerate(ids)])
+    sent: list[tuple[dict[str, Any], int]] = []
+    wiring.reset()
+    wiring.set_ports(
+        cluster=cluster,
+        cloud=cloud,
+        settings=Settings(cluster_name=fakes.CLUSTER, cluster_endpoint="https://example.invalid"),
+        requeue=lambda body, delay: sent.append((dict(body), delay)),
+    )
+    now = time.time()
+    stamp = datetime.fromtimestamp(now - 1, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    records = [
+        {"messageId": f"msg-{n}", "receiptHandle": f"rh-{n}", "body": json.dumps(fakes.event(iid, time=stamp)),
+         "attributes": {"SentTimestamp": str(int(now * 1000)), "ApproximateReceiveCount": "1"},
+         "eventSource": "aws:sqs"}
+        for n, iid in enumerate(ids)
+    ]  # fmt: skip
+    try:
+        result = interruption.handler({"Records": records}, Context())
+    finally:
+        wiring.reset()
+
+    assert result == {"batchItemFailures": []}
+    assert cluster.count("taint_and_cordon") == len(ids) and cluster.count("evict") == 0  # cordoned, not drained
+    assert [body["nodesmith-continuation"]["handoff"] for body, _ in sent] == [True] * len(ids)
+    # not receivable at once: the pollers take the burst's later originals first
+    assert {delay for _, delay in sent} == {interruption.HANDOFF_DELAY_SECONDS}
+    assert 0 < interruption.HANDOFF_DELAY_SECONDS <= 5

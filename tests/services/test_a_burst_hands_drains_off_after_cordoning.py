@@ -173,9 +173,10 @@ def test_a_burst_hands_off_in_one_batch_send_and_only_unsent_messages_fail() -> 
         return [None, "Throttled: slow down", None, None]  # SQS refused the second entry only
 
     out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, requeue=Requeue(),
-              requeue_batch=send_batch, handoff_min_drains=2)  # fmt: skip
+              requeue_batch=send_batch, handoff_min_drains=2, handoff_delay_seconds=3)  # fmt: skip
 
     assert len(calls) == 1 and [b[CONTINUATION_KEY]["instance-ids"] for b, _ in calls[0]] == [[i] for i in IDS]
+    assert [delay for _, delay in calls[0]] == [3] * len(IDS)  # each hand-off waits behind the burst's originals
     assert [r.failed for r in out.items] == [False, True, False, False]
     assert "Throttled" in out.items[1].error and out.drains_handed_off == 3
     assert cluster.count("evict") == 0 and all(n.unschedulable for n in cluster.nodes.values())

@@ -35,9 +35,11 @@ of a spot interruption run out:
 drain is a sign of a burst (a full batch; more messages are waiting behind it). Holding those
 records for the replacement wait and the drain would keep this invocation from cordoning the
 nodes of the next batch, so after phase 1 such a batch hands each message's drain to a
-*hand-off continuation* (attempt 1, ``"handoff": true``, no delay; its drain keeps the original's
-idempotency key, attempt 0, so a duplicate drained in place is not drained again) and acknowledges: the
-invocations stay seconds long and every node of the burst is cordoned first; the hand-off
+*hand-off continuation* (attempt 1, ``"handoff": true``, delayed ``handoff_delay_seconds``; its drain keeps
+the original's idempotency key, attempt 0, so a duplicate drained in place is not drained again) and
+acknowledges: the invocations stay seconds long and every node of the burst is cordoned first (the delay
+keeps the hand-offs behind the burst's originals still arriving, which a hand-off received at once would
+keep waiting for an invocation while it drains); the hand-off
 continuations then do phases 2 and 3 (one replacement pass, then drain) like an original
 (Karpenter splits the same way: its interruption controller only taints and deletes the
 NodeClaim, the termination controller drains later). With ``replace_at_handoff`` (the reconcile
@@ -164,6 +166,7 @@ def handle_batch(
     requeue: Requeue | None = None,
     requeue_batch: RequeueBatch | None = None,
     handoff_min_drains: int | None = None,
+    handoff_delay_seconds: int = 0,
     replace_at_handoff: bool = False,
     cordon_workers: int = 16,
     drain_workers: int = 16,
@@ -188,7 +191,10 @@ def handle_batch(
     burst hand-off (module docstring): when the original messages leave at least that many nodes
     to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon,
     all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
-    continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated).
+    continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated),
+    each with an SQS delay of ``handoff_delay_seconds`` (0..900): for that long a hand-off cannot be
+    received, so the event source's pollers take the burst's originals that arrived after it, and the
+    invocations it would hold do not hold up their cordons.
     ``replace_at_handoff``: a batch that handed its drains off still calls ``replace_capacity`` at once, for
     the nodes it cordoned, instead of leaving the pass to its hand-offs, which a burst's backlog holds back
     (at 1,000 nodes they came 15 s after their cordon, and the replacements launched 15 s later than the issue's
@@ -220,6 +226,7 @@ def handle_batch(
         wall=wall,
         continuation_delay_seconds=continuation_delay_seconds,
         max_attempts=max_attempts,
+        handoff_delay_seconds=handoff_delay_seconds,
     )
     entries = [BatchEntry(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]
@@ -316,7 +323,7 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
                 e.results.update((o.instance_id, o) for o in sent)
         return
     try:
-        errors = send_batch([(batch.handoff_body(e, cases), 0) for e, cases in handed])
+        errors = send_batch([(batch.handoff_body(e, cases), batch.handoff_delay) for e, cases in handed])
     except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
         errors = [f"{type(exc).__name__}: {exc}"] * len(handed)
     for (e, cases), error in zip(handed, errors, strict=True):

@@ -131,6 +131,7 @@ class BatchRun:
         wall: Callable[[], float],
         continuation_delay_seconds: int,
         max_attempts: int,
+        handoff_delay_seconds: int = 0,
     ) -> None:
         self.cluster = cluster
         self.state = state
@@ -138,6 +139,7 @@ class BatchRun:
         self.requeue = requeue
         self.wall = wall
         self.delay = continuation_delay_seconds
+        self.handoff_delay = handoff_delay_seconds
         self.max_attempts = max_attempts
         self.run_id = uuid.uuid4().hex
         self.out = BatchOutcome()
@@ -194,7 +196,7 @@ class BatchRun:
     def hand_off(self, entry: BatchEntry, cases: list[InstanceCase]) -> list[InstanceOutcome]:
         """Send the drains of ``cases`` (one message's cordoned nodes) on to a hand-off continuation."""
         assert self.requeue is not None
-        self.requeue(self.handoff_body(entry, cases), 0)  # raising fails the record: SQS delivers it again
+        self.requeue(self.handoff_body(entry, cases), self.handoff_delay)  # raising fails the record: SQS redelivers
         return self.handed_off(cases)
 
     # -- phase 3 ----------------------------------------------------------------------------------
