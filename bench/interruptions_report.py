@@ -119,15 +119,15 @@ def report(run: Run) -> dict[str, Any]:
             "pods_running_again_seconds": None
             if run.monitor.all_running_at is None
             else round(run.monitor.all_running_at, 2),
-            "pods_lost": len(reclaimed | with_node) + run.counters.force_deleted,
+            "pods_lost": len(reclaimed | with_node) + counters.force_deleted,
             "pods_lost_to_reclaim": len(reclaimed),
             "pods_lost_with_their_node": len(with_node - reclaimed),
             "pods_lost_with_their_node_examples": sorted(
                 f"{key} on {node}" for key, node, gone in run.monitor.deleted_while_ready if gone
             )[:5],
-            "pods_force_deleted": run.counters.force_deleted,
+            "pods_force_deleted": counters.force_deleted,
             "pods_force_deleted_behind_pdbs": sum(
-                n for app, n in run.counters.force_deleted_apps.items() if app in run.budgeted
+                n for app, n in counters.force_deleted_apps.items() if app in run.budgeted
             ),
             "pdb_violations": run.monitor.violations,
             # before the deadline's force-deletions (a pod's 30 s grace period before the 2-minute notice ends)
@@ -146,11 +146,11 @@ def report(run: Run) -> dict[str, Any]:
             "crash_resume": None
             if not run.args.crash_every
             else {
-                "targets": len(run.counters.crash_targets),
+                "targets": len(counters.crash_targets),
                 "invocations_killed": run.killed,
-                "drains_killed": len(run.counters.crashed),
-                "resumed_from_stored_progress": len(run.counters.resumed_from_progress),
-                "pods_evicted_before_crash_by_resumed_drains": sum(run.counters.resumed_from_progress.values()),
+                "drains_killed": len(counters.crashed),
+                "resumed_from_stored_progress": len(counters.resumed_from_progress),
+                "pods_evicted_before_crash_by_resumed_drains": sum(counters.resumed_from_progress.values()),
                 "drains_per_crashed_event": {
                     "min": min(crashed_attempts, default=0),
                     "max": max(crashed_attempts, default=0),
@@ -170,16 +170,16 @@ def report(run: Run) -> dict[str, Any]:
             ),
             "emulator_shortcuts": EMULATOR_SHORTCUTS,
             "pdb_violation_details": run.monitor.details[:5],
-            "continuations": run.counters.continuations - run.counters.handed_off,
-            "drains_handed_off": run.counters.handed_off,
-            "invocations": run.counters.invocations,
+            "continuations": counters.continuations - counters.handed_off,
+            "drains_handed_off": counters.handed_off,
+            "invocations": counters.invocations,
             # every AWS and Kubernetes call the interruption invocations (and the wakes they ran) made after run.t0;
             # state-table calls by record (drain, lease, idempotency, offering)
-            "api_calls": dict(sorted(run.counters.calls.items(), key=lambda kv: -kv[1])),
-            "api_calls_per_node": round(sum(run.counters.calls.values()) / max(1, run.args.nodes), 1),
+            "api_calls": dict(sorted(counters.calls.items(), key=lambda kv: -kv[1])),
+            "api_calls_per_node": round(sum(counters.calls.values()) / max(1, run.args.nodes), 1),
             # the items of the BatchWriteItem calls above (drain progress the drains of an invocation share)
-            "batch_written_items": run.counters.batch_written,
-            "records_failed": run.counters.failed_records,
+            "batch_written_items": counters.batch_written,
+            "records_failed": counters.failed_records,
             # the schedule's ticks: how many were sent; of those the reconcile function took up (the others
             # still waited behind a woken invocation when the run ended), when each was sent and began
             # (seconds from run.t0), how long it ran and what it did
@@ -192,44 +192,44 @@ def report(run: Run) -> dict[str, Any]:
                         "seconds": round(took, 1),
                         "status": status,
                     }
-                    for sent, began, took, status in sorted(run.counters.ticks)
+                    for sent, began, took, status in sorted(counters.ticks)
                 ],
             },
             "replacement_passes": {
-                "ran": sum(1 for r in run.counters.replacements if r.ran),
-                "skipped_lease_held": sum(1 for r in run.counters.replacements if r.skipped),
-                "failed": sum(1 for r in run.counters.replacements if r.errors and not r.ran),
-                "nodeclaims_launched": sum(r.nodeclaims_launched for r in run.counters.replacements),
+                "ran": sum(1 for r in counters.replacements if r.ran),
+                "skipped_lease_held": sum(1 for r in counters.replacements if r.skipped),
+                "failed": sum(1 for r in counters.replacements if r.errors and not r.ran),
+                "nodeclaims_launched": sum(r.nodeclaims_launched for r in counters.replacements),
             },
-            "drains_started_seconds": spread([at - run.t0 for at in run.counters.drain_started.values()]),
-            "invocation_seconds": spread(run.counters.invocation_seconds),
+            "drains_started_seconds": spread([at - run.t0 for at in counters.drain_started.values()]),
+            "invocation_seconds": spread(counters.invocation_seconds),
             # seconds from an invocation's start to each drain it began (the drain phase follows cordon and
             # replacement); "late": begun once the drain budget was spent (the timeout minus the safety margin)
             "drain_began_after_seconds": {
-                **(spread(run.counters.drain_offsets) or {}),
-                "late": sum(1 for s in run.counters.drain_offsets if s > drain_budget_end),
+                **(spread(counters.drain_offsets) or {}),
+                "late": sum(1 for s in counters.drain_offsets if s > drain_budget_end),
             },
             # ended at the function timeout as Lambda ends them: their AWS and Kubernetes calls fail from then
             # on (interruptions_timeouts.install_timeouts), nothing of theirs is acknowledged, SQS delivers again
-            "invocations_timed_out": run.counters.timed_out,
+            "invocations_timed_out": counters.timed_out,
             # the innermost nodesmith functions of each one's first call after its timeout (most common first)
-            "timed_out_in": dict(run.counters.cut_off_in.most_common(8)),
+            "timed_out_in": dict(counters.cut_off_in.most_common(8)),
             "function_timeout_enforced": not run.args.no_function_timeout,
-            "invocations_past_timeout": sum(1 for s in run.counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
+            "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
             "reconcile_wakes": {
                 "enabled": not run.args.no_reconcile_wake,
-                "sent": run.counters.wakes_sent,
-                "skipped": run.counters.wakes_skipped,
+                "sent": counters.wakes_sent,
+                "skipped": counters.wakes_skipped,
                 # a woken invocation's passes: its first, the burst watch's (pods left unschedulable) and reruns
-                "passes": len(run.counters.wake_passes),
-                "invocations_ended": len(run.counters.wakes_ended),  # the others still watched when the run ended
-                "nodeclaims_launched": sum(n for _, _, n in run.counters.wake_passes),
-                "pass_seconds": spread([took for _, took, _ in run.counters.wake_passes]),
-                "ended_at": spread([at - run.t0 for at, _, _ in run.counters.wake_passes]),
+                "passes": len(counters.wake_passes),
+                "invocations_ended": len(counters.wakes_ended),  # the others still watched when the run ended
+                "nodeclaims_launched": sum(n for _, _, n in counters.wake_passes),
+                "pass_seconds": spread([took for _, took, _ in counters.wake_passes]),
+                "ended_at": spread([at - run.t0 for at, _, _ in counters.wake_passes]),
             },
             "replacement_pass_seconds": {
-                "took": spread([took for _, took in run.counters.replacement_times]),
-                "ended_at": spread([at - run.t0 for at, _ in run.counters.replacement_times]),
+                "took": spread([took for _, took in counters.replacement_times]),
+                "ended_at": spread([at - run.t0 for at, _ in counters.replacement_times]),
             },
             "nodes_removed": len(run.names & run.monitor.removed_nodes),
             "run_seconds": round(run.end, 2),

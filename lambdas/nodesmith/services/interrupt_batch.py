@@ -323,7 +323,7 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
                 e.results.update((o.instance_id, o) for o in sent)
         return
     try:
-        errors = send_batch([(batch.handoff_body(e, cases), batch.handoff_delay) for e, cases in handed])
+        errors = send_batch([batch.handoff_message(e, cases) for e, cases in handed])
     except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
         errors = [f"{type(exc).__name__}: {exc}"] * len(handed)
     for (e, cases), error in zip(handed, errors, strict=True):

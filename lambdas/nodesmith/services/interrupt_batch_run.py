@@ -177,14 +177,16 @@ class BatchRun:
             LOG.warning("could not mark %s/%s/%s unavailable: %s", offering.instance_type, offering.zone,
                         offering.capacity_type, exc)  # fmt: skip
 
-    def handoff_body(self, entry: BatchEntry, cases: list[InstanceCase]) -> dict[str, Any]:
-        """The hand-off continuation of one message's cordoned nodes ``cases``."""
+    def handoff_message(self, entry: BatchEntry, cases: list[InstanceCase]) -> tuple[dict[str, Any], int]:
+        """The hand-off continuation of one message's cordoned nodes ``cases``: its body and its SQS delay
+        (seconds), as ``Requeue`` and ``RequeueBatch`` take them."""
         ids = [c.instance_id for c in cases]
         attempt = entry.item.attempt + 1
         located = [c.instance for c in cases if c.instance is not None]
-        return continuation_body(entry.item.event, attempt=attempt, instance_ids=ids, handoff=True,
+        body = continuation_body(entry.item.event, attempt=attempt, instance_ids=ids, handoff=True,
                                  cordoned_at=self.cordoned_at, instances=located,
                                  replacement_asked=self.replacement_asked)  # fmt: skip
+        return body, self.handoff_delay
 
     def handed_off(self, cases: list[InstanceCase]) -> list[InstanceOutcome]:
         """The outcomes of ``cases`` once their hand-off continuation was sent."""
@@ -196,7 +198,7 @@ class BatchRun:
     def hand_off(self, entry: BatchEntry, cases: list[InstanceCase]) -> list[InstanceOutcome]:
         """Send the drains of ``cases`` (one message's cordoned nodes) on to a hand-off continuation."""
         assert self.requeue is not None
-        self.requeue(self.handoff_body(entry, cases), self.handoff_delay)  # raising fails the record: SQS redelivers
+        self.requeue(*self.handoff_message(entry, cases))  # raising fails the record: SQS delivers it again
         return self.handed_off(cases)
 
     # -- phase 3 ----------------------------------------------------------------------------------
