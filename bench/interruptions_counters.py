@@ -29,6 +29,7 @@ class Counters:
         self.drains: Counter[tuple[str, str, int]] = Counter()  # (event, instance, attempt; 0 = first drain)
         self.drain_runs: dict[tuple[str, str, int], list[tuple[float, int | None]]] = {}  # (start, invocation) per run
         self.handed_off = 0
+        self.deferred = 0  # continuations sent back to the queue unbegun (the batch had its max_drains)
         self.continuations = 0
         self.force_deleted = 0
         self.force_deleted_apps: Counter[str] = Counter()  # app label -> pods force-deleted for the deadline
@@ -104,6 +105,14 @@ class Counters:
                 if began is not None:
                     counters.drain_offsets.append(time.monotonic() - began)
             return drain_once(self, entry, case)
+
+        send_back = interrupt_batch._send_back
+
+        def counted_send_back(batch: Any, entries: Any, send_batch: Any) -> Any:
+            sent = send_back(batch, entries, send_batch)
+            with counters.lock:
+                counters.deferred += len(sent)
+            return sent
 
         def counted_handed_off(self: Any, cases: Any) -> Any:
             out = handed_off(self, cases)
@@ -184,6 +193,7 @@ class Counters:
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
         InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
+        interrupt_batch._send_back = counted_send_back
         interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
 
 
@@ -209,6 +219,7 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
         "crashed": sorted(counters.crashed),
         "resumed_from_progress": dict(counters.resumed_from_progress),
         "handed_off": counters.handed_off,
+        "deferred": counters.deferred,
         "continuations": counters.continuations,
         "force_deleted": counters.force_deleted,
         "force_deleted_apps": dict(counters.force_deleted_apps),
@@ -296,6 +307,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.crashed |= set(part["crashed"])
         counters.resumed_from_progress.update(part["resumed_from_progress"])
         counters.handed_off += part["handed_off"]
+        counters.deferred += part["deferred"]
         counters.continuations += part["continuations"]
         counters.force_deleted += part["force_deleted"]
         counters.force_deleted_apps.update(part["force_deleted_apps"])

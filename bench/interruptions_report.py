@@ -170,8 +170,9 @@ def report(run: Run) -> dict[str, Any]:
             ),
             "emulator_shortcuts": EMULATOR_SHORTCUTS,
             "pdb_violation_details": run.monitor.details[:5],
-            "continuations": counters.continuations - counters.handed_off,
+            "continuations": counters.continuations - counters.handed_off - counters.deferred,
             "drains_handed_off": counters.handed_off,
+            "continuations_sent_back": counters.deferred,
             "invocations": counters.invocations,
             # every AWS and Kubernetes call the interruption invocations (and the wakes they ran) made after run.t0;
             # state-table calls by record (drain, lease, idempotency, offering)

@@ -296,3 +296,68 @@ def test_a_burst_hands_its_drains_off_a_few_seconds_late_behind_the_originals_st
     # not receivable at once: the pollers take the burst's later originals first
     assert {delay for _, delay in sent} == {interruption.HANDOFF_DELAY_SECONDS}
     assert 0 < interruption.HANDOFF_DELAY_SECONDS <= 5
+
+
+class SlowEvictions(fakes.FakeCluster):  # type: ignore[name-defined,misc]
+    """Each eviction takes 0.3 s of real time (the handler times its drains on the real clock)."""
+
+    def evict(self, *, pod: Any, grace_period_seconds: int | None = None) -> str:
+        time.sleep(0.3)
+        return str(super().evict(pod=pod, grace_period_seconds=grace_period_seconds))
+
+
+class Queue:
+    """The interruption queue as the handler's requeue sees it: ``send`` and ``send_batch``."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[dict[str, Any], int]] = []
+
+    def send(self, body: Any, delay_seconds: int) -> str:
+        self.sent.append((json.loads(json.dumps(body)), delay_seconds))
+        return "sent"
+
+    def send_batch(self, messages: Any) -> list[str | None]:
+        for body, delay in messages:
+            self.send(body, delay)
+        return [None] * len(messages)
+
+
+def test_hand_offs_whose_drains_cannot_begin_in_the_first_half_of_the_budget_go_back_to_the_queue() -> None:
+    clock = fakes.FakeClock()
+    ids = [f"i-00000000000020{n:02d}" for n in range(20)]
+    nodes = [fakes.make_node(f"node-{n}", iid) for n, iid in enumerate(ids)]
+    pods = [fakes.make_pod(f"web-{n}", node=f"node-{n}", grace=0) for n in range(len(ids))]
+    cluster = SlowEvictions(clock=clock, nodes=nodes, pods=pods, instant_termination=True)
+    cloud = fakes.FakeCloud([fakes.make_instance(iid, nodeclaim=f"nc-{n}") for n, iid in enumerate(ids)])
+    queue = Queue()
+    wiring.reset()
+    settings = Settings(cluster_name=fakes.CLUSTER, cluster_endpoint="https://example.invalid")
+    wiring.set_ports(cluster=cluster, cloud=cloud, requeue=queue.send, settings=settings)
+    now = time.time()
+    stamp = datetime.fromtimestamp(now - 1, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    bodies = [
+        {
+            **fakes.event(iid, time=stamp),
+            "nodesmith-continuation": {"attempt": 1, "instance-ids": [iid], "handoff": True},
+        }
+        for iid in ids
+    ]
+    records = [
+        {"messageId": f"msg-{n}", "receiptHandle": f"rh-{n}", "body": json.dumps(body),
+         "attributes": {"SentTimestamp": str(int(now * 1000)), "ApproximateReceiveCount": "1"},
+         "eventSource": "aws:sqs"}
+        for n, body in enumerate(bodies)
+    ]  # fmt: skip
+    # 0.4 s of drain budget (10 s are kept back): a drain not begun within 0.2 s goes back. At most 16 drains run
+    # at once, each 0.3 s long, so at least the last four cannot begin in time.
+    try:
+        result = interruption.handler({"Records": records}, Context(remaining_ms=10_400))
+    finally:
+        wiring.reset()
+
+    assert result == {"batchItemFailures": []}  # every record acknowledged: drained, or carried on by its copy
+    sent_back = [body for body, delay in queue.sent if delay == 0]
+    assert len(sent_back) >= 4 and len(queue.sent) == len(sent_back)
+    assert all(body in bodies for body in sent_back)  # as they came
+    drained = {n.name for n in nodes} - set(cluster.nodes)
+    assert len(drained) + len(sent_back) == len(ids)

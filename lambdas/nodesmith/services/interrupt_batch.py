@@ -168,6 +168,7 @@ def handle_batch(
     handoff_min_drains: int | None = None,
     handoff_delay_seconds: int = 0,
     replace_at_handoff: bool = False,
+    defer_drains_after_seconds: float | None = None,
     cordon_workers: int = 16,
     drain_workers: int = 16,
     eviction_workers: int = 4,
@@ -201,6 +202,12 @@ def handle_batch(
     "at once"). Set it only when ``replace_capacity`` does not run the pass in this invocation (it wakes the
     reconcile function, or asks the lease holder for another pass): a pass here would hold the invocation the
     hand-off frees for the next batch.
+    ``defer_drains_after_seconds`` (None: never) sends a continuation message (a hand-off, or a later attempt)
+    whose drains have not begun that many seconds after the call back to the queue as it came, without a delay, in
+    ``SendMessageBatch`` calls (``requeue_batch``), and acknowledges it; its drains keep their attempt and
+    idempotency key (a message not sent drains here after all). Drains begin nearest deadline first. An event
+    source batch can then be larger than the drains one invocation finishes within its budget: a burst's originals
+    are cordoned 50 to an invocation, where 50 of its hand-offs in one invocation ran past the function timeout.
     ``continuation_stall_seconds`` (None: wait within the budget) ends a continuation's drain (a
     burst's hand-off, or a drain that was blocked before) once it has made no progress for that
     long: one blocked by a PodDisruptionBudget then continues ``continuation_delay_seconds`` later
@@ -289,7 +296,8 @@ def handle_batch(
 
     # 3. drain, in parallel, each drain once per (event, instance, attempt)
     t2 = clock()
-    _drain_all(batch, acting, drain_workers)
+    defer_at = None if defer_drains_after_seconds is None or requeue_batch is None else t0 + defer_drains_after_seconds
+    _drain_all(batch, acting, drain_workers, defer_at=defer_at, send_back=requeue_batch, clock=clock)
     batch.out.drain_seconds = clock() - t2
     batch.out.items = [_item_result(e) for e in entries]
     return batch.out
@@ -334,16 +342,31 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
             LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
 
 
-def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
-    """Phase 3: every case's drain through :meth:`BatchRun.drain_once`, ``workers`` at a time.
+_NOT_BEGUN = object()
+"""A drain :func:`_drain_all` did not begin: its continuation was due to go back to the queue."""
+
+
+def _drain_all(
+    batch: BatchRun,
+    acting: list[BatchEntry],
+    workers: int,
+    *,
+    defer_at: float | None = None,
+    send_back: RequeueBatch | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Phase 3: every case's drain through :meth:`BatchRun.drain_once`, ``workers`` at a time, nearest deadline first.
 
     The same drain twice in one batch (SQS delivered a message twice at once) runs once here, not only
     through the idempotency store: the copy gets the first's outcome, marked replayed, or its error.
+    A continuation none of whose drains began by ``defer_at`` (``clock`` seconds; None: never) goes back to the
+    queue through ``send_back`` (:func:`_send_back`); the drains of one that was not sent, or that had begun some,
+    run after the others.
     """
     first: dict[str, InstanceOutcome | None] = {}
     drains: list[tuple[BatchEntry, InstanceCase]] = []
     copies: list[tuple[BatchEntry, InstanceCase, str]] = []
-    for e in acting:
+    for e in sorted(acting, key=_deadline):
         for c in e.cases:
             key = batch.drain_key(e, c)
             if key in first:
@@ -351,17 +374,63 @@ def _drain_all(batch: BatchRun, acting: list[BatchEntry], workers: int) -> None:
             else:
                 first[key] = None
                 drains.append((e, c))
+
+    def drain(entry: BatchEntry, case: InstanceCase) -> object:
+        if defer_at is not None and entry.item.continuation is not None and clock() >= defer_at:
+            return _NOT_BEGUN
+        return batch.drain_once(entry, case)
+
     batch.open_progress_writes(min(len(drains), workers))  # the drains running side by side share writes
-    for (e, case), done in zip(drains, _gather(drains, batch.drain_once, workers), strict=True):
-        if isinstance(done, InstanceOutcome):
-            e.results[case.instance_id] = first[batch.drain_key(e, case)] = done
+    done = _gather(drains, drain, workers)
+    begun = {id(e) for (e, _), d in zip(drains, done, strict=True) if d is not _NOT_BEGUN}
+    late = [pair for pair, d in zip(drains, done, strict=True) if d is _NOT_BEGUN]
+    unbegun = {id(e): e for e, _ in late if id(e) not in begun}
+    sent = _send_back(batch, list(unbegun.values()), send_back)
+    for e in sent:  # a copy of a message sent back is carried on by it too
+        for c in e.cases:
+            first[batch.drain_key(e, c)] = e.results[c.instance_id]
+    sent_ids = {id(e) for e in sent}
+    late = [(e, c) for e, c in late if id(e) not in sent_ids]
+    done += _gather(late, batch.drain_once, workers)
+    for (e, case), outcome in zip(drains + late, done, strict=True):
+        if isinstance(outcome, InstanceOutcome):
+            e.results[case.instance_id] = first[batch.drain_key(e, case)] = outcome
     for e, case, key in copies:
-        done = first[key]
-        if done is None:
+        known = first[key]
+        if known is None:
             e.errors.append(f"drain {key} failed in this batch")
         else:
-            e.results[case.instance_id] = replace(done, replayed=True)
+            e.results[case.instance_id] = replace(known, replayed=True)
             batch.out.drains_replayed += 1
+
+
+def _deadline(entry: BatchEntry) -> float:
+    """When ``entry``'s instances go (epoch seconds); a message with no deadline (a state change) sorts last."""
+    deadline = entry.item.message.deadline
+    return float("inf") if deadline is None else deadline
+
+
+def _send_back(batch: BatchRun, entries: list[BatchEntry], send_batch: RequeueBatch | None) -> list[BatchEntry]:
+    """Send the continuations ``entries`` back to the queue as they came, without a delay, in ``SendMessageBatch``
+    calls; each one sent is done here (its instances' outcome ``DRAIN_DEFERRED``, counted in
+    ``batch.out.drains_deferred``). Returns the entries sent."""
+    if not entries or send_batch is None:
+        return []
+    try:
+        errors = send_batch([(dict(e.item.event), 0) for e in entries])
+    except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
+        errors = [f"{type(exc).__name__}: {exc}"] * len(entries)
+    sent: list[BatchEntry] = []
+    detail = "sent back to the queue: its drain could not begin in time in this invocation"
+    for e, error in zip(entries, errors, strict=True):
+        if error is not None:
+            LOG.warning("continuation %s not sent back, drained here instead: %s", e.item.item_id, error)
+            continue
+        sent.append(e)
+        for c in e.cases:
+            e.results[c.instance_id] = replace(c.outcome(InstanceStatus.DRAIN_DEFERRED, detail), continued=True)
+        batch.out.drains_deferred += len(e.cases)
+    return sent
 
 
 def _asks_for_replacement(continuation: Continuation | None) -> bool:

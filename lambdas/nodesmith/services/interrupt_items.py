@@ -222,7 +222,8 @@ class BatchOutcome:
 
     ``drains_run`` counts drains actually performed by this invocation, ``drains_replayed`` those
     answered from an earlier delivery's stored result; ``offerings_marked`` spot offerings marked;
-    ``drains_handed_off`` drains sent on to a hand-off continuation (a burst).
+    ``drains_handed_off`` drains sent on to a hand-off continuation (a burst); ``drains_deferred`` drains of
+    continuations sent back to the queue before they began (``defer_drains_after_seconds``).
     """
 
     items: list[ItemResult] = field(default_factory=list)
@@ -234,6 +235,7 @@ class BatchOutcome:
     drains_replayed: int = 0
     offerings_marked: int = 0
     drains_handed_off: int = 0
+    drains_deferred: int = 0
 
 
 # --- outcomes as JSON (the idempotency store keeps the result of each drain) -----------------------

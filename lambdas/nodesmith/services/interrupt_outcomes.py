@@ -33,6 +33,7 @@ class InstanceStatus(StrEnum):
     IN_PROGRESS_ELSEWHERE = "in_progress_elsewhere"  # another invocation holds the drain: retry the record
     DRAIN_ABANDONED = "drain_abandoned"  # too many attempts: left cordoned, no more retries
     DRAIN_HANDED_OFF = "drain_handed_off"  # cordoned; a continuation message drains it (a burst)
+    DRAIN_DEFERRED = "drain_deferred"  # a continuation sent back to the queue unbegun: the batch had its fill
 
 
 _IGNORED_STATUSES = frozenset(
