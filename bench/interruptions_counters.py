@@ -60,7 +60,7 @@ class Counters:
         from nodesmith.adapters.aws.provider import Ec2CloudProvider
         from nodesmith.adapters.aws.queue import InterruptionQueue
         from nodesmith.adapters.kube.cluster import KubeCluster
-        from nodesmith.services import interrupt_batch, interrupt_batch_run
+        from nodesmith.services import interrupt_batch, interrupt_batch_run, interrupt_drains
 
         drain, send, delete_pod = interrupt_batch_run.BatchRun.drain, InterruptionQueue.send, KubeCluster.delete_pod
         drain_once = interrupt_batch_run.BatchRun.drain_once
@@ -106,7 +106,7 @@ class Counters:
                     counters.drain_offsets.append(time.monotonic() - began)
             return drain_once(self, entry, case)
 
-        send_back = interrupt_batch._send_back
+        send_back = interrupt_drains.send_back
 
         def counted_send_back(batch: Any, entries: Any, send_batch: Any) -> Any:
             sent = send_back(batch, entries, send_batch)
@@ -193,7 +193,7 @@ class Counters:
         InterruptionQueue.send = counted_send  # type: ignore[method-assign]
         InterruptionQueue.send_batch = counted_send_batch  # type: ignore[method-assign]
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
-        interrupt_batch._send_back = counted_send_back
+        interrupt_drains.send_back = counted_send_back
         interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
 
 

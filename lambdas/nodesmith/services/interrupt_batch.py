@@ -55,8 +55,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import TerminationError
 from nodesmith.core.interruption import Action, MessageKind, RebalanceAction, action_for
@@ -82,6 +81,7 @@ from nodesmith.services.interrupt_batch_run import (
     Requeue,
     RequeueBatch,
 )
+from nodesmith.services.interrupt_drains import drain_all, gather
 from nodesmith.services.interrupt_items import (
     CONTINUATION_KEY,
     BatchItem,
@@ -91,8 +91,6 @@ from nodesmith.services.interrupt_items import (
     continuation_body,
 )
 from nodesmith.services.interrupt_locate import locate_instances
-from nodesmith.services.log_context import log_context
-from nodesmith.services.parallel import map_ordered
 from nodesmith.services.replacement import Replacement
 
 if TYPE_CHECKING:
@@ -119,36 +117,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-
-
-def _task_keys(entry: BatchEntry, arg: Any) -> dict[str, Any]:
-    """The log keys of one task: its message's event id and its instance (``arg`` is an id or a case)."""
-    item = entry.item
-    keys: dict[str, Any] = {"event_ids": None, "event_id": item.message.event_id, "message_id": item.item_id}
-    if isinstance(arg, str):
-        keys["instance_id"] = arg
-    elif isinstance(arg, InstanceCase):
-        keys["instance_id"] = arg.instance_id
-        keys["node"] = arg.node.name if arg.node is not None else None
-        keys["nodeclaim"] = arg.nodeclaim_name
-    return keys
-
-
-def _gather(tasks: list[tuple[BatchEntry, Any]], fn: Callable[..., Any], workers: int) -> list[Any]:
-    """Run ``fn(entry, arg)`` for every task in a pool; an Exception is recorded on its item, not raised."""
-    if not tasks:
-        return []
-
-    def safe(entry: BatchEntry, arg: Any) -> Any:
-        with log_context(**_task_keys(entry, arg)):
-            try:
-                return fn(entry, arg)
-            except Exception as exc:
-                entry.errors.append(f"{type(exc).__name__}: {exc}")
-                LOG.warning("interruption work failed for %s: %s", entry.item.item_id, exc, exc_info=True)
-                return exc
-
-    return map_ordered(lambda t: safe(*t), tasks, workers=workers, name="interruption")
 
 
 def handle_batch(
@@ -269,7 +237,7 @@ def handle_batch(
 
     # 1. cordon every node of the batch
     tasks = [(e, iid) for e in acting for iid in e.instance_ids()]
-    for (e, iid), begun in zip(tasks, _gather(tasks, batch.begin, cordon_workers), strict=True):
+    for (e, iid), begun in zip(tasks, gather(tasks, batch.begin, cordon_workers), strict=True):
         if isinstance(begun, InstanceOutcome):
             e.results[iid] = begun
         elif isinstance(begun, InstanceCase):
@@ -297,7 +265,7 @@ def handle_batch(
     # 3. drain, in parallel, each drain once per (event, instance, attempt)
     t2 = clock()
     defer_at = None if defer_drains_after_seconds is None or requeue_batch is None else t0 + defer_drains_after_seconds
-    _drain_all(batch, acting, drain_workers, defer_at=defer_at, send_back=requeue_batch, clock=clock)
+    drain_all(batch, acting, drain_workers, defer_at=defer_at, send_batch=requeue_batch, clock=clock)
     batch.out.drain_seconds = clock() - t2
     batch.out.items = [_item_result(e) for e in entries]
     return batch.out
@@ -326,7 +294,7 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
     for e in originals:
         e.cases = []
     if send_batch is None:
-        for (e, _), sent in zip(handed, _gather(handed, batch.hand_off, workers), strict=True):
+        for (e, _), sent in zip(handed, gather(handed, batch.hand_off, workers), strict=True):
             if isinstance(sent, list):
                 e.results.update((o.instance_id, o) for o in sent)
         return
@@ -340,97 +308,6 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
         else:
             e.errors.append(f"hand-off continuation not sent: {error}")
             LOG.warning("hand-off of %s not sent: %s", e.item.item_id, error)
-
-
-_NOT_BEGUN = object()
-"""A drain :func:`_drain_all` did not begin: its continuation was due to go back to the queue."""
-
-
-def _drain_all(
-    batch: BatchRun,
-    acting: list[BatchEntry],
-    workers: int,
-    *,
-    defer_at: float | None = None,
-    send_back: RequeueBatch | None = None,
-    clock: Callable[[], float] = time.monotonic,
-) -> None:
-    """Phase 3: every case's drain through :meth:`BatchRun.drain_once`, ``workers`` at a time, nearest deadline first.
-
-    The same drain twice in one batch (SQS delivered a message twice at once) runs once here, not only
-    through the idempotency store: the copy gets the first's outcome, marked replayed, or its error.
-    A continuation none of whose drains began by ``defer_at`` (``clock`` seconds; None: never) goes back to the
-    queue through ``send_back`` (:func:`_send_back`); the drains of one that was not sent, or that had begun some,
-    run after the others.
-    """
-    first: dict[str, InstanceOutcome | None] = {}
-    drains: list[tuple[BatchEntry, InstanceCase]] = []
-    copies: list[tuple[BatchEntry, InstanceCase, str]] = []
-    for e in sorted(acting, key=_deadline):
-        for c in e.cases:
-            key = batch.drain_key(e, c)
-            if key in first:
-                copies.append((e, c, key))
-            else:
-                first[key] = None
-                drains.append((e, c))
-
-    def drain(entry: BatchEntry, case: InstanceCase) -> object:
-        if defer_at is not None and entry.item.continuation is not None and clock() >= defer_at:
-            return _NOT_BEGUN
-        return batch.drain_once(entry, case)
-
-    batch.open_progress_writes(min(len(drains), workers))  # the drains running side by side share writes
-    done = _gather(drains, drain, workers)
-    begun = {id(e) for (e, _), d in zip(drains, done, strict=True) if d is not _NOT_BEGUN}
-    late = [pair for pair, d in zip(drains, done, strict=True) if d is _NOT_BEGUN]
-    unbegun = {id(e): e for e, _ in late if id(e) not in begun}
-    sent = _send_back(batch, list(unbegun.values()), send_back)
-    for e in sent:  # a copy of a message sent back is carried on by it too
-        for c in e.cases:
-            first[batch.drain_key(e, c)] = e.results[c.instance_id]
-    sent_ids = {id(e) for e in sent}
-    late = [(e, c) for e, c in late if id(e) not in sent_ids]
-    done += _gather(late, batch.drain_once, workers)
-    for (e, case), outcome in zip(drains + late, done, strict=True):
-        if isinstance(outcome, InstanceOutcome):
-            e.results[case.instance_id] = first[batch.drain_key(e, case)] = outcome
-    for e, case, key in copies:
-        known = first[key]
-        if known is None:
-            e.errors.append(f"drain {key} failed in this batch")
-        else:
-            e.results[case.instance_id] = replace(known, replayed=True)
-            batch.out.drains_replayed += 1
-
-
-def _deadline(entry: BatchEntry) -> float:
-    """When ``entry``'s instances go (epoch seconds); a message with no deadline (a state change) sorts last."""
-    deadline = entry.item.message.deadline
-    return float("inf") if deadline is None else deadline
-
-
-def _send_back(batch: BatchRun, entries: list[BatchEntry], send_batch: RequeueBatch | None) -> list[BatchEntry]:
-    """Send the continuations ``entries`` back to the queue as they came, without a delay, in ``SendMessageBatch``
-    calls; each one sent is done here (its instances' outcome ``DRAIN_DEFERRED``, counted in
-    ``batch.out.drains_deferred``). Returns the entries sent."""
-    if not entries or send_batch is None:
-        return []
-    try:
-        errors = send_batch([(dict(e.item.event), 0) for e in entries])
-    except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
-        errors = [f"{type(exc).__name__}: {exc}"] * len(entries)
-    sent: list[BatchEntry] = []
-    detail = "sent back to the queue: its drain could not begin in time in this invocation"
-    for e, error in zip(entries, errors, strict=True):
-        if error is not None:
-            LOG.warning("continuation %s not sent back, drained here instead: %s", e.item.item_id, error)
-            continue
-        sent.append(e)
-        for c in e.cases:
-            e.results[c.instance_id] = replace(c.outcome(InstanceStatus.DRAIN_DEFERRED, detail), continued=True)
-        batch.out.drains_deferred += len(e.cases)
-    return sent
 
 
 def _asks_for_replacement(continuation: Continuation | None) -> bool:
