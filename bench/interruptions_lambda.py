@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from interruptions_counters import Counters, summary
 from interruptions_timeouts import _INVOCATION, _TIMED_OUT, LambdaKilled, install_timeouts
 
-BATCH_SIZE = 10
+BATCH_SIZE = NodesmithConfig.interruption_batch_size
 """The stack's event source mapping ``BatchSize`` (``--batch-size``): messages per invocation at most."""
 ESM_INITIAL_POLLERS = 5
 ESM_POLLERS_PER_SECOND = 5

@@ -114,6 +114,7 @@ class NodesmithConfig:
     reconcile_timeout_seconds: int = 900
     interruption_timeout_seconds: int = 20
     interruption_max_concurrency: int = 25
+    interruption_batch_size: int = 50
     drain_timeout_seconds: int = 60
     price_table: str = ""
     rebalance_action: str = "cordon"
@@ -164,6 +165,11 @@ class NodesmithConfig:
             2 <= self.interruption_max_concurrency <= 1000,
             "interruptionMaxConcurrency",
             f"{self.interruption_max_concurrency} is outside 2..1000 (the SQS event source's MaximumConcurrency)",
+        )
+        _check(
+            1 <= self.interruption_batch_size <= 10_000,
+            "interruptionBatchSize",
+            f"{self.interruption_batch_size} is outside 1..10000 (the SQS event source's BatchSize for a standard queue)",
         )
         _check(
             1 <= self.drain_timeout_seconds <= 900,
@@ -220,6 +226,7 @@ class NodesmithConfig:
             reconcile_timeout_seconds=_int(get, "reconcileTimeoutSeconds", defaults.reconcile_timeout_seconds),
             interruption_timeout_seconds=_int(get, "interruptionTimeoutSeconds", defaults.interruption_timeout_seconds),
             interruption_max_concurrency=_int(get, "interruptionMaxConcurrency", defaults.interruption_max_concurrency),
+            interruption_batch_size=_int(get, "interruptionBatchSize", defaults.interruption_batch_size),
             drain_timeout_seconds=_int(get, "drainTimeoutSeconds", defaults.drain_timeout_seconds),
             price_table=_text(get, "priceTable", defaults.price_table),
             rebalance_action=_text(get, "rebalanceAction", defaults.rebalance_action),

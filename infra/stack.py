@@ -79,6 +79,7 @@ class NodesmithStack(Stack):
             timeout=interruption_timeout,
             log_retention=log_retention,
             max_concurrency=config.interruption_max_concurrency,
+            batch_size=config.interruption_batch_size,
         )
 
         # Grants live here, in the composition root.

@@ -41,7 +41,6 @@ for 1,000 nodes and 4,000 pods it took 3-11 s on one core here (the embedded API
 so up to ~37 s at 512 MB's 0.29 vCPU: past the 20 s timeout, where a pass is killed before it launches
 anything. Interruptions are rare, so the cost is small."""
 
-_BATCH_SIZE = 10
 _BATCHING_WINDOW_SECONDS = 1
 _VISIBILITY_MULTIPLIER = 6  # Lambda developer guide: visibility timeout >= 6 x function timeout
 _DLQ_SAFETY_SECONDS = 30  # a failed message must be re-received this long before it would expire
@@ -92,6 +91,13 @@ class Interruption(Construct):
         Fairness queues or rejects them; on the interruption bench (1,000 nodes, 2 cores) 25 cut the
         invocations ended at the function timeout from 109-225 to 9-13 when it was chosen (the README has
         the bench's current figures).
+    ``batch_size``
+        The event source's ``BatchSize``: messages per invocation at most (filled for up to the 1 s batching
+        window). Lambda's SQS poller starts with 5 concurrent invocations and adds 5 a second, so in the first
+        seconds of a burst the batch size bounds how many nodes are being cordoned: 50 to an invocation cordoned
+        1,000 nodes sooner than 10 in ``bench/interruptions.py`` (the README has the figures). A batch of a burst's
+        hand-offs is as large; the handler sends back to the queue those whose drains could not begin in the first
+        half of its budget (``DEFER_DRAINS_AFTER_SHARE``), so the drains it began end before the function timeout.
 
     The function may send to its own queue (continuations of unfinished drains, with a delay).
 
@@ -111,6 +117,7 @@ class Interruption(Construct):
         timeout: Duration,
         log_retention: logs.RetentionDays,
         max_concurrency: int,
+        batch_size: int = 50,
     ) -> None:
         super().__init__(scope, construct_id)
         visibility_seconds = _VISIBILITY_MULTIPLIER * int(timeout.to_seconds()) + _BATCHING_WINDOW_SECONDS
@@ -168,7 +175,7 @@ class Interruption(Construct):
         self.function.add_event_source(
             sources.SqsEventSource(
                 self.queue,
-                batch_size=_BATCH_SIZE,
+                batch_size=batch_size,
                 max_batching_window=Duration.seconds(_BATCHING_WINDOW_SECONDS),
                 report_batch_item_failures=True,
                 max_concurrency=max_concurrency,

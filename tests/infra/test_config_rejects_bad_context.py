@@ -33,10 +33,11 @@ def test_cdk_json_defaults_build_a_config_with_a_placeholder_endpoint() -> None:
 def test_command_line_strings_are_parsed_as_integers() -> None:
     config = _config(
         reconcileTimeoutSeconds="600", interruptionTimeoutSeconds=" 30 ", logRetentionDays="90",
-        interruptionMaxConcurrency="40",
+        interruptionMaxConcurrency="40", interruptionBatchSize="100",
     )  # fmt: skip
     assert (config.reconcile_timeout_seconds, config.interruption_timeout_seconds) == (600, 30)
     assert config.interruption_max_concurrency == 40
+    assert config.interruption_batch_size == 100
     assert config.log_retention_days == 90
 
 
@@ -52,6 +53,8 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("interruptionTimeoutSeconds", "twenty", "integer"),
         ("interruptionMaxConcurrency", 1, "2..1000"),
         ("interruptionMaxConcurrency", 1001, "MaximumConcurrency"),
+        ("interruptionBatchSize", 0, "1..10000"),
+        ("interruptionBatchSize", 10_001, "BatchSize"),
         ("rebalanceAction", "reboot", "ignore, event, cordon, drain"),
         ("alarmTopicArn", "arn:aws:sqs:eu-west-1:123456789012:q", "SNS topic ARN"),
         ("pendingPodAgeAlarmSeconds", 30, "reconcile period"),

@@ -96,6 +96,12 @@ source's batches (50 messages) are sized for a burst's cordons; with 50 hand-off
 105 invocations ran past the function timeout in one ``bench/interruptions.py --nodes 1000 --batch-size 50`` run
 without it. A drain begun by then has the other half of the budget to make progress."""
 
+DRAIN_WORKERS = 10
+"""Drains an invocation runs at once. The batches are 50 messages for a burst's cordons (16 at once); the drains
+keep the ten at once they had when a batch was ten messages. In a 1,000-node ``bench/interruptions.py`` run with 16
+(the machine running slow), 27 of 130 invocations ran past the function timeout, most of them in drains; no run
+with batches of ten did."""
+
 
 def _queue_age_seconds(record: SQSRecord, now: float) -> float | None:
     sent = record.attributes.sent_timestamp if record.attributes else None
@@ -219,6 +225,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         # state table there is no lease, and the launcher runs the pass itself)
         replace_at_handoff=waker is not None and state is not None,
         defer_drains_after_seconds=budget * DEFER_DRAINS_AFTER_SHARE,
+        drain_workers=DRAIN_WORKERS,
         continuation_delay_seconds=CONTINUATION_DELAY_SECONDS,
         continuation_stall_seconds=CONTINUATION_STALL_SECONDS,
     )
