@@ -114,7 +114,7 @@ class NodesmithConfig:
     reconcile_timeout_seconds: int = 900
     interruption_timeout_seconds: int = 20
     interruption_max_concurrency: int = 25
-    interruption_batch_size: int = 50
+    interruption_batch_size: int = 10
     drain_timeout_seconds: int = 60
     price_table: str = ""
     rebalance_action: str = "cordon"
@@ -169,7 +169,7 @@ class NodesmithConfig:
         _check(
             1 <= self.interruption_batch_size <= 10_000,
             "interruptionBatchSize",
-            f"{self.interruption_batch_size} is outside 1..10000 (the SQS event source's BatchSize for a standard queue)",
+            f"{self.interruption_batch_size} is outside 1..10000 (the SQS event source's BatchSize, standard queue)",
         )
         _check(
             1 <= self.drain_timeout_seconds <= 900,

@@ -94,10 +94,12 @@ class Interruption(Construct):
     ``batch_size``
         The event source's ``BatchSize``: messages per invocation at most (filled for up to the 1 s batching
         window). Lambda's SQS poller starts with 5 concurrent invocations and adds 5 a second, so in the first
-        seconds of a burst the batch size bounds how many nodes are being cordoned: 50 to an invocation cordoned
-        1,000 nodes sooner than 10 in ``bench/interruptions.py`` (the README has the figures). A batch of a burst's
-        hand-offs is as large; the handler sends back to the queue those whose drains could not begin in the first
-        half of its budget (``DEFER_DRAINS_AFTER_SHARE``), so the drains it began end before the function timeout.
+        seconds of a burst the batch size bounds how many nodes are being cordoned. A batch of a burst's hand-offs
+        is as large: the handler drains 10 at once and sends back to the queue those whose drains could not begin
+        in the first half of its budget (``DEFER_DRAINS_AFTER_SHARE``). On ``bench/interruptions.py`` (1,000 nodes,
+        everything on 2 shared cores) batches of 50 cordoned in 5-6 s where 10 took 7-12 s while the machine ran
+        fast, but when it ran slow the sent-back hand-offs took the invocations from the burst's originals (cordoned
+        in 22-60 s, up to 3,563 pods lost), so the default stays 10 (bench/README.md has the runs).
 
     The function may send to its own queue (continuations of unfinished drains, with a delay).
 
@@ -117,7 +119,7 @@ class Interruption(Construct):
         timeout: Duration,
         log_retention: logs.RetentionDays,
         max_concurrency: int,
-        batch_size: int = 50,
+        batch_size: int = 10,
     ) -> None:
         super().__init__(scope, construct_id)
         visibility_seconds = _VISIBILITY_MULTIPLIER * int(timeout.to_seconds()) + _BATCHING_WINDOW_SECONDS

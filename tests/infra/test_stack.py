@@ -237,7 +237,7 @@ def test_interruption_function_consumes_the_queue_with_partial_batch_failures(sy
     assert mapping["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
     assert mapping["FunctionName"] == {"Ref": function_id}
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
-    assert mapping["BatchSize"] == 50  # a burst: 50 nodes cordoned per invocation while the poller scales up
+    assert mapping["BatchSize"] == 10
     assert 0 < mapping["MaximumBatchingWindowInSeconds"] <= 5
     # a burst fans out to a bounded number of invocations, so the kube-apiserver is not flooded
     assert mapping["ScalingConfig"] == {"MaximumConcurrency": 25}

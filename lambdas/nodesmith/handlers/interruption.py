@@ -91,16 +91,16 @@ cordoned every node sooner with the delay than the run right after it without (1
 
 DEFER_DRAINS_AFTER_SHARE = 0.5
 """Share of the drain budget after which a continuation whose drains have not begun goes back to the queue
-instead (:func:`~nodesmith.services.interrupt_batch.handle_batch`'s ``defer_drains_after_seconds``). The event
-source's batches (50 messages) are sized for a burst's cordons; with 50 hand-offs' drains to an invocation, 29 of
-105 invocations ran past the function timeout in one ``bench/interruptions.py --nodes 1000 --batch-size 50`` run
-without it. A drain begun by then has the other half of the budget to make progress."""
+instead (:func:`~nodesmith.services.interrupt_batch.handle_batch`'s ``defer_drains_after_seconds``), for an event
+source whose batches (``nodesmith:interruptionBatchSize``) hold more hand-offs than :data:`DRAIN_WORKERS`: with 50
+hand-offs' drains to an invocation, 29 of 105 invocations ran past the function timeout in one
+``bench/interruptions.py --nodes 1000 --batch-size 50`` run without it. A drain begun by then has the other half of
+the budget to make progress. With the default batches of 10 every drain begins at once."""
 
 DRAIN_WORKERS = 10
-"""Drains an invocation runs at once. The batches are 50 messages for a burst's cordons (16 at once); the drains
-keep the ten at once they had when a batch was ten messages. In a 1,000-node ``bench/interruptions.py`` run with 16
-(the machine running slow), 27 of 130 invocations ran past the function timeout, most of them in drains; no run
-with batches of ten did."""
+"""Drains an invocation runs at once: a default batch's ten. With batches of 50 and 16 drains at once, 27 of 130
+invocations ran past the function timeout, most of them in drains, in a 1,000-node ``bench/interruptions.py`` run
+(the machine running slow); no run with batches of ten did."""
 
 
 def _queue_age_seconds(record: SQSRecord, now: float) -> float | None:

@@ -174,8 +174,8 @@ def handle_batch(
     whose drains have not begun that many seconds after the call back to the queue as it came, without a delay, in
     ``SendMessageBatch`` calls (``requeue_batch``), and acknowledges it; its drains keep their attempt and
     idempotency key (a message not sent drains here after all). Drains begin nearest deadline first. An event
-    source batch can then be larger than the drains one invocation finishes within its budget: a burst's originals
-    are cordoned 50 to an invocation, where 50 of its hand-offs in one invocation ran past the function timeout.
+    source batch can then be larger than the drains one invocation finishes within its budget (with 50 hand-offs
+    to an invocation and no deferral, invocations ran past the function timeout).
     ``continuation_stall_seconds`` (None: wait within the budget) ends a continuation's drain (a
     burst's hand-off, or a drain that was blocked before) once it has made no progress for that
     long: one blocked by a PodDisruptionBudget then continues ``continuation_delay_seconds`` later

@@ -2,10 +2,11 @@
 plumbing (log keys, errors recorded on their message).
 
 The drains begin nearest deadline first, ``workers`` at a time. A batch can hold more continuations (a burst's
-hand-offs, later attempts of long drains) than one invocation drains within its budget: the event source's batches
-are sized for a burst's cordons. A continuation none of whose drains has begun by ``defer_at`` then goes back to the
-queue as it came, at that moment and not when a worker frees up, so it waits for no invocation that cannot take it
-(Karpenter's termination controller likewise requeues a node it cannot work on now instead of holding it).
+hand-offs, later attempts of long drains) than one invocation drains within its budget, when the event source's
+batches (``nodesmith:interruptionBatchSize``) are larger than the drains run at once. A continuation none of whose
+drains has begun by ``defer_at`` then goes back to the queue as it came, at that moment and not when a worker
+frees up, so it waits for no invocation that cannot take it (Karpenter's termination controller likewise requeues
+a node it cannot work on now instead of holding it).
 """
 
 from __future__ import annotations
