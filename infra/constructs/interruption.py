@@ -98,8 +98,8 @@ class Interruption(Construct):
         is as large: the handler drains 10 at once and sends back to the queue those whose drains could not begin
         in the first half of its budget (``DEFER_DRAINS_AFTER_SHARE``). On ``bench/interruptions.py`` (1,000 nodes,
         everything on 2 shared cores) batches of 50 cordoned in 5-6 s where 10 took 7-12 s while the machine ran
-        fast, but when it ran slow the sent-back hand-offs took the invocations from the burst's originals (cordoned
-        in 22-60 s, up to 3,563 pods lost), so the default stays 10 (bench/README.md has the runs).
+        fast, but in runs where it ran slow they cordoned in up to 60 s and lost up to 3,563 pods, so the default
+        stays 10 (bench/README.md has the runs).
 
     The function may send to its own queue (continuations of unfinished drains, with a delay).
 
