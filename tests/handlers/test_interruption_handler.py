@@ -299,10 +299,10 @@ def test_a_burst_hands_its_drains_off_a_few_seconds_late_behind_the_originals_st
 
 
 class SlowEvictions(fakes.FakeCluster):  # type: ignore[name-defined,misc]
-    """Each eviction takes 0.3 s of real time (the handler times its drains on the real clock)."""
+    """Each eviction takes 2 s of real time (the handler times its drains on the real clock)."""
 
     def evict(self, *, pod: Any, grace_period_seconds: int | None = None) -> str:
-        time.sleep(0.3)
+        time.sleep(2.0)
         return str(super().evict(pod=pod, grace_period_seconds=grace_period_seconds))
 
 
@@ -348,10 +348,10 @@ def test_hand_offs_whose_drains_cannot_begin_in_the_first_half_of_the_budget_go_
          "eventSource": "aws:sqs"}
         for n, body in enumerate(bodies)
     ]  # fmt: skip
-    # 0.4 s of drain budget (10 s are kept back): a drain not begun within 0.2 s goes back. At most DRAIN_WORKERS
-    # drains run at once, each 0.3 s long, so the others cannot begin in time.
+    # 3 s of drain budget (10 s are kept back): a drain not begun within 1.5 s goes back. At most DRAIN_WORKERS
+    # drains run at once, each 2 s long, so the others cannot begin in time; those that begin end 1 s within budget.
     try:
-        result = interruption.handler({"Records": records}, Context(remaining_ms=10_400))
+        result = interruption.handler({"Records": records}, Context(remaining_ms=13_000))
     finally:
         wiring.reset()
 
