@@ -29,7 +29,7 @@ class Counters:
         self.drains: Counter[tuple[str, str, int]] = Counter()  # (event, instance, attempt; 0 = first drain)
         self.drain_runs: dict[tuple[str, str, int], list[tuple[float, int | None]]] = {}  # (start, invocation) per run
         self.handed_off = 0
-        self.deferred = 0  # continuations sent back to the queue unbegun (the batch had its max_drains)
+        self.deferred = 0  # continuations sent back to the queue, their drains not begun by half the budget
         self.continuations = 0
         self.force_deleted = 0
         self.force_deleted_apps: Counter[str] = Counter()  # app label -> pods force-deleted for the deadline
