@@ -80,6 +80,7 @@ from nodesmith.services.interrupt_batch_run import (
     Once,
     Requeue,
     RequeueBatch,
+    send_all,
 )
 from nodesmith.services.interrupt_drains import drain_all, gather
 from nodesmith.services.interrupt_items import (
@@ -298,10 +299,7 @@ def _hand_off(batch: BatchRun, originals: list[BatchEntry], send_batch: RequeueB
             if isinstance(sent, list):
                 e.results.update((o.instance_id, o) for o in sent)
         return
-    try:
-        errors = send_batch([batch.handoff_message(e, cases) for e, cases in handed])
-    except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
-        errors = [f"{type(exc).__name__}: {exc}"] * len(handed)
+    errors = send_all(send_batch, [batch.handoff_message(e, cases) for e, cases in handed])
     for (e, cases), error in zip(handed, errors, strict=True):
         if error is None:
             e.results.update((o.instance_id, o) for o in batch.handed_off(cases))

@@ -93,6 +93,15 @@ RequeueBatch = Callable[["Sequence[tuple[Mapping[str, Any], int]]"], list[str | 
 None when sent, else the reason it was not."""
 
 
+def send_all(requeue_batch: RequeueBatch, messages: Sequence[tuple[Mapping[str, Any], int]]) -> list[str | None]:
+    """``requeue_batch(messages)``, never raising: per message, None when sent, else the reason it was not. The
+    batch send promises not to raise; if it does, nothing is known to be sent, and every message gets its error."""
+    try:
+        return requeue_batch(messages)
+    except Exception as exc:
+        return [f"{type(exc).__name__}: {exc}"] * len(messages)
+
+
 class DrainUnfinishedError(NodesmithError):
     """A drain ran out of budget and no continuation queue is configured: fail the record so SQS
     delivers it again (raised inside the idempotent unit, so the redelivery drains again)."""

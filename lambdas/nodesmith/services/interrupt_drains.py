@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.services.interrupt import InstanceCase, InstanceOutcome, InstanceStatus
+from nodesmith.services.interrupt_batch_run import send_all
 from nodesmith.services.log_context import log_context
 from nodesmith.services.parallel import map_ordered
 
@@ -94,8 +95,7 @@ def drain_all(
                 first[key] = None
                 drains.append((e, c))
     batch.open_progress_writes(min(len(drains), workers))  # the drains running side by side share writes
-    outcomes = _dispatch(batch, drains, workers, defer_at=defer_at if send_batch else None,
-                         send_batch=send_batch, clock=clock)  # fmt: skip
+    outcomes = _dispatch(batch, drains, workers, defer_at=defer_at, send_batch=send_batch, clock=clock)
     for (e, case), outcome in zip(drains, outcomes, strict=True):
         if isinstance(outcome, InstanceOutcome):
             e.results[case.instance_id] = first[batch.drain_key(e, case)] = outcome
@@ -182,10 +182,7 @@ def send_back(batch: BatchRun, entries: list[BatchEntry], send_batch: RequeueBat
     ``batch.out.drains_deferred``). Returns the entries sent; a refused one is logged and left to drain here."""
     if not entries or send_batch is None:
         return []
-    try:
-        errors = send_batch([(dict(e.item.event), 0) for e in entries])
-    except Exception as exc:  # the batch send promises not to raise; if it does, nothing is known to be sent
-        errors = [f"{type(exc).__name__}: {exc}"] * len(entries)
+    errors = send_all(send_batch, [(dict(e.item.event), 0) for e in entries])
     sent: list[BatchEntry] = []
     for e, error in zip(entries, errors, strict=True):
         if error is not None:
