@@ -47,6 +47,17 @@ def spread(values: list[float]) -> dict[str, float | int] | None:
     }
 
 
+def per_second(values: list[float]) -> list[int]:
+    """How many of ``values`` (seconds from the start) fall in each whole second: ``[in [0, 1), in [1, 2), ...]``
+    up to the last one; empty when there are none."""
+    if not values:
+        return []
+    counts = [0] * (int(max(values)) + 1)
+    for v in values:
+        counts[int(max(0.0, v))] += 1
+    return counts
+
+
 @dataclass(slots=True)
 class Run:
     """What one timed run recorded. Times are monotonic seconds (``t0``: the clock's start; ``end``: seconds from
@@ -110,6 +121,8 @@ def report(run: Run) -> dict[str, Any]:
             "cordoned_seconds": None if cordoned is None else round(cordoned, 2),
             "nodes_cordoned": len(run.monitor.cordoned),
             "cordons_seconds": spread(list(run.monitor.cordoned.values())),
+            # nodes cordoned in each second: a ramp bounded by the pollers, or a flat rate bounded by the CPUs
+            "cordons_per_second": per_second(list(run.monitor.cordoned.values())),
             "replacements_launched_seconds": round(max(run.monitor.launched.values()), 2)
             if run.monitor.launched
             else None,
