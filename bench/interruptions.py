@@ -95,6 +95,7 @@ from interruptions_lambda import (
     BATCH_SIZE,
     ESM_INITIAL_POLLERS,
     ESM_POLLERS_PER_SECOND,
+    INVOCATION_PROCESSES,
     MAX_CONCURRENCY,
     TICK,
     VISIBILITY_TIMEOUT_SECONDS,
@@ -324,13 +325,14 @@ def _start_invocations(
         "duplicate_every": args.duplicate_every,
         "visibility_timeout": args.visibility_timeout,
         "batch_size": args.batch_size,
-        "initial": -(-ESM_INITIAL_POLLERS // n),
-        "per_second": -(-ESM_POLLERS_PER_SECOND // n),
-        "most": max(1, args.concurrency // n),
+        "initial": ESM_INITIAL_POLLERS,
+        "per_second": ESM_POLLERS_PER_SECOND,
+        "most": args.concurrency,
     }
+    specs = [{**spec, "share": (k, n)} for k in range(n)]  # the k-th process starts pollers k, k + n, ...
     channels = (go, stop, results, terminated, ready, wakes)
-    targets = [invocations_process] * n + [reconcile_process]
-    processes = [ctx.Process(target=target, args=(spec, channels), daemon=True) for target in targets]
+    targets = [*((invocations_process, s) for s in specs), (reconcile_process, spec)]
+    processes = [ctx.Process(target=target, args=(s, channels), daemon=True) for target, s in targets]
     for proc in processes:
         proc.start()
     for _ in processes:
@@ -372,7 +374,9 @@ def main() -> None:
         help="most concurrent invocations: the stack's MaximumConcurrency (pollers scale up to it)",
     )
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="messages per invocation at most")
-    parser.add_argument("--processes", type=int, default=2, help="processes the concurrent invocations run in")
+    parser.add_argument(
+        "--processes", type=int, default=INVOCATION_PROCESSES, help="processes the concurrent invocations run in"
+    )
     parser.add_argument("--duplicate-every", type=int, default=10, help="deliver every n-th message twice (0: never)")
     parser.add_argument(
         "--crash-every",

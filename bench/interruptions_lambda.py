@@ -25,6 +25,9 @@ from interruptions_timeouts import _INVOCATION, _TIMED_OUT, LambdaKilled, instal
 
 BATCH_SIZE = NodesmithConfig.interruption_batch_size
 """The stack's event source mapping ``BatchSize`` (``--batch-size``): messages per invocation at most."""
+INVOCATION_PROCESSES = 2
+"""Processes the concurrent invocations run in (``--processes``): at the stack's 25 at once, about 12 invocations
+share a process's GIL, Kubernetes client and caches, where each real invocation has its own."""
 ESM_INITIAL_POLLERS = 5
 ESM_POLLERS_PER_SECOND = 5
 """Lambda's SQS scaling: "starts processing five batches at a time with five concurrent invocations", then
@@ -298,17 +301,28 @@ class _Endpoint:
 
 
 def run_pollers(
-    consumer: Consumer, *, initial: int, per_second: int, most: int, stop: threading.Event
+    consumer: Consumer,
+    *,
+    initial: int,
+    per_second: int,
+    most: int,
+    stop: threading.Event,
+    share: tuple[int, int] = (0, 1),
 ) -> list[threading.Thread]:
-    """Lambda's SQS scaling: ``initial`` pollers (concurrent invocations) at once, ``per_second`` more each second
-    while any are missing, up to ``most``; returns the threads once ``stop`` is set."""
+    """Lambda's SQS scaling: ``initial`` pollers (concurrent invocations) at once, ``per_second`` more each second,
+    up to ``most``, over all the invocation processes; ``share`` = (k, n): this process, the k-th of n, starts the
+    pollers whose number is k modulo n, so the n processes together scale as one event source mapping. Returns the
+    threads once ``stop`` is set."""
+    k, n = share
     workers: list[threading.Thread] = []
+    wanted = initial
     while not stop.is_set():
-        if len(workers) < most:
-            for _ in range(min(per_second if workers else initial, most - len(workers))):
-                w = threading.Thread(target=consumer.run, name=f"esm-{len(workers)}", daemon=True)
-                workers.append(w)
-                w.start()
+        mine = sum(1 for j in range(min(wanted, most)) if j % n == k)
+        while len(workers) < mine:
+            w = threading.Thread(target=consumer.run, name=f"esm-{len(workers)}", daemon=True)
+            workers.append(w)
+            w.start()
+        wanted += per_second
         stop.wait(1.0)
     return workers
 
@@ -361,7 +375,12 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
 
         threading.Thread(target=relay_stop, daemon=True).start()
         workers = run_pollers(
-            consumer, initial=spec["initial"], per_second=spec["per_second"], most=spec["most"], stop=local_stop
+            consumer,
+            initial=spec["initial"],
+            per_second=spec["per_second"],
+            most=spec["most"],
+            stop=local_stop,
+            share=spec["share"],
         )
         for w in workers:
             w.join(timeout=60)
