@@ -341,6 +341,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     ``instance_id`` / ``node`` / ``nodeclaim`` log keys that tie one interruption's lines together.
     """
     records = list(event.get("Records") or [])
-    failed = process_records(records, context)
+    try:
+        failed = process_records(records, context)
+    finally:
+        wiring.freeze_warm_heap()  # the container is warm now: full collections skip what it holds
     reporting.acknowledged(len(records) - len(failed))
     return {"batchItemFailures": [{"itemIdentifier": message_id} for message_id in failed]}

@@ -327,6 +327,14 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
+    try:
+        return _dispatch(event, context)
+    finally:
+        wiring.freeze_warm_heap()  # the container is warm now: full collections skip what it holds
+
+
+def _dispatch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """A wake, a watch or a scheduled pass, as ``event`` and the mode say."""
     started = time.monotonic()
     from nodesmith.adapters.aws.wake import provision_after
 

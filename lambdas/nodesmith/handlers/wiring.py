@@ -11,6 +11,7 @@ embedded default, unit tests) both are absent and the handlers work without them
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ __all__ = [
     "build_state",
     "build_visibility",
     "build_waker",
+    "freeze_warm_heap",
     "get_settings",
     "reset",
     "set_ports",
@@ -56,6 +58,7 @@ class _Cache:
     requeue: Callable[[Mapping[str, Any], int], Any] | None = _UNSET
     visibility: Callable[[Sequence[str], int], int] | None = _UNSET
     waker: Callable[[float], None] | None = _UNSET
+    heap_frozen: bool = False
 
 
 _CACHE = _Cache()
@@ -208,8 +211,30 @@ def set_ports(
         _CACHE.waker = waker
 
 
+def freeze_warm_heap() -> bool:
+    """After a Lambda container's first invocation, move everything the garbage collector tracks -- the imported
+    modules, botocore's service models, the Kubernetes client, the cached instance-type catalogue -- to its
+    permanent generation (:func:`gc.freeze`), once; True when it froze now.
+
+    A full (generation 2) collection walks every tracked object with the invocation's threads stopped. With the warm
+    heap in it, each took 0.2-0.65 s in ``bench/interruptions.py`` at 1,000 nodes, and came every few seconds of the
+    burst; after the freeze it walks only what later invocations allocate. Frozen objects that become unreachable are
+    still freed by reference counting; only reference cycles among them are never collected, a bounded loss since
+    the warm heap lives as long as the container. Only in Lambda (``AWS_LAMBDA_FUNCTION_NAME`` set): tests and the
+    CLI keep the collector as it is, and :func:`reset` undoes it.
+    """
+    if _CACHE.heap_frozen or not os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        return False
+    gc.freeze()
+    _CACHE.heap_frozen = True
+    return True
+
+
 def reset() -> None:
-    """Forget cached ports and settings."""
+    """Forget cached ports and settings; a frozen heap (:func:`freeze_warm_heap`) goes back to the collector."""
+    if _CACHE.heap_frozen:
+        gc.unfreeze()
+        _CACHE.heap_frozen = False
     _CACHE.settings = None
     _CACHE.cluster = None
     _CACHE.cloud = None
