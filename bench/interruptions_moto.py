@@ -4,6 +4,7 @@ world lists them in ``EMULATOR_SHORTCUTS``) and answers the simulated kubelet's 
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -13,7 +14,9 @@ __all__ = ["moto_host", "patch_moto"]
 
 def moto_host(cluster_name: str, conn: Any) -> None:
     """``multiprocessing`` target: moto with the bench's shortcuts (:func:`patch_moto`), seeded for
-    ``cluster_name``; sends ``(endpoint_url, environ)`` on ``conn`` and serves until the process is ended."""
+    ``cluster_name``; sends ``(endpoint_url, environ)`` on ``conn`` and serves until the process is ended.
+    ``"instances"`` on ``conn`` asks for the live instances, ``"freeze"`` for :func:`gc.freeze` (answered
+    ``"frozen"``)."""
     from nodesmith.sim import aws as embedded_aws
 
     patch_moto()
@@ -21,9 +24,13 @@ def moto_host(cluster_name: str, conn: Any) -> None:
     embedded_aws.seed(cluster_name=cluster_name)
     conn.send((embedded.endpoint_url, embedded.environ))
     region = embedded.environ["AWS_DEFAULT_REGION"]
-    while True:  # serve the simulated kubelet's instance reads until the process is ended
-        if conn.recv() == "instances":
+    while True:  # serve the simulated kubelet's instance reads (and one freeze) until the process is ended
+        asked = conn.recv()
+        if asked == "instances":
             conn.send(_live_instances(cluster_name, region))
+        elif asked == "freeze":  # the world is set up: full garbage collections skip it from now on
+            gc.freeze()
+            conn.send("frozen")
 
 
 def _live_instances(cluster_name: str, region: str) -> list[dict[str, Any]]:
