@@ -26,9 +26,13 @@ from interruptions_timeouts import _INVOCATION, _TIMED_OUT, LambdaKilled, instal
 
 BATCH_SIZE = NodesmithConfig.interruption_batch_size
 """The stack's event source mapping ``BatchSize`` (``--batch-size``): messages per invocation at most."""
-INVOCATION_PROCESSES = 2
-"""Processes the concurrent invocations run in (``--processes``): at the stack's 25 at once, about 12 invocations
-share a process's GIL, Kubernetes client and caches, where each real invocation has its own."""
+INVOCATION_PROCESSES = 4
+"""Processes the concurrent invocations run in (``--processes``): at the stack's 25 at once, about 6 invocations
+share a process's GIL, Kubernetes client and caches, where each real invocation has its own. At 8810ce2, three
+1,000-node runs with 4 processes, each in turn with one with 2 on this machine (stop 29), cordoned every node in
+9.2, 13.6 and 6.5 s, against 14.7, 13.9 and 8.2 s with 2; before the pollers were shared exactly, four more pairs
+also all went to 4 (7.1-10.5 s against 7.9-13.2 s). 8 processes took 9.1 and 13.5 s. The cores are the same 2
+whatever the count."""
 ESM_INITIAL_POLLERS = 5
 ESM_POLLERS_PER_SECOND = 5
 """Lambda's SQS scaling: "starts processing five batches at a time with five concurrent invocations", then
