@@ -144,7 +144,7 @@ def _world_class() -> Any:
         def freeze_heaps(self) -> None:
             """Freeze the set-up world out of full garbage collections (:func:`gc.freeze`) in this process and the
             moto process, as a long-running server would: each full collection walked the 1,000 nodes' objects
-            with the emulator or moto stopped (0.1-0.4 s, every few seconds of a burst). The Kubernetes API
+            with the emulator or moto stopped (0.06-0.43 s, every few seconds of a burst). The Kubernetes API
             server and AWS are not Python processes on our cores."""
             gc.freeze()
             with self.moto_lock:
