@@ -326,7 +326,7 @@ def run_pollers(
     workers: list[threading.Thread] = []
     wanted = initial
     while not stop.is_set():
-        mine = sum(1 for j in range(min(wanted, most)) if j % n == k)
+        mine = len(range(k, min(wanted, most), n))  # pollers k, k + n, ... below the event source's count
         while len(workers) < mine:
             w = threading.Thread(target=consumer.run, name=f"esm-{len(workers)}", daemon=True)
             workers.append(w)
