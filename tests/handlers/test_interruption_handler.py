@@ -361,3 +361,21 @@ def test_hand_offs_whose_drains_cannot_begin_in_the_first_half_of_the_budget_go_
     assert all(body in bodies for body in sent_back)  # as they came
     drained = {n.name for n in nodes} - set(cluster.nodes)
     assert len(drained) + len(sent_back) == len(ids)
+
+
+def test_a_warm_container_writes_an_interrupted_offerings_mark_once_and_a_new_one_again(ports: Ports) -> None:
+    state = _memory_state()
+    wiring.set_ports(state=state)
+    event = batch()
+    event["Records"] = [r for r in event["Records"] if r["messageId"] != FAILING_MESSAGE_ID]
+
+    interruption.handler(event, Context())
+    interruption.handler(event, Context())  # the same warm container
+    writes_warm = [w for w in state.writes if w.startswith("offering#")]
+    settings = wiring.get_settings()
+    wiring.reset()  # a new container
+    wiring.set_ports(cluster=ports.cluster, cloud=ports.cloud, settings=settings, state=state)
+    interruption.handler(event, Context())
+
+    assert len(writes_warm) == 1
+    assert [w for w in state.writes if w.startswith("offering#")] == writes_warm * 2

@@ -221,6 +221,7 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
         requeue_batch=wiring.build_requeue_batch(settings),
         handoff_min_drains=HANDOFF_MIN_DRAINS,
         handoff_delay_seconds=HANDOFF_DELAY_SECONDS,
+        recent_marks=wiring.recent_marks(),
         # a burst's replacements at once: cheap here only when the pass runs in the reconcile function (with no
         # state table there is no lease, and the launcher runs the pass itself)
         replace_at_handoff=waker is not None and state is not None,

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.ports import CloudProvider, Cluster, StateStore
     from nodesmith.handlers.idempotency import IdempotentRunner
+    from nodesmith.services.interrupt_batch_run import RecentMarks
 
 __all__ = [
     "KUBE_POOL_MAXSIZE",
@@ -36,6 +37,7 @@ __all__ = [
     "build_waker",
     "freeze_warm_heap",
     "get_settings",
+    "recent_marks",
     "reset",
     "set_ports",
 ]
@@ -58,6 +60,7 @@ class _Cache:
     requeue: Callable[[Mapping[str, Any], int], Any] | None = _UNSET
     visibility: Callable[[Sequence[str], int], int] | None = _UNSET
     waker: Callable[[float], None] | None = _UNSET
+    marks: RecentMarks | None = None
     heap_frozen: bool = False
 
 
@@ -69,6 +72,16 @@ def get_settings() -> Settings:
     if _CACHE.settings is None:
         _CACHE.settings = load_settings()
     return _CACHE.settings
+
+
+def recent_marks() -> RecentMarks:
+    """The offerings this container's interruption batches marked unavailable lately (one per container), so
+    a burst's batches do not all write the same marks (:class:`~nodesmith.services.interrupt_batch_run.RecentMarks`)."""
+    if _CACHE.marks is None:
+        from nodesmith.services.interrupt_batch_run import RecentMarks
+
+        _CACHE.marks = RecentMarks()
+    return _CACHE.marks
 
 
 def build_cluster(settings: Settings) -> Cluster:
@@ -243,3 +256,4 @@ def reset() -> None:
     _CACHE.requeue = _UNSET
     _CACHE.visibility = _UNSET
     _CACHE.waker = _UNSET
+    _CACHE.marks = None

@@ -10,7 +10,8 @@ of a spot interruption run out:
    list, those it does not answer for described in one call (:mod:`~nodesmith.services.interrupt_locate`),
    each node fetched by name, nodes missing by name found in one list for the batch), and its Event
    posted. A spot-interrupted offering (type, zone, spot)
-   is marked unavailable for 3 minutes in the shared state store (once per offering and batch), so
+   is marked unavailable for 3 minutes in the shared state store (once per offering and batch, and not again
+   for 30 s by the same warm container), so
    the replacement and every later plan avoid it
    (Karpenter ``[aws]:pkg/controllers/interruption/controller.go``, ``karpenter-v1.md`` §2.5).
 2. **Replace**: one provisioning pass (``replace_capacity``, normally
@@ -73,11 +74,13 @@ from nodesmith.services.interrupt_batch_run import (
     CONTINUATION_DELAY_SECONDS,
     DRAIN_PROGRESS_TTL_SECONDS,
     MAX_DRAIN_ATTEMPTS,
+    REMARK_AFTER_SECONDS,
     SPOT_UNAVAILABLE_SECONDS,
     BatchEntry,
     BatchRun,
     DrainUnfinishedError,
     Once,
+    RecentMarks,
     Requeue,
     RequeueBatch,
     send_all,
@@ -104,6 +107,7 @@ __all__ = [
     "CONTINUATION_KEY",
     "DRAIN_PROGRESS_TTL_SECONDS",
     "MAX_DRAIN_ATTEMPTS",
+    "REMARK_AFTER_SECONDS",
     "SPOT_UNAVAILABLE_SECONDS",
     "BatchItem",
     "BatchOutcome",
@@ -111,6 +115,7 @@ __all__ = [
     "DrainUnfinishedError",
     "ItemResult",
     "Once",
+    "RecentMarks",
     "Requeue",
     "RequeueBatch",
     "continuation_body",
@@ -136,6 +141,7 @@ def handle_batch(
     requeue_batch: RequeueBatch | None = None,
     handoff_min_drains: int | None = None,
     handoff_delay_seconds: int = 0,
+    recent_marks: RecentMarks | None = None,
     replace_at_handoff: bool = False,
     defer_drains_after_seconds: float | None = None,
     cordon_workers: int = 16,
@@ -165,6 +171,9 @@ def handle_batch(
     each with an SQS delay of ``handoff_delay_seconds`` (0..900): for that long a hand-off cannot be
     received, so the event source's pollers take the burst's originals that arrived after it, and the
     invocations it would hold do not hold up their cordons.
+    ``recent_marks`` (None: the batch's own) are the offerings marked unavailable lately by the container's
+    earlier batches: a batch writes the mark of an offering only when none did in the last
+    :data:`~nodesmith.services.interrupt_batch_run.REMARK_AFTER_SECONDS`, and otherwise once.
     ``replace_at_handoff``: a batch that handed its drains off still calls ``replace_capacity`` at once, for
     the nodes it cordoned, instead of leaving the pass to its hand-offs, which a burst's backlog holds back
     (at 1,000 nodes they came 15 s after their cordon, and the replacements launched 15 s later than the issue's
@@ -203,6 +212,7 @@ def handle_batch(
         continuation_delay_seconds=continuation_delay_seconds,
         max_attempts=max_attempts,
         handoff_delay_seconds=handoff_delay_seconds,
+        recent_marks=recent_marks,
     )
     entries = [BatchEntry(item=i, action=action_for(i.message.kind, rebalance_action=rebalance_action)) for i in items]
     acting = [e for e in entries if e.action is not Action.NONE and e.item.message.kind is not MessageKind.NO_OP]

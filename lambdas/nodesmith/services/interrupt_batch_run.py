@@ -44,12 +44,14 @@ __all__ = [
     "PROGRESS_BATCH_MAX_ITEMS",
     "PROGRESS_BATCH_MAX_SECONDS",
     "PROGRESS_SAVE_INTERVAL_SECONDS",
+    "REMARK_AFTER_SECONDS",
     "SPOT_UNAVAILABLE_SECONDS",
     "TERMINATING_WAIT_MAX_SECONDS",
     "BatchEntry",
     "BatchRun",
     "DrainUnfinishedError",
     "Once",
+    "RecentMarks",
     "Requeue",
     "RequeueBatch",
 ]
@@ -82,6 +84,49 @@ PROGRESS_BATCH_MAX_ITEMS = 25
 """... or once it holds this many writes (DynamoDB's ``BatchWriteItem`` limit), or one of every drain running."""
 SPOT_UNAVAILABLE_SECONDS = 180.0
 """Karpenter's ``UnavailableOfferingsTTL``: an interrupted spot offering is avoided for 3 minutes."""
+REMARK_AFTER_SECONDS = 30.0
+"""A container writes the mark of an offering it marked unavailable again only once its own mark is this old
+(seconds): the shared mark then expires at least ``SPOT_UNAVAILABLE_SECONDS - REMARK_AFTER_SECONDS`` (150 s)
+after the offering's last interruption, instead of exactly 180 s after it."""
+
+OfferingKey = tuple[str, str, str]
+"""(instance type, zone, capacity type) of an offering."""
+
+
+class RecentMarks:
+    """The offerings this container marked unavailable lately, and when (epoch seconds); thread-safe.
+
+    A burst interrupts many nodes of few offerings, and every batch used to write the mark of each offering it
+    saw (``PutItem``): 163 writes at 1,000 nodes in ``bench/interruptions.py``, one for every six nodes, each
+    extending a mark written seconds before. Kept by the handler for the container's life (one per warm Lambda
+    container), a batch writes an offering's mark only when no batch of the container did in the last
+    ``remark_after_seconds`` (:data:`REMARK_AFTER_SECONDS`), so a mark is renewed at that pace while its
+    offering keeps being interrupted. Karpenter's interruption controller marks its in-memory cache on every
+    message (``[aws]:pkg/controllers/interruption/controller.go``); a write to the shared table costs more.
+    """
+
+    def __init__(self, remark_after_seconds: float = REMARK_AFTER_SECONDS) -> None:
+        self.remark_after = remark_after_seconds
+        self._lock = threading.Lock()
+        self._marked_at: dict[OfferingKey, float] = {}
+
+    def claim(self, key: OfferingKey, now: float) -> bool:
+        """True when ``key``'s mark is due (none written from here in the last ``remark_after_seconds`` before
+        ``now``, epoch seconds): the caller writes it, and calls :meth:`release` if the write fails. False when
+        it is not due, or another thread has just claimed it."""
+        with self._lock:
+            at = self._marked_at.get(key)
+            if at is not None and now - at < self.remark_after:
+                return False
+            self._marked_at[key] = now
+            return True
+
+    def release(self, key: OfferingKey, now: float) -> None:
+        """Forget the claim of ``key`` made at ``now`` (its write failed): the next batch writes the mark."""
+        with self._lock:
+            if self._marked_at.get(key) == now:
+                del self._marked_at[key]
+
 
 Once = Callable[[str, Callable[[], dict[str, Any]]], dict[str, Any]]
 """``once(key, work)``: run ``work`` unless ``key`` already ran (then return its stored result); raise
@@ -141,6 +186,7 @@ class BatchRun:
         continuation_delay_seconds: int,
         max_attempts: int,
         handoff_delay_seconds: int = 0,
+        recent_marks: RecentMarks | None = None,
     ) -> None:
         self.cluster = cluster
         self.state = state
@@ -153,7 +199,7 @@ class BatchRun:
         self.run_id = uuid.uuid4().hex
         self.out = BatchOutcome()
         self.lock = threading.Lock()
-        self.marked: set[tuple[str, str, str]] = set()
+        self.recent_marks = recent_marks or RecentMarks()  # this batch's own: one write per offering and batch
         self.cordoned_at = wall()  # epoch seconds: set again once every node of the batch is cordoned
         self.replacement_asked = False  # this batch asks for its hand-offs' replacement pass itself (at once)
         self.progress_writes: Batcher[DrainProgress] | None = None  # shared by the drains (open_progress_writes)
@@ -168,21 +214,24 @@ class BatchRun:
         return begun
 
     def mark(self, offering: UnavailableOffering) -> None:
+        """Mark ``offering`` unavailable for :data:`SPOT_UNAVAILABLE_SECONDS` in the shared state store, unless
+        :attr:`recent_marks` says this batch or (with the handler's) this container has just written it."""
         key = (offering.instance_type, offering.zone, offering.capacity_type)
-        with self.lock:
-            if self.state is None or key in self.marked:
-                return  # one write per offering per batch: a burst interrupts many nodes of few offerings
-            self.marked.add(key)
+        now = self.wall()
+        if self.state is None or not self.recent_marks.claim(key, now):
+            return
         try:
             self.state.mark_unavailable(
                 instance_type=offering.instance_type,
                 zone=offering.zone,
                 capacity_type=offering.capacity_type,
-                expires_at=self.wall() + SPOT_UNAVAILABLE_SECONDS,
+                expires_at=now + SPOT_UNAVAILABLE_SECONDS,
                 reason=offering.code,
             )
-            self.out.offerings_marked += 1
+            with self.lock:
+                self.out.offerings_marked += 1
         except Exception as exc:  # the mark only improves plans
+            self.recent_marks.release(key, now)
             LOG.warning("could not mark %s/%s/%s unavailable: %s", offering.instance_type, offering.zone,
                         offering.capacity_type, exc)  # fmt: skip
 
