@@ -6,6 +6,7 @@ drains like originals, post the drain's Event once, and a duplicated hand-off st
 from __future__ import annotations
 
 import json
+import threading
 from typing import TYPE_CHECKING, Any
 
 import interruption_fakes as fakes
@@ -200,18 +201,29 @@ def test_asked_to_replace_at_hand_off_a_burst_asks_for_the_pass_at_its_cordon_an
     assert out.drains_handed_off == 4 and cluster.count("evict") == 0 and len(requeue.sent) == 4
 
 
-def test_a_burst_whose_hand_offs_all_failed_to_send_asks_for_no_pass() -> None:
+def test_a_burst_asks_for_its_pass_while_the_hand_offs_are_sent_even_if_none_is() -> None:
     clock, cluster, cloud = world()
     passes: list[float] = []
+    asking = threading.Event()
+    asked_while_sending: list[bool] = []
 
     def broken(body: Any, delay: int) -> None:
+        # side by side with the request for the pass, not before it: it is being asked for while this is sent
+        asked_while_sending.append(asking.wait(timeout=2.0))
         raise RuntimeError("SendMessage throttled")
 
-    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, requeue=broken,
-              replace_capacity=lambda at: passes.append(at) or Replacement(ran=False), handoff_min_drains=2,
-              replace_at_handoff=True)  # fmt: skip
+    def replace_capacity(ready_at: float) -> Replacement:
+        asking.set()
+        passes.append(ready_at)
+        return Replacement(ran=False, woke=True)
 
-    assert passes == [] and all(r.failed for r in out.items)  # they come back, and ask for it then
+    out = run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS], clock, cluster, cloud, requeue=broken,
+              replace_capacity=replace_capacity, handoff_min_drains=2, replace_at_handoff=True)  # fmt: skip
+
+    # every record comes back (no hand-off was sent), and its nodes, cordoned, already have their pass asked for
+    assert all(r.failed for r in out.items) and all(n.unschedulable for n in cluster.nodes.values())
+    assert passes == [clock.wall()] and out.replacement is not None and out.replacement.woke
+    assert asked_while_sending == [True] * len(IDS)
 
 
 def test_hand_offs_of_a_burst_that_asked_for_the_pass_itself_drain_without_asking_again() -> None:

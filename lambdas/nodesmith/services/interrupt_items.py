@@ -224,6 +224,8 @@ class BatchOutcome:
     answered from an earlier delivery's stored result; ``offerings_marked`` spot offerings marked;
     ``drains_handed_off`` drains sent on to a hand-off continuation (a burst); ``drains_deferred`` drains of
     continuations sent back to the queue before they began (``defer_drains_after_seconds``).
+    ``replace_seconds`` runs from the end of the cordons to the replacement's answer, so in a burst it includes
+    the hand-offs sent meanwhile.
     """
 
     items: list[ItemResult] = field(default_factory=list)
