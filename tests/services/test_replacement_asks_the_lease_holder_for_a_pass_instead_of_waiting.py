@@ -288,10 +288,12 @@ def test_a_held_lease_is_still_asked_for_a_pass_rather_than_waking_another() -> 
     assert result.requested and not result.woke and woken == []
 
 
-def test_with_a_reconcile_function_a_held_lease_costs_one_read_and_at_most_one_request() -> None:
-    """Every batch of a burst after the first finds the lease held: it reads it once, and asks the holder
-    with one write when the holder began too early, without trying to take the lease first."""
-    for since, expected in ((-3.0, ["lease_info", "request_pass"]), (CLOCK_SKEW_SECONDS + 0.5, ["lease_info"])):
+def test_with_a_reconcile_function_a_held_lease_costs_one_request_and_no_read() -> None:
+    """Every batch of a burst after the first finds the lease held: it asks the holder for the pass in one
+    conditional write, without reading the lease or trying to take it. A holder that took the lease after the
+    cordon finds the request no later than its pass began, so it lets go without running another; one from
+    before the cordon runs another."""
+    for since, reruns in ((-3.0, 1), (CLOCK_SKEW_SECONDS + 0.5, 0)):
         clock, state = fakes.FakeClock(), memory.MemoryStateStore()
         held(clock, state, since=since)
         calls: list[str] = []
@@ -301,8 +303,11 @@ def test_with_a_reconcile_function_a_held_lease_costs_one_read_and_at_most_one_r
 
         result = launcher(clock, state, [], wake=lambda after: None)()
 
-        assert not result.ran and not result.woke and calls == expected
-        assert result.requested == (since < 0)
+        assert not result.ran and not result.woke and result.requested and calls == ["request_pass"]
+        pass_began = clock.wall() + since
+        assert state.release_unless_requested(name=RECONCILE_LEASE, holder="early-pass", since=pass_began) is (
+            reruns == 0
+        )
 
 
 def test_a_wake_that_fails_runs_the_pass_here() -> None:

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodesmith.services.leases import RECONCILE_LEASE, defer_to_holder, with_lease
+from nodesmith.services.leases import RECONCILE_LEASE, Leased, with_lease
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -92,10 +92,15 @@ def replacement_launcher(
     value: the invocation's own deadline less a margin) as long as another pass as long as the last still ends
     by then; a request still pending then is left to the next holder (the next interruption batch or the
     scheduled reconcile). With ``wake`` (the reconcile function's asynchronous invoke, given the cordon time
-    in epoch seconds), the lease is read once: held, it is left to the holder as above (one more write at most,
-    no attempt to take it); free, it is not taken: the reconcile function is woken for the pass instead, so a
-    pass longer than this invocation's timeout still ends (killed at the timeout, it would launch nothing, and
-    so would the next batch's); if the wake fails, this pass runs here. ``wait_seconds`` also bounds the wait
+    in epoch seconds), the lease is not read: the pass is asked for in one conditional write
+    (:meth:`~nodesmith.core.ports.StateStore.request_pass`), which a held lease takes (its holder runs the pass;
+    one that took the lease after the cordon, whose pass covers these nodes already, finds the request no later
+    than its pass and lets go) and a free one refuses, with no attempt to take it; free, the reconcile function is
+    woken for the pass instead, so a pass longer than this invocation's timeout still ends (killed at the
+    timeout, it would launch nothing, and so would the next batch's); if the wake fails, this pass runs here.
+    Every batch of a burst thus costs one state-table call for its pass: reading the lease first made two, both on
+    the path of an invocation that has to end before its turn of the event source takes the next batch.
+    ``wait_seconds`` also bounds the wait
     for a lease that frees between the two checks. Without a ``state`` store there is no lease (single
     container, tests, the embedded default) and the pass just runs. ``provision`` defaults to
     :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a cold
@@ -128,28 +133,17 @@ def replacement_launcher(
             reruns = 0
         else:
             if wake is not None:
-                info = state.lease_info(name=RECONCILE_LEASE, now=wall())
-                # held (every batch of a burst after the first): left to the holder in one more call at most
-                deferred = defer_to_holder(
-                    state=state,
-                    name=RECONCILE_LEASE,
-                    holder=holder,
-                    info=info,
-                    covered=covered,
-                    request_after=sees_them,
-                    now=wall,
-                )
-                if deferred is not None:
-                    skipped, requested = deferred.skipped_reason, deferred.requested
-                    return Replacement(ran=False, skipped=skipped, requested=requested, seconds=clock() - started)
-                if info is None:
-                    try:
-                        wake(ready_at)
-                    except Exception as exc:  # no wake queued: run the pass here, as without one
-                        LOG.warning("waking the reconcile function failed, running the pass here: %s", exc)
-                    else:
-                        seconds = clock() - started
-                        return Replacement(ran=False, skipped=WOKEN, requested=True, woke=True, seconds=seconds)
+                # held (every batch of a burst after the first): left to the holder in this one conditional write
+                if state.request_pass(name=RECONCILE_LEASE, after=sees_them, now=wall()):
+                    skipped = Leased(acquired=False, requested=True).skipped_reason
+                    return Replacement(ran=False, skipped=skipped, requested=True, seconds=clock() - started)
+                try:  # free
+                    wake(ready_at)
+                except Exception as exc:  # no wake queued: run the pass here, as without one
+                    LOG.warning("waking the reconcile function failed, running the pass here: %s", exc)
+                else:
+                    seconds = clock() - started
+                    return Replacement(ran=False, skipped=WOKEN, requested=True, woke=True, seconds=seconds)
             leased = with_lease(
                 state=state,
                 name=RECONCILE_LEASE,
