@@ -1,13 +1,12 @@
 """The queue's visibility timeout (121 s) is longer than a spot notice: the handler shortens its records'.
 
 A crashed or timed-out invocation deletes nothing, so SQS delivers its records again only when their
-visibility ends; the handler sets it to its remaining time + a margin while the batch begins, and a
+visibility ends; the handler sets it to its remaining time + a margin as soon as it starts, and a
 failed record gets a short backoff. Asserted on moto's SQS behaviour.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -129,31 +128,3 @@ def test_refused_visibility_changes_never_fail_the_batch(
     monkeypatch.setattr(interruption, "_process", lambda *_: [])
     stale = [{"messageId": "m1", "receiptHandle": "not-a-receipt-handle", "body": "{}"}]
     assert interruption.process_records(stale, context(20_000)) == []
-
-
-def test_the_visibility_is_shortened_while_the_batch_begins_and_the_failed_records_backoff_comes_after(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The shortening is not on the path to the cordons: it is made while the batch runs, and the failed
-    records' backoff, made at the end, is never overtaken by it."""
-    began = threading.Event()
-    changes: list[tuple[int, int, bool]] = []
-
-    def change(handles: Any, timeout_seconds: int) -> int:
-        changes.append((len(handles), timeout_seconds, began.wait(timeout=2.0)))
-        return len(handles)
-
-    def process(*_: Any) -> list[str]:
-        began.set()
-        return ["m2"]
-
-    wiring.reset()
-    monkeypatch.setattr(wiring, "build_visibility", lambda settings: change)
-    monkeypatch.setattr(wiring, "get_settings", lambda: None)
-    monkeypatch.setattr(interruption, "_process", process)
-    batch = [{"messageId": f"m{n}", "receiptHandle": f"handle-{n}", "body": "{}"} for n in range(3)]
-
-    assert interruption.process_records(batch, context(20_000)) == ["m2"]
-
-    margin = int(20 + interruption.VISIBILITY_MARGIN_SECONDS + 0.999)
-    assert changes == [(3, margin, True), (1, interruption.RETRY_VISIBILITY_SECONDS, True)]

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -48,8 +47,6 @@ from nodesmith.services.log_context import log_context
 from nodesmith.services.replacement import replacement_launcher
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from nodesmith.services.interrupt import InterruptionOutcome
@@ -235,55 +232,35 @@ def _run(items: list[BatchItem], lambda_context: LambdaContext | None, now: floa
     )
 
 
-def _visibility_change(records: list[dict[str, Any]], timeout_seconds: float) -> Callable[[], None] | None:
-    """Best effort: a call making ``records`` visible again after ``timeout_seconds`` (None: nothing to change, or no
-    queue); its failures, and failing to build the queue's client, are only logged. The client is built here, in
-    the calling thread: boto3's default session must not create clients in two threads at once."""
+def _set_visibility(records: list[dict[str, Any]], timeout_seconds: float) -> None:
+    """Best effort: make ``records`` visible again after ``timeout_seconds``; failures are only logged."""
     handles = [str(r.get("receiptHandle") or "") for r in records]
     handles = [h for h in handles if h]
     if not handles:
-        return None
+        return
     try:
         change = wiring.build_visibility(wiring.get_settings())
+        if change is not None:
+            change(handles, int(timeout_seconds + 0.999))
     except Exception:  # never fail the batch for this: the queue's own visibility timeout still applies
         logger.warning("could not change the records' visibility", exc_info=True)
-        return None
-    if change is None:
-        return None
-
-    def call() -> None:
-        try:
-            change(handles, int(timeout_seconds + 0.999))
-        except Exception:
-            logger.warning("could not change the records' visibility", exc_info=True)
-
-    return call
 
 
 def process_records(records: list[dict[str, Any]], lambda_context: LambdaContext | None = None) -> list[str]:
     """Handle the SQS records of one invocation; returns the message ids SQS must deliver again.
 
-    Shortens the records' visibility to the invocation's remaining time + ``VISIBILITY_MARGIN_SECONDS`` (so a
-    crash is retried before the spot notice runs out) while the batch begins (the call is not on the path to the
-    cordons: in a 1,000-node burst on the bench the invocations spent 0.1-0.25 s before their batch began, against
-    0.2-0.8 s for its cordons), and at the end sets the
-    failed records' visibility to ``RETRY_VISIBILITY_SECONDS``, once the first change is done.
+    First shortens the records' visibility to the invocation's remaining time +
+    ``VISIBILITY_MARGIN_SECONDS`` (so a crash is retried before the spot notice runs out), and at the
+    end sets the failed records' visibility to ``RETRY_VISIBILITY_SECONDS``.
     """
     now = time.time()
     left = _remaining_seconds(lambda_context)
-    shorten = None if left is None else _visibility_change(records, left + VISIBILITY_MARGIN_SECONDS)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="interruption-visibility") as pool:
-        shortening = None if shorten is None else pool.submit(shorten)
-        try:
-            failed = _process(records, lambda_context, now)
-        finally:
-            if shortening is not None:
-                shortening.result()  # never raises (logged); the failed records' change below must come after it
+    if left is not None:
+        _set_visibility(records, left + VISIBILITY_MARGIN_SECONDS)
+    failed = _process(records, lambda_context, now)
     if failed:
         ids = set(failed)
-        retry = _visibility_change([r for r in records if r.get("messageId") in ids], RETRY_VISIBILITY_SECONDS)
-        if retry is not None:
-            retry()
+        _set_visibility([r for r in records if r.get("messageId") in ids], RETRY_VISIBILITY_SECONDS)
     return failed
 
 
