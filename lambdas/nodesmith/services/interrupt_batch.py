@@ -45,9 +45,9 @@ continuations then do phases 2 and 3 (one replacement pass, then drain) like an 
 (Karpenter splits the same way: its interruption controller only taints and deletes the
 NodeClaim, the termination controller drains later). With ``replace_at_handoff`` (the reconcile
 function runs the pass), the batch that hands off asks for the replacement pass at once, for the
-nodes it cordoned, rather than when its hand-offs arrive, and while it sends them: the request is a
-state-table call or two, and one after the other the two steps took longer than the cordons in a 1,000-node
-burst on the bench, holding the invocation's turn of the event source.
+nodes it cordoned, rather than when its hand-offs arrive, and while it sends them: the request is one
+state-table call (or the reconcile function's wake), and one after the other the two steps took longer than the
+cordons in a 1,000-node burst on the bench, holding the invocation's turn of the event source.
 
 Errors: a failure of one instance fails only its own record (SQS delivers it again); a failing
 replacement pass is reported and the drains go on (the scheduled reconcile catches up). Only

@@ -29,7 +29,6 @@ __all__ = [
     "LEASE_MARGIN_SECONDS",
     "RECONCILE_LEASE",
     "Leased",
-    "defer_to_holder",
     "lease_ttl",
     "with_lease",
 ]
@@ -205,7 +204,7 @@ def _acquire(
     give_up = clock() + max(0.0, wait_seconds)
     while not state.acquire_lease(name=name, holder=holder, ttl_seconds=ttl_seconds, now=wall()):
         info = state.lease_info(name=name, now=wall())
-        deferred = defer_to_holder(
+        deferred = _defer_to_holder(
             state=state, name=name, holder=holder, info=info, covered=covered, request_after=request_after, now=wall
         )
         if deferred is not None:
@@ -218,7 +217,7 @@ def _acquire(
     return None
 
 
-def defer_to_holder(
+def _defer_to_holder(
     *,
     state: StateStore,
     name: str,
@@ -230,7 +229,7 @@ def defer_to_holder(
 ) -> Leased[Any] | None:
     """Leave ``holder``'s work to the current holder of lease ``name`` (``info``, as just read), or None.
 
-    :func:`with_lease`'s steps for a lease it did not get, for a caller that has read the lease itself:
+    :func:`with_lease`'s steps for a lease it did not get, once it has read the lease:
     ``covered`` when ``covered(info)`` says the holder's run does the work (no store call); ``requested``
     when a pass starting after ``request_after`` (epoch seconds) was recorded on the held lease (one
     :meth:`~nodesmith.core.ports.StateStore.request_pass`). None when the lease is free (``info`` is None,

@@ -100,9 +100,8 @@ def replacement_launcher(
     timeout, it would launch nothing, and so would the next batch's); if the wake fails, this pass runs here.
     Every batch of a burst thus costs one state-table call for its pass: reading the lease first made two, both on
     the path of an invocation that has to end before its turn of the event source takes the next batch.
-    ``wait_seconds`` also bounds the wait
-    for a lease that frees between the two checks. Without a ``state`` store there is no lease (single
-    container, tests, the embedded default) and the pass just runs. ``provision`` defaults to
+    ``wait_seconds`` also bounds the wait for a lease that frees between two checks. Without a ``state`` store
+    there is no lease (single container, tests, the embedded default) and the pass just runs. ``provision`` defaults to
     :func:`~nodesmith.services.reconcile.provision_leaving`, imported when the pass runs, so a cold
     interruption Lambda cordons before it loads the scheduler. ``wall`` (epoch seconds), ``clock`` (monotonic
     seconds) and ``sleep`` drive the wait (injectable for tests).
