@@ -15,6 +15,9 @@ from interruptions_timeouts import _INVOCATION, _TIMED_OUT, CUT_OFF_IN, LambdaKi
 if TYPE_CHECKING:
     from interruptions_lambda import Consumer
 
+SLOW_CALL_SECONDS = 2.0
+"""An AWS or Kubernetes call of the handlers this long or longer is listed in the report (``slow_calls``)."""
+
 
 class Counters:
     """Calls the bench counts by wrapping the real code: drains run, continuations, direct pod deletes;
@@ -52,6 +55,9 @@ class Counters:
         self.drain_offsets: list[float] = []  # seconds from its invocation's start to each drain's start
         self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
         self.batch_written = 0  # items the handlers' BatchWriteItem calls carried
+        self.call_retries: Counter[str] = Counter()  # botocore's RetryAttempts of the calls that answered, by call
+        self.slow_calls: list[tuple[float, float, str, int | None]] = []
+        """(monotonic start, seconds, call, invocation) of each call that took :data:`SLOW_CALL_SECONDS` or more."""
         self.count_calls = False  # only the invocation processes count (not the world's set-up and reclaims)
         self.on_terminate: Any = lambda ids: None
         """Told the instance ids the handlers terminate (the world's kubelet must not see them again)."""
@@ -170,18 +176,35 @@ class Counters:
             if isinstance(item, dict) and isinstance(item.get("pk"), dict):  # the state table: which record
                 name += f" {str(item['pk'].get('S', '')).split('#', 1)[0]}"
             with counters.lock:
-                if counters.count_calls:
+                counting = counters.count_calls
+                if counting:
                     counters.calls[name] += 1
-            return api_call(self, operation, params)
+            began = time.monotonic()
+            try:
+                response = api_call(self, operation, params)
+            finally:
+                if counting:
+                    counters.timed(name, began)
+            retries = response.get("ResponseMetadata", {}).get("RetryAttempts", 0) if isinstance(response, dict) else 0
+            if retries and counting:
+                with counters.lock:
+                    counters.call_retries[name] += retries
+            return response
 
         def counted_request(self: Any, method: str, url_path: str, *args: Any, **kwargs: Any) -> Any:
             with counters.lock:
                 resource = _resource(url_path)
                 if method != "GET":
                     resource = resource.removesuffix(" (list)")
-                if counters.count_calls:
+                counting = counters.count_calls
+                if counting:
                     counters.calls[f"kube {method} {resource}"] += 1
-            return request(self, method, url_path, *args, **kwargs)
+            began = time.monotonic()
+            try:
+                return request(self, method, url_path, *args, **kwargs)
+            finally:
+                if counting:
+                    counters.timed(f"kube {method} {resource}", began)
 
         BaseClient._make_api_call = counted_api_call
         KubeRest.request = counted_request  # type: ignore[method-assign]
@@ -195,6 +218,23 @@ class Counters:
         KubeCluster.delete_pod = counted_delete  # type: ignore[method-assign]
         interrupt_drains.send_back = counted_send_back
         interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
+
+    def forget_warm_up(self) -> None:
+        """Drop what the warm-up's calls counted (calls, slow calls, retries, written items): not the burst's."""
+        with self.lock:
+            self.calls.clear()
+            self.slow_calls.clear()
+            self.call_retries.clear()
+            self.batch_written = 0
+
+    def timed(self, call: str, began: float) -> None:
+        """Keep ``call`` (begun at monotonic ``began``) among :attr:`slow_calls` when it took
+        :data:`SLOW_CALL_SECONDS` or more, failed or not: a slow AWS or Kubernetes answer (or botocore's retries
+        with backoff inside it) is where an invocation can wait past its function timeout."""
+        took = time.monotonic() - began
+        if took >= SLOW_CALL_SECONDS:
+            with self.lock:
+                self.slow_calls.append((began, took, call, getattr(_INVOCATION, "id", None)))
 
 
 def _resource(url_path: str) -> str:
@@ -236,6 +276,8 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
         "calls": dict(counters.calls),
         "batch_written": counters.batch_written,
+        "call_retries": dict(counters.call_retries),
+        "slow_calls": counters.slow_calls,
         "wakes_sent": counters.wakes_sent,
         "wakes_skipped": counters.wakes_skipped,
         "wake_passes": counters.wake_passes,
@@ -316,6 +358,8 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.wakes_sent += part["wakes_sent"]
         counters.calls.update(part["calls"])
         counters.batch_written += part["batch_written"]
+        counters.call_retries.update(part["call_retries"])
+        counters.slow_calls += [tuple(c) for c in part["slow_calls"]]
         counters.wakes_skipped += part["wakes_skipped"]
         counters.wake_passes += [tuple(p) for p in part["wake_passes"]]
         counters.wakes_ended += part["wakes_ended"]

@@ -375,8 +375,7 @@ def invocations_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any
         consumer.function_timeout = spec["function_timeout"]
         ready.put(os.getpid())
         go.wait()
-        with counters.lock:
-            counters.calls.clear()  # the warm-up's calls are not the burst's
+        counters.forget_warm_up()
 
         def relay_stop() -> None:
             stop.wait()
@@ -412,8 +411,7 @@ def reconcile_process(spec: dict[str, Any], channels: tuple[Any, Any, Any, Any, 
         _last_scheduled_pass()
         ready.put(os.getpid())
         go.wait()
-        with counters.lock:
-            counters.calls.clear()
+        counters.forget_warm_up()
         local_stop = threading.Event()
         server = threading.Thread(target=AsyncReconcile(counters, wakes).serve, args=(local_stop,), daemon=True)
         server.start()

@@ -34,6 +34,30 @@ def calibrate() -> float:
     return round(time.perf_counter() - began, 3)
 
 
+SLOW_CALLS_LISTED = 20
+"""How many slow calls of the invocations ended at the function timeout the report lists (the earliest)."""
+
+
+def slow_calls(counters: Counters, t0: float) -> dict[str, Any]:
+    """``{by_call: {call: {count, max}}, retries: {call: n}, in_timed_out: [{call, at, seconds}]}`` of
+    :attr:`Counters.slow_calls` (seconds; ``at`` from ``t0``, monotonic): the first :data:`SLOW_CALLS_LISTED` slow
+    calls of the invocations ended at the function timeout."""
+    by_call: dict[str, dict[str, float | int]] = {}
+    for _, took, call, _ in counters.slow_calls:
+        entry = by_call.setdefault(call, {"count": 0, "max": 0.0})
+        entry["count"] += 1
+        entry["max"] = round(max(float(entry["max"]), took), 2)
+    return {
+        "by_call": dict(sorted(by_call.items(), key=lambda kv: -kv[1]["count"])),
+        "retries": dict(counters.call_retries.most_common()),
+        "in_timed_out": [
+            {"call": call, "at": round(began - t0, 2), "seconds": round(took, 2)}
+            for began, took, call, invocation in sorted(counters.slow_calls)
+            if invocation in counters.ended_at_timeout
+        ][:SLOW_CALLS_LISTED],
+    }
+
+
 def spread(values: list[float]) -> dict[str, float | int] | None:
     """``{count, min, p50, max}`` of ``values`` (seconds, rounded), or None when there are none."""
     if not values:
@@ -229,6 +253,10 @@ def report(run: Run) -> dict[str, Any]:
             # the innermost nodesmith functions of each one's first call after its timeout (most common first)
             "timed_out_in": dict(counters.cut_off_in.most_common(8)),
             "function_timeout_enforced": not run.args.no_function_timeout,
+            # calls of the handlers (and their pollers) that took SLOW_CALL_SECONDS or more, by call: how many, the
+            # longest, and botocore's retries (with backoff) inside the calls that answered; then those made by the
+            # invocations ended at the function timeout, to say where they waited
+            "slow_calls": slow_calls(counters, run.t0),
             "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
             "reconcile_wakes": {
                 "enabled": not run.args.no_reconcile_wake,
