@@ -1,7 +1,7 @@
-"""In a burst (a batch leaving at least ``handoff_min_drains`` nodes to drain) the invocation cordons every
-node, hands each message's drain to a hand-off continuation and returns without replacing or draining,
-so it is free for the next batch at once; the continuations then run the one replacement pass and the
-drains like originals, post the drain's Event once, and a duplicated hand-off still drains once."""
+"""In a burst (a batch leaving at least ``handoff_min_drains`` nodes to drain, or any beside a continuation) the
+invocation cordons every node, hands each message's drain to a hand-off continuation and returns without
+replacing or draining, so it is free for the next batch at once; the continuations then run the one replacement
+pass and the drains like originals, post the drain's Event once, and a duplicated hand-off still drains once."""
 
 from __future__ import annotations
 
@@ -127,6 +127,26 @@ def test_a_batch_below_the_threshold_drains_in_the_same_invocation() -> None:
 
     assert requeue.sent == [] and out.drains_handed_off == 0
     assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED] * 2
+
+
+def test_one_original_beside_a_continuation_is_handed_off_while_the_continuation_drains() -> None:
+    clock, cluster, cloud = world()
+    requeue = Requeue()
+    run([item_of(fakes.event(iid), f"msg-{iid}") for iid in IDS[:3]], clock, cluster, cloud, requeue=requeue,
+        handoff_min_drains=3)  # fmt: skip
+    handoff = item_of(requeue.sent[0][0], "cont-0")  # node-0's drain, handed off by the burst's first batch
+    clock.sleep(3.0)
+
+    # the next batch: node-0's hand-off and one more warning of the burst, node-3's (one node: below the threshold)
+    out = run([handoff, item_of(fakes.event(IDS[3]), f"msg-{IDS[3]}")], clock, cluster, cloud, requeue=requeue,
+              handoff_min_drains=3)  # fmt: skip
+
+    assert [r.outcome.instances[0].status for r in out.items] == [InstanceStatus.REMOVED,
+                                                                  InstanceStatus.DRAIN_HANDED_OFF]  # fmt: skip
+    assert out.drains_handed_off == 1 and cluster.nodes["node-3"].unschedulable
+    assert requeue.sent[-1][0][CONTINUATION_KEY]["instance-ids"] == [IDS[3]]
+    assert requeue.sent[-1][0][CONTINUATION_KEY]["handoff"] is True
+    assert cluster.count("evict") == 2  # node-0's two pods; node-3's wait for its hand-off
 
 
 def test_without_a_queue_a_burst_drains_in_the_same_invocation() -> None:

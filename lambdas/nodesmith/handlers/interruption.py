@@ -79,7 +79,8 @@ function's concurrency instead of sleeping in it."""
 HANDOFF_MIN_DRAINS = 5
 """A batch leaving at least this many nodes to drain is a burst: it cordons, hands the drains off to
 continuation messages and returns, so the next batches are cordoned within seconds (see
-:mod:`nodesmith.services.interrupt_batch`). One or a few interruptions drain in the same invocation."""
+:mod:`nodesmith.services.interrupt_batch`). One or a few interruptions drain in the same invocation, unless
+the batch also holds a continuation (a burst's drains are under way): then even one is handed off."""
 
 HANDOFF_DELAY_SECONDS = 3
 """SQS delay of a burst's hand-off continuations (seconds). A burst's warnings reach the queue over a second or

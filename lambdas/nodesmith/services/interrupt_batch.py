@@ -33,7 +33,8 @@ of a spot interruption run out:
    shared ``TerminateInstances`` calls (:class:`~nodesmith.services.batcher.Batcher`, as Karpenter's batcher).
 
 **Burst hand-off**: a batch whose original messages leave at least ``handoff_min_drains`` nodes to
-drain is a sign of a burst (a full batch; more messages are waiting behind it). Holding those
+drain is a sign of a burst (a full batch; more messages are waiting behind it), and so is one whose
+originals leave any node to drain beside a continuation (a burst's drains are already on the queue). Holding those
 records for the replacement wait and the drain would keep this invocation from cordoning the
 nodes of the next batch, so after phase 1 such a batch hands each message's drain to a
 *hand-off continuation* (attempt 1, ``"handoff": true``, delayed ``handoff_delay_seconds``; its drain keeps
@@ -168,7 +169,8 @@ def handle_batch(
     ``requeue`` sends a continuation (None: an unfinished drain fails its record instead, and SQS
     redelivers it after the visibility timeout). ``handoff_min_drains`` (None: never) turns on the
     burst hand-off (module docstring): when the original messages leave at least that many nodes
-    to drain and ``requeue`` is set, their drains go to hand-off continuations after the cordon,
+    to drain, or any beside a continuation, and ``requeue`` is set, their drains go to hand-off continuations
+    after the cordon,
     all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
     continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated),
     each with an SQS delay of ``handoff_delay_seconds`` (0..900): for that long a hand-off cannot be
@@ -261,7 +263,7 @@ def handle_batch(
 
     # 1b. a burst: hand the originals' drains off and acknowledge, so this invocation is free for the next batch
     originals = [e for e in acting if e.cases and e.item.continuation is None]
-    burst = handoff_min_drains is not None and sum(len(e.cases) for e in originals) >= handoff_min_drains
+    burst = handoff_min_drains is not None and _is_burst(originals, acting, handoff_min_drains)
     asked: Future[Replacement] | None = None
     t1 = clock()
     if burst and requeue is not None:
@@ -289,6 +291,17 @@ def handle_batch(
     batch.out.drain_seconds = clock() - t2
     batch.out.items = [_item_result(e) for e in entries]
     return batch.out
+
+
+def _is_burst(originals: list[BatchEntry], acting: list[BatchEntry], min_drains: int) -> bool:
+    """Whether the batch hands its originals' drains off (module docstring, "Burst hand-off"): they leave at
+    least ``min_drains`` nodes to drain, or at least one beside a continuation. A continuation in the batch
+    says a burst's drains are already under way on the queue the next warnings wait in; an original drained
+    in place beside it would hold this invocation for the drain (6-12 s on the bench) while those warnings
+    wait, uncordoned, for the event source's bounded concurrency."""
+    leaving = sum(len(e.cases) for e in originals)
+    beside = any(e.item.continuation is not None for e in acting)
+    return leaving >= min_drains or (leaving > 0 and beside)
 
 
 def _terminate(cloud: CloudProvider, instance_ids: list[str]) -> dict[str, BaseException]:
