@@ -52,6 +52,9 @@ class Counters:
         self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
         self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
         self.invocation_started: dict[int, float] = {}  # invocation -> monotonic start
+        self.batch_spans: list[tuple[str, float, float]] = []
+        """(kind, monotonic start, monotonic end) of each invocation that returned: ``warnings`` (original messages
+        only), ``continuations`` (only continuations: drains) or ``mixed``."""
         self.drain_offsets: list[float] = []  # seconds from its invocation's start to each drain's start
         self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
         self.batch_written = 0  # items the handlers' BatchWriteItem calls carried
@@ -272,6 +275,7 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
         ],
         "replacement_times": counters.replacement_times,
         "invocation_seconds": counters.invocation_seconds,
+        "batch_spans": counters.batch_spans,
         "drain_offsets": counters.drain_offsets,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
         "calls": dict(counters.calls),
@@ -369,6 +373,7 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
         counters.replacement_times += [tuple(t) for t in part["replacement_times"]]
         counters.invocation_seconds += part["invocation_seconds"]
+        counters.batch_spans += [tuple(b) for b in part["batch_spans"]]
         counters.drain_offsets += part["drain_offsets"]
         for key, at in part["drain_started"]:
             k = (key[0], key[1])

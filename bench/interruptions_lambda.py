@@ -260,6 +260,7 @@ class Consumer:
             with self.counters.lock:
                 self.counters.invocations += 1
                 self.counters.invocation_seconds.append(time.monotonic() - started)
+                self.counters.batch_spans.append((batch_kind(messages), started, time.monotonic()))
                 self.counters.failed_records += len(failed)
             done = [m for m in messages if m["MessageId"] not in failed]
             if done:  # the event source mapping deletes a batch's successes in one DeleteMessageBatch
@@ -294,6 +295,15 @@ class Consumer:
                     self.duplicated.add(body["id"])
             if due:
                 self.sqs.send_message(QueueUrl=self.world.queue_url, MessageBody=m["Body"])
+
+
+def batch_kind(messages: list[dict[str, Any]]) -> str:
+    """``warnings`` when every message of the batch is an original (an EventBridge event), ``continuations`` when
+    every one is a continuation (a drain handed off or continued), else ``mixed``."""
+    continuations = sum(1 for m in messages if "nodesmith-continuation" in json.loads(m["Body"]))
+    if continuations == 0:
+        return "warnings"
+    return "continuations" if continuations == len(messages) else "mixed"
 
 
 class _Endpoint:

@@ -34,6 +34,26 @@ def calibrate() -> float:
     return round(time.perf_counter() - began, 3)
 
 
+def invocations_by_batch(counters: Counters, t0: float, last_cordon: float | None) -> dict[str, Any]:
+    """Per batch kind (:func:`interruptions_lambda.batch_kind`): ``count`` of invocations, their ``p50_seconds``,
+    and ``seconds_before_last_cordon``, the invocation-seconds they held between ``t0`` and the last node's
+    cordon (``last_cordon``, seconds from ``t0``): of the event source's concurrency, how much went to new
+    warnings and how much to drains while nodes still waited to be cordoned."""
+    kinds: dict[str, list[tuple[float, float]]] = {}
+    for kind, began, ended in counters.batch_spans:
+        kinds.setdefault(kind, []).append((began - t0, ended - t0))
+    out: dict[str, Any] = {}
+    for kind, spans in sorted(kinds.items()):
+        durations = sorted(b - a for a, b in spans)
+        held = 0.0 if last_cordon is None else sum(max(0.0, min(b, last_cordon) - max(a, 0.0)) for a, b in spans)
+        out[kind] = {
+            "count": len(spans),
+            "p50_seconds": round(durations[len(durations) // 2], 2),
+            "seconds_before_last_cordon": round(held, 1),
+        }
+    return out
+
+
 SLOW_CALLS_LISTED = 20
 """How many slow calls of the invocations ended at the function timeout the report lists (the earliest)."""
 
@@ -124,6 +144,7 @@ def report(run: Run) -> dict[str, Any]:
         with_node = {key for key, _, gone in run.monitor.deleted_while_ready if gone}
         reclaimed = run.reclaimed
         cordoned = max(run.monitor.cordoned.values()) if len(run.monitor.cordoned) == len(run.names) else None
+        last_cordon = max(run.monitor.cordoned.values(), default=None)  # every node's, or the latest so far
         first_attempts = [
             n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid not in counters.crashed
         ]
@@ -241,6 +262,7 @@ def report(run: Run) -> dict[str, Any]:
             },
             "drains_started_seconds": spread([at - run.t0 for at in counters.drain_started.values()]),
             "invocation_seconds": spread(counters.invocation_seconds),
+            "invocations_by_batch": invocations_by_batch(counters, run.t0, last_cordon),
             # seconds from an invocation's start to each drain it began (the drain phase follows cordon and
             # replacement); "late": begun once the drain budget was spent (the timeout minus the safety margin)
             "drain_began_after_seconds": {
