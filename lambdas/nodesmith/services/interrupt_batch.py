@@ -34,8 +34,8 @@ of a spot interruption run out:
 
 **Burst hand-off**: a batch whose original messages leave at least ``handoff_min_drains`` nodes to
 drain is a sign of a burst (a full batch; more messages are waiting behind it), and so is one whose
-originals leave any node to drain beside a continuation (a burst's drains are already on the queue). Holding those
-records for the replacement wait and the drain would keep this invocation from cordoning the
+originals leave any node to drain beside a continuation (a burst's drains are already on the queue). Holding
+those records for the replacement wait and the drain would keep this invocation from cordoning the
 nodes of the next batch, so after phase 1 such a batch hands each message's drain to a
 *hand-off continuation* (attempt 1, ``"handoff": true``, delayed ``handoff_delay_seconds``; its drain keeps
 the original's idempotency key, attempt 0, so a duplicate drained in place is not drained again) and
@@ -170,8 +170,7 @@ def handle_batch(
     redelivers it after the visibility timeout). ``handoff_min_drains`` (None: never) turns on the
     burst hand-off (module docstring): when the original messages leave at least that many nodes
     to drain, or any beside a continuation, and ``requeue`` is set, their drains go to hand-off continuations
-    after the cordon,
-    all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
+    after the cordon, all sent in ``SendMessageBatch`` calls when ``requeue_batch`` is given (a message whose
     continuation was not sent fails its record, so SQS delivers it again and its cordon is repeated),
     each with an SQS delay of ``handoff_delay_seconds`` (0..900): for that long a hand-off cannot be
     received, so the event source's pollers take the burst's originals that arrived after it, and the
