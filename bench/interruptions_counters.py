@@ -50,11 +50,10 @@ class Counters:
         self.replacements: list[Any] = []
         self.replacement_times: list[tuple[float, float]] = []  # (monotonic end, seconds) per pass that ran
         self.drain_started: dict[tuple[str, str], float] = {}  # (event, instance) -> monotonic first drain start
-        self.invocation_seconds: list[float] = []  # wall time of each invocation that returned
         self.invocation_started: dict[int, float] = {}  # invocation -> monotonic start
         self.batch_spans: list[tuple[str, float, float]] = []
         """(kind, monotonic start, monotonic end) of each invocation that returned: ``warnings`` (original messages
-        only), ``continuations`` (only continuations: drains) or ``mixed``."""
+        only), ``continuations`` (only continuations: drains) or ``mixed``; :meth:`invocation_seconds` their lengths."""
         self.drain_offsets: list[float] = []  # seconds from its invocation's start to each drain's start
         self.calls: Counter[str] = Counter()  # "sqs.ReceiveMessage", "kube GET nodes", ...: what the handlers called
         self.batch_written = 0  # items the handlers' BatchWriteItem calls carried
@@ -222,6 +221,10 @@ class Counters:
         interrupt_drains.send_back = counted_send_back
         interrupt_batch._replace = counted_replace  # its parameter keeps _replace's name
 
+    def invocation_seconds(self) -> list[float]:
+        """The wall time (seconds) of each invocation that returned."""
+        return [ended - began for _, began, ended in self.batch_spans]
+
     def forget_warm_up(self) -> None:
         """Drop what the warm-up's calls counted (calls, slow calls, retries, written items): not the burst's."""
         with self.lock:
@@ -274,7 +277,6 @@ def summary(counters: Counters, consumer: Consumer | None) -> dict[str, Any]:
             for r in counters.replacements
         ],
         "replacement_times": counters.replacement_times,
-        "invocation_seconds": counters.invocation_seconds,
         "batch_spans": counters.batch_spans,
         "drain_offsets": counters.drain_offsets,
         "drain_started": [[list(k), v] for k, v in counters.drain_started.items()],
@@ -372,7 +374,6 @@ def merge(counters: Counters, part: dict[str, Any]) -> tuple[int, set[str]]:
         counters.errors += part["errors"]
         counters.replacements += [SimpleNamespace(**r) for r in part["replacements"]]
         counters.replacement_times += [tuple(t) for t in part["replacement_times"]]
-        counters.invocation_seconds += part["invocation_seconds"]
         counters.batch_spans += [tuple(b) for b in part["batch_spans"]]
         counters.drain_offsets += part["drain_offsets"]
         for key, at in part["drain_started"]:

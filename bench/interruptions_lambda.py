@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from interruptions_counters import Counters, summary
 from interruptions_timeouts import _INVOCATION, _TIMED_OUT, LambdaKilled, install_timeouts
 
+from nodesmith.services.interrupt_items import CONTINUATION_KEY
+
 BATCH_SIZE = NodesmithConfig.interruption_batch_size
 """The stack's event source mapping ``BatchSize`` (``--batch-size``): messages per invocation at most."""
 INVOCATION_PROCESSES = 4
@@ -259,7 +261,6 @@ class Consumer:
                 _INVOCATION.id = None
             with self.counters.lock:
                 self.counters.invocations += 1
-                self.counters.invocation_seconds.append(time.monotonic() - started)
                 self.counters.batch_spans.append((batch_kind(messages), started, time.monotonic()))
                 self.counters.failed_records += len(failed)
             done = [m for m in messages if m["MessageId"] not in failed]
@@ -286,7 +287,7 @@ class Consumer:
             return
         for m in messages:
             body = json.loads(m["Body"])
-            if "nodesmith-continuation" in body:
+            if CONTINUATION_KEY in body:
                 continue
             with self.lock:
                 self.seen += 1
@@ -300,7 +301,7 @@ class Consumer:
 def batch_kind(messages: list[dict[str, Any]]) -> str:
     """``warnings`` when every message of the batch is an original (an EventBridge event), ``continuations`` when
     every one is a continuation (a drain handed off or continued), else ``mixed``."""
-    continuations = sum(1 for m in messages if "nodesmith-continuation" in json.loads(m["Body"]))
+    continuations = sum(1 for m in messages if CONTINUATION_KEY in json.loads(m["Body"]))
     if continuations == 0:
         return "warnings"
     return "continuations" if continuations == len(messages) else "mixed"

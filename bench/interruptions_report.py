@@ -35,22 +35,17 @@ def calibrate() -> float:
 
 
 def invocations_by_batch(counters: Counters, t0: float, last_cordon: float | None) -> dict[str, Any]:
-    """Per batch kind (:func:`interruptions_lambda.batch_kind`): ``count`` of invocations, their ``p50_seconds``,
-    and ``seconds_before_last_cordon``, the invocation-seconds they held between ``t0`` and the last node's
-    cordon (``last_cordon``, seconds from ``t0``): of the event source's concurrency, how much went to new
-    warnings and how much to drains while nodes still waited to be cordoned."""
+    """Per batch kind (:func:`interruptions_lambda.batch_kind`): the :func:`spread` of its invocations' lengths
+    (``count``, ``min``, ``p50``, ``max``; seconds) and ``seconds_before_last_cordon``, the invocation-seconds they
+    held between ``t0`` and the last node's cordon (``last_cordon``, seconds from ``t0``): of the event source's
+    concurrency, how much went to new warnings and how much to drains while nodes still waited to be cordoned."""
     kinds: dict[str, list[tuple[float, float]]] = {}
     for kind, began, ended in counters.batch_spans:
         kinds.setdefault(kind, []).append((began - t0, ended - t0))
     out: dict[str, Any] = {}
     for kind, spans in sorted(kinds.items()):
-        durations = sorted(b - a for a, b in spans)
         held = 0.0 if last_cordon is None else sum(max(0.0, min(b, last_cordon) - max(a, 0.0)) for a, b in spans)
-        out[kind] = {
-            "count": len(spans),
-            "p50_seconds": round(durations[len(durations) // 2], 2),
-            "seconds_before_last_cordon": round(held, 1),
-        }
+        out[kind] = {**(spread([b - a for a, b in spans]) or {}), "seconds_before_last_cordon": round(held, 1)}
     return out
 
 
@@ -261,7 +256,7 @@ def report(run: Run) -> dict[str, Any]:
                 "nodeclaims_launched": sum(r.nodeclaims_launched for r in counters.replacements),
             },
             "drains_started_seconds": spread([at - run.t0 for at in counters.drain_started.values()]),
-            "invocation_seconds": spread(counters.invocation_seconds),
+            "invocation_seconds": spread(counters.invocation_seconds()),
             "invocations_by_batch": invocations_by_batch(counters, run.t0, last_cordon),
             # seconds from an invocation's start to each drain it began (the drain phase follows cordon and
             # replacement); "late": begun once the drain budget was spent (the timeout minus the safety margin)
@@ -279,7 +274,7 @@ def report(run: Run) -> dict[str, Any]:
             # longest, and botocore's retries (with backoff) inside the calls that answered; then those made by the
             # invocations ended at the function timeout, to say where they waited
             "slow_calls": slow_calls(counters, run.t0),
-            "invocations_past_timeout": sum(1 for s in counters.invocation_seconds if s > FUNCTION_TIMEOUT_SECONDS),
+            "invocations_past_timeout": sum(1 for s in counters.invocation_seconds() if s > FUNCTION_TIMEOUT_SECONDS),
             "reconcile_wakes": {
                 "enabled": not run.args.no_reconcile_wake,
                 "sent": counters.wakes_sent,
