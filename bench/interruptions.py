@@ -84,7 +84,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -216,6 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         stop = threading.Event()
         processes, go, stop_all, results, terminated, reconcile_events = _start_invocations(args, world, counters)
+        monitor.cpu_probe = cpu_by_part(world.moto.pid, [p.pid for p in processes[:-1]], processes[-1].pid)
         threading.Thread(target=_note_terminations, args=(terminated, stop), name="terminated", daemon=True).start()
         deliver = _send_events if args.deliver == "sqs" else _put_events
         if args.preload:  # every warning waits in the queue before the clock starts (deadlines run already)
@@ -350,6 +354,22 @@ def _note_terminations(terminated: Any, stop: threading.Event) -> None:
             TERMINATED.update(terminated.get(timeout=0.5))
         except queue.Empty:
             continue
+
+
+def cpu_by_part(moto_pid: int, invocation_pids: list[int], reconcile_pid: int) -> Callable[[], dict[str, float]]:
+    """A probe of the CPU seconds (user + system, so far) of each part of the bench: ``world`` (this process: the
+    API emulator, the simulated scheduler, kubelet and controllers, the event putter and the monitor), ``moto``,
+    ``invocations`` (the invocation processes together) and ``reconcile`` (the reconcile function's process)."""
+
+    def probe() -> dict[str, float]:
+        return {
+            "world": time.process_time(),
+            "moto": process_cpu_seconds(moto_pid),
+            "invocations": sum(process_cpu_seconds(pid) for pid in invocation_pids),
+            "reconcile": process_cpu_seconds(reconcile_pid),
+        }
+
+    return probe
 
 
 def _children_cpu() -> float:

@@ -10,9 +10,12 @@ import itertools
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interruptions_world import DISRUPTED, _conditions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class Monitor:
@@ -43,6 +46,10 @@ class Monitor:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.errors: list[str] = []
+        # CPU seconds by part of the bench (:func:`interruptions.cpu_by_part`), read at start and at the last cordon
+        self.cpu_probe: Callable[[], dict[str, float]] | None = None
+        self.cpu_at_start: dict[str, float] = {}
+        self.cpu_at_last_cordon: dict[str, float] = {}
         self.sub = store.subscribe(resources=["nodes", "pods", "nodeclaims.karpenter.sh"])
         for pod in store.objects("pods"):
             self._pod(pod, deleted=False)
@@ -50,6 +57,8 @@ class Monitor:
     def start(self, t0: float, total_pods: int) -> threading.Thread:
         self.t0 = t0
         self.total_pods = total_pods
+        if self.cpu_probe is not None:
+            self.cpu_at_start = self.cpu_probe()
         thread = threading.Thread(target=self._run, name="bench-monitor", daemon=True)
         thread.start()
         return thread
@@ -78,6 +87,8 @@ class Monitor:
             disrupted = any(t.get("key") == DISRUPTED for t in spec.get("taints") or [])
             if name in self.nodes and name not in self.cordoned and spec.get("unschedulable") and disrupted:
                 self.cordoned[name] = now
+                if len(self.cordoned) == len(self.nodes) and self.cpu_probe is not None:
+                    self.cpu_at_last_cordon = self.cpu_probe()
         elif ev.resource == "nodeclaims.karpenter.sh":
             fresh = name not in self.initial_claims and name not in self.launched and ev.type != "DELETED"
             if fresh and _conditions(obj).get("Launched") == "True":

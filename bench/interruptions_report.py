@@ -128,6 +128,19 @@ class Run:
     calibration: dict[str, float]
 
 
+def _cpu_to_last_cordon(monitor: Monitor, cordoned: float | None) -> dict[str, float] | None:
+    """CPU seconds each part of the bench used from the clock's start to the last node's cordon, their ``total``,
+    and ``machine_share``: the total over the cores' seconds in that time (1.0: every core busy throughout).
+    None when not every node was cordoned (or the probe did not run)."""
+    start, end = monitor.cpu_at_start, monitor.cpu_at_last_cordon
+    if cordoned is None or not start or not end:
+        return None
+    used = {part: round(end[part] - start[part], 2) for part in end}
+    total = sum(end[part] - start[part] for part in end)
+    cores = len(os.sched_getaffinity(0))
+    return {**used, "total": round(total, 2), "machine_share": round(total / max(cordoned, 1e-9) / cores, 2)}
+
+
 def report(run: Run) -> dict[str, Any]:
     """The figures of ``run`` as one JSON object (seconds from ``t0``, counts, CPU shares)."""
     from nodesmith.handlers.interruption import SAFETY_MARGIN_SECONDS
@@ -221,6 +234,7 @@ def report(run: Run) -> dict[str, Any]:
             "machine_cpu_share": round(
                 (run.cpu + run.invocations_cpu + run.moto_cpu) / run.end / (os.cpu_count() or 1), 2
             ),
+            "cpu_seconds_to_last_cordon": _cpu_to_last_cordon(run.monitor, cordoned),
             "emulator_shortcuts": EMULATOR_SHORTCUTS,
             "pdb_violation_details": run.monitor.details[:5],
             "continuations": counters.continuations - counters.handed_off - counters.deferred,
