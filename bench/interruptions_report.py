@@ -151,8 +151,8 @@ def report(run: Run) -> dict[str, Any]:
         # Ready pods deleted after their node was: the pod garbage collector removed them, never evicted.
         with_node = {key for key, _, gone in run.monitor.deleted_while_ready if gone}
         reclaimed = run.reclaimed
-        cordoned = max(run.monitor.cordoned.values()) if len(run.monitor.cordoned) == len(run.names) else None
         last_cordon = max(run.monitor.cordoned.values(), default=None)  # every node's, or the latest so far
+        cordoned = last_cordon if len(run.monitor.cordoned) == len(run.names) else None
         first_attempts = [
             n for (_, iid, attempt), n in counters.drains.items() if attempt == 0 and iid not in counters.crashed
         ]
