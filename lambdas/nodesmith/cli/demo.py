@@ -5,8 +5,10 @@ Scenario (what a Karpenter user does on day one):
 1. apply a NodePool + EC2NodeClass and the ``inflate`` Deployment (pause, 1 CPU per pod);
 2. scale ``inflate`` 0 -> 5: pods Pending -> NodeClaim -> CreateFleet -> Node Ready -> Running;
 3. put a real-format ``EC2 Spot Instance Interruption Warning`` for one instance on EventBridge;
-   the rule delivers it to the SQS queue, the interruption handler cordons, taints and drains the
-   node, the evicted pods are recreated by their ReplicaSet and run again on new capacity;
+   the rule delivers it to the SQS queue, the interruption handler checks it against EC2 and the cluster,
+   cordons and taints the node and sends its termination request; the termination handler drains it
+   through the Eviction API round by round, the evicted pods are recreated by their ReplicaSet and run
+   again on new capacity, and the instance is terminated;
 4. scale to 0: the empty nodes are removed by the disruption pass once ``consolidateAfter`` (5 s)
    has passed and the command was re-validated (2 s here instead of Karpenter's 15 s);
 5. scale to 1, then point the EC2NodeClass at another AMI (``amiSelectorTerms: [{id: ...}]``):
@@ -136,13 +138,16 @@ class Observer:
         return pods
 
     def until(self, predicate: Any, *, what: str, reconcile: bool = True, timeout: float = STEP_TIMEOUT) -> None:
-        """Reconcile once a second and observe until ``predicate(pods)`` holds; DemoFailed otherwise."""
+        """Reconcile once a second, hand termination requests to the termination handler, and observe until
+        ``predicate(pods)`` holds; DemoFailed otherwise."""
         deadline = time.monotonic() + timeout
         next_reconcile = 0.0
         while time.monotonic() < deadline:
             pods = self.observe()
             if predicate(pods):
                 return
+            if reconcile:
+                self.world.deliver_terminations()
             if reconcile and time.monotonic() >= next_reconcile:
                 summary = self.world.reconcile()
                 self.cost = float(summary.get("cost_usd_per_hour", self.cost))
@@ -191,10 +196,8 @@ def _scenario(world: EmbeddedWorld, tl: Timeline, summary: dict[str, Any]) -> No
     deadline = time.monotonic() + STEP_TIMEOUT
     while not handled and time.monotonic() < deadline:
         for batch in world.deliver_interruptions(wait_seconds=1):
-            handled += batch["records"] - len(batch["failures"])
-            tl.say(
-                "SQS -> Lambda", f"interruption handler: {batch['records']} record(s), {len(batch['failures'])} failed"
-            )
+            handled += batch["records"] - batch["failures"]
+            tl.say("SQS -> Lambda", f"interruption handler: {batch['records']} record(s), {batch['failures']} failed")
     if not handled:
         raise DemoFailed("the interruption never reached the handler through EventBridge and SQS")
     summary["interruptions_handled"] = handled

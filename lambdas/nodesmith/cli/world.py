@@ -6,8 +6,9 @@ EventBridge rules, starts the Kubernetes API emulator (``nodesmith.sim.kube``) a
 kubelet, kube-scheduler and ReplicaSet/Deployment controllers in background threads, and points the
 Lambda handlers at all of it through the same environment variables the CDK stack sets. The
 handlers then run unchanged: :meth:`reconcile` invokes the reconcile handler the way the
-EventBridge schedule would, and :meth:`deliver_interruptions` does what the Lambda SQS event source
-mapping does (receive, invoke with an SQS batch, delete what was not reported as failed).
+EventBridge schedule would, and :meth:`deliver_interruptions` / :meth:`deliver_terminations` do what the
+Lambda SQS event source mappings do (:class:`~nodesmith.sim.lambda_runtime.SqsEventSource`: receive, invoke
+with an SQS batch, delete what was not reported as failed).
 
 It lives in ``cli`` because it wires handlers and the simulation together; neither may import the
 other.
@@ -23,12 +24,13 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
+
+from nodesmith.sim.lambda_runtime import EventSourceOptions, LambdaContext, SqsEventSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
@@ -46,29 +48,6 @@ MANIFESTS = Path(__file__).resolve().parents[1] / "sim" / "manifests"
 CLUSTER = "demo"  # the demo EC2NodeClass selects subnets/SGs tagged karpenter.sh/discovery=demo
 
 
-@dataclass
-class LambdaContext:
-    """The parts of the Lambda context object our handlers read."""
-
-    function_name: str
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    memory_limit_in_mb: int = 1024
-    timeout_seconds: float = 300.0
-    _deadline: float = 0.0
-
-    def __post_init__(self) -> None:
-        self._deadline = time.monotonic() + self.timeout_seconds
-
-    @property
-    def invoked_function_arn(self) -> str:
-        """An ARN of the right shape (account 123456789012 is moto's)."""
-        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        """Milliseconds left before this invocation's timeout."""
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
-
-
 class EmbeddedWorld:
     """A running embedded environment (context manager). See the module docstring.
 
@@ -84,6 +63,8 @@ class EmbeddedWorld:
         self.aws: EmbeddedAws | None = None
         self.kube: KubeEmulator | None = None
         self.queue_url = ""
+        self.termination_queue_url = ""
+        self._sources: dict[str, SqsEventSource] = {}
         self._runners: list[Runner] = []
         self._saved_env: dict[str, str | None] = {}
         self._tmp = tempfile.TemporaryDirectory(prefix="nodesmith-demo-")
@@ -98,7 +79,8 @@ class EmbeddedWorld:
         from nodesmith.sim.kube import KubeEmulator
 
         self.aws = self._start_aws()
-        self.queue_url = embedded_aws.create_interruption_plumbing(cluster_name=self.cluster_name)
+        queues = embedded_aws.create_queues(cluster_name=self.cluster_name)
+        self.queue_url, self.termination_queue_url = queues.interruption_url, queues.termination_url
         prices = self.price_table or embedded_aws.write_price_table(path=Path(self._tmp.name) / "prices.json")
         self.kube = KubeEmulator()
         endpoint = self.kube.start()
@@ -108,7 +90,7 @@ class EmbeddedWorld:
                 "NODESMITH_CLUSTER_ENDPOINT": endpoint,
                 "NODESMITH_KUBE_AUTH": "none",
                 "NODESMITH_PRICE_TABLE": str(prices),
-                "NODESMITH_INTERRUPTION_QUEUE_URL": self.queue_url,
+                "NODESMITH_TERMINATION_QUEUE_URL": self.termination_queue_url,
                 # the demo shortens Karpenter's 15 s command validation delay
                 "NODESMITH_DISRUPTION_VALIDATION_DELAY_SECONDS": "2",
                 "POWERTOOLS_METRICS_NAMESPACE": "Nodesmith",
@@ -292,45 +274,37 @@ class EmbeddedWorld:
             raise RuntimeError(f"PutEvents failed: {response['Entries']}")
         return str(response["Entries"][0].get("EventId", ""))
 
-    def deliver_interruptions(self, *, wait_seconds: int = 1) -> Iterator[dict[str, Any]]:
-        """Do what the Lambda SQS event source mapping does, once per received batch.
+    def _source(self, queue_url: str, handler: Any, function_name: str) -> SqsEventSource:
+        if function_name not in self._sources:
+            self._sources[function_name] = SqsEventSource(
+                sqs=self.client("sqs"),
+                queue_url=queue_url,
+                handler=handler,
+                function_name=function_name,
+                options=EventSourceOptions(batching_window=0.0, function_timeout=60.0),
+            )
+        return self._sources[function_name]
 
-        Receives up to 10 messages, invokes the interruption handler with an SQS batch event,
-        deletes the messages it did not report in ``batchItemFailures`` and yields
-        ``{"records": n, "failures": [...]}`` per batch until the queue is empty.
-        """
+    def deliver_interruptions(self, *, wait_seconds: int = 1) -> Iterator[dict[str, Any]]:
+        """Do what the Lambda SQS event source mapping does, once per received batch, until the queue is empty:
+        invoke the interruption handler and delete what it did not report in ``batchItemFailures``; yields
+        ``{"records": n, "failures": m}`` per batch."""
         from nodesmith.handlers.interruption import handler
 
-        sqs = self.client("sqs")
-        arn = sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        source = self._source(self.queue_url, handler, "nodesmith-interruption")
         while True:
-            messages = sqs.receive_message(
-                QueueUrl=self.queue_url,
-                MaxNumberOfMessages=10,
-                WaitTimeSeconds=wait_seconds,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-            if not messages:
-                return
-            records = [
-                {
-                    "messageId": m["MessageId"],
-                    "receiptHandle": m["ReceiptHandle"],
-                    "body": m["Body"],
-                    "attributes": m.get("Attributes", {}),
-                    "messageAttributes": m.get("MessageAttributes", {}),
-                    "md5OfBody": m.get("MD5OfBody", ""),
-                    "eventSource": "aws:sqs",
-                    "eventSourceARN": arn,
-                    "awsRegion": "us-east-1",
-                }
-                for m in messages
-            ]
+            before = source.stats.failed
             with self._lambda_stdout():
-                result = handler({"Records": records}, LambdaContext(function_name="nodesmith-interruption"))
-            failed = {f["itemIdentifier"] for f in result.get("batchItemFailures", [])}
-            for m in messages:
-                if m["MessageId"] not in failed:
-                    sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
-            yield {"records": len(records), "failures": sorted(failed)}
+                records = source.poll_once(wait=wait_seconds)
+            if not records:
+                return
+            yield {"records": records, "failures": source.stats.failed - before}
+
+    def deliver_terminations(self, *, wait_seconds: int = 0) -> int:
+        """Hand the termination queue's visible requests to the termination handler, as its event source mapping
+        does, until none is visible (a node still draining comes back after its backoff); returns how many."""
+        from nodesmith.handlers.termination import handler
+
+        source = self._source(self.termination_queue_url, handler, "nodesmith-termination")
+        with self._lambda_stdout():
+            return source.drain(wait=wait_seconds)

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConflictError",
-    "InProgressElsewhereError",
     "InsufficientCapacityError",
     "KubernetesError",
     "LaunchError",
@@ -20,6 +19,7 @@ __all__ = [
     "NodeClassNotReadyError",
     "NodesmithError",
     "NotFoundError",
+    "QueueError",
     "TerminationError",
     "UnavailableOffering",
 ]
@@ -94,16 +94,8 @@ class ConflictError(KubernetesError):
     """The Kubernetes object changed or already exists (HTTP 409)."""
 
 
-class InProgressElsewhereError(NodesmithError):
-    """The same unit of work (``key``) is being done by another invocation right now.
-
-    Raised by idempotency guards (the interruption Lambda's per-event drain) so a duplicate
-    delivery is acknowledged instead of running a second drain alongside the first.
-    """
-
-    def __init__(self, message: str, *, key: str = "") -> None:
-        super().__init__(message)
-        self.key = key
+class QueueError(NodesmithError):
+    """A message could not be sent to an SQS queue (the caller's own message is then delivered again)."""
 
 
 class ManifestError(NodesmithError):

@@ -22,14 +22,14 @@ with a reason. Bodies that are not JSON, or whose envelope or detail does not ma
 :class:`MalformedEventError`; the handler logs and acknowledges them (Karpenter deletes unparseable
 messages too, and NTH issues #272/#550 show what crashing on them costs).
 
-Pure: stdlib and pydantic only, no clock (the event's own ``time`` is used).
+Pure: stdlib and pydantic only, no clock.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum, unique
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -37,9 +37,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nodesmith.core.errors import NodesmithError
+from nodesmith.core.model import CAPACITY_TYPE_SPOT
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
+
+    from nodesmith.core.ports import Instance
 
 __all__ = [
     "ACTED_STATES",
@@ -47,6 +50,10 @@ __all__ = [
     "DETAIL_REBALANCE",
     "DETAIL_SPOT_INTERRUPTION",
     "DETAIL_STATE_CHANGE",
+    "EVENT_REASONS",
+    "NODEPOOL_TAG",
+    "OWNED",
+    "REMOVING_KINDS",
     "SOURCE_EC2",
     "SOURCE_HEALTH",
     "SPOT_INTERRUPTION_NOTICE_SECONDS",
@@ -61,8 +68,14 @@ __all__ = [
     "RebalanceRecommendationDetail",
     "SpotInterruptionDetail",
     "StateChangeDetail",
+    "Verdict",
     "action_for",
+    "cluster_tag",
+    "judge_instance",
+    "judge_message",
+    "not_ours",
     "parse_message",
+    "spot_deadline",
 ]
 
 SOURCE_EC2 = "aws.ec2"
@@ -168,19 +181,19 @@ class _Wire(BaseModel):
 class EventEnvelope(_Wire):
     """The EventBridge event envelope (EventBridge User Guide, "Amazon EventBridge events").
 
-    ``account`` is optional because the embedded AWS omits it; ``region`` and ``resources`` default
-    to empty because nothing here depends on them and losing an interruption over them would be
-    worse than reading it. ``time`` is ISO 8601 (``2021-11-11T21:29:54Z``); a time without a zone is
-    taken as UTC. ``detail`` is validated by the model of its detail-type.
+    ``account`` (12 digits) and ``region`` are required: the handler acts only on events of its own
+    account and region, and an event without them cannot show that. ``time`` is ISO 8601
+    (``2021-11-11T21:29:54Z``; a time without a zone is taken as UTC) and is only reported: no
+    deadline is ever computed from it. ``detail`` is validated by the model of its detail-type.
     """
 
     version: str
     id: str = Field(min_length=1)
     detail_type: str = Field(alias="detail-type")
     source: str
-    account: str | None = None
+    account: str = Field(pattern=r"^[0-9]{12}$")
     time: datetime
-    region: str = ""
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]+$")
     resources: list[str] = Field(default_factory=list)
     detail: dict[str, Any]
 
@@ -226,10 +239,11 @@ class HealthEventDetail(_Wire):
 
 @dataclass(frozen=True, slots=True)
 class InterruptionMessage:
-    """One parsed interruption message.
+    """One parsed interruption message: what its sender *claims*, to be checked against EC2 and the cluster.
 
-    ``event_time`` is the envelope's ``time`` in epoch seconds; ``deadline`` (epoch seconds) is when
-    the instance goes away: ``event_time + 120`` for a spot interruption warning, None otherwise.
+    ``event_time`` is the envelope's ``time`` in epoch seconds, for logs only: a sender can write any
+    time there, so deadlines are counted from when our queue received the message instead
+    (:func:`spot_deadline`). ``account`` and ``region`` are the envelope's.
     ``instance_ids`` is empty only for NO_OP. ``reason`` is a short machine-friendly code
     (``unsupported_event``, ``unhandled_state``, ``non_ec2_health``, ``not_scheduled_change``,
     ``no_instances``, ``unsupported_version``) for NO_OP and empty otherwise; ``description`` says
@@ -241,7 +255,8 @@ class InterruptionMessage:
     event_id: str
     instance_ids: tuple[str, ...]
     event_time: float
-    deadline: float | None
+    account: str = ""
+    region: str = ""
     source: str = ""
     detail_type: str = ""
     reason: str = ""
@@ -309,9 +324,7 @@ def _validate(model: type[_M], data: dict[str, Any], prefix: str) -> _M:
 
 
 def _no_op(base: dict[str, Any], reason: str, description: str) -> InterruptionMessage:
-    return InterruptionMessage(
-        kind=MessageKind.NO_OP, instance_ids=(), deadline=None, reason=reason, description=description, **base
-    )
+    return InterruptionMessage(kind=MessageKind.NO_OP, instance_ids=(), reason=reason, description=description, **base)
 
 
 def _parse_spot(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
@@ -319,7 +332,6 @@ def _parse_spot(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMe
     return InterruptionMessage(
         kind=MessageKind.SPOT_INTERRUPTED,
         instance_ids=(spot.instance_id,),
-        deadline=base["event_time"] + SPOT_INTERRUPTION_NOTICE_SECONDS,
         instance_action=spot.instance_action,
         **base,
     )
@@ -327,9 +339,7 @@ def _parse_spot(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMe
 
 def _parse_rebalance(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
     rebalance = _validate(RebalanceRecommendationDetail, envelope.detail, "detail")
-    return InterruptionMessage(
-        kind=MessageKind.REBALANCE_RECOMMENDATION, instance_ids=(rebalance.instance_id,), deadline=None, **base
-    )
+    return InterruptionMessage(kind=MessageKind.REBALANCE_RECOMMENDATION, instance_ids=(rebalance.instance_id,), **base)
 
 
 def _parse_state_change(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
@@ -341,7 +351,7 @@ def _parse_state_change(envelope: EventEnvelope, base: dict[str, Any]) -> Interr
     else:
         acted = ", ".join(sorted(ACTED_STATES))
         return _no_op(base, "unhandled_state", f"instance {change.instance_id} is {change.state!r}; acted on: {acted}")
-    return InterruptionMessage(kind=kind, instance_ids=(change.instance_id,), deadline=None, state=change.state, **base)
+    return InterruptionMessage(kind=kind, instance_ids=(change.instance_id,), state=change.state, **base)
 
 
 def _parse_health(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
@@ -363,7 +373,6 @@ def _parse_health(envelope: EventEnvelope, base: dict[str, Any]) -> Interruption
     return InterruptionMessage(
         kind=MessageKind.SCHEDULED_CHANGE,
         instance_ids=ids,
-        deadline=None,
         event_type_code=health.event_type_code,
         **base,
     )
@@ -391,6 +400,8 @@ def parse_message(body: str | bytes) -> InterruptionMessage:
     base: dict[str, Any] = {
         "event_id": envelope.id,
         "event_time": _epoch(envelope.time),
+        "account": envelope.account,
+        "region": envelope.region,
         "source": envelope.source,
         "detail_type": envelope.detail_type,
     }
@@ -402,3 +413,144 @@ def parse_message(body: str | bytes) -> InterruptionMessage:
     if envelope.version != _ENVELOPE_VERSION:
         return _no_op(base, "unsupported_version", f"envelope version {envelope.version!r}; only '0' is understood")
     return parser(envelope, base)
+
+
+# --- what to do: decided from what EC2 and the cluster say now, never from the message alone ---------------
+
+OWNED = "owned"
+"""The value of ``kubernetes.io/cluster/<name>`` on instances the cluster owns (``shared`` is not ours)."""
+
+NODEPOOL_TAG = "karpenter.sh/nodepool"
+"""The tag Karpenter (and Nodesmith) put on every instance launched for a NodePool."""
+
+EVENT_REASONS: dict[MessageKind, tuple[str, str]] = {
+    MessageKind.SPOT_INTERRUPTED: ("SpotInterrupted", "Warning"),
+    MessageKind.REBALANCE_RECOMMENDATION: ("SpotRebalanceRecommendation", "Normal"),
+    MessageKind.INSTANCE_STOPPING: ("InstanceStopping", "Warning"),
+    MessageKind.INSTANCE_TERMINATING: ("InstanceTerminating", "Warning"),
+    MessageKind.SCHEDULED_CHANGE: ("InstanceUnhealthy", "Warning"),
+}
+"""Kubernetes Event reason and type per message kind (Karpenter ``[aws]:pkg/controllers/interruption/events``);
+the reason is also the NodeClaim's termination reason (``NodeClaimsTerminated`` by ``Reason``)."""
+
+REMOVING_KINDS = frozenset(
+    {
+        MessageKind.SPOT_INTERRUPTED,
+        MessageKind.SCHEDULED_CHANGE,
+        MessageKind.INSTANCE_STOPPING,
+        MessageKind.INSTANCE_TERMINATING,
+    }
+)
+"""Kinds whose CORDON_AND_DRAIN ends with the instance terminated and the NodeClaim deleted (Karpenter deletes
+the NodeClaim for all of them); a rebalance recommendation set to ``drain`` removes the node too."""
+
+_SPOT_KINDS = frozenset({MessageKind.SPOT_INTERRUPTED, MessageKind.REBALANCE_RECOMMENDATION})
+
+
+def cluster_tag(cluster_name: str) -> str:
+    """The EC2 tag key marking a cluster's instances (Kubernetes cloud provider, EKS, Karpenter)."""
+    return f"kubernetes.io/cluster/{cluster_name}"
+
+
+def spot_deadline(received_at: float) -> float:
+    """When a spot instance warned at ``received_at`` (epoch seconds our queue received the warning) goes away.
+
+    EC2 sends the warning two minutes before it reclaims the instance (EC2 User Guide, "Spot Instance
+    interruption notices"). Counting from our queue's receipt, not the event's ``time``, means a back-dated
+    warning cannot make the drain force-delete pods early; a real warning that reached the queue late is
+    counted a little generously, and the instance's own end still bounds it.
+    """
+    return received_at + SPOT_INTERRUPTION_NOTICE_SECONDS
+
+
+def not_ours(tags: Mapping[str, str], cluster_name: str) -> str:
+    """Why an instance with ``tags`` is not one Nodesmith may act on, or ``""`` when it is.
+
+    Ours means what Karpenter's IAM policy requires before it terminates an instance: the tag
+    ``kubernetes.io/cluster/<cluster_name>`` with the value ``owned`` (``shared`` resources are the
+    account's) **and** ``karpenter.sh/nodepool`` (a managed node group's instances are owned by the
+    cluster too, but were not launched for a NodePool). Reasons: ``not_owned``, ``no_nodepool_tag``.
+    """
+    if tags.get(cluster_tag(cluster_name)) != OWNED:
+        return "not_owned"
+    if not tags.get(NODEPOOL_TAG):
+        return "no_nodepool_tag"
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do about one instance of a message.
+
+    ``ignored`` is a reason code (``foreign_account``, ``not_owned``, ``state_mismatch``, ...) when
+    nothing is to be done, else ``""``. ``action`` is what to do with the node; ``removing`` says the
+    NodeClaim is deleted and the node drained and terminated through the termination queue;
+    ``deadline`` (epoch seconds, or None) is when the instance goes away; ``reason`` is Karpenter's
+    Event reason for the kind, also the termination reason.
+    """
+
+    action: Action
+    ignored: str = ""
+    removing: bool = False
+    deadline: float | None = None
+    reason: str = ""
+
+
+def judge_message(
+    message: InterruptionMessage, *, account: str, region: str, rebalance_action: RebalanceAction
+) -> Verdict:
+    """The message-level verdict, before anything is read: ignored when the event is not for us, else the action.
+
+    Ignored (in this order): another ``account`` or ``region`` than ours (``foreign_account``,
+    ``foreign_region``: a rule in another account or region, or a forger, sent it), a NO_OP message (its own
+    reason), an action of NONE (``action_none``, a rebalance recommendation set to ``ignore``).
+    """
+    if message.account != account:
+        return Verdict(action=Action.NONE, ignored="foreign_account")
+    if message.region != region:
+        return Verdict(action=Action.NONE, ignored="foreign_region")
+    if message.kind is MessageKind.NO_OP:
+        return Verdict(action=Action.NONE, ignored=message.reason or "no_op")
+    action = action_for(message.kind, rebalance_action=rebalance_action)
+    if action is Action.NONE:
+        return Verdict(action=action, ignored="action_none")
+    reason = EVENT_REASONS[message.kind][0]
+    removing = action is Action.CORDON_AND_DRAIN and (
+        message.kind in REMOVING_KINDS or message.kind is MessageKind.REBALANCE_RECOMMENDATION
+    )
+    return Verdict(action=action, removing=removing, reason=reason)
+
+
+def judge_instance(
+    message_verdict: Verdict,
+    message: InterruptionMessage,
+    *,
+    instance: Instance | None,
+    has_nodeclaim: bool,
+    cluster_name: str,
+    received_at: float,
+) -> Verdict:
+    """The verdict for one instance the message names, from what EC2 (``instance``, just described; None when
+    EC2 does not know it) and the cluster (``has_nodeclaim``) say now.
+
+    Ignored: ``unknown_instance``; :func:`not_ours`' reasons; ``no_nodeclaim`` (not launched for this cluster's
+    NodeClaims); ``not_spot`` (a spot warning or rebalance recommendation about an on-demand instance, which EC2
+    never sends); ``state_mismatch`` (a state-change event whose state EC2 does not confirm: a forged
+    ``terminated`` for a running instance must not skip its drain). A spot interruption's ``deadline`` is
+    :func:`spot_deadline` of ``received_at`` (epoch seconds our queue received it).
+    """
+    if message_verdict.ignored:
+        return message_verdict
+    if instance is None:
+        return replace(message_verdict, action=Action.NONE, ignored="unknown_instance")
+    why = not_ours(instance.tags, cluster_name)
+    if not why and not has_nodeclaim:
+        why = "no_nodeclaim"
+    if not why and message.kind in _SPOT_KINDS and instance.capacity_type != CAPACITY_TYPE_SPOT:
+        why = "not_spot"
+    if not why and message.kind in (MessageKind.INSTANCE_STOPPING, MessageKind.INSTANCE_TERMINATING):
+        why = "" if instance.state in ACTED_STATES else "state_mismatch"
+    if why:
+        return replace(message_verdict, action=Action.NONE, ignored=why)
+    deadline = spot_deadline(received_at) if message.kind is MessageKind.SPOT_INTERRUPTED else None
+    return replace(message_verdict, deadline=deadline)

@@ -20,7 +20,6 @@ __all__ = [
     "LABEL_CAPACITY_TYPE",
     "LABEL_HOSTNAME",
     "LABEL_INITIALIZED",
-    "LABEL_INSTANCE_ID",
     "LABEL_INSTANCE_TYPE",
     "LABEL_NODEPOOL",
     "LABEL_OS",
@@ -47,12 +46,6 @@ LABEL_NODEPOOL: Final = "karpenter.sh/nodepool"
 LABEL_REGISTERED: Final = "karpenter.sh/registered"
 LABEL_INITIALIZED: Final = "karpenter.sh/initialized"
 LABEL_ZONE_ID: Final = "topology.k8s.aws/zone-id"
-LABEL_INSTANCE_ID: Final = "nodesmith.dev/instance-id"
-"""Nodesmith's own label: the EC2 instance id a NodeClaim launched, written with the instance's type, zone
-and capacity type once it is launched. Karpenter finds an interrupted instance's NodeClaim in its informer
-cache; a Lambda has none, so the interruption handler selects a batch's NodeClaims by this label in one
-list instead of describing their instances (:mod:`nodesmith.services.interrupt_locate`)."""
-
 _AWS = "karpenter.k8s.aws/"
 
 AWS_WELL_KNOWN_LABELS: Final = frozenset(

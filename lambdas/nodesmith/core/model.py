@@ -36,6 +36,7 @@ __all__ = [
     "TopologySpreadConstraint",
     "WeightedNodeSelectorTerm",
     "WeightedPodAffinityTerm",
+    "instance_id_of",
 ]
 
 CAPACITY_TYPE_SPOT = "spot"
@@ -269,13 +270,21 @@ class PodDisruptionBudget:
     disruptions_allowed: int | None = None
 
 
+def instance_id_of(provider_id: str | None) -> str | None:
+    """The EC2 instance id in a providerID (``aws:///us-east-1a/i-0abc`` -> ``i-0abc``), or None."""
+    if not provider_id or not provider_id.startswith("aws://"):
+        return None
+    tail = provider_id.rsplit("/", 1)[-1]
+    return tail if tail.startswith("i-") else None
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     """A Kubernetes Node as the core sees it.
 
     ``provider_id`` is ``aws:///<zone>/<instance-id>``. ``allocatable`` is what the kubelet
     reports. ``ready`` mirrors the ``Ready`` condition; ``unschedulable`` is ``spec.unschedulable``
-    (cordoned).
+    (cordoned). ``finalizers`` are ``metadata.finalizers``; times are epoch seconds.
     """
 
     name: str
@@ -289,14 +298,12 @@ class Node:
     ready: bool = False
     creation_timestamp: float = 0.0
     deletion_timestamp: float | None = None
+    finalizers: tuple[str, ...] = ()
 
     @property
     def instance_id(self) -> str | None:
         """The EC2 instance id parsed from ``provider_id`` (``aws:///us-east-1a/i-0abc`` -> ``i-0abc``)."""
-        if not self.provider_id.startswith("aws://"):
-            return None
-        tail = self.provider_id.rsplit("/", 1)[-1]
-        return tail if tail.startswith("i-") else None
+        return instance_id_of(self.provider_id)
 
 
 @dataclass(frozen=True, slots=True)

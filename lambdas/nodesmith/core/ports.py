@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import (
         DaemonSet,
         InstanceType,
@@ -25,11 +26,11 @@ if TYPE_CHECKING:
         Taint,
     )
     from nodesmith.core.scheduling.volumes import VolumeContext
+    from nodesmith.core.termination import TerminationRequest
 
 __all__ = [
     "CloudProvider",
     "Cluster",
-    "DrainProgress",
     "EvictionOutcome",
     "Instance",
     "LaunchRequest",
@@ -39,6 +40,7 @@ __all__ = [
     "OfferingMark",
     "PodEvent",
     "StateStore",
+    "TerminationQueue",
 ]
 
 
@@ -178,6 +180,11 @@ class CloudProvider(Protocol):
         """
         ...
 
+    def mark_unavailable(self, *, offerings: Sequence[UnavailableOffering]) -> None:
+        """Mark offerings unavailable for the next plans (Karpenter's unavailable-offerings cache, 3 minutes),
+        shared with the other functions through the state table when there is one; never raises."""
+        ...
+
 
 class Cluster(Protocol):
     """The Kubernetes side: read a snapshot, manage NodeClaims, cordon, taint, evict, delete."""
@@ -188,6 +195,10 @@ class Cluster(Protocol):
 
     def list_nodes(self) -> list[Node]:
         """All nodes."""
+        ...
+
+    def cordoned_node_names(self) -> set[str]:
+        """The names of the cordoned nodes (``spec.unschedulable``; a field selector, so a small answer)."""
         ...
 
     def list_daemonsets(self) -> list[DaemonSet]:
@@ -240,16 +251,23 @@ class Cluster(Protocol):
         """
         ...
 
-    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
-        """The NodeClaims labelled with these EC2 instance ids (``nodesmith.dev/instance-id``), by instance id.
+    def annotate_nodeclaim(self, *, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into the NodeClaim's annotations (a merge patch).
 
-        Only those whose ``status.providerID`` names the same instance; ids without one are absent.
-        Raises ``KubernetesError`` when the list fails or a NodeClaim cannot be read.
+        Raises ``NotFoundError`` if it is gone, ``KubernetesError`` on other failures.
         """
         ...
 
     def delete_nodeclaim(self, *, name: str) -> None:
-        """Delete a NodeClaim (its finalizers removed); a missing one is not an error."""
+        """DELETE a NodeClaim; a missing one is not an error. With a finalizer (``karpenter.sh/termination``) it
+        stays, with a ``deletionTimestamp``, until :meth:`remove_nodeclaim_finalizer`."""
+        ...
+
+    def remove_nodeclaim_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` from the NodeClaim (a deleting one then goes); absent or gone is not an error.
+
+        Raises ``KubernetesError`` (``ConflictError`` after repeated conflicts) when the write fails.
+        """
         ...
 
     def get_node(self, *, name: str) -> Node | None:
@@ -260,8 +278,8 @@ class Cluster(Protocol):
         """Add ``taint`` and set ``spec.unschedulable``; idempotent. Returns False if the node is gone."""
         ...
 
-    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
-        """Merge ``labels`` into the node's labels."""
+    def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
+        """Merge ``labels`` into the node's labels and add ``finalizers`` to its finalizers (a set)."""
         ...
 
     def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> EvictionOutcome:
@@ -273,7 +291,14 @@ class Cluster(Protocol):
         ...
 
     def delete_node(self, *, name: str) -> None:
-        """Delete a Node object; a missing one is not an error."""
+        """DELETE a Node object; a missing one is not an error (one with a finalizer stays until it is removed)."""
+        ...
+
+    def remove_node_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` from the Node (a deleting one then goes); absent or gone is not an error.
+
+        Raises ``KubernetesError`` (``ConflictError`` after repeated conflicts) when the write fails.
+        """
         ...
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
@@ -303,33 +328,6 @@ class Cluster(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class DrainProgress:
-    """What is known about one instance's drain, stored so a later invocation resumes it.
-
-    Keyed by ``instance_id``. ``event_id`` is the EventBridge event that started the drain;
-    ``deadline`` (epoch seconds, or None) is when the instance goes away; ``started_at`` and
-    ``updated_at`` are epoch seconds. ``attempts`` counts the invocations that worked on the drain
-    (the first is 1). ``evicted`` / ``force_deleted`` / ``blocked_responses`` are cumulative pod
-    counts over every attempt (an eviction accepted, a pod deleted directly for the deadline, a 429
-    answer from a PodDisruptionBudget). ``replaced`` is True once replacement capacity was planned
-    for the node's pods; ``done`` once the drain finished (and the node was removed when due).
-    """
-
-    instance_id: str
-    event_id: str
-    node_name: str = ""
-    deadline: float | None = None
-    started_at: float = 0.0
-    updated_at: float = 0.0
-    attempts: int = 0
-    evicted: int = 0
-    force_deleted: int = 0
-    blocked_responses: int = 0
-    replaced: bool = False
-    done: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class OfferingMark:
     """An offering (instance type, zone, capacity type) unavailable until ``expires_at`` (epoch seconds).
 
@@ -345,20 +343,15 @@ class OfferingMark:
 
 @dataclass(frozen=True, slots=True)
 class LeaseInfo:
-    """Who holds a lease: ``holder``, since ``acquired_at`` (its last acquire), until ``expires_at`` (epoch seconds).
-
-    ``requested_at`` is the latest :meth:`StateStore.request_pass` on it (epoch seconds; None when
-    none was made): a pass starting after that moment is still owed.
-    """
+    """Who holds a lease: ``holder``, since ``acquired_at`` (its last acquire), until ``expires_at`` (epoch seconds)."""
 
     holder: str
     acquired_at: float
     expires_at: float
-    requested_at: float | None = None
 
 
 class StateStore(Protocol):
-    """State shared by every Lambda container of one Nodesmith: leases, drain progress, capacity marks.
+    """State shared by every Lambda container of one Nodesmith: the reconcile lease and capacity marks.
 
     The DynamoDB implementation is :class:`nodesmith.adapters.aws.state.DynamoStateStore`. Times are
     epoch seconds passed in by the caller (the core keeps no clock); expired entries are never
@@ -381,44 +374,12 @@ class StateStore(Protocol):
         """Give the lease up; False when ``holder`` did not have it (expired and taken, or never held)."""
         ...
 
-    def request_pass(self, *, name: str, after: float, now: float) -> bool:
-        """Ask the current holder of lease ``name`` for one more run of its work, starting after ``after``.
-
-        True when the request is recorded on a lease held at ``now`` (or an equal or later one
-        already was): the holder then finds it at :meth:`release_unless_requested` and runs again,
-        so the caller need not wait for the lease. False when the lease is free or expired at
-        ``now`` (nobody would see the request; take the lease instead).
-        """
-        ...
-
-    def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
-        """Give ``holder``'s lease up unless a pass was requested after ``since`` (its run's start).
-
-        True when released, or when ``holder`` no longer has it; False when a request newer than
-        ``since`` is pending: the lease stays ``holder``'s, which should take it again
-        (:meth:`acquire_lease`, which keeps the request) and run once more.
-        """
-        ...
-
     def lease_holder(self, *, name: str, now: float) -> str | None:
         """Who holds lease ``name`` at ``now``, or None when it is free or expired."""
         ...
 
     def lease_info(self, *, name: str, now: float) -> LeaseInfo | None:
         """The holder of lease ``name`` and when it took it, or None when it is free or expired at ``now``."""
-        ...
-
-    def get_drain(self, *, instance_id: str) -> DrainProgress | None:
-        """The stored progress of ``instance_id``'s drain, or None."""
-        ...
-
-    def put_drains(self, *, progress: Sequence[DrainProgress], expires_at: float) -> list[str]:
-        """Store each of ``progress`` (replacing what was stored for its instance), kept until ``expires_at``,
-        in as few requests as the store allows; of several for one instance, the last wins.
-
-        Returns the instance ids whose progress the store left unwritten after its retries (empty: all
-        written). Raises the store's error when a request fails as a whole.
-        """
         ...
 
     def mark_unavailable(
@@ -429,4 +390,13 @@ class StateStore(Protocol):
 
     def list_unavailable(self, *, now: float) -> list[OfferingMark]:
         """Every offering marked unavailable at ``now``."""
+        ...
+
+
+class TerminationQueue(Protocol):
+    """The termination queue (SQS): where termination requests go, one message per NodeClaim."""
+
+    def send(self, *, requests: Sequence[TerminationRequest]) -> list[str]:
+        """Send each request (``SendMessageBatch``, ten a call); returns why each one that was not sent was not,
+        as ``"<nodeclaim>: <reason>"`` (empty: all sent). Never raises."""
         ...

@@ -11,10 +11,7 @@ Logs: the logger is named ``nodesmith``, so the standard-library loggers of the 
 adapters (``nodesmith.services.*``) propagate to its handler and are formatted as the same JSON,
 with the same keys. :func:`log_keys` appends the keys that let one interruption be followed end to
 end (``event_id``, ``instance_id``, ``node``, ``nodeclaim``) to every line that follows and
-annotates the X-Ray trace with them. Keys a service scopes to one unit of work
-(:func:`nodesmith.services.log_context.log_context`, e.g. one instance of an interruption batch,
-worked in a thread pool) are added to each line logged inside it by a filter on the logger's
-handler; a line's own ``extra=`` keys win over both.
+annotates the X-Ray trace with them; a line's own ``extra=`` keys win.
 
 Creating these does no I/O: the tracer only patches clients when running inside Lambda with
 tracing enabled.
@@ -22,13 +19,10 @@ tracing enabled.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit, single_metric
-
-from nodesmith.services.log_context import current_log_keys
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -41,25 +35,7 @@ TRACE_KEYS = ("event_id", "instance_id", "node", "nodeclaim")
 """Log keys (and X-Ray annotations) that identify one interruption across every line it causes."""
 
 
-class ScopedKeysFilter(logging.Filter):
-    """Adds the keys of the current :func:`~nodesmith.services.log_context.log_context` to each record.
-
-    Keys the record already has (its ``extra=``) are left alone, and a line about one interruption
-    (its own ``event_id``) does not get the batch's ``event_ids`` list. Installed on the handler, so
-    it sees the lines of every ``nodesmith.*`` logger that propagate to it.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        scoped = current_log_keys()
-        about_one = getattr(record, "event_id", None) or scoped.get("event_id")
-        for key, value in scoped.items():
-            if not hasattr(record, key) and not (key == "event_ids" and about_one):
-                setattr(record, key, value)
-        return True
-
-
 logger = Logger(service="nodesmith")
-logger.registered_handler.addFilter(ScopedKeysFilter())
 tracer = Tracer()
 metrics = Metrics(namespace=NAMESPACE)
 

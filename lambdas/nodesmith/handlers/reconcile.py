@@ -2,10 +2,9 @@
 
 The event's content is not used (any scheduled event, or ``{}`` when invoked by hand or by the
 embedded demo), except for an interruption batch's wake (:mod:`nodesmith.adapters.aws.wake`), which
-runs one provisioning pass at once and more, for the interruption window, as batches ask for them
-and as pods turn unschedulable (without disruption). The
-handler loads the settings, gets the ports from :mod:`~nodesmith.handlers.wiring`,
-runs :func:`nodesmith.services.reconcile.reconcile` and reports:
+runs one provisioning pass at once and keeps provisioning, for the interruption window, as more nodes are
+cordoned and pods turn unschedulable (without disruption). The handler loads the settings, gets the ports
+from :mod:`~nodesmith.handlers.wiring`, runs :func:`nodesmith.services.provisioning.reconcile.reconcile` and reports:
 
 * metrics (namespace ``Nodesmith``, names of ``infra/metric_names.py``): ``PodsPending``,
   ``OldestPendingPodAgeSeconds``, ``SchedulingDurationSeconds``, ``PodsScheduled``,
@@ -22,10 +21,9 @@ A failed pass is logged and re-raised so the invocation shows as an error; the s
 no retries (the next tick is a minute away), so nothing is replayed stale.
 
 With a state table (``NODESMITH_STATE_TABLE``) the pass runs under the reconcile lease
-(:mod:`nodesmith.services.leases`; holder = the Lambda request id, TTL = the invocation's remaining
-time plus a margin), which the interruption Lambda's replacement launches take too: when another
-pass holds it the handler returns ``{"status": "skipped: lease held by <holder>"}`` without
-solving, so two passes never launch for the same pods.
+(:mod:`nodesmith.services.provisioning.leases`; holder = the Lambda request id, TTL = the invocation's remaining
+time plus a margin): when another pass holds it the handler returns
+``{"status": "skipped: lease held by <holder>"}`` without solving, so two passes never launch for the same pods.
 """
 
 from __future__ import annotations
@@ -35,18 +33,16 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
-from nodesmith.services.leases import RECONCILE_LEASE, lease_ttl, with_lease
-from nodesmith.services.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
-from nodesmith.services.reconcile import ReconcileOutcome, reconcile
+from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
+from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
+from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import LeaseInfo
-    from nodesmith.services.disruption import DisruptionOutcome, PendingCommand
-
-if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from nodesmith.services.disruption.service import DisruptionOutcome, PendingCommand
 
 __all__ = ["handler", "outcome_summary", "run_disruption", "run_pass"]
 
@@ -57,11 +53,10 @@ _RECENT_EVENTS: dict[str, float] = {}
 
 _GARBAGE_COLLECTED_AT: list[float] = []
 """When (monotonic seconds) a pass of this container last began that listed the fleet and collected garbage."""
+_LAST_PASS_BEGAN: list[float] = []
+"""When (epoch seconds) a pass of this container last began: a wake for cordons before that is served."""
 
 _MAX_LOGGED_REASONS = 20
-REQUESTED_PASSES_SECONDS = 30.0
-"""For how long (seconds) after its pass the reconcile Lambda runs provisioning passes again for
-interruption batches that cordoned nodes meanwhile and asked it to (:func:`with_lease`)."""
 
 
 def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
@@ -82,6 +77,7 @@ def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
         "nodeclaims_initialized": outcome.nodeclaims_initialized,
         "nodeclaims_terminated": outcome.nodeclaims_terminated,
         "orphans_terminated": outcome.orphans_terminated,
+        "terminations_requested": list(outcome.terminations_requested),
         "garbage_collected": outcome.garbage_collected,
         "launched": list(outcome.launched),
         "launch_failures": dict(outcome.launch_failures),
@@ -112,23 +108,24 @@ def _emit(outcome: ReconcileOutcome) -> None:
 def run_pass(*, now: float | None = None, provision_first: bool = False) -> ReconcileOutcome:
     """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds).
 
-    ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes and an
-    interruption burst's wakes, see :func:`~nodesmith.services.reconcile.reconcile`). Such a pass lists the
-    fleet for garbage collection only when no pass of this container began one in the last
-    :data:`~nodesmith.services.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (Karpenter's 2 minutes): a
-    burst runs one every few seconds, and each listing read every instance (DescribeInstances of the
-    whole fleet). A scheduled pass always collects garbage, as before; a new container's first pass too.
+    ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes and a wake's,
+    see :func:`~nodesmith.services.provisioning.reconcile.reconcile`). Such a pass lists the fleet for garbage
+    collection only when no pass of this container began one in the last
+    :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (Karpenter's 2 minutes). A
+    scheduled pass always collects garbage; a new container's first pass too.
     """
     settings = wiring.get_settings()
     began = time.monotonic()
+    _LAST_PASS_BEGAN[:] = [time.time()]
     last = _GARBAGE_COLLECTED_AT[-1] if _GARBAGE_COLLECTED_AT else None
     outcome = reconcile(
-        cluster=wiring.build_cluster(settings),
-        cloud=wiring.build_cloud(settings),
-        cluster_name=settings.cluster_name,
+        ports=wiring.ports(settings),
         now=time.time() if now is None else now,
-        provision_first=provision_first,
-        collect_garbage=not provision_first or last is None or began - last >= GARBAGE_COLLECTION_INTERVAL_SECONDS,
+        options=ReconcileOptions(
+            provision_first=provision_first,
+            collect_garbage=not provision_first or last is None or began - last >= GARBAGE_COLLECTION_INTERVAL_SECONDS,
+            request_stale_seconds=settings.termination_request_stale_seconds,
+        ),
     )
     if outcome.garbage_collected:
         _GARBAGE_COLLECTED_AT[:] = [began]
@@ -139,20 +136,17 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
     """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off).
 
     Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
-    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``,
-    ``NodeClaimsTerminated`` by ``Reason`` (``Empty``, ``Drifted``, ``Underutilized``, ``Expired``),
-    ``NodePool`` and ``CapacityType``, and the drains' ``PodsEvicted``.
+    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``; the nodes it
+    disrupts are drained and counted by the termination function.
     """
     from nodesmith.core.disruption import DisruptionSettings
-    from nodesmith.services.disruption import disrupt
+    from nodesmith.services.disruption.service import disrupt
 
     settings = wiring.get_settings()
     if not settings.disruption:
         return None
     outcome = disrupt(
-        cluster=wiring.build_cluster(settings),
-        cloud=wiring.build_cloud(settings),
-        cluster_name=settings.cluster_name,
+        ports=wiring.ports(settings),
         now=time.time() if now is None else now,
         settings=DisruptionSettings(
             min_savings_per_hour=settings.disruption_min_savings_usd_per_hour, policy=settings.disruption_policy
@@ -160,7 +154,6 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
         pending=_PENDING,
         recent_events=_RECENT_EVENTS,
         validation_delay=settings.disruption_validation_delay_seconds,
-        drain_budget_seconds=float(settings.drain_timeout_seconds),
     )
     for decision in outcome.decisions:
         logger.info("disruption decision", extra={"disruption": decision})
@@ -191,20 +184,22 @@ def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
 
 def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:
     """Watch mode (:mod:`nodesmith.handlers.watch_mode`): passes as pending pods arrive, until near the timeout."""
-    from nodesmith.handlers.watch_mode import run_watch, warm_scheduler
+    from nodesmith.handlers.watch_mode import WatchPasses, run_watch, warm_scheduler
 
     settings = wiring.get_settings()
     remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else 900.0
+    cluster = wiring.build_cluster(settings)
     try:
         run = run_watch(
-            run_pass=_provision_only,
-            run_full=_pass_and_disrupt,
-            cluster=wiring.build_cluster(settings),
+            passes=WatchPasses(
+                provision=_provision_only,
+                full=_pass_and_disrupt,
+                warm=lambda: warm_scheduler(cluster=cluster, cloud=wiring.build_cloud(settings)),
+            ),
+            cluster=cluster,
             remaining_seconds=remaining,
-            drain_budget_seconds=float(settings.drain_timeout_seconds),
             request_id=str(getattr(context, "aws_request_id", "") or f"watch-{time.time():.6f}"),
             state=wiring.build_state(settings),
-            warm=lambda: warm_scheduler(cluster=wiring.build_cluster(settings), cloud=wiring.build_cloud(settings)),
         )
     except Exception:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
@@ -224,21 +219,14 @@ def _leased(
     started: float,
     *,
     label: str,
-    holder_prefix: str,
     work: Callable[[], tuple[ReconcileOutcome, DisruptionOutcome | None]],
-    covered: Callable[[LeaseInfo], bool] | None = None,
-    request_after: float | None = None,
-    work_began: Callable[[], float | None] | None = None,
     **report_extra: Any,
 ) -> dict[str, Any]:
     """Run ``work`` under the reconcile lease (plainly without a state table) and report it.
 
-    Holding the lease, the provisioning pass runs again for interruption batches that ask for it
-    (:data:`REQUESTED_PASSES_SECONDS`, within the invocation's time less 10 s). When another pass
-    holds it, returns ``{"status": "skipped: ...", "lease_holder": ...}``; ``covered`` and
-    ``request_after`` and ``work_began`` are :func:`with_lease`'s. ``label`` names the pass in the log lines
-    (``"<label> skipped"``, ``"<label> failed"``); the holder is the request id, else
-    ``<holder_prefix>-<epoch>``. A failure is counted (``ReconcileErrors``), logged and re-raised.
+    When another pass holds the lease, returns ``{"status": "skipped: ...", "lease_holder": ...}``. ``label``
+    names the pass in the log lines (``"<label> skipped"``, ``"<label> failed"``); the holder is the request
+    id. A failure is counted (``ReconcileErrors``), logged and re-raised.
     """
     try:
         state = wiring.build_state(wiring.get_settings())
@@ -249,14 +237,9 @@ def _leased(
             leased = with_lease(
                 state=state,
                 name=RECONCILE_LEASE,
-                holder=str(getattr(context, "aws_request_id", "") or f"{holder_prefix}-{time.time():.6f}"),
+                holder=str(getattr(context, "aws_request_id", "") or f"{label}-{time.time():.6f}"),
                 ttl_seconds=lease_ttl(remaining),
                 work=work,
-                covered=covered,
-                request_after=request_after,
-                work_began=work_began,
-                again=_provision_only,  # interruption batches that cordoned during the pass asked for one more
-                again_within_seconds=max(0.0, min(REQUESTED_PASSES_SECONDS, (remaining or 0.0) - 10.0)),
             )
             if not leased.acquired or leased.value is None:
                 logger.info(f"{label} skipped", extra={"reason": leased.skipped_reason})
@@ -271,55 +254,34 @@ def _leased(
 
 
 def _handle_wake(after: float, context: LambdaContext | None, started: float) -> dict[str, Any]:
-    """A wake from an interruption batch (:mod:`nodesmith.adapters.aws.wake`): one provisioning pass for
-    nodes cordoned at ``after`` (epoch seconds), under the lease, then more, until
-    :data:`~nodesmith.handlers.watch_mode.BURST_WATCH_SECONDS` after ``after``, for each batch that asks
-    and for pods that turn unschedulable meanwhile (:func:`~nodesmith.handlers.watch_mode.watch_burst`);
-    skipped when the holder took the lease after ``after`` (its snapshot sees those nodes) and, when it
-    took it before, that holder is asked for another pass instead. No disruption pass: the schedule runs
-    those. The summary's ``burst`` gives the passes run (the first included) and the sizes of the batches
-    of unschedulable pods that triggered them."""
-    from nodesmith.handlers.watch_mode import BURST_WATCH_SECONDS, EXIT_MARGIN_SECONDS, lease_requests, watch_burst
-    from nodesmith.services.replacement import CLOCK_SKEW_SECONDS
+    """A wake from an interruption batch (:mod:`nodesmith.adapters.aws.wake`) that cordoned nodes at ``after``
+    (epoch seconds): skipped when a pass of this container began since (it saw them); else, under the lease, one
+    provisioning pass and then more as nodes are cordoned and pods turn unschedulable, until
+    :data:`~nodesmith.handlers.watch_mode.BURST_WATCH_SECONDS` after ``after``
+    (:func:`~nodesmith.handlers.watch_mode.watch_burst`). No disruption pass: the schedule runs those. The summary's
+    ``burst`` gives the passes run and the sizes of the batches of unschedulable pods that triggered them."""
+    from nodesmith.handlers.watch_mode import BURST_WATCH_SECONDS, EXIT_MARGIN_SECONDS, watch_burst
 
-    began: list[float] = []
+    if _LAST_PASS_BEGAN and _LAST_PASS_BEGAN[-1] >= after:
+        logger.info("reconcile wake skipped", extra={"reason": "a pass began after the cordons", "woken_for": after})
+        return {"status": "skipped: a pass began after the cordons", "woken_for": after}
     last: list[tuple[ReconcileOutcome, DisruptionOutcome | None]] = []
     burst: dict[str, Any] = {"passes": 0, "batches": []}
 
     def one_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-        began.append(time.time())
         last.append(_provision_only())
         return last[-1]
 
     def work() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
         one_pass()
         seconds = after + BURST_WATCH_SECONDS - time.time()
-        if context is not None:  # leave the lease's requested passes their time before the timeout
-            remaining = context.get_remaining_time_in_millis() / 1000.0
-            seconds = min(seconds, remaining - EXIT_MARGIN_SECONDS - REQUESTED_PASSES_SECONDS)
-        settings = wiring.get_settings()
-        state = wiring.build_state(settings)
-        out = watch_burst(
-            run_pass=one_pass,
-            cluster=wiring.build_cluster(settings),
-            seconds=seconds,
-            requested=lease_requests(state) if state is not None else None,
-        )
+        if context is not None:
+            seconds = min(seconds, context.get_remaining_time_in_millis() / 1000.0 - EXIT_MARGIN_SECONDS)
+        out = watch_burst(run_pass=one_pass, cluster=wiring.build_cluster(wiring.get_settings()), seconds=seconds)
         burst.update(passes=len(last), batches=list(out.batches))
         return last[-1]
 
-    return _leased(
-        context,
-        started,
-        label="reconcile wake",
-        holder_prefix="reconcile-wake",
-        work=work,
-        covered=lambda info: info.acquired_at >= after + CLOCK_SKEW_SECONDS,
-        request_after=after + CLOCK_SKEW_SECONDS,
-        work_began=lambda: began[-1] if began else None,
-        woken_for=after,
-        burst=burst,
-    )
+    return _leased(context, started, label="reconcile wake", work=work, woken_for=after, burst=burst)
 
 
 @logger.inject_lambda_context(clear_state=True)
@@ -327,10 +289,7 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.reconcile.handler``): returns the pass summary."""
-    try:
-        return _dispatch(event, context)
-    finally:
-        wiring.freeze_warm_heap()  # the container is warm now: full collections skip what it holds
+    return _dispatch(event, context)
 
 
 def _dispatch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
@@ -347,7 +306,7 @@ def _dispatch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _handle_wake(after, context, started)
     if wiring.get_settings().reconcile_mode == "watch":
         return _handle_watch(context, started)
-    return _leased(context, started, label="reconcile pass", holder_prefix="reconcile", work=_pass_and_disrupt)
+    return _leased(context, started, label="reconcile pass", work=_pass_and_disrupt)
 
 
 def _report(
@@ -363,7 +322,7 @@ def _report(
     summary["duration_seconds"] = round(duration, 3)
     summary.update(extra)
     if disruption is not None:
-        from nodesmith.services.disruption import summary as disruption_summary
+        from nodesmith.services.disruption.service import summary as disruption_summary
 
         summary["disruption"] = dict(disruption_summary(disruption))
     if outcome.errors:

@@ -11,59 +11,49 @@ Reconcile (:func:`report_pass`, and :func:`report_disruption` after each disrupt
   ``CapacityType`` (Karpenter's ``nodeclaims_created_total{nodepool}`` and the status-condition
   transitions), only for the (NodePool, capacity type) pairs that had any;
 * ``NodeClaimsTerminated`` by ``Reason``, ``NodePool`` and ``CapacityType``: ``GarbageCollected``
-  (instance gone), ``LaunchTimeout`` / ``RegistrationTimeout`` (liveness), and the disruption
-  reasons ``Empty``, ``Drifted``, ``Underutilized``, ``Expired`` (:mod:`nodesmith.services.breakdown`),
-  plus the disruption drains' ``PodsEvicted``;
+  (instance gone) and ``LaunchTimeout`` / ``RegistrationTimeout`` (liveness); nodes that are drained
+  (interruptions, ``Empty``, ``Drifted``, ...) are counted by the termination function;
 * ``NodePoolCostUSDPerHour`` by ``NodePool`` and ``CapacityType`` (``karpenter_nodepools_cost_total``;
   the pairs sum to ``ClusterCostUSDPerHour``), ``NodePoolUtilizationPercent`` by ``NodePool`` and
-  ``Resource`` (``cpu``, ``memory``): requested over allocatable (:mod:`nodesmith.services.utilization`).
+  ``Resource`` (``cpu``, ``memory``): requested over allocatable (:mod:`nodesmith.services.provisioning.utilization`).
 
-Interruption (:func:`bind_batch`, :func:`trace_keys`, :func:`instance_keys`, :func:`report_terminations`,
-:func:`report_replacement`, :func:`report_batch`, :func:`acknowledged`):
+Interruption (:func:`report_message`, :func:`report_malformed`, :func:`acknowledged`): messages received by
+kind, ignored by reason, queue age, nodes cordoned, one line per instance with the keys ``event_id`` /
+``instance_id`` / ``node`` / ``nodeclaim`` (:func:`instance_keys`), so one interruption's lines are one
+CloudWatch Logs Insights filter.
 
-* the log keys ``event_id`` / ``instance_id`` / ``node`` / ``nodeclaim`` so one interruption's
-  lines can be found together (``{ $.event_id = "..." }`` in CloudWatch Logs): a one-message
-  batch puts them on every line; in a larger batch each task's lines carry its own (the service
-  scopes them with :func:`~nodesmith.services.log_context.log_context`) and the batch-wide lines
-  ``event_ids``;
-* ``NodeClaimsTerminated`` by ``Reason`` (Karpenter's interruption event reason: ``SpotInterrupted``,
-  ``InstanceTerminating``, ...), ``NodePool`` and ``CapacityType``; the replacement pass's
-  ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` by ``NodePool`` and ``CapacityType``;
-* ``DrainsMissedDeadline`` (:mod:`nodesmith.services.drain_deadlines`), with one warning line each;
-* ``InterruptionMessagesAcknowledged``: records not reported back to SQS as failures (SQS deletes
-  them), Karpenter's ``interruption_deleted_messages_total``.
+Termination (:func:`report_termination`): the drain round's evictions, refusals and deletions; requests
+ignored by reason; and, when the node went, ``NodeClaimsTerminated`` by ``Reason`` (Karpenter's:
+``SpotInterrupted``, ``Drifted``, ``Empty``, ...), ``NodePool`` and ``CapacityType``,
+``DrainDurationSeconds`` and ``DrainsMissedDeadline``.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.handlers.observability import MetricUnit, emit, log_keys, logger, metrics, tracer
+from nodesmith.handlers.observability import MetricUnit, count_by, emit, logger, metrics
 from nodesmith.services.breakdown import UNKNOWN
-from nodesmith.services.drain_deadlines import missed_deadlines
-from nodesmith.services.interrupt import EVENT_REASONS
+from nodesmith.services.termination.service import Status
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
-    from nodesmith.services.disruption import DisruptionOutcome
-    from nodesmith.services.interrupt import InstanceOutcome, InterruptionOutcome
-    from nodesmith.services.interrupt_batch import BatchItem, BatchOutcome
-    from nodesmith.services.reconcile import ReconcileOutcome
-    from nodesmith.services.replacement import Replacement
+    from nodesmith.core.termination import TerminationRequest
+    from nodesmith.services.disruption.service import DisruptionOutcome
+    from nodesmith.services.interruption.service import InstanceOutcome, MessageOutcome
+    from nodesmith.services.provisioning.reconcile import ReconcileOutcome
+    from nodesmith.services.termination.service import TerminationOutcome
 
 __all__ = [
     "acknowledged",
-    "bind_batch",
     "instance_keys",
-    "report_batch",
     "report_disruption",
+    "report_malformed",
+    "report_message",
     "report_pass",
-    "report_replacement",
-    "report_terminations",
-    "terminated_reason",
-    "trace_keys",
+    "report_termination",
 ]
 
 NODECLAIM_STAGES = (
@@ -72,7 +62,7 @@ NODECLAIM_STAGES = (
     ("NodeClaimsRegistered", "registered_by"),
     ("NodeClaimsInitialized", "initialized_by"),
 )
-"""Metric name and the :class:`~nodesmith.services.reconcile.ReconcileOutcome` tally it reports."""
+"""Metric name and the :class:`~nodesmith.services.provisioning.reconcile.ReconcileOutcome` tally it reports."""
 
 
 def _by_pool(
@@ -119,124 +109,98 @@ def report_pass(outcome: ReconcileOutcome) -> None:
 
 
 def report_disruption(disruption: DisruptionOutcome) -> None:
-    """Emit a disruption pass's ``NodeClaimsTerminated`` (by reason, NodePool, capacity type), its
-    replacements' ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` (by NodePool, capacity type) and ``PodsEvicted``.
+    """Emit a disruption pass's replacements' ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` (by NodePool,
+    capacity type); the nodes it disrupts are counted terminated by the termination function, when they go.
 
     Called right after each disruption pass (a watch-mode invocation runs several), so none is lost.
     """
-    _terminated(disruption.terminated_by.items())
     _by_pool("NodeClaimsCreated", disruption.created_by.items())
     _by_pool("NodeClaimsLaunched", disruption.launched_by.items())
-    if disruption.pods_evicted:
-        metrics.add_metric(name="PodsEvicted", unit=MetricUnit.Count, value=disruption.pods_evicted)
 
 
-# --- interruption ---------------------------------------------------------------------------------
-
-
-def bind_batch(items: Sequence[BatchItem]) -> dict[str, Any]:
-    """Log keys for the batch: a one-message batch's go on every following line of the invocation.
-
-    One message (the usual SQS batch for one interruption): ``event_id`` and, when it names one
-    instance, ``instance_id`` are appended to every line and become X-Ray annotations; returns
-    ``{}``. Several messages: returns ``{"event_ids": [...]}`` for the caller to scope the batch's
-    lines with (:func:`~nodesmith.services.log_context.log_context`); each message's and each
-    instance's own lines then carry their own ``event_id`` (and instance keys) instead. The trace
-    (one per invocation) is annotated with ``event_ids`` and ``instance_ids``, comma-separated.
-    """
-    if len(items) == 1:
-        message = items[0].message
-        only = message.instance_ids[0] if len(message.instance_ids) == 1 else None
-        log_keys(event_id=message.event_id, instance_id=only)
-        return {}
-    if not items:
-        return {}
-    event_ids = [item.message.event_id for item in items]
-    instance_ids = [iid for item in items for iid in item.message.instance_ids]
-    # One trace per invocation: annotate it with every id, so `annotation.event_ids CONTAINS "..."` finds it.
-    tracer.put_annotation(key="event_ids", value=",".join(event_ids))
-    tracer.put_annotation(key="instance_ids", value=",".join(instance_ids))
-    return {"event_ids": event_ids}
+# --- interruption and termination ------------------------------------------------------------------
 
 
 def instance_keys(event_id: str, instance: InstanceOutcome) -> dict[str, Any]:
-    """``event_id``, ``instance_id`` and, when known, ``node`` and ``nodeclaim`` of one instance's lines."""
+    """``event_id``, ``instance_id`` and, when known, ``node`` and ``nodeclaim``: the keys that tie one
+    interruption's lines together (``filter event_id = "..."`` in CloudWatch Logs Insights)."""
     keys: dict[str, Any] = {"event_id": event_id, "instance_id": instance.instance_id}
-    if instance.node_name:
-        keys["node"] = instance.node_name
-    if instance.nodeclaim_name:
-        keys["nodeclaim"] = instance.nodeclaim_name
+    if instance.node:
+        keys["node"] = instance.node
+    if instance.nodeclaim:
+        keys["nodeclaim"] = instance.nodeclaim
     return keys
 
 
-def trace_keys(outcome: InterruptionOutcome) -> dict[str, Any]:
-    """The keys of a message's lines: ``event_id`` plus, when it is about one instance, its keys.
-
-    A message about several instances (an AWS Health event) has one line per instance with that
-    instance's keys (:func:`instance_keys`); its message line carries ``event_id`` alone.
-    """
-    if len(outcome.instances) == 1:
-        return instance_keys(outcome.event_id, outcome.instances[0])
-    return {"event_id": outcome.event_id}
-
-
-def terminated_reason(outcome: InterruptionOutcome) -> str:
-    """The ``Reason`` dimension of ``NodeClaimsTerminated`` for ``outcome``: Karpenter's event reason of its kind."""
-    reason = EVENT_REASONS.get(outcome.kind)
-    return reason[0] if reason else outcome.kind.value
-
-
-def report_terminations(outcome: InterruptionOutcome) -> None:
-    """Emit ``NodeClaimsTerminated`` for the NodeClaims ``outcome`` deleted, by reason, NodePool and capacity type."""
-    reason = terminated_reason(outcome)
-    counts: dict[tuple[str, str, str], int] = {}
+def report_message(outcome: MessageOutcome, *, queue_age_seconds: float | None) -> None:
+    """Log and count one interruption message: ``InterruptionMessagesReceived`` by ``MessageType``,
+    ``InterruptionQueueAgeSeconds``, ``InterruptionMessagesIgnored`` by ``Reason`` (once per message that
+    nothing was done about), ``NodesCordoned``; one line per instance with its :func:`instance_keys`."""
+    count_by("InterruptionMessagesReceived", dimension="MessageType", value=outcome.kind.value)
+    if queue_age_seconds is not None:
+        metrics.add_metric(name="InterruptionQueueAgeSeconds", unit=MetricUnit.Seconds, value=queue_age_seconds)
+    if outcome.ignored:
+        count_by("InterruptionMessagesIgnored", dimension="Reason", value=outcome.ignored)
+    if not outcome.instances:
+        logger.info("interruption message ignored", extra={"event_id": outcome.event_id, "reason": outcome.ignored,
+                                                           "message_id": outcome.message_id})  # fmt: skip
     for instance in outcome.instances:
-        if instance.nodeclaim_deleted:
-            key = (reason, instance.nodepool or UNKNOWN, instance.capacity_type or UNKNOWN)
-            counts[key] = counts.get(key, 0) + 1
-    _terminated(counts.items())
-
-
-def report_replacement(replacement: Replacement | None) -> None:
-    """Emit the replacement pass's ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` by NodePool and capacity type."""
-    if replacement is None:
-        return
-    _by_pool("NodeClaimsCreated", (((pool, kind), n) for pool, kind, n in replacement.created_by))
-    _by_pool("NodeClaimsLaunched", (((pool, kind), n) for pool, kind, n in replacement.launched_by))
-
-
-def report_batch(
-    *, items: Sequence[BatchItem], batch: BatchOutcome, started_at: float, reported_at: float | None = None
-) -> int:
-    """Emit ``DrainsMissedDeadline`` for a handled batch (when it drained anything) and log each miss.
-
-    ``started_at`` is the invocation's start (epoch seconds); the drain phase is taken to start
-    after the batch's cordon and replacement phases. Returns the number of missed deadlines.
-    """
-    reported = time.time() if reported_at is None else reported_at
-    missed = missed_deadlines(
-        items=items,
-        results=batch.items,
-        started_at=started_at,
-        drain_started_at=started_at + batch.cordon_seconds + batch.replace_seconds,
-        reported_at=reported,
-    )
-    drained = any(i.drain is not None for r in batch.items if r.outcome is not None for i in r.outcome.instances)
-    if drained:
-        metrics.add_metric(name="DrainsMissedDeadline", unit=MetricUnit.Count, value=len(missed))
-    for miss in missed:
-        logger.warning(
-            "drain missed the interruption deadline: pods were still on the node when EC2 reclaimed it",
+        verdict = instance.verdict
+        logger.info(
+            "interruption message ignored" if verdict.ignored else "interruption handled",
             extra={
-                "event_id": miss.event_id,
-                "instance_id": miss.instance_id,
-                "node": miss.node_name,
-                "nodeclaim": miss.nodeclaim_name,
-                "late_seconds": round(miss.late_seconds, 3),
-                "finished": miss.finished_at is not None,
+                **instance_keys(outcome.event_id, instance),
+                "kind": outcome.kind.value,
+                "reason": verdict.ignored or verdict.reason,
+                "action": verdict.action.value,
+                "cordoned": instance.cordoned,
+                "termination_requested": instance.requested,
+                "duplicate": instance.duplicate,
+                "deadline": verdict.deadline,
             },
         )
-    return len(missed)
+    cordoned = sum(i.cordoned for i in outcome.instances)
+    if cordoned:
+        metrics.add_metric(name="NodesCordoned", unit=MetricUnit.Count, value=cordoned)
+
+
+def report_malformed(*, metric: str, message_id: str, reason: str) -> None:
+    """Log a message that is not one we can read, and count it in ``metric`` (``InterruptionMessagesMalformed``,
+    ``TerminationRequestsMalformed``): it is acknowledged, since no retry can fix it (Karpenter deletes
+    unparseable messages too)."""
+    logger.warning(
+        "malformed message acknowledged", extra={"message_id": message_id, "reason": reason, "metric": metric}
+    )
+    metrics.add_metric(name=metric, unit=MetricUnit.Count, value=1)
+
+
+def report_termination(outcome: TerminationOutcome, request: TerminationRequest) -> None:
+    """Log and count one termination round: ``PodsEvicted``, ``PodsBlockedByPDB``, ``PodsForceDeleted``;
+    ``TerminationRequestsIgnored`` by ``Reason``; when the node went, ``NodeClaimsTerminated`` by ``Reason``,
+    ``NodePool`` and ``CapacityType``, ``DrainDurationSeconds`` (from the NodeClaim's deletion) and
+    ``DrainsMissedDeadline`` (pods were still on it at its deadline)."""
+    keys = {"nodeclaim": request.nodeclaim, "instance_id": request.instance_id or None, "node": outcome.node}
+    drain = outcome.drain
+    if drain is not None:
+        for name, value in (("PodsEvicted", drain.evicted), ("PodsBlockedByPDB", drain.blocked),
+                            ("PodsForceDeleted", drain.force_deleted)):  # fmt: skip
+            if value:
+                metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    if outcome.status is Status.IGNORED:
+        count_by("TerminationRequestsIgnored", dimension="Reason", value=outcome.detail)
+        logger.warning("termination request ignored", extra={**keys, "reason": outcome.detail})
+        return
+    line = {**keys, "status": outcome.status.value, "detail": outcome.detail, "reason": outcome.reason,
+            "retry_after": outcome.retry_after, "drain": None if drain is None else asdict(drain)}  # fmt: skip
+    logger.info("termination round", extra=line)
+    if outcome.status is not Status.TERMINATED:
+        return
+    _terminated([((outcome.reason, outcome.nodepool or UNKNOWN, outcome.capacity_type or UNKNOWN), 1)])
+    if outcome.seconds_since_deletion is not None:
+        metrics.add_metric(name="DrainDurationSeconds", unit=MetricUnit.Seconds, value=outcome.seconds_since_deletion)
+    metrics.add_metric(name="DrainsMissedDeadline", unit=MetricUnit.Count, value=int(outcome.missed_deadline))
+    if outcome.missed_deadline:
+        logger.warning("pods were still on the node at its deadline; terminated anyway", extra=keys)
 
 
 def acknowledged(count: int) -> None:

@@ -31,12 +31,15 @@ class ENV:
     CLUSTER_CA_DATA = "NODESMITH_CLUSTER_CA_DATA"
     KUBE_AUTH = "NODESMITH_KUBE_AUTH"
     KUBE_TOKEN = "NODESMITH_KUBE_TOKEN"
-    INTERRUPTION_QUEUE_URL = "NODESMITH_INTERRUPTION_QUEUE_URL"
+    TERMINATION_QUEUE_URL = "NODESMITH_TERMINATION_QUEUE_URL"
     STATE_TABLE = "NODESMITH_STATE_TABLE"
     PRICE_TABLE = "NODESMITH_PRICE_TABLE"
     REBALANCE_ACTION = "NODESMITH_REBALANCE_ACTION"
     NODE_ROLE_ARN = "NODESMITH_NODE_ROLE_ARN"
-    DRAIN_TIMEOUT_SECONDS = "NODESMITH_DRAIN_TIMEOUT_SECONDS"
+    EVICTION_WORKERS = "NODESMITH_EVICTION_WORKERS"
+    TERMINATION_RETRY_SECONDS = "NODESMITH_TERMINATION_RETRY_SECONDS"
+    TERMINATION_RETRY_MAX_SECONDS = "NODESMITH_TERMINATION_RETRY_MAX_SECONDS"
+    TERMINATION_REQUEST_STALE_SECONDS = "NODESMITH_TERMINATION_REQUEST_STALE_SECONDS"
     DISRUPTION = "NODESMITH_DISRUPTION"
     DISRUPTION_VALIDATION_DELAY_SECONDS = "NODESMITH_DISRUPTION_VALIDATION_DELAY_SECONDS"
     DISRUPTION_MIN_SAVINGS_USD_PER_HOUR = "NODESMITH_DISRUPTION_MIN_SAVINGS_USD_PER_HOUR"
@@ -54,7 +57,14 @@ class Settings(BaseModel):
     ``kube_auth`` selects how the Kubernetes client authenticates: ``eks`` mints a token like
     ``aws eks get-token`` (presigned STS GetCallerIdentity), ``token`` uses ``kube_token`` as a
     bearer token, ``none`` sends no credentials (the embedded emulator).
-    ``drain_timeout_seconds`` bounds the drain work of one invocation (seconds).
+    ``termination_queue_url`` is the termination queue, where the interruption function, the disruption pass
+    and the reconcile pass send termination requests (empty: none are sent). A termination round evicts at
+    most ``eviction_workers`` pods at once; a node that still has pods is looked at again after
+    ``termination_retry_seconds``, doubling per delivery up to ``termination_retry_max_seconds`` (seconds);
+    the reconcile pass sends a deleting NodeClaim's request again when none was sent or worked on for
+    ``termination_request_stale_seconds``. ``rebalance_action`` is what a rebalance recommendation does:
+    ``ignore``, ``event`` (an Event only, Karpenter's behaviour), ``cordon`` (the default: no new pods), or
+    ``drain`` (replace the node: its termination is requested, as for an interruption).
     ``disruption`` turns the disruption pass after provisioning on or off;
     ``disruption_validation_delay_seconds`` is how long a disruption command waits before it is
     re-validated and executed (Karpenter: 15 s); ``disruption_min_savings_usd_per_hour`` is the
@@ -63,9 +73,9 @@ class Settings(BaseModel):
     ``nodesmith.core.disruption.repack``) or ``karpenter`` (Karpenter's multi- and single-node
     consolidation). ``reconcile_mode`` is ``poll`` (one pass per scheduled
     invocation) or ``watch`` (one invocation watches pods for most of its timeout).
-    ``reconcile_function`` (the interruption function's, in poll mode) is the reconcile function's
-    name: an interruption batch that finds the reconcile lease free wakes it for the replacement pass
-    (:mod:`nodesmith.adapters.aws.wake`) instead of running the pass itself; empty, it runs it itself.
+    ``reconcile_function`` (the interruption function's) is the reconcile function's name: a batch that
+    cordoned nodes wakes it for a provisioning pass (:mod:`nodesmith.adapters.aws.wake`); empty, the next
+    scheduled pass provisions for their pods.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -75,12 +85,15 @@ class Settings(BaseModel):
     cluster_ca_data: str = ""
     kube_auth: Literal["eks", "token", "none"] = "eks"
     kube_token: str = ""
-    interruption_queue_url: str = ""
+    termination_queue_url: str = ""
     state_table: str = ""
     price_table: str = ""
     rebalance_action: Literal["ignore", "event", "cordon", "drain"] = "cordon"
     node_role_arn: str = ""
-    drain_timeout_seconds: Annotated[int, Field(ge=1, le=900)] = 60
+    eviction_workers: Annotated[int, Field(ge=1, le=64)] = 8
+    termination_retry_seconds: Annotated[float, Field(ge=0.5, le=60)] = 2.0
+    termination_retry_max_seconds: Annotated[float, Field(ge=1, le=900)] = 30.0
+    termination_request_stale_seconds: Annotated[float, Field(ge=60, le=3600)] = 300.0
     disruption: bool = True
     disruption_validation_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 15.0
     disruption_min_savings_usd_per_hour: Annotated[float, Field(ge=0)] = 0.0
@@ -99,12 +112,15 @@ _FIELDS = {
     "cluster_ca_data": ENV.CLUSTER_CA_DATA,
     "kube_auth": ENV.KUBE_AUTH,
     "kube_token": ENV.KUBE_TOKEN,
-    "interruption_queue_url": ENV.INTERRUPTION_QUEUE_URL,
+    "termination_queue_url": ENV.TERMINATION_QUEUE_URL,
     "state_table": ENV.STATE_TABLE,
     "price_table": ENV.PRICE_TABLE,
     "rebalance_action": ENV.REBALANCE_ACTION,
     "node_role_arn": ENV.NODE_ROLE_ARN,
-    "drain_timeout_seconds": ENV.DRAIN_TIMEOUT_SECONDS,
+    "eviction_workers": ENV.EVICTION_WORKERS,
+    "termination_retry_seconds": ENV.TERMINATION_RETRY_SECONDS,
+    "termination_retry_max_seconds": ENV.TERMINATION_RETRY_MAX_SECONDS,
+    "termination_request_stale_seconds": ENV.TERMINATION_REQUEST_STALE_SECONDS,
     "disruption": ENV.DISRUPTION,
     "disruption_validation_delay_seconds": ENV.DISRUPTION_VALIDATION_DELAY_SECONDS,
     "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,

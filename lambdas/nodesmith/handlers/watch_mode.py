@@ -1,17 +1,18 @@
 """The reconcile handler's watch mode (``NODESMITH_RECONCILE_MODE=watch``).
 
-One invocation runs :func:`nodesmith.services.watch.watch` until :data:`EXIT_MARGIN_SECONDS` plus
-the drain budget before its timeout, so it leaves before Lambda kills it. With a state store, it
+One invocation runs :func:`nodesmith.services.provisioning.watch.watch` until :data:`EXIT_MARGIN_SECONDS` before its
+timeout, so it leaves before Lambda kills it. With a state store, it
 watches only while it holds the reconcile lease, named after the moment it will leave
-(:func:`~nodesmith.services.watch.holder_name`); scheduled invocations that find the lease taken
+(:func:`~nodesmith.services.provisioning.watch.holder_name`); scheduled invocations that find the lease taken
 return at once unless that moment is within a schedule period, in which case they wait for the
-release and take over (:func:`~nodesmith.services.watch.handover_wait`). Without a state store
+release and take over (:func:`~nodesmith.services.provisioning.watch.handover_wait`). Without a state store
 (the embedded default) the invocation simply watches.
 
-Pending pods come from the Kubernetes watch API (:class:`~nodesmith.services.pod_watch.PendingPodWatch`:
+Pending pods come from the Kubernetes watch API (:class:`~nodesmith.services.provisioning.pod_watch.PendingPodWatch`:
 one list, then a resumed watch in a background thread), which wakes the batcher the moment a pod
 becomes pending; when that watch cannot list within :data:`SYNC_WAIT_SECONDS` the invocation falls
-back to listing pods every poll.
+back to listing pods every poll. Nodes cordoned for an interruption or a disruption owe a pass too
+(:class:`~nodesmith.services.provisioning.watch.CordonWatch`), so their pods' capacity launches while they drain.
 """
 
 from __future__ import annotations
@@ -23,9 +24,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.handlers.observability import logger
-from nodesmith.services.capacity import pending_pods
-from nodesmith.services.pod_watch import PendingPodWatch
-from nodesmith.services.watch import POLL_SECONDS, WatchOutcome, handover_wait, holder_name, watch
+from nodesmith.services.provisioning.capacity import pending_pods
+from nodesmith.services.provisioning.pod_watch import PendingPodWatch
+from nodesmith.services.provisioning.watch import (
+    POLL_SECONDS,
+    CordonWatch,
+    PendingSource,
+    WatchOutcome,
+    WatchTiming,
+    handover_wait,
+    holder_name,
+    watch,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,18 +47,20 @@ __all__ = [
     "EXIT_MARGIN_SECONDS",
     "LEASE",
     "SYNC_WAIT_SECONDS",
+    "Clock",
+    "WatchPasses",
     "WatchRun",
-    "lease_requests",
+    "pending_source",
     "run_watch",
     "warm_scheduler",
     "watch_burst",
 ]
 
 EXIT_MARGIN_SECONDS = 30.0
-"""Seconds kept free before the function timeout, on top of one pass's drain budget."""
+"""Seconds kept free before the function timeout (a pass in progress must end before Lambda stops it)."""
 
 LEASE = "reconcile"
-"""The reconcile lease (the same name :mod:`nodesmith.services.leases` uses)."""
+"""The reconcile lease (the same name :mod:`nodesmith.services.provisioning.leases` uses)."""
 
 _LEASE_SLACK_SECONDS = 30.0
 
@@ -58,13 +70,30 @@ SYNC_WAIT_SECONDS = 10.0
 WATCHED_POLL_SECONDS = 1.0
 """The batcher's safety-net poll while the pod watch wakes it (it only reads memory)."""
 
-REQUEST_CHECK_SECONDS = 1.0
-"""How often (seconds) the watch reads the lease for passes requested by interruption batches."""
-
 BURST_WATCH_SECONDS = 150.0
-"""How long after a burst's cordon (seconds) a woken reconcile invocation keeps provisioning for pods that
-turn unschedulable (:func:`watch_burst`): the 2-minute spot interruption notice (EC2 docs), by which the
+"""How long after a wake (seconds) the woken reconcile invocation keeps provisioning for nodes cordoned and pods
+that turn unschedulable (:func:`watch_burst`): the 2-minute spot interruption notice (EC2 docs), by which the
 drains end, plus 30 s for the last evicted pods' replacements to be created and tried by the kube-scheduler."""
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    """Time for the watch: ``wall`` epoch seconds (the lease), ``monotonic`` seconds, ``sleep``; injectable."""
+
+    wall: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+@dataclass(frozen=True, slots=True)
+class WatchPasses:
+    """What :func:`run_watch` runs: ``provision`` (one provisioning pass, for a batch of pods or new cordons),
+    ``full`` (provisioning and disruption, at start and every resync) and ``warm`` (optional, after every full
+    pass: :func:`warm_scheduler`, so what a batch pass needs is loaded while no pod waits)."""
+
+    provision: Callable[[], Any]
+    full: Callable[[], Any]
+    warm: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,103 +107,63 @@ class WatchRun:
     skipped: str = ""
 
 
-def run_watch(
-    *,
-    run_pass: Callable[[], Any],
-    cluster: Cluster,
-    run_full: Callable[[], Any] | None = None,
-    remaining_seconds: float,
-    drain_budget_seconds: float,
-    request_id: str,
-    state: Any = None,
-    wall: Callable[[], float] = time.time,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-    watch_pods: bool = True,
-    warm: Callable[[], object] | None = None,
-) -> WatchRun:
-    """Watch for pending pods for ``remaining_seconds`` minus the margins, under the lease when ``state`` is set.
+def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float, request_id: str,
+              state: Any = None, clock: Clock | None = None, watch_pods: bool = True) -> WatchRun:  # fmt: skip
+    """Watch for pending pods (and new cordons) for ``remaining_seconds`` minus :data:`EXIT_MARGIN_SECONDS`, under
+    the lease when ``state`` (a :class:`~nodesmith.core.ports.StateStore`, lease calls only) is set.
 
-    ``state`` is a :class:`~nodesmith.core.ports.StateStore` (lease calls only) or None.
-    ``run_pass`` runs one provisioning pass (after a batch of pending pods); ``run_full`` (default
-    ``run_pass``) one provisioning + disruption pass (at start and every resync). The last value of
-    either is returned. ``watch_pods`` False lists pods every poll instead of watching them
-    (``sleep`` is then used as is). ``warm`` (e.g. :func:`warm_scheduler`) runs after every full
-    pass, so what a batch pass needs is loaded while no pod waits.
+    ``passes`` are the passes to run; the last value of either is returned. ``watch_pods`` False lists pods
+    every poll instead of watching them.
     """
-    budget = remaining_seconds - EXIT_MARGIN_SECONDS - drain_budget_seconds
+    clock = clock or Clock()
+    budget = remaining_seconds - EXIT_MARGIN_SECONDS
     if budget <= 0:
-        return WatchRun(value=(run_full or run_pass)(), passes=1, stopped="no time to watch")
+        return WatchRun(value=passes.full(), passes=1, stopped="no time to watch")
     last: list[Any] = [None]
 
     def one() -> None:
-        last[0] = run_pass()
+        last[0] = passes.provision()
 
     def full() -> None:
-        last[0] = (run_full or run_pass)()
-        if warm is not None:
-            warm()
+        last[0] = passes.full()
+        if passes.warm is not None:
+            passes.warm()
 
-    if state is None:
-        source, close = _pending_source(cluster=cluster, sleep=sleep, clock=clock, watched=watch_pods)
-        try:
-            out = watch(run_pass=one, run_resync=full, stop_at=clock() + budget, clock=clock, **source)
-        finally:
-            close()
-        return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
+    holder = ""
+    renew = None
+    if state is not None:
+        wait = handover_wait(holder=state.lease_holder(name=LEASE, now=clock.wall()), now=clock.wall())
+        give_up = clock.monotonic() + wait
+        while True:
+            holder = holder_name(request_id=request_id, leave_at=clock.wall() + budget)
+            ttl = budget + _LEASE_SLACK_SECONDS
+            if state.acquire_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=clock.wall()):
+                break
+            if clock.monotonic() >= give_up:
+                held_by = state.lease_holder(name=LEASE, now=clock.wall())
+                return WatchRun(skipped=f"skipped: lease held by {held_by or 'another invocation'}")
+            clock.sleep(0.2)
+            budget = remaining_seconds - EXIT_MARGIN_SECONDS - (clock.monotonic() - (give_up - wait))
 
-    wait = handover_wait(holder=state.lease_holder(name=LEASE, now=wall()), now=wall())
-    give_up = clock() + wait
-    while True:
-        leave_at = wall() + budget
-        holder = holder_name(request_id=request_id, leave_at=leave_at)
-        ttl = budget + drain_budget_seconds + _LEASE_SLACK_SECONDS
-        if state.acquire_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()):
-            break
-        if clock() >= give_up:
-            held_by = state.lease_holder(name=LEASE, now=wall())
-            return WatchRun(skipped=f"skipped: lease held by {held_by or 'another invocation'}")
-        sleep(0.2)
-        budget = remaining_seconds - EXIT_MARGIN_SECONDS - drain_budget_seconds - (clock() - (give_up - wait))
+        def renew() -> bool:
+            return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=clock.wall()))
 
-    def renew() -> bool:
-        return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=wall()))
-
-    requested = lease_requests(state, wall=wall, clock=clock)
-    source, close = _pending_source(cluster=cluster, sleep=sleep, clock=clock, watched=watch_pods)
+    source, close = pending_source(cluster=cluster, clock=clock, watched=watch_pods)
     try:
         out = watch(
             run_pass=one,
             run_resync=full,
-            stop_at=clock() + budget,
+            source=source,
+            stop_at=clock.monotonic() + budget,
             renew=renew,
-            clock=clock,
-            requested=requested,
-            **source,
+            cordons=CordonWatch(cluster=cluster, clock=clock.monotonic),
+            timing=WatchTiming(clock=clock.monotonic),
         )
     finally:
         close()
-        state.release_lease(name=LEASE, holder=holder)
+        if state is not None:
+            state.release_lease(name=LEASE, holder=holder)
     return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
-
-
-def lease_requests(
-    state: Any, *, wall: Callable[[], float] = time.time, clock: Callable[[], float] = time.monotonic
-) -> Callable[[float], bool]:
-    """The batcher's ``requested(since)`` hook for the holder of the reconcile lease in ``state`` (a
-    :class:`~nodesmith.core.ports.StateStore`): True when an interruption batch asked for a pass starting
-    after ``since`` (the ``clock`` time the last pass began; :meth:`~nodesmith.core.ports.StateStore.request_pass`).
-    Reads the lease at most every :data:`REQUEST_CHECK_SECONDS`; store errors propagate."""
-    asked_at = [-REQUEST_CHECK_SECONDS]
-
-    def requested(since: float) -> bool:
-        if clock() - asked_at[0] < REQUEST_CHECK_SECONDS:
-            return False
-        asked_at[0] = clock()
-        info = state.lease_info(name=LEASE, now=wall())
-        return bool(info and info.requested_at is not None and info.requested_at > wall() - (clock() - since))
-
-    return requested
 
 
 def watch_burst(
@@ -182,64 +171,51 @@ def watch_burst(
     run_pass: Callable[[], Any],
     cluster: Cluster,
     seconds: float,
-    requested: Callable[[float], bool] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
+    clock: Clock | None = None,
     watch_pods: bool = True,
 ) -> WatchOutcome:
-    """After a woken pass (an interruption burst), keep provisioning for ``seconds`` as pods turn unschedulable.
+    """After a woken pass, keep provisioning for ``seconds`` as nodes are cordoned and pods turn unschedulable.
 
-    The caller holds the reconcile lease and has just run a provisioning pass for the burst's cordoned
-    nodes. The kube-scheduler places the evicted pods' replacements on its own, not always where that
-    pass packed them, so a few can be left unschedulable when the last capacity fills differently;
-    Karpenter's provisioner launches for them within its batch window (1 s idle, 10 s at most), where the
-    schedule would leave them for up to a minute. So, like watch mode but without resyncs or disruption,
-    ``run_pass`` runs whenever a batch of newly unschedulable pods closes (pods from the pod watch, or
-    listed every poll with ``watch_pods`` False or when the watch does not list in
-    :data:`SYNC_WAIT_SECONDS`) and whenever ``requested`` (:func:`lease_requests`) says a batch cordoned
-    more nodes since the last pass (at once, or after resting as long as the last pass took:
-    :func:`~nodesmith.services.watch.watch`). Returns :class:`~nodesmith.services.watch.WatchOutcome` (passes run
-    here, batch sizes); exceptions of ``run_pass`` propagate.
+    An interruption batch wakes the reconcile function once its nodes are cordoned; the woken invocation runs a
+    provisioning pass, then this: like watch mode but without resyncs or disruption, ``run_pass`` runs when more
+    nodes are cordoned (:class:`~nodesmith.services.provisioning.watch.CordonWatch`: later batches of the burst,
+    whose wakes wait behind this invocation) and when a batch of newly unschedulable pods closes (the
+    kube-scheduler does not always place evicted pods where a pass packed them; Karpenter's provisioner launches
+    for them within its batch window, where the schedule would leave them for a minute). Exceptions of
+    ``run_pass`` propagate.
     """
     if seconds <= 0:
         return WatchOutcome(stopped="deadline")
-
-    source, close = _pending_source(cluster=cluster, sleep=sleep, clock=clock, watched=watch_pods)
+    clock = clock or Clock()
+    source, close = pending_source(cluster=cluster, clock=clock, watched=watch_pods)
     try:
         return watch(
             run_pass=run_pass,
-            stop_at=clock() + seconds,
-            clock=clock,
-            requested=requested,
-            resync_seconds=math.inf,
+            source=source,
+            stop_at=clock.monotonic() + seconds,
+            cordons=CordonWatch(cluster=cluster, clock=clock.monotonic),
             catch_up=False,
-            **source,
+            timing=WatchTiming(resync_seconds=math.inf, clock=clock.monotonic),
         )
     finally:
         close()
 
 
-def _pending_source(
-    *,
-    cluster: Cluster,
-    sleep: Callable[[float], None],
-    clock: Callable[[], float],
-    watched: bool,
-) -> tuple[dict[str, Any], Callable[[], None]]:
-    """The batcher's pending-pod keyword arguments and a ``close``: the pod watch when it syncs, else listing.
+def pending_source(*, cluster: Cluster, clock: Clock, watched: bool) -> tuple[PendingSource, Callable[[], None]]:
+    """Where the batcher reads pending pods, and a ``close``: the pod watch when it syncs, else listing.
 
-    With the watch: ``pending_pods`` reads memory, ``sleep`` returns as soon as a pod becomes
-    pending, ``arrived_at`` says when each did. Listing: every :data:`POLL_SECONDS`, ``sleep`` as given.
+    With the watch: ``pending`` reads memory, ``sleep`` returns as soon as a pod becomes pending,
+    ``arrived_at`` says when each did. Listing: every :data:`POLL_SECONDS`, ``clock.sleep`` as given.
     """
 
     def listed() -> set[str]:
         return {p.key for p in pending_pods(cluster.list_pods())}
 
-    polling: dict[str, Any] = {"pending_pods": listed, "sleep": sleep, "poll_seconds": POLL_SECONDS}
+    polling = PendingSource(pending=listed, sleep=clock.sleep, poll_seconds=POLL_SECONDS)
     if not watched:
         return polling, lambda: None
     changed = threading.Event()
-    tracker = PendingPodWatch(cluster=cluster, on_change=changed.set, clock=clock)
+    tracker = PendingPodWatch(cluster=cluster, on_change=changed.set, clock=clock.monotonic)
     if not tracker.start(wait_seconds=SYNC_WAIT_SECONDS):
         tracker.stop()
         logger.warning("pod watch did not list in %.0fs; polling pods instead", SYNC_WAIT_SECONDS)
@@ -249,12 +225,9 @@ def _pending_source(
         changed.wait(seconds)
         changed.clear()
 
-    watching: dict[str, Any] = {
-        "pending_pods": tracker.pending,
-        "sleep": wait,
-        "poll_seconds": WATCHED_POLL_SECONDS,
-        "arrived_at": tracker.arrived_at,
-    }
+    watching = PendingSource(
+        pending=tracker.pending, sleep=wait, poll_seconds=WATCHED_POLL_SECONDS, arrived_at=tracker.arrived_at
+    )
     return watching, tracker.stop
 
 

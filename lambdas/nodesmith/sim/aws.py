@@ -15,6 +15,13 @@ the public API refuses ``/aws/`` names), a node role + instance profile, and an 
 Spot prices cannot be written into moto (its DescribeSpotPriceHistory answers a 0.00001 placeholder
 for everything), so :func:`write_price_table` writes a price table with per-zone ``spot`` overrides
 that the pricing adapter prefers (``NODESMITH_PRICE_TABLE``).
+
+:func:`fix_moto` makes moto behave as AWS does where our handlers depend on it: an EventBridge event
+delivered to an SQS target carries its ``account`` (moto's default input template leaves it out); a
+DynamoDB conditional write checks and writes atomically, and a Query or Scan reads under the same lock
+(moto's server threads could otherwise both pass the condition of one lease, or change a table while a
+Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages before reading their groups
+(another 500 when a thread changed the set mid-iteration).
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_PRICE_TABLE",
     "EmbeddedAws",
+    "Queues",
     "SeededAws",
-    "create_interruption_plumbing",
+    "create_queues",
+    "fix_moto",
     "register_ami",
     "seed",
     "start",
@@ -136,6 +145,43 @@ def _reset_adapter_clients() -> None:
     reset_clients()
 
 
+_FIXED: list[bool] = []
+
+
+def fix_moto() -> None:
+    """Apply the fixes of the module docstring to moto in this process (once; the server runs in it)."""
+    if _FIXED:
+        return
+    import threading
+
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.events.utils import EventTemplateParser
+    from moto.sqs.models import Queue
+
+    template = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE
+    if '"account"' not in template:
+        EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = template.replace(
+            '"version": "0",', '"version": "0", "account": "<account>",'
+        )
+    lock = threading.RLock()
+
+    def atomic(call: Any) -> Any:
+        def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return call(self, *args, **kwargs)
+
+        return locked
+
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items", "query", "scan"):
+        setattr(DynamoDBBackend, name, atomic(getattr(DynamoDBBackend, name)))
+
+    def pending_groups(self: Any) -> set[str]:
+        return {m.group_id for m in list(self._pending_messages) if m.group_id is not None}
+
+    Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
+    _FIXED.append(True)
+
+
 def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws:
     """Start moto on 127.0.0.1 at a free port; with ``set_environ`` point boto3 at it (fake credentials).
 
@@ -144,6 +190,7 @@ def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws
     """
     from moto.server import ThreadedMotoServer
 
+    fix_moto()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per AWS call otherwise
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -360,15 +407,21 @@ def write_price_table(
     return out
 
 
-def create_interruption_plumbing(
-    *, cluster_name: str, endpoint_url: str | None = None, region: str = "us-east-1"
-) -> str:
-    """Create the interruption SQS queue and the EventBridge rules that feed it; returns the queue URL.
+@dataclass(frozen=True)
+class Queues:
+    """The URLs of the interruption queue (fed by the EventBridge rules) and the termination queue."""
 
-    Queue named after the cluster, 300 s retention, SQS-managed encryption, a policy allowing
-    ``events.amazonaws.com`` / ``sqs.amazonaws.com`` to send; one rule per (source, detail-type) of
-    :data:`INTERRUPTION_RULES` on the default bus, each targeting the queue (Karpenter's
-    ``cloudformation.yaml``).
+    interruption_url: str
+    termination_url: str
+
+
+def create_queues(*, cluster_name: str, endpoint_url: str | None = None, region: str = "us-east-1") -> Queues:
+    """Create the interruption queue with the EventBridge rules that feed it, and the termination queue.
+
+    The interruption queue is named after the cluster, keeps messages 300 s, SQS-managed encryption, a policy
+    allowing ``events.amazonaws.com`` to send; one rule per (source, detail-type) of
+    :data:`INTERRUPTION_RULES` on the default bus, each targeting the queue (Karpenter's ``cloudformation.yaml``).
+    The termination queue is ``<cluster>-termination``.
     """
     import boto3
 
@@ -385,7 +438,7 @@ def create_interruption_plumbing(
         "Statement": [
             {
                 "Effect": "Allow",
-                "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]},
+                "Principal": {"Service": ["events.amazonaws.com"]},
                 "Action": "sqs:SendMessage",
                 "Resource": queue_arn,
             }
@@ -396,4 +449,7 @@ def create_interruption_plumbing(
         rule = f"{cluster_name}-{name}"
         events.put_rule(Name=rule, EventPattern=json.dumps({"source": [source], "detail-type": [detail_type]}))
         events.put_targets(Rule=rule, Targets=[{"Id": "interruption-queue", "Arn": queue_arn}])
-    return str(queue_url)
+    termination_url = sqs.create_queue(
+        QueueName=f"{cluster_name}-termination", Attributes={"SqsManagedSseEnabled": "true"}
+    )["QueueUrl"]
+    return Queues(interruption_url=str(queue_url), termination_url=str(termination_url))

@@ -28,10 +28,12 @@ from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-__all__ = ["JSON", "MERGE_PATCH", "KubeRest", "error_for", "path"]
+__all__ = ["JSON", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "KubeRest", "error_for", "path"]
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+"""For built-in kinds only (Nodes): lists merge by their ``patchStrategy`` (finalizers as a set)."""
 
 
 def path(*parts: str) -> str:

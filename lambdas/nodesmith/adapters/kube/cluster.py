@@ -15,14 +15,14 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, path
+from nodesmith.adapters.kube.calls import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeRest, path
 from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
 from nodesmith.adapters.kube.parsed import ParsedObjects
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.objects import daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from kubernetes.client import ApiClient
 
@@ -95,6 +95,13 @@ class KubeCluster(KarpenterObjects):
         nodes = [self._parse(self._nodes, i, "node") for i in items]
         self._nodes.keep_only(items)
         return nodes
+
+    def cordoned_node_names(self) -> set[str]:
+        """The names of the cordoned nodes: one list with the field selector ``spec.unschedulable=true``."""
+        items = self._list(
+            path("api", "v1", "nodes"), what="list cordoned nodes", fieldSelector="spec.unschedulable=true"
+        )
+        return {str((i.get("metadata") or {}).get("name") or "") for i in items} - {""}
 
     def list_daemonsets(self) -> list[DaemonSet]:
         """All DaemonSets as template pods."""
@@ -235,22 +242,30 @@ class KubeCluster(KarpenterObjects):
                 continue
         raise ConflictError(f"untaint and uncordon node {node_name}: kept conflicting", status=409)
 
-    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
-        """Merge ``labels`` into the node's labels; ``NotFoundError`` if the node is gone."""
+    def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
+        """Merge ``labels`` into the node's labels and add ``finalizers`` (a strategic merge patch: a Node's
+        finalizers merge as a set, so another controller's stay); ``NotFoundError`` if the node is gone."""
+        meta: dict[str, Any] = {"labels": dict(labels)}
+        if finalizers:
+            meta["finalizers"] = list(finalizers)
         self.rest.request(
             "PATCH",
             path("api", "v1", "nodes", node_name),
-            body={"metadata": {"labels": dict(labels)}},
-            content_type=MERGE_PATCH,
+            body={"metadata": meta},
+            content_type=STRATEGIC_MERGE_PATCH,
             what=f"label node {node_name}",
         )
 
     def delete_node(self, *, name: str) -> None:
-        """Delete a Node object; already gone is fine."""
+        """DELETE a Node object (one with finalizers stays, deleting); already gone is fine."""
         try:
             self.rest.request("DELETE", path("api", "v1", "nodes", name), what=f"delete node {name}")
         except NotFoundError:
             return
+
+    def remove_node_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` from the Node (a guarded merge patch, :meth:`remove_finalizer`)."""
+        self.remove_finalizer(path("api", "v1", "nodes", name), finalizer=finalizer, what=f"node {name}")
 
     # ----------------------------------------------------------------- pods
     @staticmethod

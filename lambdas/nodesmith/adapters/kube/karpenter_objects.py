@@ -16,12 +16,11 @@ from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, path
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.api.nodepool import NodePool
-from nodesmith.core.errors import KubernetesError, NotFoundError
-from nodesmith.core.labels import LABEL_INSTANCE_ID
+from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.objects import ObjectParseError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Mapping
 
 __all__ = ["KARPENTER_AWS_GROUP", "KARPENTER_GROUP", "KarpenterObjects"]
 
@@ -33,8 +32,6 @@ KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
 CRD_VERSION = "v1"
 _SERVER_SET_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields")
-_SELECTOR_IDS = 100
-"""Instance ids one NodeClaim list selects at most (about 2 KiB of label selector in the request's query)."""
 
 
 def _crd(group: str, plural: str, *rest: str) -> str:
@@ -133,37 +130,50 @@ class KarpenterObjects:
             what=f"label nodeclaim {name}",
         )
 
-    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
-        """The NodeClaims labelled ``nodesmith.dev/instance-id`` with these ids, by instance id: one list (a
-        set-based label selector) per :data:`_SELECTOR_IDS` ids; a NodeClaim whose ``status.providerID`` names
-        another instance is left out. ``KubernetesError`` when a list fails or a NodeClaim cannot be read."""
-        ids = list(dict.fromkeys(i for i in instance_ids if i))
-        out: dict[str, NodeClaim] = {}
-        for start in range(0, len(ids), _SELECTOR_IDS):
-            chunk = ids[start : start + _SELECTOR_IDS]
-            items = self._list(
-                _crd(KARPENTER_GROUP, "nodeclaims"),
-                what="list nodeclaims by instance id",
-                labelSelector=f"{LABEL_INSTANCE_ID} in ({','.join(chunk)})",
-            )
-            for item in items:
-                claim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
-                iid = claim.metadata.labels.get(LABEL_INSTANCE_ID, "")
-                if iid in chunk and (claim.status.provider_id or "").rsplit("/", 1)[-1] == iid:
-                    out[iid] = claim
-        return out
+    def annotate_nodeclaim(self, *, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge ``annotations`` into the NodeClaim's annotations; ``NotFoundError`` if it is gone."""
+        self.rest.request(
+            "PATCH",
+            _crd(KARPENTER_GROUP, "nodeclaims", name),
+            body={"metadata": {"annotations": dict(annotations)}},
+            content_type=MERGE_PATCH,
+            what=f"annotate nodeclaim {name}",
+        )
 
     def delete_nodeclaim(self, *, name: str) -> None:
-        """Remove the NodeClaim's finalizers, then delete it; already gone is fine."""
-        url = _crd(KARPENTER_GROUP, "nodeclaims", name)
+        """DELETE the NodeClaim (one with finalizers stays, deleting); already gone is fine."""
         try:
-            self.rest.request(
-                "PATCH",
-                url,
-                body={"metadata": {"finalizers": None}},
-                content_type=MERGE_PATCH,
-                what=f"remove finalizers of nodeclaim {name}",
-            )
-            self.rest.request("DELETE", url, what=f"delete nodeclaim {name}")
+            self.rest.request("DELETE", _crd(KARPENTER_GROUP, "nodeclaims", name), what=f"delete nodeclaim {name}")
         except NotFoundError:
             return
+
+    def remove_nodeclaim_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` from the NodeClaim (see :meth:`remove_finalizer`)."""
+        self.remove_finalizer(_crd(KARPENTER_GROUP, "nodeclaims", name), finalizer=finalizer, what=f"nodeclaim {name}")
+
+    def remove_finalizer(self, url_path: str, *, finalizer: str, what: str) -> None:
+        """Remove ``finalizer`` from the object at ``url_path``: a merge patch of the rest of its finalizers, guarded
+        by the ``resourceVersion`` read just before (JSON merge patch replaces the whole list, and another
+        controller's finalizer must survive). Gone or without it: nothing to do. ``ConflictError`` after
+        repeated conflicts."""
+        for _ in range(5):
+            try:
+                doc = self.rest.request("GET", url_path, what=f"get {what}") or {}
+            except NotFoundError:
+                return
+            meta = doc.get("metadata") or {}
+            finalizers = list(meta.get("finalizers") or [])
+            if finalizer not in finalizers:
+                return
+            kept = [f for f in finalizers if f != finalizer]
+            patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "finalizers": kept or None}}
+            try:
+                self.rest.request(
+                    "PATCH", url_path, body=patch, content_type=MERGE_PATCH, what=f"remove {finalizer} from {what}"
+                )
+                return
+            except NotFoundError:
+                return
+            except ConflictError:
+                continue
+        raise ConflictError(f"remove {finalizer} from {what}: kept conflicting", status=409)

@@ -61,4 +61,5 @@ def node_from_dict(obj: Mapping[str, Any]) -> Node:
         ready=ready,
         creation_timestamp=parse_timestamp(meta.get("creationTimestamp"), field="metadata.creationTimestamp") or 0.0,
         deletion_timestamp=parse_timestamp(meta.get("deletionTimestamp"), field="metadata.deletionTimestamp"),
+        finalizers=tuple(str(f) for f in _list(meta, "finalizers", "metadata")),
     )

@@ -23,10 +23,9 @@ Everything here is pure: the caller passes the listed objects and the catalogue.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from nodesmith.core.model import NodeSelectorRequirement
+from nodesmith.core.model import NodeSelectorRequirement, instance_id_of
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
     LABEL_HOSTNAME,
@@ -37,6 +36,7 @@ from nodesmith.core.requirements import (
 from nodesmith.core.resources import Resources, parse_resource_list
 from nodesmith.core.scheduling.pods import is_provisionable
 from nodesmith.core.scheduling.types import ExistingNode
+from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -68,32 +68,6 @@ DISRUPTED_TAINT_KEY = "karpenter.sh/disrupted"
 
 UNREGISTERED_TAINT_KEY = "karpenter.sh/unregistered"
 """Taint a Karpenter node carries from launch until registration (``NoExecute``)."""
-
-
-def to_rfc3339(now: float) -> str:
-    """Epoch seconds -> RFC 3339 UTC string with second precision (``2026-01-02T03:04:05Z``)."""
-    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def from_rfc3339(value: str | None) -> float | None:
-    """RFC 3339 string (as the API server writes timestamps) -> epoch seconds; None when absent or unparseable."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return parsed.timestamp()
-
-
-def instance_id_of(provider_id: str | None) -> str | None:
-    """The EC2 instance id in a providerID (``aws:///us-east-1a/i-0abc`` -> ``i-0abc``), or None."""
-    if not provider_id or not provider_id.startswith("aws://"):
-        return None
-    tail = provider_id.rsplit("/", 1)[-1]
-    return tail if tail.startswith("i-") else None
 
 
 def pending_pods(pods: Sequence[Pod]) -> list[Pod]:

@@ -3,7 +3,7 @@
 A command in flight is stored in the ``DisruptionReason`` condition of its nodes' NodeClaims
 (:mod:`.disruption_state`). Each pass: once every replacement NodeClaim is ``Initialized`` the
 nodes (tainted ``karpenter.sh/disrupted``) are drained and terminated
-(:meth:`~nodesmith.services.disruption_pass.DisruptionPass.terminate`, resumed next pass when the
+(:meth:`~nodesmith.services.disruption.run.DisruptionPass.terminate`, resumed next pass when the
 drain runs out of budget); until then the nodes get ``DisruptionWaitingReadiness`` Events. A
 command whose replacement vanished first, or whose replacements are not all Initialized
 :data:`REPLACEMENT_TIMEOUT_SECONDS` (600 s) after the command started, is abandoned: its nodes are
@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED
 from nodesmith.core.errors import KubernetesError
-
-from .capacity import DISRUPTED_TAINT_KEY
-from .disruption_state import CONDITION_DISRUPTING, CommandRecord, read_record
+from nodesmith.services.disruption.state import CONDITION_DISRUPTING, CommandRecord, read_record
+from nodesmith.services.provisioning.capacity import DISRUPTED_TAINT_KEY
 
 if TYPE_CHECKING:
-    from .disruption_pass import DisruptionPass
+    from nodesmith.services.disruption.run import DisruptionPass
 
 __all__ = ["REPLACEMENT_TIMEOUT_SECONDS", "advance_in_flight"]
 

@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nodesmith.core.disruption import ClusterNode
 from nodesmith.core.errors import KubernetesError
-
-from .capacity import from_rfc3339, instance_id_of, to_rfc3339
+from nodesmith.services.provisioning.capacity import from_rfc3339, instance_id_of, to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -6,7 +6,7 @@ sees a pod up to a poll late. :class:`PendingPodWatch` instead lists the unbound
 list's ``resourceVersion`` in a background thread, resuming each stream where the last one ended
 (client-go's reflector: list, watch, resume; ``410 Gone`` -> list again; a lost connection resumes,
 a refused watch lists again, both after a doubling back-off). Every change that adds a
-pending pod (:func:`~nodesmith.services.capacity.pending_pods`: unbound, marked Unschedulable by the
+pending pod (:func:`~nodesmith.services.provisioning.capacity.pending_pods`: unbound, marked Unschedulable by the
 kube-scheduler, not a DaemonSet/mirror pod, not terminating or finished) wakes the batcher at once
 through ``on_change``, so a batch opens the moment the kube-scheduler gives up on a pod.
 """
@@ -19,8 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import KubernetesError
-
-from .capacity import pending_pods
+from nodesmith.services.provisioning.capacity import pending_pods
 
 if TYPE_CHECKING:
     from collections.abc import Callable

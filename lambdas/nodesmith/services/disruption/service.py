@@ -6,15 +6,15 @@ later pass needs is stored on the NodeClaims (:mod:`.disruption_state`), so no i
 stay alive between steps:
 
 1. **In-flight commands** (NodeClaims with ``DisruptionReason``): once every replacement NodeClaim
-   is ``Initialized``, the nodes (already tainted ``karpenter.sh/disrupted``) are drained through
-   the Eviction API (:func:`~nodesmith.services.drain.drain_node`, PDBs honoured) and, drained,
-   terminated: instance, Node, NodeClaim (event ``DisruptionTerminating``). A drain that runs out
-   of its per-pass budget resumes next pass. Their nodes count as deleting for the decision below.
+   is ``Initialized``, the nodes' (already tainted ``karpenter.sh/disrupted``) termination is requested
+   (event ``DisruptionTerminating``): their NodeClaims are deleted and the termination queue drains them
+   through the Eviction API, PDBs honoured, and terminates them (:mod:`nodesmith.services.termination`).
+   Their nodes count as deleting for the decision below.
    A command whose replacement vanished first, or whose replacements are not all Initialized 600 s
    after it started (Karpenter's disruption queue timeout), is abandoned: its nodes are untainted
    and uncordoned and stay, its replacements are left (Karpenter fails the command the same way).
 2. **Expirations** (forceful, not budgeted, no pre-spun replacement; Karpenter's expiration
-   controller): tainted, drained and terminated at once; their pods are re-provisioned by the
+   controller): tainted and their termination requested at once; their pods are re-provisioned by the
    next provisioning pass.
 3. **One command** from :func:`~nodesmith.core.disruption.decide` (Emptiness, Drift, Multi-, then
    Single-node consolidation, budgets applied). A new command is only *recorded* as a candidate
@@ -22,7 +22,7 @@ stay alive between steps:
    (Karpenter's ``commandValidationDelay``, 15 s) finds the same command again — and, when the
    in-memory ``pending`` map still has the first decision, :func:`~nodesmith.core.disruption.still_valid`
    accepts it — it is executed: taint + ``DisruptionReason``, replacements created and launched
-   through the provisioning launch path, and deletes drained and terminated at once. Commands with
+   through the provisioning launch path, and deletes' termination requested at once. Commands with
    replacements wait (step 1) until the replacements are Initialized before any pod is evicted.
 
 Every decision is explained twice: Kubernetes Events on the nodes (``DisruptionBlocked``,
@@ -40,25 +40,20 @@ runs them in order and re-exports their public names.
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from nodesmith.core.disruption import DisruptionSettings, decide
-
-from .capacity import pending_pods
-from .disruption_command import COMMAND_VALIDATION_DELAY_SECONDS, PendingCommand, expire, run_command
-from .disruption_inflight import advance_in_flight
-from .disruption_outcome import DisruptionOutcome, summary
-from .disruption_pass import DRAIN_BUDGET_SECONDS, DisruptionPass
+from nodesmith.services.disruption.command import COMMAND_VALIDATION_DELAY_SECONDS, PendingCommand, expire, run_command
+from nodesmith.services.disruption.inflight import advance_in_flight
+from nodesmith.services.disruption.outcome import DisruptionOutcome, summary
+from nodesmith.services.disruption.run import DisruptionPass
+from nodesmith.services.provisioning.capacity import pending_pods
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from nodesmith.core.ports import CloudProvider, Cluster
+    from nodesmith.services.ports import Ports
 
 __all__ = [
     "COMMAND_VALIDATION_DELAY_SECONDS",
-    "DRAIN_BUDGET_SECONDS",
     "DisruptionOutcome",
     "PendingCommand",
     "disrupt",
@@ -70,17 +65,12 @@ LOG = logging.getLogger(__name__)
 
 def disrupt(
     *,
-    cluster: Cluster,
-    cloud: CloudProvider,
-    cluster_name: str,
+    ports: Ports,
     now: float,
     settings: DisruptionSettings | None = None,
     pending: dict[str, PendingCommand] | None = None,
     recent_events: dict[str, float] | None = None,
     validation_delay: float = COMMAND_VALIDATION_DELAY_SECONDS,
-    drain_budget_seconds: float = DRAIN_BUDGET_SECONDS,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
 ) -> DisruptionOutcome:
     """Run one disruption pass (see the module docstring) and return what it did.
 
@@ -91,22 +81,16 @@ def disrupt(
     :func:`~nodesmith.core.disruption.still_valid` validation, and the rejection Events already
     posted, for deduplication. Without them the state on the NodeClaims is enough: a command
     found again ``validation_delay`` seconds (default 15) later is executed.
-    ``drain_budget_seconds`` bounds the drain of one node per pass; ``sleep``/``clock`` are the
-    drain's (injectable for tests).
+    ``ports.queue`` takes the termination requests of the nodes the pass disrupts.
 
     Kubernetes and EC2 errors on one object are reported in ``outcome.errors``; errors while
     listing propagate.
     """
     run = DisruptionPass(
-        cluster=cluster,
-        cloud=cloud,
-        cluster_name=cluster_name,
+        ports=ports,
         now=now,
         settings=settings or DisruptionSettings(),
         recent_events=recent_events if recent_events is not None else {},
-        drain_budget=drain_budget_seconds,
-        sleep=sleep,
-        clock=clock,
     )
     run.snapshot()
     going = advance_in_flight(run)

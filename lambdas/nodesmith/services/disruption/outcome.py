@@ -14,8 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from nodesmith.core.disruption import Decision
-
-    from .breakdown import PoolKey
+    from nodesmith.services.breakdown import PoolKey
 
 __all__ = ["DisruptionOutcome", "explain", "summary", "tally"]
 
@@ -24,16 +23,15 @@ _MAX_LOGGED_REJECTIONS = 50
 
 @dataclass(slots=True)
 class DisruptionOutcome:
-    """What one :func:`~nodesmith.services.disruption.disrupt` call did.
+    """What one :func:`~nodesmith.services.disruption.service.disrupt` call did.
 
     ``decisions`` are JSON-safe explanations (one per command found, validated, executed or
     finished, and per expiration); ``executed`` counts commands started by method; ``savings_per_hour``
     sums ``cost_before - cost_after`` of commands started now (USD/hour), ``savings_by_method`` splits
-    it by the method that claims it. ``nodes_terminated`` and
-    ``pods_evicted`` count this pass's terminations and evictions; ``errors`` describe calls that
-    failed without stopping the pass. ``terminated_by`` counts the terminations by (reason,
-    NodePool, capacity type), reasons as Karpenter's (:func:`~nodesmith.services.breakdown.disruption_reason`);
-    ``created_by`` / ``launched_by`` count replacement NodeClaims by (NodePool, capacity type).
+    it by the method that claims it. ``nodes_terminated`` are the nodes whose termination this pass requested
+    (the termination function drains them and counts them terminated); ``errors`` describe calls that
+    failed without stopping the pass. ``created_by`` / ``launched_by`` count replacement NodeClaims by
+    (NodePool, capacity type).
     """
 
     decisions: list[dict[str, Any]] = field(default_factory=list)
@@ -42,11 +40,9 @@ class DisruptionOutcome:
     savings_by_method: dict[str, float] = field(default_factory=dict)
     candidates: list[str] = field(default_factory=list)
     nodes_terminated: list[str] = field(default_factory=list)
-    terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
     created_by: dict[PoolKey, int] = field(default_factory=dict)
     launched_by: dict[PoolKey, int] = field(default_factory=dict)
     replacements_launched: list[str] = field(default_factory=list)
-    pods_evicted: int = 0
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -90,7 +86,6 @@ def summary(outcome: DisruptionOutcome) -> Mapping[str, Any]:
         "candidates": list(outcome.candidates),
         "nodes_terminated": list(outcome.nodes_terminated),
         "replacements_launched": list(outcome.replacements_launched),
-        "pods_evicted": outcome.pods_evicted,
         "savings_usd_per_hour": round(outcome.savings_per_hour, 6),
         "errors": list(outcome.errors),
     }

@@ -4,8 +4,9 @@ Karpenter runs these as separate controllers; a reconcile pass runs them in one 
 schedules, so the capacity it plans against is current:
 
 * **registration** (``[core]:pkg/controllers/nodeclaim/lifecycle/registration.go``): the Node whose
-  ``spec.providerID`` equals the NodeClaim's gets linked (``status.nodeName``, ``Registered=True``)
-  and labelled with the NodeClaim's labels and ``karpenter.sh/registered=true``;
+  ``spec.providerID`` equals the NodeClaim's gets linked (``status.nodeName``, ``Registered=True``),
+  labelled with the NodeClaim's labels and ``karpenter.sh/registered=true``, and given the
+  ``karpenter.sh/termination`` finalizer, so a Node a user deletes is drained before it goes;
 * **initialization** (``initialization.go``): Node ``Ready``, the NodeClaim's startup taints and the
   known ephemeral taints gone, requested extended resources registered -> ``Initialized=True`` and
   ``karpenter.sh/initialized=true`` on the Node;
@@ -35,8 +36,8 @@ from nodesmith.core.errors import KubernetesError, LaunchError, TerminationError
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, ObjectRef
 from nodesmith.core.requirements import LABEL_INITIALIZED, LABEL_REGISTERED
 from nodesmith.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
-
-from .breakdown import (
+from nodesmith.core.termination import TERMINATION_FINALIZER
+from nodesmith.services.breakdown import (
     REASON_GARBAGE_COLLECTED,
     REASON_LAUNCH_TIMEOUT,
     REASON_REGISTRATION_TIMEOUT,
@@ -44,15 +45,17 @@ from .breakdown import (
     Tally,
     pool_key,
 )
-from .capacity import UNREGISTERED_TAINT_KEY, from_rfc3339, instance_id_of, to_rfc3339
-from .nodeclaims import TAG_NODECLAIM
-from .parallel import map_ordered
+from nodesmith.services.parallel import map_ordered
+from nodesmith.services.provisioning.capacity import UNREGISTERED_TAINT_KEY, from_rfc3339, instance_id_of, to_rfc3339
+from nodesmith.services.provisioning.nodeclaims import TAG_NODECLAIM
+from nodesmith.services.termination.requests import finish_termination
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.model import Node
+    from nodesmith.services.ports import Ports
 
 __all__ = [
     "EPHEMERAL_TAINT_KEYS",
@@ -62,6 +65,7 @@ __all__ = [
     "LAUNCH_TTL_SECONDS",
     "ORPHAN_GRACE_SECONDS",
     "REGISTRATION_TTL_SECONDS",
+    "GcLimits",
     "LifecycleOutcome",
     "collect_garbage",
     "link_nodes",
@@ -183,7 +187,7 @@ def link_nodes(
             if not updated.is_true(CONDITION_REGISTERED):
                 labels = dict(updated.metadata.labels)
                 labels[LABEL_REGISTERED] = "true"
-                cluster.label_node(node_name=node.name, labels=labels)
+                cluster.label_node(node_name=node.name, labels=labels, finalizers=(TERMINATION_FINALIZER,))
                 updated.status.node_name = node.name
                 updated.set_condition(CONDITION_REGISTERED, "True", "Registered", "", stamp)
                 changed = True
@@ -236,13 +240,14 @@ class _Deletion:
 
 
 def _delete_claim(cluster: Cluster, cloud: CloudProvider, d: _Deletion) -> str | None:
-    """Terminate, delete the Node and the NodeClaim, post ``d.reason``; None when done, else the error."""
+    """Terminate, delete the Node and the NodeClaim (nothing to drain: the node is gone or never registered;
+    :func:`~nodesmith.services.termination.requests.finish_termination`), post ``d.reason``; None when done, else
+    the error."""
     try:
-        if d.instance_ids:
-            cloud.terminate(instance_ids=d.instance_ids)
-        if d.node_name:
-            cluster.delete_node(name=d.node_name)
-        cluster.delete_nodeclaim(name=d.nodeclaim.name)
+        finish_termination(
+            cluster=cluster, cloud=cloud, nodeclaim_name=d.nodeclaim.name, node_name=d.node_name,
+            terminate=d.instance_ids,
+        )  # fmt: skip
     except (KubernetesError, LaunchError) as exc:
         return f"delete NodeClaim {d.nodeclaim.name} ({d.reason}): {exc}"
     cluster.record_event(ref=nodeclaim_ref(d.nodeclaim), reason=d.reason, message=d.message, type_="Warning")
@@ -283,33 +288,43 @@ def _liveness_expired(nodeclaim: NodeClaim, *, now: float, launch_ttl: float, re
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class GcLimits:
+    """Garbage collection's clocks (seconds) and fan-out: Karpenter's launch and registration TTLs
+    (``liveness.go``), the orphan grace (the AWS garbage collection controller), deletions at once."""
+
+    launch_ttl_seconds: float = LAUNCH_TTL_SECONDS
+    registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS
+    orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS
+    workers: int = GC_WORKERS
+
+
 def collect_garbage(
     *,
-    cluster: Cluster,
-    cloud: CloudProvider,
+    ports: Ports,
     nodeclaims: Sequence[NodeClaim],
     nodes: Sequence[Node],
     instances: Mapping[str, Instance],
     now: float,
     outcome: LifecycleOutcome,
-    launch_ttl_seconds: float = LAUNCH_TTL_SECONDS,
-    registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS,
-    orphan_grace_seconds: float = ORPHAN_GRACE_SECONDS,
-    workers: int = GC_WORKERS,
     fleet_listed: bool = True,
+    limits: GcLimits | None = None,
 ) -> None:
     """Delete NodeClaims whose instance is gone or whose liveness expired; terminate orphan instances.
 
     ``instances`` are our live instances by id (``cloud.list_instances()``); the instances of settled
     NodeClaims missing there are confirmed together (``cloud.get_instances``: one DescribeInstances per 200
     ids) before their NodeClaims are deleted. The deletions (terminate, delete Node and NodeClaim, Event) run
-    ``workers`` at a time. Times in epoch seconds. Deleted NodeClaim names land in ``outcome.deleted``, failed
+    ``limits.workers`` at a time. NodeClaims already being deleted are the termination function's. Times in
+    epoch seconds. Deleted NodeClaim names land in ``outcome.deleted``, failed
     deletions in ``outcome.errors``; a failure to describe the instances propagates (the pass is retried).
 
     ``fleet_listed=False``: ``instances`` holds only some of ours (those of in-flight NodeClaims, or none), so
     an instance missing there says nothing; only liveness runs, and the instance-gone check and the orphan
     sweep wait for a pass that listed the fleet (:data:`GARBAGE_COLLECTION_INTERVAL_SECONDS`).
     """
+    limits = limits or GcLimits()
+    cluster, cloud = ports.cluster, ports.cloud
     node_by_provider = {n.provider_id: n.name for n in nodes if n.provider_id}
     labels_by_node = {n.name: n.labels for n in nodes}
 
@@ -349,7 +364,9 @@ def collect_garbage(
                 )
             )
             continue
-        why = _liveness_expired(nc, now=now, launch_ttl=launch_ttl_seconds, registration_ttl=registration_ttl_seconds)
+        why = _liveness_expired(
+            nc, now=now, launch_ttl=limits.launch_ttl_seconds, registration_ttl=limits.registration_ttl_seconds
+        )
         if why is not None:
             ids = [iid] if iid else [i.instance_id for i in instances.values() if i.tags.get(TAG_NODECLAIM) == nc.name]
             deletions.append(
@@ -363,7 +380,7 @@ def collect_garbage(
                     key=key_of(nc, node_name, inst),
                 )
             )
-    _delete_all(cluster, cloud, deletions, workers, outcome)
+    _delete_all(cluster, cloud, deletions, limits.workers, outcome)
     if not fleet_listed:
         return
     claimed_ids = {instance_id_of(nc.status.provider_id) for nc in nodeclaims if nc.name not in outcome.deleted}
@@ -374,7 +391,7 @@ def collect_garbage(
         if i.instance_id not in claimed_ids
         and i.tags.get(TAG_NODECLAIM) not in claimed_names
         and i.state not in GONE_STATES
-        and now - i.launch_time >= orphan_grace_seconds
+        and now - i.launch_time >= limits.orphan_grace_seconds
     ]
     if orphans:
         try:

@@ -20,6 +20,7 @@ holds the lease and ``renew`` (extending it) is checked on every pass.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,12 +28,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from nodesmith.core.ports import Cluster
+
 __all__ = [
     "BATCH_IDLE_SECONDS",
     "BATCH_MAX_SECONDS",
     "HANDOVER_WINDOW_SECONDS",
     "POLL_SECONDS",
+    "CordonWatch",
+    "PendingSource",
     "WatchOutcome",
+    "WatchTiming",
     "handover_wait",
     "holder_name",
     "watch",
@@ -63,10 +69,34 @@ class WatchOutcome:
     stopped: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class PendingSource:
+    """Where :func:`watch` learns of pending pods: ``pending()`` gives the ids of the pods waiting for capacity now;
+    ``sleep(seconds)`` waits, at most ``poll_seconds`` at a time (one that returns as soon as pods change, woken by
+    the pod watch, lets a batch open on time without polling); ``arrived_at(ids)`` (optional) gives the first and
+    last ``clock`` time the given pods became pending, so a pod that arrived during a pass opens its batch then."""
+
+    pending: Callable[[], set[str]]
+    sleep: Callable[[float], None] = time.sleep
+    poll_seconds: float = POLL_SECONDS
+    arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WatchTiming:
+    """Karpenter's batch windows (seconds): a batch closes ``idle_seconds`` after its last pod or ``max_seconds``
+    after its first; a full pass runs at least every ``resync_seconds``; ``clock`` is monotonic seconds."""
+
+    idle_seconds: float = BATCH_IDLE_SECONDS
+    max_seconds: float = BATCH_MAX_SECONDS
+    resync_seconds: float = RESYNC_SECONDS
+    clock: Callable[[], float] = time.monotonic
+
+
 @dataclass(slots=True)
 class _Batch:
     """The batch being gathered: its new pending pods, the ``clock`` times (seconds) it opened and last
-    grew, and whether an interruption batch asked for a pass meanwhile (``owed``)."""
+    grew, and whether a pass is owed for nodes cordoned since the last one (``owed``)."""
 
     pods: set[str] = field(default_factory=set)
     opened: float = 0.0
@@ -80,6 +110,36 @@ class _Batch:
             self.last_seen = max(self.last_seen, last)
         else:
             self.opened, self.last_seen = first, last
+
+
+class CordonWatch:
+    """A pass owed for nodes cordoned since the last one: the cluster, not a message, says when.
+
+    The interruption function and the disruption pass cordon and taint a node before it drains; its pods then
+    count as pending for the next provisioning pass
+    (:func:`~nodesmith.services.provisioning.capacity.reschedulable_pods`), so their replacement capacity
+    launches while the node drains, as Karpenter's provisioner schedules "deleting-node pods" at once.
+    :meth:`owed` lists the cordoned nodes (a field selector on
+    ``spec.unschedulable``) at most every ``every`` seconds and says whether one was not cordoned at the last
+    pass (:meth:`passed`, called as a pass begins). Listing errors propagate.
+    """
+
+    def __init__(self, *, cluster: Cluster, every: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cluster, self.every, self.clock = cluster, every, clock
+        self._seen: set[str] | None = None
+        self._listed: set[str] = set()
+        self._at = -math.inf
+
+    def owed(self) -> bool:
+        """True when a node was cordoned since the last :meth:`passed`."""
+        if self.clock() - self._at >= self.every:
+            self._listed, self._at = self.cluster.cordoned_node_names(), self.clock()
+        return self._seen is not None and bool(self._listed - self._seen)
+
+    def passed(self) -> None:
+        """A pass begins: what is cordoned now, it sees."""
+        self._listed, self._at = self.cluster.cordoned_node_names(), self.clock()
+        self._seen = set(self._listed)
 
 
 def holder_name(*, request_id: str, leave_at: float) -> str:
@@ -108,51 +168,31 @@ def handover_wait(*, holder: str | None, now: float, window: float = HANDOVER_WI
 def watch(
     *,
     run_pass: Callable[[], object],
-    pending_pods: Callable[[], set[str]],
+    source: PendingSource,
     stop_at: float,
-    renew: Callable[[], bool] | None = None,
     run_resync: Callable[[], object] | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-    poll_seconds: float = POLL_SECONDS,
-    idle_seconds: float = BATCH_IDLE_SECONDS,
-    max_seconds: float = BATCH_MAX_SECONDS,
-    resync_seconds: float = RESYNC_SECONDS,
-    arrived_at: Callable[[set[str]], tuple[float, float] | None] | None = None,
-    requested: Callable[[float], bool] | None = None,
+    renew: Callable[[], bool] | None = None,
+    cordons: CordonWatch | None = None,
     catch_up: bool = True,
+    timing: WatchTiming | None = None,
 ) -> WatchOutcome:
-    """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``clock`` value, seconds).
+    """Run reconcile passes as pending pods arrive until ``stop_at`` (a ``timing.clock`` value, seconds).
 
-    ``run_pass`` runs one reconcile pass; ``pending_pods`` returns the ids (``namespace/name`` or
-    uid) of the pods waiting for capacity now. A pass runs first (catch up), then whenever a batch
-    closes (``idle_seconds`` without a new pending pod, or ``max_seconds`` after the batch's first
-    one) and every ``resync_seconds``. ``run_resync`` (default ``run_pass``) is what runs at start
-    and on resyncs — the full pass with disruption — so a batch only waits for provisioning.
-    ``renew`` is called before every pass; False (the lease was lost) stops the watch at once.
-    ``sleep`` is called with the time to the next due moment (at most ``poll_seconds``); one that
-    returns early when the pending pods change (watch mode's, woken by the pod watch) lets a
-    batch open and close on time without polling. ``arrived_at`` (optional) gives the first and
-    last ``clock`` time at which the given pods became pending: a pod that arrived while a pass ran
-    then opens its batch at that moment, not when the pass ended, so the batch's idle and maximum
-    windows are real time as in Karpenter (whose provisioner does not wait for disruption).
-    ``requested(since)`` (optional, checked every loop) is True when someone asked the lease holder for
-    a pass starting after ``since`` (the ``clock`` time the last pass started): an interruption batch
-    whose cordons the pass did not see asked it
-    (:meth:`~nodesmith.core.ports.StateStore.request_pass`), so that the cordoned nodes' pods get their
-    replacement capacity before they are evicted. A provisioning pass runs for it at once, with the pods
-    of the open batch, except right after a pass: then once the function has rested as long as that pass
-    took. In a burst (a thousand interruptions cordoned over ten seconds, every batch asking) passes
-    ran back to back, each listing every pod, Node and NodeClaim of the cluster again; resting keeps the
-    passes, and the API server's busiest lists, to half the time, and a request waits at most one pass's
-    duration (a second or two at 1,000 nodes) where Karpenter's batcher can hold it for ten.
-    ``catch_up`` False skips the first pass (the caller has just run one) and lets
-    the pods pending at the start open the first batch (they may have turned unschedulable after that
-    pass began). Exceptions of ``run_pass`` propagate.
+    ``run_pass`` runs one provisioning pass, ``run_resync`` (default ``run_pass``) the full pass with
+    disruption; pending pods come from ``source``. A full pass runs first (catch up), then a provisioning pass
+    whenever a batch closes (:class:`WatchTiming`'s idle or maximum window, as Karpenter's batcher,
+    ``karpenter-v1.md`` §2.1) and a full one every ``resync_seconds``. With ``cordons``, a pass is also owed as
+    soon as a node was cordoned since the last one (:class:`CordonWatch`), so its pods get replacement capacity
+    before they are evicted; right after a pass it runs once the function has rested as long as that pass
+    took, so a burst of cordons is served by a pass at a time rather than back to back. ``renew`` is called
+    before every pass; False (the lease was lost) stops the watch at once. ``catch_up`` False skips the first
+    pass (the caller has just run one) and lets the pods pending at the start open the first batch.
+    Exceptions of ``run_pass`` and of the sources propagate.
     """
+    timing = timing or WatchTiming()
+    clock = timing.clock
     out = WatchOutcome()
     full = run_resync or run_pass
-
     started = [clock()]
 
     def one_pass(*, resync: bool = True) -> bool:
@@ -160,15 +200,19 @@ def watch(
             out.stopped = "lease lost"
             return False
         started[0] = clock()
+        if cordons is not None:
+            cordons.passed()
         (full if resync else run_pass)()
         out.passes += 1
         return True
 
     # taken before the pass: pods arriving during a pass open the next batch; without the catch-up pass,
     # the pods pending now may have arrived after the caller's pass began: they open the first batch
-    seen = pending_pods() if catch_up else set()
+    seen = source.pending() if catch_up else set()
     if catch_up and not one_pass():
         return out
+    if not catch_up and cordons is not None:
+        cordons.passed()
     last_pass = clock()
     batch = _Batch()
     while True:
@@ -176,35 +220,33 @@ def watch(
         if now >= stop_at:
             out.stopped = "deadline"
             return out
-        current = pending_pods()
+        current = source.pending()
         new = current - seen
         seen = current
         if new:
-            first, last = (now, now) if arrived_at is None else arrived_at(new) or (now, now)
+            first, last = (now, now) if source.arrived_at is None else source.arrived_at(new) or (now, now)
             batch.add(min(first, now), min(last, now))
             batch.pods |= new
-        if requested is not None and requested(started[0]):
+        if cordons is not None and cordons.owed():
             batch.owed = True
-        # a requested pass runs once the function has rested as long as its last pass took (at once after a
-        # short one); the pods' batch closes on its idle or maximum window
         rested = last_pass + (last_pass - started[0])
         closes = (batch.owed and now >= rested) or (
-            bool(batch.pods) and (now - batch.last_seen >= idle_seconds or now - batch.opened >= max_seconds)
+            bool(batch.pods)
+            and (now - batch.last_seen >= timing.idle_seconds or now - batch.opened >= timing.max_seconds)
         )
-        if closes or now - last_pass >= resync_seconds:
+        if closes or now - last_pass >= timing.resync_seconds:
             if batch.pods:
                 out.batches.append(len(batch.pods))
             batch = _Batch()
-            seen = pending_pods()
+            seen = source.pending()
             if not one_pass(resync=not closes):
                 return out
             last_pass = clock()
             continue
-        # sleep until the next thing due (a batch closing, a resync, the deadline), at most a poll;
-        # a ``sleep`` that returns early when pods change makes the batch open at once
-        due = min(stop_at, last_pass + resync_seconds)
+        # sleep until the next thing due (a batch closing, a resync, the deadline), at most a poll
+        due = min(stop_at, last_pass + timing.resync_seconds)
         if batch.pods:
-            due = min(due, batch.last_seen + idle_seconds, batch.opened + max_seconds)
+            due = min(due, batch.last_seen + timing.idle_seconds, batch.opened + timing.max_seconds)
         if batch.owed:
             due = min(due, rested)
-        sleep(max(0.0, min(poll_seconds, due - now)))
+        source.sleep(max(0.0, min(source.poll_seconds, due - now)))

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import InsufficientCapacityError, KubernetesError, LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
-
-from .breakdown import Tally, pool_key
-from .capacity import offering_price
-from .lifecycle import nodeclaim_ref
-from .nodeclaims import TAG_NODECLAIM, launch_request, launched_labels, mark_launched
+from nodesmith.services.breakdown import Tally, pool_key
+from nodesmith.services.provisioning.capacity import offering_price
+from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
+from nodesmith.services.provisioning.nodeclaims import TAG_NODECLAIM, launch_request, launched_labels, mark_launched
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
@@ -27,12 +27,12 @@ from nodesmith.core.errors import (
     ConflictError,
     KubernetesError,
 )
-from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
+from nodesmith.core.ports import Instance, LaunchResult
 from nodesmith.core.scheduling import solve
 from nodesmith.core.scheduling.types import ExistingNode, NodeClaimPlan, SchedulingInput, SchedulingResult
-
-from .breakdown import PoolKey, pool_key
-from .capacity import (
+from nodesmith.services.breakdown import PoolKey, pool_key
+from nodesmith.services.parallel import map_ordered
+from nodesmith.services.provisioning.capacity import (
     existing_capacity,
     inflight_node,
     leaving_node_names,
@@ -41,26 +41,27 @@ from .capacity import (
     reschedulable_pods,
     volume_topology,
 )
-from .launch import Launcher, LaunchOutcome
-from .lifecycle import LifecycleOutcome, collect_garbage, link_nodes
-from .nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
-from .parallel import map_ordered
-from .reconcile_inputs import (
+from nodesmith.services.provisioning.inputs import (
     merged_catalogue,
     nodeclass_catalogues,
     take_snapshot,
     usable_pools,
     without_offerings,
 )
-from .reconcile_outcome import ReconcileOutcome, cost_by_pool, post_pod_events
-from .utilization import nodepool_utilization
+from nodesmith.services.provisioning.launch import Launcher, LaunchOutcome
+from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, collect_garbage, link_nodes
+from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
+from nodesmith.services.provisioning.utilization import nodepool_utilization
+from nodesmith.services.termination.requests import sweep_deletions
 
 if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
+    from nodesmith.services.ports import Ports
 
-__all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOutcome", "provision_leaving", "reconcile"]
+__all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOptions", "ReconcileOutcome", "reconcile"]
 
 MAX_SOLVE_ATTEMPTS = 6
 """Solves per pass: the first, plus re-solves after capacity errors. Each re-solve sees strictly
@@ -78,26 +79,18 @@ Solver = Callable[[SchedulingInput], SchedulingResult]
 class _Pass:
     """State of one reconcile pass (the steps of :func:`reconcile`, split for readability)."""
 
-    def __init__(
-        self,
-        *,
-        cluster: Cluster,
-        cloud: CloudProvider,
-        cluster_name: str,
-        now: float,
-        solver: Solver,
-        clock: Callable[[], float],
-        every_instance: bool = True,
-    ) -> None:
-        self.cluster = cluster
-        self.cloud = cloud
-        self.cluster_name = cluster_name
+    def __init__(self, *, ports: Ports, now: float, options: ReconcileOptions, every_instance: bool = True) -> None:
+        self.ports = ports
+        self.cluster = ports.cluster
+        self.cloud = ports.cloud
+        self.cluster_name = ports.cluster_name
         self.now = now
-        self.solver = solver
-        self.clock = clock
+        self.options = options
+        self.solver = options.solver
+        self.clock = options.clock
         self.out = ReconcileOutcome()
         self.lock = threading.Lock()  # the pass's tallies, written by parallel launches
-        self.snap = take_snapshot(cluster=cluster, cloud=cloud, every_instance=every_instance)
+        self.snap = take_snapshot(cluster=self.cluster, cloud=self.cloud, every_instance=every_instance)
         self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
         self.nodes: list[Node] = list(self.snap.nodes)
         self.leaving: set[str] = set()
@@ -117,8 +110,7 @@ class _Pass:
         life = LifecycleOutcome()
         claims = link_nodes(cluster=self.cluster, nodeclaims=self.claims, nodes=snap.nodes, now=self.now, outcome=life)
         collect_garbage(
-            cluster=self.cluster,
-            cloud=self.cloud,
+            ports=self.ports,
             nodeclaims=claims,
             nodes=snap.nodes,
             instances=snap.instances,
@@ -126,6 +118,17 @@ class _Pass:
             outcome=life,
             fleet_listed=snap.every_instance,
         )
+        if self.ports.queue is not None:
+            swept = sweep_deletions(
+                cluster=self.cluster,
+                queue=self.ports.queue,
+                nodeclaims=[nc for nc in claims if nc.name not in life.deleted],
+                nodes=snap.nodes,
+                now=self.now,
+                stale_seconds=self.options.request_stale_seconds,
+            )
+            out.terminations_requested = swept.requested
+            out.errors.extend(swept.errors)
         self.claims = [nc for nc in claims if nc.name not in life.deleted]
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
         self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes)
@@ -171,7 +174,7 @@ class _Pass:
                 kept.append(result.nodeclaim)
         self.claims = kept
 
-    def provision(self, *, max_solve_attempts: int) -> None:
+    def provision(self) -> None:
         """(a), (c), (d): solve pending pods, create and launch NodeClaims, re-solve after capacity errors."""
         snap, out = self.snap, self.out
         self.pending = pending_pods(snap.pods)
@@ -198,7 +201,7 @@ class _Pass:
             retry = self._solve_once(to_solve)
             if not retry:
                 break
-            if out.solve_attempts >= max_solve_attempts:
+            if out.solve_attempts >= self.options.max_solve_attempts:
                 for pod in retry:
                     out.unschedulable[pod.key] = f"insufficient capacity after {out.solve_attempts} attempts"
                 break
@@ -210,7 +213,7 @@ class _Pass:
         self, moving: Sequence[Pod]
     ) -> tuple[dict[str, tuple[NodeSelectorRequirement, ...]], dict[str, str]]:
         """Node requirements of the pods' PersistentVolumeClaims, and the pods refused for their claims
-        (:func:`~nodesmith.services.capacity.volume_topology`). The storage objects are listed only
+        (:func:`~nodesmith.services.provisioning.capacity.volume_topology`). The storage objects are listed only
         when some pod to solve mounts a claim; when they cannot be read, such pods wait for a later
         pass rather than land in a zone their volumes are not in.
         """
@@ -338,7 +341,7 @@ class _Pass:
             out.errors.append(f"NodePool {plan.nodepool}: no free NodeClaim name after 3 tries")
         return None
 
-    def finish(self, *, max_pod_events: int) -> ReconcileOutcome:
+    def finish(self) -> ReconcileOutcome:
         """Tallies, cost and (g) the pod Events."""
         out, launcher = self.out, self.launcher
         out.launch_failures = dict(launcher.failures)
@@ -355,120 +358,86 @@ class _Pass:
         out.cost_per_hour = sum(out.cost_by.values())
         out.utilization = nodepool_utilization(self.existing.values())
         post_pod_events(
-            cluster=self.cluster, pending=self.pending, nominated=self.nominated, out=out, limit=max_pod_events
+            cluster=self.cluster,
+            pending=self.pending,
+            nominated=self.nominated,
+            out=out,
+            limit=self.options.max_pod_events,
         )
         return out
 
 
-def reconcile(
-    *,
-    cluster: Cluster,
-    cloud: CloudProvider,
-    cluster_name: str,
-    now: float,
-    max_solve_attempts: int = MAX_SOLVE_ATTEMPTS,
-    max_pod_events: int = MAX_POD_EVENTS,
-    solver: Solver = solve,
-    clock: Callable[[], float] = time.perf_counter,
-    provision_first: bool = False,
-    collect_garbage: bool = True,
-) -> ReconcileOutcome:
+@dataclass(frozen=True, slots=True)
+class ReconcileOptions:
+    """How one pass runs (see :func:`reconcile`).
+
+    ``provision_first`` (watch mode's batch passes and a wake's) solves and launches before the NodeClaim
+    lifecycle; ``collect_garbage`` False (it ran less than
+    :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` ago) does not list the fleet.
+    ``max_solve_attempts`` bounds the solves per pass (re-solves after capacity errors), ``max_pod_events`` the
+    pod Events; ``solver`` is the scheduler and ``clock`` (seconds) times it. A deleting NodeClaim whose
+    termination request is older than ``request_stale_seconds`` gets another (:func:`~.termination.requests.
+    sweep_deletions`).
+    """
+
+    provision_first: bool = False
+    collect_garbage: bool = True
+    max_solve_attempts: int = MAX_SOLVE_ATTEMPTS
+    max_pod_events: int = MAX_POD_EVENTS
+    solver: Solver = solve
+    clock: Callable[[], float] = time.perf_counter
+    request_stale_seconds: float = 300.0
+
+
+def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = None) -> ReconcileOutcome:
     """Run one provisioning pass and return what it did.
 
     Steps: snapshot (Nodes, Pods, DaemonSets, NodePools, EC2NodeClasses, NodeClaims, our
     instances); link NodeClaims to their Nodes and garbage-collect (liveness, instance gone,
-    orphans); load each EC2NodeClass's catalogue; launch NodeClaims left unlaunched by an earlier
-    pass; solve the pending pods against registered nodes and in-flight NodeClaims; create and
-    launch a NodeClaim per plan, re-solving pods after capacity errors; post Events.
+    orphans); make sure every deletion has a termination request on its way (``ports.queue``; a user's
+    ``kubectl delete nodeclaim`` or ``delete node``, :func:`~.termination.requests.sweep_deletions`); load each
+    EC2NodeClass's catalogue; launch NodeClaims left unlaunched by an earlier pass; solve the pending pods
+    (and those of nodes going away) against registered nodes and in-flight NodeClaims; create and launch a
+    NodeClaim per plan, re-solving pods after capacity errors; post Events.
 
-    ``now`` is the pass time in epoch seconds (liveness, orphan grace, timestamps, names);
-    ``clock`` only measures the solver's duration (seconds). ``solver`` defaults to the core
-    scheduler. Kubernetes and EC2 errors on one object are reported in ``outcome.errors`` and do
-    not stop the pass; errors while listing (the snapshot) propagate.
+    ``now`` is the pass time in epoch seconds (liveness, orphan grace, timestamps, names). Kubernetes and EC2
+    errors on one object are reported in ``outcome.errors`` and do not stop the pass; errors while listing (the
+    snapshot) propagate.
 
-    ``provision_first`` (watch mode's batch passes and an interruption burst's wakes) solves and
-    launches before the NodeClaim lifecycle, whose registration writes (labels, status, Events) then
-    no longer sit between the pending pods and CreateFleet, as in Karpenter where provisioning and
-    the lifecycle are separate controllers. Capacity is unaffected (nodes match NodeClaims by
-    providerID, linked or not); nodes going away are taken from the snapshot, and NodeClaims left
-    unlaunched wait for the next full pass (its garbage collection decides first). Such a pass
-    provisions with the instances of in-flight NodeClaims only
-    (:func:`~nodesmith.services.reconcile_inputs.provisioning_instances`) and lists the fleet, which
-    only the lifecycle's garbage collection needs, after its launches: at 1,000 nodes that
-    DescribeInstances and its parsing were 38% of the reconcile function's CPU and had every
-    burst's first CreateFleet wait for them. Instances launched by the pass are then listed too;
-    the orphan grace period (counted from the pass's ``now``) keeps them.
+    With ``options.provision_first`` the pass solves and launches before the NodeClaim lifecycle, whose
+    registration writes (labels, status, Events) then no longer sit between the pending pods and CreateFleet,
+    as in Karpenter where provisioning and the lifecycle are separate controllers. Capacity is unaffected
+    (nodes match NodeClaims by providerID, linked or not); NodeClaims left unlaunched wait for the next full
+    pass (its garbage collection decides first). Such a pass provisions with the instances of in-flight
+    NodeClaims only (:func:`~nodesmith.services.provisioning.inputs.provisioning_instances`) and lists the fleet,
+    which only the lifecycle's garbage collection needs, after its launches.
 
-    ``collect_garbage=False`` (the caller ran it less than
-    :data:`~nodesmith.services.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` ago) does not list the fleet
-    at all: the pass reads the instances of in-flight NodeClaims only, skips the instance-gone check and the
-    orphan sweep (registration, initialization and liveness still run) and prices registered nodes by their
-    labels; ``outcome.garbage_collected`` says which it did (a NodeClaim never launched still makes it list).
+    ``options.collect_garbage`` False does not list the fleet at all: the pass reads the instances of in-flight
+    NodeClaims only, skips the instance-gone check and the orphan sweep (registration, initialization and
+    liveness still run) and prices registered nodes by their labels; ``outcome.garbage_collected`` says which it
+    did (a NodeClaim never launched still makes it list).
     """
+    options = options or ReconcileOptions()
     run = _Pass(
-        cluster=cluster,
-        cloud=cloud,
-        cluster_name=cluster_name,
+        ports=ports,
         now=now,
-        solver=solver,
-        clock=clock,
+        options=options,
         # a batch pass lists the fleet after its launches, and only when garbage collection is due
-        every_instance=collect_garbage and not provision_first,
+        every_instance=options.collect_garbage and not options.provision_first,
     )
-    if provision_first:
+    if options.provision_first:
         run.leaving = leaving_node_names(run.snap.nodes)
         run.prepare()
-        run.provision(max_solve_attempts=max_solve_attempts)
-        if collect_garbage:
+        run.provision()
+        if options.collect_garbage:
             run.list_fleet()
         run.lifecycle()
-        return run.finish(max_pod_events=max_pod_events)
+        return run.finish()
     run.lifecycle()
     run.prepare()
     run.launch_leftovers()
-    run.provision(max_solve_attempts=max_solve_attempts)
-    return run.finish(max_pod_events=max_pod_events)
-
-
-def provision_leaving(
-    *,
-    cluster: Cluster,
-    cloud: CloudProvider,
-    cluster_name: str,
-    now: float,
-    max_solve_attempts: int = MAX_SOLVE_ATTEMPTS,
-    max_pod_events: int = MAX_POD_EVENTS,
-    solver: Solver = solve,
-    clock: Callable[[], float] = time.perf_counter,
-) -> ReconcileOutcome:
-    """The provisioning half of :func:`reconcile`, for pods of nodes that are going away.
-
-    The interruption Lambda calls this right after it tainted interrupted nodes
-    ``karpenter.sh/disrupted``, so their evictable pods get capacity at once instead of at the next
-    scheduled pass (Karpenter's provisioner picks up pods of deleting nodes in its next batch,
-    ``karpenter-v1.md`` §4.3). Same snapshot, scheduler, launches and capacity-error fallback as
-    :func:`reconcile`, including pending pods, so the two never disagree; NodeClaim registration,
-    liveness and garbage collection are left to the scheduled pass. It reads only the instances of
-    in-flight NodeClaims (:func:`~nodesmith.services.reconcile_inputs.provisioning_instances`), not
-    the fleet, so the pass a burst of interruptions waits for does not grow with the cluster; the
-    ``cost_by`` it reports prices registered nodes by their labels. Hold the reconcile lease
-    (:mod:`nodesmith.services.leases`) around it, as the reconcile handler does, so the two never
-    launch for the same pods at once.
-    """
-    run = _Pass(
-        cluster=cluster,
-        cloud=cloud,
-        cluster_name=cluster_name,
-        now=now,
-        solver=solver,
-        clock=clock,
-        every_instance=False,  # in-flight NodeClaims' instances only: a burst's pass must not grow with the fleet
-    )
-    run.leaving = leaving_node_names(run.snap.nodes)
-    run.prepare()
-    run.launch_leftovers()
-    run.provision(max_solve_attempts=max_solve_attempts)
-    return run.finish(max_pod_events=max_pod_events)
+    run.provision()
+    return run.finish()
 
 
 def _viable(plan: NodeClaimPlan, unavailable: set[tuple[str, str, str]]) -> bool:

@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.ports import Cluster, Instance, ObjectRef
 from nodesmith.core.requirements import LABEL_INSTANCE_TYPE, LABEL_ZONE
-
-from .breakdown import PoolKey, pool_key
-from .capacity import offering_price
-from .parallel import map_ordered
+from nodesmith.services.breakdown import PoolKey, pool_key
+from nodesmith.services.parallel import map_ordered
+from nodesmith.services.provisioning.capacity import offering_price
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -43,7 +42,7 @@ class ReconcileOutcome:
     ``new_cost_per_hour`` that of the ones launched now. ``scheduling_duration_seconds`` sums the
     solver's wall time. ``unschedulable`` maps ``namespace/name`` to a reason. ``utilization`` is
     the percent of allocatable that pods request, per NodePool and resource, after the pass
-    (:func:`~nodesmith.services.utilization.nodepool_utilization`).
+    (:func:`~nodesmith.services.provisioning.utilization.nodepool_utilization`).
 
     Breakdowns for the metrics' dimensions (:mod:`~nodesmith.services.breakdown`): ``created_by``,
     ``launched_by``, ``registered_by``, ``initialized_by`` count NodeClaims by (NodePool, capacity
@@ -51,8 +50,9 @@ class ReconcileOutcome:
     ``cost_per_hour`` split by (NodePool, capacity type) (USD/hour).
 
     ``garbage_collected`` is True when the pass listed every instance of ours and so ran the instance-gone
-    check and the orphan sweep (:func:`~nodesmith.services.lifecycle.collect_garbage`); a pass that did not
-    priced registered nodes by their labels.
+    check and the orphan sweep (:func:`~nodesmith.services.provisioning.lifecycle.collect_garbage`); a pass that did not
+    priced registered nodes by their labels. ``terminations_requested`` names the NodeClaims whose termination
+    request the pass sent (deletions nobody had asked for yet, or whose request went stale).
     """
 
     pods_pending: int = 0
@@ -83,6 +83,7 @@ class ReconcileOutcome:
     terminated_by: dict[tuple[str, str, str], int] = field(default_factory=dict)
     cost_by: dict[PoolKey, float] = field(default_factory=dict)
     garbage_collected: bool = False
+    terminations_requested: list[str] = field(default_factory=list)
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import NodeClassNotReadyError
-from nodesmith.services.capacity import instance_id_of
+from nodesmith.services.provisioning.capacity import instance_id_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
     from nodesmith.core.ports import CloudProvider, Cluster, Instance
-
-    from .reconcile_outcome import ReconcileOutcome
+    from nodesmith.services.provisioning.outcome import ReconcileOutcome
 
 __all__ = [
     "Snapshot",
@@ -57,7 +56,7 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: boo
     six lists in front of it on the way to CreateFleet. An instance launched meanwhile without its
     NodeClaim in the snapshot is covered by the orphan grace period, as before.
 
-    ``every_instance=False`` (provisioning only, :func:`~nodesmith.services.reconcile.provision_leaving`)
+    ``every_instance=False`` (provisioning only, :func:`~nodesmith.services.provisioning.reconcile.provision_leaving`)
     reads just the instances provisioning uses (:func:`provisioning_instances`) instead of the fleet.
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") as pool:
@@ -97,7 +96,7 @@ def provisioning_instances(
     """The instances a provisioning pass reads, by id: those of NodeClaims launched but not registered.
 
     Provisioning takes an in-flight NodeClaim's zone, type and capacity type from its instance
-    (:func:`~nodesmith.services.capacity.inflight_node`); a registered node carries them as labels,
+    (:func:`~nodesmith.services.provisioning.capacity.inflight_node`); a registered node carries them as labels,
     and its price only matters to consolidation. So in a fleet of 1,000 nodes with 20 replacements
     in flight, this describes 20 instances (one ``DescribeInstances`` per 200 ids, through the
     provider's ``get_instances``) instead of listing 1,020. A NodeClaim never launched (a pass that

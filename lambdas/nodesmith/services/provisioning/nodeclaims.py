@@ -50,7 +50,6 @@ from nodesmith.core.disruption.drift import (
     nodepool_hash,
 )
 from nodesmith.core.errors import InsufficientCapacityError
-from nodesmith.core.labels import LABEL_INSTANCE_ID
 from nodesmith.core.ports import LaunchRequest, LaunchResult
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
@@ -60,8 +59,8 @@ from nodesmith.core.requirements import (
     Requirements,
 )
 from nodesmith.core.resources import format_quantity
-
-from .capacity import to_rfc3339
+from nodesmith.core.termination import TERMINATION_FINALIZER
+from nodesmith.services.provisioning.capacity import to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Mapping
@@ -165,7 +164,8 @@ def _implied_labels(requirements: Iterable[NodeSelectorRequirement]) -> dict[str
 def build_nodeclaim(
     *, plan: NodeClaimPlan, nodepool: NodePool, name: str, nodeclass: EC2NodeClass | None = None
 ) -> NodeClaim:
-    """The NodeClaim object for ``plan`` (not yet created).
+    """The NodeClaim object for ``plan`` (not yet created), with Karpenter's ``karpenter.sh/termination``
+    finalizer, so a NodeClaim deleted by anyone is drained and its instance terminated before it goes.
 
     The NodePool hash (:func:`~nodesmith.core.disruption.drift.nodepool_hash`, version
     :data:`NODEPOOL_HASH_VERSION`) is always stamped; the EC2NodeClass hash
@@ -203,7 +203,13 @@ def build_nodeclaim(
         [_api_taint(t) for t in plan.startup_taints] if plan.startup_taints else list(template.spec.startup_taints)
     )
     return NodeClaim(
-        metadata=ObjectMeta(name=name, labels=labels, annotations=annotations, owner_references=owners),
+        metadata=ObjectMeta(
+            name=name,
+            labels=labels,
+            annotations=annotations,
+            owner_references=owners,
+            finalizers=[TERMINATION_FINALIZER],
+        ),
         spec=NodeClaimSpec(
             taints=taints,
             startup_taints=startup,
@@ -303,14 +309,11 @@ def _quantities(resources: Mapping[str, int]) -> dict[str, str]:
 
 def launched_labels(result: LaunchResult) -> dict[str, str]:
     """The labels a launched NodeClaim gets: its instance's type, zone and capacity type, as Karpenter's launch
-    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``), and the
-    instance id (:data:`~nodesmith.core.labels.LABEL_INSTANCE_ID`), by which the interruption handler finds
-    the NodeClaim of an interrupted instance without describing it."""
+    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``)."""
     return {
         LABEL_INSTANCE_TYPE: result.instance_type,
         LABEL_ZONE: result.zone,
         LABEL_CAPACITY_TYPE: result.capacity_type,
-        LABEL_INSTANCE_ID: result.instance_id,
     }
 
 

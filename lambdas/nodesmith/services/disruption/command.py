@@ -8,7 +8,7 @@ are tainted, drained and terminated at once. A new command from
 (Karpenter's ``commandValidationDelay``, ``validation.go``) that finds it again — and, when the
 in-memory ``pending`` map still has the first decision, :func:`~nodesmith.core.disruption.still_valid`
 accepts it — executes it: taint + ``DisruptionReason``, replacements created and launched through
-the provisioning launch path (:class:`~nodesmith.services.launch.Launcher`), and deletes drained
+the provisioning launch path (:class:`~nodesmith.services.provisioning.launch.Launcher`), and deletes drained
 and terminated at once. Rejected candidates are explained by deduplicated Events.
 """
 
@@ -21,18 +21,16 @@ from pydantic import ValidationError
 
 from nodesmith.core.disruption import still_valid
 from nodesmith.core.errors import ConflictError, KubernetesError
-
-from .breakdown import pool_key
-from .disruption_outcome import explain, tally
-from .disruption_state import CONDITION_CANDIDATE, CONDITION_DISRUPTING, CommandRecord, read_record
-from .drain import cordon_node
-from .launch import Launcher
-from .nodeclaims import build_nodeclaim, nodeclaim_name
+from nodesmith.services.breakdown import pool_key
+from nodesmith.services.disruption.outcome import explain, tally
+from nodesmith.services.disruption.state import CONDITION_CANDIDATE, CONDITION_DISRUPTING, CommandRecord, read_record
+from nodesmith.services.provisioning.launch import Launcher
+from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name
+from nodesmith.services.termination.drain import cordon_node
 
 if TYPE_CHECKING:
     from nodesmith.core.disruption import Decision, DisruptionPlan
-
-    from .disruption_pass import DisruptionPass
+    from nodesmith.services.disruption.run import DisruptionPass
 
 __all__ = [
     "COMMAND_VALIDATION_DELAY_SECONDS",

@@ -5,7 +5,7 @@ EC2NodeClasses and their catalogues, instances, the :class:`~nodesmith.core.disr
 views of :mod:`.disruption_state`) and carries out what every step needs: writing a NodeClaim
 condition, posting (deduplicated) Events, and draining then terminating a node. The steps
 themselves live in :mod:`.disruption_inflight` (commands already started) and
-:mod:`.disruption_command` (expirations and the new command); :func:`~nodesmith.services.disruption.disrupt`
+:mod:`.disruption_command` (expirations and the new command); :func:`~nodesmith.services.disruption.service.disrupt`
 runs them in order.
 """
 
@@ -13,29 +13,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nodesmith.core.errors import KubernetesError, LaunchError, NodeClassNotReadyError
+from nodesmith.core.errors import KubernetesError, NodeClassNotReadyError
 from nodesmith.core.ports import ObjectRef
-
-from .breakdown import disruption_reason, pool_key
-from .capacity import disruption_volume_topology, instance_id_of
-from .disruption_outcome import DisruptionOutcome
-from .disruption_state import cluster_nodes, write_condition
-from .drain import drain_node
-from .lifecycle import nodeclaim_ref
+from nodesmith.services.breakdown import disruption_reason
+from nodesmith.services.disruption.outcome import DisruptionOutcome
+from nodesmith.services.disruption.state import cluster_nodes, write_condition
+from nodesmith.services.provisioning.capacity import disruption_volume_topology
+from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
+from nodesmith.services.termination.requests import request_termination
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.disruption import ClusterNode, DisruptionSettings
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement
-    from nodesmith.core.ports import CloudProvider, Cluster, Instance
+    from nodesmith.core.ports import Instance
+    from nodesmith.services.ports import Ports
 
-__all__ = ["DRAIN_BUDGET_SECONDS", "EVENT_DEDUPE_SECONDS", "DisruptionPass"]
-
-DRAIN_BUDGET_SECONDS = 60.0
-"""How long one pass drains a node before leaving the rest to the next pass (seconds)."""
+__all__ = ["EVENT_DEDUPE_SECONDS", "DisruptionPass"]
 
 EVENT_DEDUPE_SECONDS = 600.0
 """An identical rejection Event (node, reason, message) is not posted again within this many seconds."""
@@ -46,30 +41,20 @@ def _node_ref(node: str) -> ObjectRef:
 
 
 class DisruptionPass:
-    """The state of one :func:`~nodesmith.services.disruption.disrupt` call and its shared node actions.
+    """The state of one :func:`~nodesmith.services.disruption.service.disrupt` call and its shared node actions.
 
     ``now`` is the pass time (epoch seconds); ``recent_events`` maps deduplicated Event keys to when
-    they were posted; ``drain_budget`` bounds one node's drain (seconds); ``sleep``/``clock`` are the
-    drain's. What the pass did accumulates in :attr:`out`.
+    they were posted; ``ports.queue`` takes the termination requests (None: nodes are only marked for deletion,
+    and the reconcile pass's sweep sends their requests once there is a queue). What the pass did accumulates
+    in :attr:`out`.
     """
 
     def __init__(
-        self,
-        *,
-        cluster: Cluster,
-        cloud: CloudProvider,
-        cluster_name: str,
-        now: float,
-        settings: DisruptionSettings,
-        recent_events: dict[str, float],
-        drain_budget: float,
-        sleep: Callable[[float], None],
-        clock: Callable[[], float],
+        self, *, ports: Ports, now: float, settings: DisruptionSettings, recent_events: dict[str, float]
     ) -> None:
-        self.cluster, self.cloud, self.cluster_name, self.now = cluster, cloud, cluster_name, now
-        self.settings, self.recent_events = settings, recent_events
-        self.drain_budget = drain_budget
-        self.sleep, self.clock = sleep, clock
+        self.ports = ports
+        self.cluster, self.cloud, self.cluster_name, self.now = ports.cluster, ports.cloud, ports.cluster_name, now
+        self.settings, self.recent_events, self.queue = settings, recent_events, ports.queue
         self.out = DisruptionOutcome()
 
     # -- snapshot ----------------------------------------------------------------------------------
@@ -117,7 +102,7 @@ class DisruptionPass:
         """The node requirements of the pods' PersistentVolumeClaims, so a simulated move keeps a pod
         in its volume's zone. Read only when some pod mounts a claim; when the storage objects cannot
         be read, bound pods with claims stay in their node's zone
-        (:func:`~nodesmith.services.capacity.disruption_volume_topology`)."""
+        (:func:`~nodesmith.services.provisioning.capacity.disruption_volume_topology`)."""
         if not any(p.pvc_names for p in self.pods):
             return {}
         try:
@@ -176,40 +161,26 @@ class DisruptionPass:
             )
 
     def terminate(self, node_name: str, *, why: str, method: str) -> bool:
-        """Drain ``node_name`` (already tainted) and, when drained, terminate it. True when gone.
-
-        Counted in ``terminated_by`` under Karpenter's reason for ``method`` (``Empty``, ``Drifted``, ...).
+        """Request the termination of ``node_name`` (already tainted): its NodeClaim is annotated with Karpenter's
+        reason for ``method`` (``Empty``, ``Drifted``, ``Underutilized``, ``Expired``) and deleted, and the request
+        sent to the termination queue, which drains the node through the Eviction API and terminates it. True when
+        requested now or before (the NodeClaim was already deleting); a failure goes to ``out.errors``.
         """
-        node = next((n for n in self.nodes if n.name == node_name), None)
         claim = self.claim_of(node_name)
-        if node is not None:
-            result = drain_node(
-                cluster=self.cluster,
-                node=node,
-                now=self.now,
-                deadline=None,
-                budget_seconds=self.drain_budget,
-                sleep=self.sleep,
-                clock=self.clock,
-            )
-            self.out.pods_evicted += result.evicted
-            if not result.complete:
-                self.event(node_name, "DisruptionBlocked", f"Draining: {result.reason}", warning=True, dedupe=True)
-                return False
+        if claim is None:
+            self.out.errors.append(f"terminate {node_name}: no NodeClaim")
+            return False
+        if claim.metadata.deletion_timestamp is not None:
+            return True
         self.event(node_name, "DisruptionTerminating", f"Disrupting Node: {why}")
         try:
-            inst = instance_id_of(node.provider_id if node is not None else None) or instance_id_of(
-                claim.status.provider_id if claim is not None else None
+            request = request_termination(
+                cluster=self.cluster, nodeclaim=claim, reason=disruption_reason(method), now=self.now
             )
-            if inst:
-                self.cloud.terminate(instance_ids=[inst])
-            self.cluster.delete_node(name=node_name)
-            if claim is not None:
-                self.cluster.delete_nodeclaim(name=claim.name)
-        except (KubernetesError, LaunchError) as exc:
+        except KubernetesError as exc:
             self.out.errors.append(f"terminate {node_name}: {exc}")
             return False
+        problems = self.queue.send(requests=[request]) if self.queue is not None else []
+        self.out.errors += [f"send termination request {p}" for p in problems]
         self.out.nodes_terminated.append(node_name)
-        key = (disruption_reason(method), *pool_key(nodeclaim=claim, labels=node.labels if node is not None else None))
-        self.out.terminated_by[key] = self.out.terminated_by.get(key, 0) + 1
         return True

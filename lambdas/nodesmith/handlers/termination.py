@@ -1,0 +1,72 @@
+"""Termination Lambda: the termination queue -> one drain round per request -> the node terminated when empty.
+
+Each record is one :class:`~nodesmith.core.termination.TerminationRequest` (ids only; malformed: logged,
+counted, acknowledged). :func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, its
+instance and node and works one round. A node that still has pods is reported as a batch item failure and
+its message made visible again after the round's backoff (``ChangeMessageVisibility``), so SQS delivers it
+for the next round; the queue's ``maxReceiveCount`` and dead-letter queue bound how long that goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+
+from nodesmith.core.termination import MalformedRequestError, parse_request
+from nodesmith.handlers import reporting, wiring
+from nodesmith.handlers.observability import logger, metrics, tracer
+from nodesmith.services.termination.service import Status, TerminationSettings, run_round
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+__all__ = ["StillDraining", "handler"]
+
+
+class StillDraining(Exception):
+    """The node still has pods: SQS delivers the request again after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"still draining; next round in {retry_after}s")
+        self.retry_after = retry_after
+
+
+@logger.inject_lambda_context(clear_state=True)
+@tracer.capture_lambda_handler(capture_response=False)
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """Lambda entry point (``nodesmith.handlers.termination.handler``): returns ``batchItemFailures``."""
+    settings = wiring.get_settings()
+    ports = wiring.ports(settings)
+    tuning = TerminationSettings(
+        eviction_workers=settings.eviction_workers,
+        retry_initial_seconds=settings.termination_retry_seconds,
+        retry_max_seconds=settings.termination_retry_max_seconds,
+    )
+    backoff: list[tuple[str, int]] = []
+
+    def record_handler(record: SQSRecord) -> None:
+        try:
+            request = parse_request(record.body)
+        except MalformedRequestError as exc:
+            reporting.report_malformed(metric="TerminationRequestsMalformed", message_id=record.message_id,
+                                       reason=exc.reason)  # fmt: skip
+            return
+        attempt = int(record.attributes.approximate_receive_count or 1)
+        outcome = run_round(ports=ports, settings=tuning, request=request, now=time.time(), attempt=attempt)
+        reporting.report_termination(outcome, request)
+        if outcome.status is Status.DRAINING and outcome.retry_after is not None:
+            backoff.append((record.receipt_handle, outcome.retry_after))
+            raise StillDraining(outcome.retry_after)
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    retry_after = wiring.build_retry_after(settings)
+    if backoff and retry_after is not None:
+        retry_after(backoff)
+    return dict(response)

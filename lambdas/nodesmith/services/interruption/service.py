@@ -1,0 +1,331 @@
+"""The interruption use case: verify a batch of EC2 and Health messages against EC2 and the cluster, then
+cordon, mark, tell, and hand each node to the termination queue.
+
+Karpenter's interruption controller (``[aws]:pkg/controllers/interruption/controller.go``, ``karpenter-v1.md``
+§4.3) parses a message, marks a spot offering unavailable, posts the Event and deletes the NodeClaim; its
+termination controller drains. Here, per batch (:class:`InterruptionBatch`):
+
+1. :meth:`~InterruptionBatch.prepare`: each message is judged on its own first
+   (:func:`~nodesmith.core.interruption.judge_message`: our account and region, a kind we act on); the
+   instances of the rest are described in one ``DescribeInstances``, and each one tagged as ours has its
+   NodeClaim read (named by its ``karpenter.sh/nodeclaim`` tag; its providerID must name the instance) and
+   its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; providerID again).
+2. :meth:`~InterruptionBatch.handle`, per message: each instance is judged on what was just read
+   (:func:`~nodesmith.core.interruption.judge_instance`), never on what the message says about it. For one
+   that is ours: taint ``karpenter.sh/disrupted:NoSchedule`` and cordon the node; post Karpenter's Event
+   (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the
+   kinds that end the instance, request its termination
+   (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
+   warning's deadline, counted from when our queue received it, delete the NodeClaim) and send the request
+   to the termination queue. A message that repeats one already being handled (its NodeClaim is deleting
+   for the same reason, and SQS had not delivered it before) only moves the deadline earlier, if it does.
+3. :meth:`~InterruptionBatch.finish`: mark the interrupted spot offerings unavailable (once each) and wake
+   the reconcile function for a provisioning pass, whose snapshot treats the pods of cordoned nodes as
+   pending, so replacement capacity launches while the nodes drain.
+
+Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from nodesmith.core.drain import DISRUPTED_TAINT
+from nodesmith.core.errors import QueueError, UnavailableOffering
+from nodesmith.core.interruption import (
+    EVENT_REASONS,
+    Action,
+    MessageKind,
+    Verdict,
+    judge_instance,
+    judge_message,
+    not_ours,
+)
+from nodesmith.core.model import CAPACITY_TYPE_SPOT
+from nodesmith.core.ports import ObjectRef
+from nodesmith.core.termination import REQUESTED_AT_ANNOTATION, TERMINATION_REASON_ANNOTATION
+from nodesmith.services.parallel import map_ordered
+from nodesmith.services.termination.requests import request_termination
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.interruption import InterruptionMessage, RebalanceAction
+    from nodesmith.core.model import Node
+    from nodesmith.core.ports import Instance
+    from nodesmith.core.termination import TerminationRequest
+    from nodesmith.services.ports import Ports
+
+__all__ = [
+    "InstanceOutcome",
+    "InterruptionBatch",
+    "InterruptionSettings",
+    "MessageOutcome",
+    "Received",
+]
+
+LOG = logging.getLogger(__name__)
+
+NODECLAIM_TAG = "karpenter.sh/nodeclaim"
+"""The instance tag naming its NodeClaim (Karpenter and Nodesmith put it on every instance they launch)."""
+
+TERMINATING_ON_INTERRUPTION = "TerminatingOnInterruption"
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """One interruption queue message as read: its SQS ``message_id``, the parsed ``message``, ``received_at``
+    (epoch seconds our queue received it: SQS's ``SentTimestamp``, which no sender can set) and ``redelivered``
+    (SQS delivered it before: ``ApproximateReceiveCount`` above 1)."""
+
+    message_id: str
+    message: InterruptionMessage
+    received_at: float
+    redelivered: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class InterruptionSettings:
+    """Who we are and what we do: the AWS ``account`` and ``region`` events must come from, the rebalance
+    recommendation policy, and how many reads of a batch run at once."""
+
+    account: str
+    region: str
+    rebalance_action: RebalanceAction = "cordon"
+    workers: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceOutcome:
+    """What became of one instance of a message: its ``verdict`` and what was done (``cordoned``, ``requested``:
+    its termination request was sent; ``duplicate``: it was already being terminated for this reason)."""
+
+    instance_id: str
+    verdict: Verdict
+    node: str | None = None
+    nodeclaim: str | None = None
+    nodepool: str | None = None
+    capacity_type: str | None = None
+    cordoned: bool = False
+    requested: bool = False
+    duplicate: bool = False
+    events: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MessageOutcome:
+    """What became of one message: its message-level ``verdict`` and its instances' outcomes."""
+
+    message_id: str
+    event_id: str
+    kind: MessageKind
+    verdict: Verdict
+    instances: tuple[InstanceOutcome, ...] = ()
+
+    @property
+    def ignored(self) -> str:
+        """The reason nothing was done about the message (the first instance's when all were ignored), or ``""``."""
+        if self.verdict.ignored:
+            return self.verdict.ignored
+        reasons = [i.verdict.ignored for i in self.instances]
+        return reasons[0] if reasons and all(reasons) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """What the cluster says about one instance: its NodeClaim and node (either may be None)."""
+
+    nodeclaim: NodeClaim | None
+    node: Node | None
+
+
+class InterruptionBatch:
+    """One batch of received messages, worked in three steps (see the module docstring).
+
+    ``now`` is the batch's wall time (epoch seconds). Raises :class:`~nodesmith.core.errors.KubernetesError` or
+    the cloud provider's errors from :meth:`prepare` (the whole batch is delivered again) and from
+    :meth:`handle` (that message is); :meth:`finish` never raises.
+    """
+
+    def __init__(
+        self, *, ports: Ports, settings: InterruptionSettings, received: Sequence[Received], now: float
+    ) -> None:
+        self.ports, self.settings, self.now = ports, settings, now
+        self.received = {r.message_id: r for r in received}
+        self.verdicts = {
+            r.message_id: judge_message(
+                r.message,
+                account=settings.account,
+                region=settings.region,
+                rebalance_action=settings.rebalance_action,
+            )
+            for r in received
+        }
+        self.instances: dict[str, Instance | None] = {}
+        self.found: dict[str, _Found] = {}
+        self.offerings: dict[tuple[str, str], UnavailableOffering] = {}
+        self.acted = False
+
+    def prepare(self) -> None:
+        """Describe the acted-on messages' instances in one call, then read each owned one's NodeClaim and node."""
+        ids = list(
+            dict.fromkeys(
+                iid
+                for mid, r in self.received.items()
+                if not self.verdicts[mid].ignored
+                for iid in r.message.instance_ids
+            )
+        )
+        if not ids:
+            return
+        described = self.ports.cloud.get_instances(instance_ids=ids)
+        self.instances = {iid: described.get(iid) for iid in ids}
+        owned = [i for i in self.instances.values() if i is not None and not not_ours(i.tags, self.ports.cluster_name)]
+        found = map_ordered(self._find, owned, workers=self.settings.workers, name="locate")
+        self.found = {i.instance_id: f for i, f in zip(owned, found, strict=True)}
+
+    def _find(self, instance: Instance) -> _Found:
+        cluster = self.ports.cluster
+        name = instance.tags.get(NODECLAIM_TAG, "")
+        claim = cluster.get_nodeclaim(name=name) if name else None
+        if claim is None or claim.status.provider_id != instance.provider_id:
+            return _Found(nodeclaim=None, node=None)
+        for node_name in (claim.status.node_name, instance.private_dns_name):
+            if node_name:
+                node = cluster.get_node(name=node_name)
+                if node is not None and node.provider_id == instance.provider_id:
+                    return _Found(nodeclaim=claim, node=node)
+        return _Found(nodeclaim=claim, node=None)
+
+    def handle(self, message_id: str) -> MessageOutcome:
+        """Act on one prepared message (see the module docstring); returns what was done."""
+        received = self.received[message_id]
+        message, verdict = received.message, self.verdicts[message_id]
+        outcome = MessageOutcome(message_id=message_id, event_id=message.event_id, kind=message.kind, verdict=verdict)
+        if verdict.ignored:
+            return outcome
+        results = []
+        for iid in message.instance_ids:
+            found = self.found.get(iid, _Found(nodeclaim=None, node=None))
+            judged = judge_instance(
+                verdict,
+                message,
+                instance=self.instances.get(iid),
+                has_nodeclaim=found.nodeclaim is not None,
+                cluster_name=self.ports.cluster_name,
+                received_at=received.received_at,
+            )
+            results.append(self._act(received, judged, iid, found))
+        return replace(outcome, instances=tuple(results))
+
+    def _act(self, received: Received, verdict: Verdict, instance_id: str, found: _Found) -> InstanceOutcome:
+        instance = self.instances.get(instance_id)
+        claim, node = found.nodeclaim, found.node
+        result = InstanceOutcome(
+            instance_id=instance_id,
+            verdict=verdict,
+            node=node.name if node is not None else None,
+            nodeclaim=claim.name if claim is not None else None,
+            nodepool=claim.nodepool_name if claim is not None else None,
+            capacity_type=instance.capacity_type if instance is not None else None,
+        )
+        if verdict.ignored or claim is None or instance is None:
+            return result
+        if received.message.kind is MessageKind.SPOT_INTERRUPTED and instance.capacity_type == CAPACITY_TYPE_SPOT:
+            self.offerings[(instance.instance_type, instance.zone)] = UnavailableOffering(
+                instance_type=instance.instance_type, zone=instance.zone, capacity_type=CAPACITY_TYPE_SPOT,
+                code="SpotInterruption",
+            )  # fmt: skip
+        annotations = claim.metadata.annotations
+        if (
+            verdict.removing
+            and claim.metadata.deletion_timestamp is not None
+            and REQUESTED_AT_ANNOTATION in annotations
+            and annotations.get(TERMINATION_REASON_ANNOTATION) == verdict.reason
+            and not received.redelivered
+        ):
+            if verdict.deadline is not None:  # a repeat: it may only bring the deadline forward
+                request_termination(
+                    cluster=self.ports.cluster, nodeclaim=claim, reason=verdict.reason, now=self.now,
+                    deadline=verdict.deadline,
+                )  # fmt: skip
+            return replace(result, duplicate=True)
+        cordoned = False
+        if verdict.action in (Action.CORDON, Action.CORDON_AND_DRAIN) and node is not None:
+            cordoned = self.ports.cluster.taint_and_cordon(node_name=node.name, taint=DISRUPTED_TAINT)
+            node = node if cordoned else None  # deleted meanwhile
+        posted = self._post_events(received.message, verdict, instance_id, claim, node)
+        requested = False
+        if verdict.removing:
+            request = request_termination(
+                cluster=self.ports.cluster, nodeclaim=claim, reason=verdict.reason, now=self.now,
+                deadline=verdict.deadline,
+            )  # fmt: skip
+            requested = self._send(request)
+        self.acted = self.acted or cordoned or requested
+        return replace(result, cordoned=cordoned, requested=requested, events=posted)
+
+    def _send(self, request: TerminationRequest) -> bool:
+        """Send ``request``; False without a termination queue. Raises :class:`QueueError` when SQS refuses it."""
+        if self.ports.queue is None:
+            return False
+        errors = self.ports.queue.send(requests=[request])
+        if errors:
+            raise QueueError(f"termination request not sent: {errors[0]}")
+        return True
+
+    def _post_events(
+        self, message: InterruptionMessage, verdict: Verdict, instance_id: str, claim: NodeClaim, node: Node | None
+    ) -> tuple[str, ...]:
+        """Post the kind's Event (and ``TerminatingOnInterruption`` when the node goes) on the node, else the
+        NodeClaim; best effort."""
+        ref = (
+            ObjectRef(kind="Node", name=node.name)
+            if node is not None
+            else ObjectRef(
+                kind="NodeClaim", name=claim.name, api_version="karpenter.sh/v1", uid=claim.metadata.uid or ""
+            )
+        )
+        reason, type_ = EVENT_REASONS[message.kind]
+        posted = [(reason, type_, _describe(message, instance_id))]
+        if verdict.removing:
+            posted.append(
+                (TERMINATING_ON_INTERRUPTION, "Warning", f"Interrupted {instance_id}: draining and terminating")
+            )
+        for what, kind, text in posted:
+            self.ports.cluster.record_event(ref=ref, reason=what, message=text, type_=kind)
+        return tuple(p[0] for p in posted)
+
+    def finish(self) -> list[str]:
+        """Mark the batch's interrupted spot offerings unavailable (once each) and, when a node was cordoned or
+        its termination requested, wake the reconcile function; returns what failed (logged, never raised:
+        the scheduled pass provisions within a minute anyway)."""
+        problems: list[str] = []
+        if self.offerings:
+            try:
+                self.ports.cloud.mark_unavailable(offerings=list(self.offerings.values()))
+            except Exception as exc:  # an optimisation of the next plan: never fail the batch for it
+                problems.append(f"mark offerings unavailable: {exc}")
+        if self.acted and self.ports.wake is not None:
+            try:
+                self.ports.wake(self.now)
+            except Exception as exc:
+                problems.append(f"wake the reconcile function: {exc}")
+        for problem in problems:
+            LOG.warning("interruption batch: %s", problem)
+        return problems
+
+
+def _describe(message: InterruptionMessage, instance_id: str) -> str:
+    """The Event message for ``message`` about ``instance_id`` (what EC2 or AWS Health said)."""
+    kind = message.kind
+    if kind is MessageKind.SPOT_INTERRUPTED:
+        return f"Spot interruption warning for {instance_id} ({message.instance_action or 'terminate'})"
+    if kind is MessageKind.REBALANCE_RECOMMENDATION:
+        return f"EC2 rebalance recommendation for {instance_id}: elevated risk of spot interruption"
+    if kind is MessageKind.SCHEDULED_CHANGE:
+        return f"AWS Health scheduled change for {instance_id}: {message.event_type_code or 'scheduled change'}"
+    return f"Instance {instance_id} is {message.state or kind.value}"

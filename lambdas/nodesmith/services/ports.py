@@ -1,0 +1,32 @@
+"""The ports a use case acts through, as one parameter object.
+
+Every use case of :mod:`nodesmith.services` acts on one cluster through the same few ports
+(:mod:`nodesmith.core.ports`); :class:`Ports` carries them together, so a service's signature names what
+it decides on, not its plumbing. Handlers build one from :mod:`nodesmith.handlers.wiring`; tests from fakes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.core.ports import CloudProvider, Cluster, TerminationQueue
+
+__all__ = ["Ports"]
+
+
+@dataclass(frozen=True, slots=True)
+class Ports:
+    """The Kubernetes API (``cluster``), EC2 (``cloud``), the cluster's name (its EC2 ownership tag,
+    ``kubernetes.io/cluster/<cluster_name>``), and optionally the termination ``queue`` (termination requests
+    go there; None: they are not sent) and ``wake(after)`` (asks the reconcile function for a provisioning pass
+    that sees the cluster as of ``after``, epoch seconds; None: the next scheduled pass provisions)."""
+
+    cluster: Cluster
+    cloud: CloudProvider
+    cluster_name: str
+    queue: TerminationQueue | None = None
+    wake: Callable[[float], None] | None = None

@@ -1,0 +1,148 @@
+"""Starting and finishing a termination: the two ends every caller shares.
+
+:func:`request_termination` is how anyone asks for a node to go (the interruption function, a disruption
+pass, the reconcile pass for a NodeClaim or Node a user deleted): annotate the NodeClaim
+(:func:`~nodesmith.core.termination.request_annotations`: reason, deadline, when requested), DELETE it
+(its finalizer ``karpenter.sh/termination`` keeps it, now deleting), and hand back the
+:class:`~nodesmith.core.termination.TerminationRequest` for the caller to send to the termination queue,
+where the termination function drains and terminates it (:mod:`.service`). :func:`sweep_deletions` is the
+reconcile pass's part: deletions nobody requested (a user's ``kubectl delete``) and requests that went missing.
+
+:func:`finish_termination` is the last step, in Karpenter's order (``[core]:pkg/controllers/node/termination``,
+``[core]:pkg/controllers/nodeclaim/termination``): terminate the instance, delete the Node and remove its
+finalizer, remove the NodeClaim's finalizer last, so a crash part-way leaves a NodeClaim that is still
+deleting and the next attempt goes on from where this one stopped. The termination function calls it
+when a node is drained; NodeClaim garbage collection when the instance is already gone or never
+registered a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.errors import KubernetesError
+from nodesmith.core.model import instance_id_of
+from nodesmith.core.termination import (
+    REQUESTED_AT_ANNOTATION,
+    TERMINATION_FINALIZER,
+    TERMINATION_REASON_ANNOTATION,
+    TerminationRequest,
+    request_annotations,
+)
+from nodesmith.core.timestamps import from_rfc3339
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import Node
+    from nodesmith.core.ports import CloudProvider, Cluster, TerminationQueue
+
+__all__ = ["REASON_DELETED", "Sweep", "finish_termination", "request_termination", "sweep_deletions"]
+
+REASON_DELETED = "Deleted"
+"""The termination reason of a NodeClaim or Node someone deleted (``kubectl delete``)."""
+
+
+def request_termination(
+    *, cluster: Cluster, nodeclaim: NodeClaim, reason: str, now: float, deadline: float | None = None
+) -> TerminationRequest:
+    """Annotate ``nodeclaim`` (``reason``, a Karpenter reason; ``deadline``, epoch seconds, kept when earlier
+    than one it has; ``now`` as the request time) and DELETE it; returns the request to send.
+
+    Idempotent: a NodeClaim already deleting keeps its first reason and its earliest deadline. Raises
+    :class:`~nodesmith.core.errors.KubernetesError` (``NotFoundError`` when the NodeClaim is gone) before
+    the delete when the annotation cannot be written, so nothing is deleted without it.
+    """
+    annotations = request_annotations(
+        reason=reason, now=now, deadline=deadline, current=dict(nodeclaim.metadata.annotations)
+    )
+    cluster.annotate_nodeclaim(name=nodeclaim.name, annotations=annotations)
+    if nodeclaim.metadata.deletion_timestamp is None:
+        cluster.delete_nodeclaim(name=nodeclaim.name)
+    return TerminationRequest(
+        nodeclaim=nodeclaim.name, instance_id=instance_id_of(nodeclaim.status.provider_id) or "", reason=reason
+    )
+
+
+def finish_termination(
+    *, cluster: Cluster, cloud: CloudProvider, nodeclaim_name: str, node_name: str | None, terminate: Sequence[str]
+) -> None:
+    """Terminate the instances ``terminate`` (ours, still up), delete the Node ``node_name`` (when given) and
+    remove its finalizer, then DELETE the NodeClaim and remove its finalizer, so it goes.
+
+    Each step is idempotent. Raises the cloud provider's ``LaunchError`` / ``TerminationError`` or a
+    ``KubernetesError`` when a step fails; the NodeClaim then keeps its finalizer, and the next attempt
+    repeats what is left.
+    """
+    if terminate:
+        cloud.terminate(instance_ids=list(terminate))
+    if node_name:
+        cluster.delete_node(name=node_name)
+        cluster.remove_node_finalizer(name=node_name, finalizer=TERMINATION_FINALIZER)
+    cluster.delete_nodeclaim(name=nodeclaim_name)
+    cluster.remove_nodeclaim_finalizer(name=nodeclaim_name, finalizer=TERMINATION_FINALIZER)
+
+
+@dataclass(slots=True)
+class Sweep:
+    """What :func:`sweep_deletions` did: NodeClaims whose request it sent, Nodes it let go, and errors."""
+
+    requested: list[str] = field(default_factory=list)
+    released_nodes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def sweep_deletions(
+    *,
+    cluster: Cluster,
+    queue: TerminationQueue,
+    nodeclaims: Sequence[NodeClaim],
+    nodes: Sequence[Node],
+    now: float,
+    stale_seconds: float,
+) -> Sweep:
+    """Make sure every deletion in the cluster has a termination request on its way (the reconcile pass's sweep).
+
+    * a Node being deleted (``kubectl delete node``) that carries ``karpenter.sh/termination``: its NodeClaim's
+      termination is requested (reason ``Deleted``, the NodeClaim is deleted too), as Karpenter's node termination
+      controller does; a Node no NodeClaim claims is not ours to hold, and its finalizer is removed;
+    * a NodeClaim being deleted with the finalizer (``kubectl delete nodeclaim``, or a request whose message was
+      lost) whose :data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION` is missing or older than
+      ``stale_seconds``: its request is sent again (a draining node's annotation is refreshed by its rounds).
+
+    ``now`` is epoch seconds. Errors are collected per object, never raised.
+    """
+    out = Sweep()
+    by_provider = {nc.status.provider_id: nc for nc in nodeclaims if nc.status.provider_id}
+    owed: dict[str, tuple[NodeClaim, str]] = {}
+    for node in nodes:
+        if node.deletion_timestamp is None or TERMINATION_FINALIZER not in node.finalizers:
+            continue
+        claim = by_provider.get(node.provider_id)
+        if claim is None:
+            try:
+                cluster.remove_node_finalizer(name=node.name, finalizer=TERMINATION_FINALIZER)
+                out.released_nodes.append(node.name)
+            except KubernetesError as exc:
+                out.errors.append(f"release node {node.name}: {exc}")
+        elif claim.metadata.deletion_timestamp is None:
+            owed[claim.name] = (claim, REASON_DELETED)
+    for claim in nodeclaims:
+        if claim.metadata.deletion_timestamp is None or TERMINATION_FINALIZER not in claim.metadata.finalizers:
+            continue
+        asked = from_rfc3339(claim.metadata.annotations.get(REQUESTED_AT_ANNOTATION))
+        if asked is None or now - asked >= stale_seconds:
+            owed[claim.name] = (claim, claim.metadata.annotations.get(TERMINATION_REASON_ANNOTATION) or REASON_DELETED)
+    requests: list[TerminationRequest] = []
+    for claim, reason in owed.values():
+        try:
+            requests.append(request_termination(cluster=cluster, nodeclaim=claim, reason=reason, now=now))
+        except KubernetesError as exc:
+            out.errors.append(f"request termination of NodeClaim {claim.name}: {exc}")
+    problems = queue.send(requests=requests) if requests else []
+    failed = {p.split(":", 1)[0] for p in problems}
+    out.requested = [r.nodeclaim for r in requests if r.nodeclaim not in failed]
+    out.errors += [f"send termination request {p}" for p in problems]
+    return out

@@ -1,0 +1,204 @@
+"""The termination use case: one round of one node's termination per delivery of its request.
+
+A :class:`~nodesmith.core.termination.TerminationRequest` names a NodeClaim and its instance; everything
+acted on is read again here (Karpenter's termination controller, ``karpenter-v1.md`` §3.7):
+
+1. The NodeClaim must exist, be deleting (``deletionTimestamp``) and carry ``karpenter.sh/termination``; its
+   ``status.providerID`` must name the request's instance. Otherwise nothing is done (``IGNORED`` with a
+   reason): a stale or forged request cannot start a termination, only nudge one the cluster already asked for.
+2. The instance, described now, must be ours (:func:`~nodesmith.core.interruption.not_ours`: the cluster tag
+   ``owned`` and ``karpenter.sh/nodepool``), or already gone from EC2.
+3. Its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; its providerID must
+   match) is tainted ``karpenter.sh/disrupted:NoSchedule`` and cordoned, and one drain round runs
+   (:func:`~.drain.drain_round`) against the deadline read from the NodeClaim
+   (:func:`~nodesmith.core.termination.termination_deadline`). A node whose instance EC2 already reports
+   shutting down or terminated is not drained: its pods are gone with it, and removing the node lets their
+   controllers replace them at once (Karpenter removes the finalizer when the instance is gone).
+4. Pods left and the deadline not reached: ``DRAINING``, with the seconds to wait before the next round
+   (:func:`~nodesmith.core.termination.retry_after_seconds`); the request's
+   :data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION` is refreshed once per ``heartbeat_seconds``,
+   with a ``FailedDraining`` Event naming what holds the node. Otherwise the instance is terminated and the
+   Node and NodeClaim go (:func:`~.requests.finish_termination`): ``TERMINATED``.
+
+A duplicate or a redelivered request finds the node already cordoned and partly drained and goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum, unique
+from typing import TYPE_CHECKING
+
+from nodesmith.core.api.common import parse_duration
+from nodesmith.core.interruption import not_ours
+from nodesmith.core.model import instance_id_of
+from nodesmith.core.termination import (
+    REQUESTED_AT_ANNOTATION,
+    TERMINATION_FINALIZER,
+    TERMINATION_REASON_ANNOTATION,
+    retry_after_seconds,
+    termination_deadline,
+)
+from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
+from nodesmith.services.termination import events
+from nodesmith.services.termination.drain import DrainRound, cordon_node, drain_round
+from nodesmith.services.termination.requests import finish_termination
+
+if TYPE_CHECKING:
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.model import Node
+    from nodesmith.core.ports import Cluster, Instance
+    from nodesmith.core.termination import TerminationRequest
+    from nodesmith.services.ports import Ports
+
+__all__ = ["GONE_STATES", "Status", "TerminationOutcome", "TerminationSettings", "run_round"]
+
+GONE_STATES = frozenset({"shutting-down", "terminated"})
+"""EC2 states in which an instance is gone with its pods."""
+
+
+@dataclass(frozen=True, slots=True)
+class TerminationSettings:
+    """Tuning of the rounds (``Settings`` fields): evictions at once per round, the backoff between rounds
+    (seconds: first wait, cap) and how often a draining node's request is refreshed (seconds)."""
+
+    eviction_workers: int = 8
+    retry_initial_seconds: float = 2.0
+    retry_max_seconds: float = 30.0
+    heartbeat_seconds: float = 60.0
+
+
+@unique
+class Status(StrEnum):
+    """How a round ended: the node is gone, it is still draining, or the request was not acted on."""
+
+    TERMINATED = "terminated"
+    DRAINING = "draining"
+    IGNORED = "ignored"
+
+
+@dataclass(frozen=True, slots=True)
+class TerminationOutcome:
+    """One round's result. ``detail`` is the ignore reason code (``not_deleting``, ``not_owned``, ...) or what
+    happened; ``reason`` the NodeClaim's termination reason; ``retry_after`` (DRAINING) the seconds before the
+    next round; ``drain`` the round's evictions; ``missed_deadline`` True when pods were still on the node at
+    its deadline; ``seconds_since_deletion`` how long the termination has taken (TERMINATED)."""
+
+    status: Status
+    detail: str = ""
+    node: str | None = None
+    nodepool: str | None = None
+    capacity_type: str | None = None
+    reason: str = ""
+    drain: DrainRound | None = None
+    retry_after: int | None = None
+    instance_terminated: bool = False
+    missed_deadline: bool = False
+    seconds_since_deletion: float | None = None
+
+
+def _ignored(why: str) -> TerminationOutcome:
+    return TerminationOutcome(status=Status.IGNORED, detail=why)
+
+
+def _check(claim: NodeClaim | None, request: TerminationRequest) -> str:
+    """Why the cluster does not back ``request``, or ``""`` when it does."""
+    if claim is None:
+        return "nodeclaim_gone"
+    if claim.metadata.deletion_timestamp is None:
+        return "not_deleting"
+    if TERMINATION_FINALIZER not in claim.metadata.finalizers:
+        return "no_finalizer"
+    if (instance_id_of(claim.status.provider_id) or "") != request.instance_id:
+        return "instance_mismatch"
+    return ""
+
+
+def _grace(claim: NodeClaim) -> float | None:
+    """``spec.terminationGracePeriod`` in seconds, or None when unset (the API validated its format)."""
+    value = claim.spec.termination_grace_period
+    return parse_duration(value) if value else None
+
+
+def _node(cluster: Cluster, claim: NodeClaim, instance: Instance | None) -> Node | None:
+    """The NodeClaim's node: by ``status.nodeName``, else by the instance's private DNS name; its providerID
+    must be the NodeClaim's."""
+    for name in (claim.status.node_name, instance.private_dns_name if instance is not None else None):
+        if name:
+            node = cluster.get_node(name=name)
+            if node is not None and node.provider_id == claim.status.provider_id:
+                return node
+    return None
+
+
+def run_round(
+    *, ports: Ports, settings: TerminationSettings, request: TerminationRequest, now: float, attempt: int
+) -> TerminationOutcome:
+    """One round of ``request``'s termination at ``now`` (epoch seconds), its ``attempt``-th delivery (1-based).
+
+    See the module docstring. Raises :class:`~nodesmith.core.errors.KubernetesError` or the cloud provider's
+    errors when a read or a write that must succeed fails (the request is delivered again).
+    """
+    cluster, cloud = ports.cluster, ports.cloud
+    claim = cluster.get_nodeclaim(name=request.nodeclaim)
+    why = _check(claim, request)
+    if why or claim is None:
+        return _ignored(why)
+    instance = cloud.get_instance(instance_id=request.instance_id) if request.instance_id else None
+    if instance is not None and (why := not_ours(instance.tags, ports.cluster_name)):
+        return _ignored(why)
+    gone = instance is None or instance.state in GONE_STATES
+    node = _node(cluster, claim, instance)
+    deleted_at = from_rfc3339(claim.metadata.deletion_timestamp)
+    deadline = termination_deadline(
+        annotations=claim.metadata.annotations,
+        deletion_timestamp=deleted_at,
+        grace_period_seconds=_grace(claim),
+    )
+    base = TerminationOutcome(
+        status=Status.DRAINING,
+        node=node.name if node is not None else None,
+        nodepool=claim.nodepool_name,
+        capacity_type=instance.capacity_type if instance is not None else None,
+        reason=claim.metadata.annotations.get(TERMINATION_REASON_ANNOTATION, "Deleted"),
+    )
+    drain = None
+    if node is not None and not gone:
+        cordon_node(cluster=cluster, node_name=node.name)
+        drain = drain_round(cluster=cluster, node=node, now=now, deadline=deadline, workers=settings.eviction_workers)
+        if not drain.drained and (deadline is None or now < deadline):
+            _heartbeat(cluster, claim, node, drain, now=now, every=settings.heartbeat_seconds)
+            wait = retry_after_seconds(
+                attempt=attempt,
+                now=now,
+                next_due=drain.next_due,
+                initial_seconds=settings.retry_initial_seconds,
+                max_seconds=settings.retry_max_seconds,
+            )
+            return replace(base, drain=drain, retry_after=wait, detail=f"{drain.remaining} pod(s) left")
+    terminate = [request.instance_id] if not gone else []
+    finish_termination(
+        cluster=cluster,
+        cloud=cloud,
+        nodeclaim_name=claim.name,
+        node_name=node.name if node is not None else None,
+        terminate=terminate,
+    )
+    return replace(
+        base,
+        status=Status.TERMINATED,
+        detail="instance already gone" if gone else "drained" if drain is None or drain.drained else "deadline passed",
+        drain=drain,
+        instance_terminated=bool(terminate),
+        missed_deadline=drain is not None and not drain.drained,
+        seconds_since_deletion=None if deleted_at is None else max(0.0, now - deleted_at),
+    )
+
+
+def _heartbeat(cluster: Cluster, claim: NodeClaim, node: Node, drain: DrainRound, *, now: float, every: float) -> None:
+    """Refresh the request's time on the NodeClaim, and say on the node what holds it, once per ``every`` seconds."""
+    last = from_rfc3339(claim.metadata.annotations.get(REQUESTED_AT_ANNOTATION))
+    if last is not None and now - last < every:
+        return
+    cluster.annotate_nodeclaim(name=claim.name, annotations={REQUESTED_AT_ANNOTATION: to_rfc3339(now)})
+    events.node_failed_to_drain(cluster, node.name, remaining=drain.remaining, blocked=drain.blocked_pods)

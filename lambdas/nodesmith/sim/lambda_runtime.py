@@ -1,0 +1,320 @@
+"""Lambda as the embedded default runs our handlers: the context object, the SQS event source mapping, and the
+function timeout.
+
+:class:`SqsEventSource` does what Lambda's SQS event source mapping does (AWS Lambda developer guide, "Using
+Lambda with Amazon SQS"): long-polls the queue, fills a batch for up to the batching window, invokes the
+handler with the SQS event (records with ``eventSourceARN``, ``SentTimestamp`` and
+``ApproximateReceiveCount``), and deletes the records the handler did not report in ``batchItemFailures``
+(``ReportBatchItemFailures``); a handler that raises leaves every record of its batch for SQS to deliver
+again. :meth:`SqsEventSource.drain` does it in the calling thread until the queue is empty (the demo, tests);
+:meth:`SqsEventSource.run` runs pollers in threads the way Lambda scales them: 5 concurrent invocations at
+first and 5 more each second, up to ``MaximumConcurrency`` ("Scaling behavior for SQS event source mappings").
+
+Lambda ends an invocation at its timeout; Python cannot stop a thread. :func:`install_function_timeouts` makes
+every AWS call (botocore) and Kubernetes call (the adapter's ``KubeRest``) of an invocation past its timeout
+raise :class:`LambdaKilled` instead, from its thread or any pool thread it started, so nothing of it reaches
+AWS or the cluster afterwards and none of its records is deleted, as after Lambda ends it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "EventSourceOptions",
+    "LambdaContext",
+    "LambdaKilled",
+    "Scaling",
+    "SqsEventSource",
+    "Stats",
+    "install_function_timeouts",
+]
+
+LOG = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
+
+
+@dataclass
+class LambdaContext:
+    """The parts of the Lambda context object our handlers read; ``timeout_seconds`` is the function timeout."""
+
+    function_name: str
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    memory_limit_in_mb: int = 1024
+    timeout_seconds: float = 300.0
+    region: str = "us-east-1"
+    account: str = "123456789012"  # moto's default account
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_seconds
+
+    @property
+    def invoked_function_arn(self) -> str:
+        """The function's ARN, as Lambda gives it."""
+        return f"arn:aws:lambda:{self.region}:{self.account}:function:{self.function_name}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        """Milliseconds left before this invocation's timeout."""
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+class LambdaKilled(BaseException):
+    """An invocation ended by Lambda (its timeout): a BaseException, so no handler code catches it."""
+
+
+_INVOCATION = threading.local()
+_TIMED_OUT: set[int] = set()
+_IDS = itertools.count(1)
+_INSTALLED: list[bool] = []
+
+
+def _check_alive() -> None:
+    invocation = getattr(_INVOCATION, "id", None)
+    if invocation is not None and invocation in _TIMED_OUT:
+        raise LambdaKilled(f"invocation {invocation} ran past the function timeout")
+
+
+def install_function_timeouts() -> None:
+    """Make the calls of an invocation past its timeout raise :class:`LambdaKilled` (see the module docstring).
+
+    Patches botocore's ``BaseClient._make_api_call``, ``KubeRest.request`` and ``ThreadPoolExecutor.submit``
+    (so pool threads work for the invocation that started them), once per process; calls outside an
+    invocation of :class:`SqsEventSource` are unaffected.
+    """
+    if _INSTALLED:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    from botocore.client import BaseClient
+
+    from nodesmith.adapters.kube.calls import KubeRest
+
+    submit, api_call, request = ThreadPoolExecutor.submit, BaseClient._make_api_call, KubeRest.request
+
+    def inheriting_submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        invocation = getattr(_INVOCATION, "id", None)
+        if invocation is None:
+            return submit(self, fn, *args, **kwargs)
+
+        def run(*a: Any, **k: Any) -> Any:
+            _INVOCATION.id = invocation
+            try:
+                return fn(*a, **k)
+            finally:
+                _INVOCATION.id = None
+
+        return submit(self, run, *args, **kwargs)
+
+    def checked_api_call(self: Any, operation: str, params: Any) -> Any:
+        _check_alive()
+        return api_call(self, operation, params)
+
+    def checked_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _check_alive()
+        return request(self, *args, **kwargs)
+
+    ThreadPoolExecutor.submit = inheriting_submit  # type: ignore[method-assign]
+    BaseClient._make_api_call = checked_api_call
+    KubeRest.request = checked_request  # type: ignore[method-assign]
+    _INSTALLED.append(True)
+
+
+@dataclass(frozen=True, slots=True)
+class Scaling:
+    """Lambda's SQS scaling: ``initial`` concurrent invocations, ``per_second`` more each second, at most
+    ``most`` (the event source's ``MaximumConcurrency``)."""
+
+    initial: int = 5
+    per_second: int = 5
+    most: int = 25
+
+
+@dataclass(slots=True)
+class Stats:
+    """What an event source did: invocations, records handed over, records reported failed, invocations that
+    raised, and those ended at the function timeout."""
+
+    invocations: int = 0
+    records: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    timed_out: int = 0
+
+
+class SqsEventSource:
+    """Lambda's SQS event source mapping for ``handler`` on ``queue_url`` (see the module docstring).
+
+    ``sqs`` is a boto3 SQS client (thread-safe); ``function_name`` names the invocations' context; ``options``
+    (:class:`EventSourceOptions`) are the mapping's settings. What it did is in :attr:`stats`.
+    """
+
+    def __init__(
+        self,
+        *,
+        sqs: Any,
+        queue_url: str,
+        handler: Handler,
+        function_name: str,
+        options: EventSourceOptions | None = None,
+    ) -> None:
+        self.sqs, self.queue_url, self.handler, self.function_name = sqs, queue_url, handler, function_name
+        self.options = options or EventSourceOptions()
+        self.queue_arn = str(
+            sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        )
+        self.stats = Stats()
+        self._lock = threading.Lock()
+        self._seen = 0
+
+    def _receive(self, count: int, wait: int) -> list[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"QueueUrl": self.queue_url, "MaxNumberOfMessages": count, "WaitTimeSeconds": wait,
+                                  "MessageSystemAttributeNames": ["All"]}  # fmt: skip
+        if self.options.visibility_timeout is not None:
+            kwargs["VisibilityTimeout"] = self.options.visibility_timeout
+        return list(self.sqs.receive_message(**kwargs).get("Messages", []))
+
+    def _batch(self, wait: int) -> list[dict[str, Any]]:
+        """One batch: a long poll, then more receives until the batch is full or the batching window ends."""
+        size = self.options.batch_size
+        messages = self._receive(min(10, size), wait)
+        window_end = time.monotonic() + self.options.batching_window
+        while messages and len(messages) < size and time.monotonic() < window_end:
+            more = self._receive(min(10, size - len(messages)), 0)
+            if not more:
+                break
+            messages += more
+        return messages
+
+    def _duplicate(self, messages: list[dict[str, Any]]) -> None:
+        every = self.options.duplicate_every
+        if not every:
+            return
+        for m in messages:
+            with self._lock:
+                self._seen += 1
+                due = self._seen % every == 0
+            if due and int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1")) == 1:
+                self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=m["Body"])
+
+    def _record(self, m: dict[str, Any]) -> dict[str, Any]:
+        region = self.queue_arn.split(":")[3]
+        return {
+            "messageId": m["MessageId"],
+            "receiptHandle": m["ReceiptHandle"],
+            "body": m["Body"],
+            "attributes": dict(m.get("Attributes", {})),
+            "messageAttributes": {},
+            "md5OfBody": m.get("MD5OfBody", ""),
+            "eventSource": "aws:sqs",
+            "eventSourceARN": self.queue_arn,
+            "awsRegion": region,
+        }
+
+    def poll_once(self, *, wait: int = 1) -> int:
+        """Receive one batch, invoke the handler with it and delete its successes; returns how many records."""
+        messages = self._batch(wait)
+        if not messages:
+            return 0
+        self._duplicate(messages)
+        self.invoke([self._record(m) for m in messages])
+        return len(messages)
+
+    def invoke(self, records: list[dict[str, Any]]) -> set[str]:
+        """Invoke the handler with ``records`` as Lambda would; delete those not reported failed. Returns the ids
+        of the records left for SQS (reported failed, or all of them when the invocation raised or timed out)."""
+        invocation = next(_IDS)
+        timer = threading.Timer(self.options.function_timeout, _TIMED_OUT.add, args=(invocation,))
+        timer.daemon = True
+        timer.start()
+        _INVOCATION.id = invocation
+        started = time.monotonic()
+        context = LambdaContext(function_name=self.function_name, timeout_seconds=self.options.function_timeout)
+        outcome: dict[str, Any] | BaseException
+        try:
+            outcome = self.handler({"Records": records}, context)
+            if invocation in _TIMED_OUT:
+                raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
+            failed = {f["itemIdentifier"] for f in outcome.get("batchItemFailures", [])}
+        except LambdaKilled as exc:
+            outcome, failed = exc, {r["messageId"] for r in records}
+            with self._lock:
+                self.stats.timed_out += 1
+        except Exception as exc:  # the invocation failed as a whole: SQS delivers every record again
+            LOG.warning("%s invocation failed: %s", self.function_name, exc)
+            outcome, failed = exc, {r["messageId"] for r in records}
+            with self._lock:
+                self.stats.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            timer.cancel()
+            _INVOCATION.id = None
+        done = [r for r in records if r["messageId"] not in failed]
+        if done:
+            self.sqs.delete_message_batch(
+                QueueUrl=self.queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": r["receiptHandle"]} for n, r in enumerate(done)],
+            )
+        with self._lock:
+            self.stats.invocations += 1
+            self.stats.records += len(records)
+            self.stats.failed += len(failed)
+        if self.options.on_invoke is not None:
+            self.options.on_invoke(records, outcome, started, time.monotonic())
+        return failed
+
+    def drain(self, *, wait: int = 1, max_batches: int = 1000) -> int:
+        """Poll in this thread until a receive finds the queue empty (or ``max_batches``); returns the records."""
+        handled = 0
+        for _ in range(max_batches):
+            got = self.poll_once(wait=wait)
+            if not got:
+                break
+            handled += got
+        return handled
+
+    def run(self, stop: threading.Event, *, scaling: Scaling | None = None, share: tuple[int, int] = (0, 1)) -> None:
+        """Poll with Lambda's scaling until ``stop`` is set (blocks; start it in a thread). ``share`` = (k, n): this
+        process is the k-th of n running pollers of one mapping, and starts pollers k, k + n, ... of it."""
+        scaling = scaling or Scaling()
+        k, n = share
+        workers: list[threading.Thread] = []
+        wanted = scaling.initial
+
+        def poll() -> None:
+            while not stop.is_set():
+                self.poll_once(wait=1)
+
+        while not stop.is_set():
+            while len(workers) < len(range(k, min(wanted, scaling.most), n)):
+                worker = threading.Thread(target=poll, name=f"{self.function_name}-{len(workers)}", daemon=True)
+                workers.append(worker)
+                worker.start()
+            wanted += scaling.per_second
+            stop.wait(1.0)
+        for worker in workers:
+            worker.join(timeout=self.options.function_timeout + 5)
+
+
+@dataclass(frozen=True, slots=True)
+class EventSourceOptions:
+    """An SQS event source mapping's settings: ``batch_size`` and ``batching_window`` (seconds) are the mapping's;
+    ``visibility_timeout`` (seconds) is what a receive sets (the queue's own when None); ``function_timeout``
+    (seconds) is the function's: with :func:`install_function_timeouts` installed, an invocation past it is
+    ended. ``duplicate_every`` n > 0 sends every n-th first-delivered message's body again (SQS delivers at least
+    once). ``on_invoke(records, result_or_error, started, ended)`` (monotonic seconds) hears of each invocation.
+    """
+
+    batch_size: int = 10
+    batching_window: float = 1.0
+    visibility_timeout: int | None = None
+    function_timeout: float = 30.0
+    duplicate_every: int = 0
+    on_invoke: Callable[[list[dict[str, Any]], Any, float, float], None] | None = None
