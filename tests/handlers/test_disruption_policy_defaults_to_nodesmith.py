@@ -31,8 +31,8 @@ def test_the_reconcile_handler_passes_the_policy_to_the_disruption_pass(monkeypa
 
     from nodesmith.handlers import reconcile, wiring
     from nodesmith.handlers.settings import Settings
-    from nodesmith.services import disruption
-    from nodesmith.services.disruption import DisruptionOutcome
+    from nodesmith.services.disruption import service as disruption
+    from nodesmith.services.disruption.service import DisruptionOutcome
 
     seen: list[str] = []
 

@@ -15,7 +15,7 @@ from test_reconcile_handler import emitted
 
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
-from nodesmith.services.disruption import DisruptionOutcome
+from nodesmith.services.disruption.service import DisruptionOutcome
 
 if TYPE_CHECKING:
     import pytest
@@ -25,7 +25,7 @@ def test_each_method_reports_only_its_own_savings(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from nodesmith.handlers import reconcile
-    from nodesmith.services import disruption
+    from nodesmith.services.disruption import service as disruption
 
     done = DisruptionOutcome(
         executed={"expiration": 1, "single-node-consolidation": 1},

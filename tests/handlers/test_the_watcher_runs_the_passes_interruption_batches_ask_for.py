@@ -14,7 +14,7 @@ import memory_state as memory
 from reconcile_fakes import FakeCluster, make_nodeclass, make_nodepool
 
 from nodesmith.handlers.watch_mode import LEASE, REQUEST_CHECK_SECONDS, run_watch
-from nodesmith.services.watch import POLL_SECONDS, RESYNC_SECONDS
+from nodesmith.services.provisioning.watch import POLL_SECONDS, RESYNC_SECONDS
 
 
 def watch_with(*, request_at: float | None) -> tuple[list[float], list[float], memory.MemoryStateStore]:

@@ -276,7 +276,7 @@ def _disruption_scenario(emitted: Emitted) -> bool:
     from nodesmith.handlers import wiring
     from nodesmith.handlers.observability import metrics
     from nodesmith.handlers.settings import Settings
-    from nodesmith.services.reconcile import reconcile
+    from nodesmith.services.provisioning.reconcile import reconcile
 
     run_disruption = getattr(reconcile_handler, "run_disruption", None)
     if run_disruption is None:

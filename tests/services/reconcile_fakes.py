@@ -22,7 +22,7 @@ from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, P
 from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
 from nodesmith.core.resources import parse_quantity
 from nodesmith.core.scheduling.volumes import VolumeContext
-from nodesmith.services.capacity import to_rfc3339
+from nodesmith.services.provisioning.capacity import to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

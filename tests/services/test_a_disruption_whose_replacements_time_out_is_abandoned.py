@@ -10,7 +10,7 @@ from __future__ import annotations
 from reconcile_fakes import FakeCloud, make_nodepool
 from test_disruption_across_passes import DrainableCluster, _cluster_with_one_node, _disrupt
 
-from nodesmith.services.disruption_state import CONDITION_DISRUPTING
+from nodesmith.services.disruption.state import CONDITION_DISRUPTING
 
 DISRUPTED = "karpenter.sh/disrupted"
 STARTED = 1116.0

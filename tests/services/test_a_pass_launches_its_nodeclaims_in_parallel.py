@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.core.errors import LaunchError
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from nodesmith.core.ports import LaunchRequest, LaunchResult

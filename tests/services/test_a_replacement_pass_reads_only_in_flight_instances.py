@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
 from nodesmith.core.drain import DISRUPTED_TAINT
-from nodesmith.services.reconcile import provision_leaving, reconcile
+from nodesmith.services.provisioning.reconcile import provision_leaving, reconcile
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
-from nodesmith.services.disruption import DisruptionOutcome, disrupt
-from nodesmith.services.disruption_state import CONDITION_CANDIDATE, CONDITION_DISRUPTING
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.disruption.service import DisruptionOutcome, disrupt
+from nodesmith.services.disruption.state import CONDITION_CANDIDATE, CONDITION_DISRUPTING
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from nodesmith.core.model import Pod, Taint

@@ -12,8 +12,8 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Node, NodeSelectorRequirement, NodeSelectorTerm
 from nodesmith.core.scheduling.volumes import PersistentVolume, VolumeClaim, VolumeContext
-from nodesmith.services import disruption
-from nodesmith.services.capacity import disruption_volume_topology
+from nodesmith.services.disruption import service as disruption
+from nodesmith.services.provisioning.capacity import disruption_volume_topology
 
 ZONE = "topology.kubernetes.io/zone"
 IN_1B = (NodeSelectorRequirement(ZONE, "In", ("us-east-1b",)),)

@@ -21,7 +21,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 from nodesmith.core.interruption import parse_message
 from nodesmith.services.drain import cordon_node, drain_node
 from nodesmith.services.interrupt import handle_interruption
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -79,8 +79,8 @@ def test_a_pass_posts_its_pod_events_side_by_side_up_to_the_limit() -> None:
     flight at once (each waits for the other here), and the limit still holds."""
     import threading
 
-    from nodesmith.services.reconcile import ReconcileOutcome
-    from nodesmith.services.reconcile_outcome import post_pod_events
+    from nodesmith.services.provisioning.reconcile import ReconcileOutcome
+    from nodesmith.services.provisioning.outcome import post_pod_events
 
     cluster = FakeCluster()
     together = threading.Barrier(2, timeout=5)  # a second post never starts if they go one after another
@@ -101,7 +101,7 @@ def test_a_pass_posts_its_pod_events_side_by_side_up_to_the_limit() -> None:
 
 def test_a_registered_and_initialized_nodeclaim_is_passed_through_untouched() -> None:
     """Every pass links NodeClaims to their nodes; one already Initialized is neither copied nor written."""
-    from nodesmith.services.lifecycle import LifecycleOutcome, link_nodes
+    from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, link_nodes
 
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cluster.pods = [make_pod("inflate-0")]
@@ -192,7 +192,7 @@ def test_a_drain_that_runs_out_of_budget_posts_failed_draining_on_the_node() -> 
 
 
 def test_a_do_not_disrupt_pod_blocks_disruption_with_disruption_blocked() -> None:
-    from nodesmith.services.disruption import disrupt
+    from nodesmith.services.disruption.service import disrupt
 
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cluster.pods = [make_pod("keep-me", annotations={"karpenter.sh/do-not-disrupt": "true"})]

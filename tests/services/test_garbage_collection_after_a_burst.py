@@ -14,8 +14,8 @@ from reconcile_fakes import FakeCloud, FakeCluster
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.ports import Instance
-from nodesmith.services.capacity import to_rfc3339
-from nodesmith.services.lifecycle import LifecycleOutcome, collect_garbage
+from nodesmith.services.provisioning.capacity import to_rfc3339
+from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, collect_garbage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

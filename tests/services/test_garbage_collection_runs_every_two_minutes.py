@@ -15,8 +15,8 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
-from nodesmith.services.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS, REGISTRATION_TTL_SECONDS
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS, REGISTRATION_TTL_SECONDS
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from nodesmith.core.ports import Instance

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from nodesmith.core.model import Pod
 from nodesmith.core.scheduling.types import ExistingNode
-from nodesmith.services.utilization import nodepool_utilization
+from nodesmith.services.provisioning.utilization import nodepool_utilization
 
 GIB = 2**30
 

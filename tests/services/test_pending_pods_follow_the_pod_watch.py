@@ -16,7 +16,7 @@ from nodesmith.core.errors import KubernetesError
 from nodesmith.core.ports import PodEvent
 from nodesmith.core.scheduling import instancetypes
 from nodesmith.handlers.watch_mode import run_watch, warm_scheduler
-from nodesmith.services.pod_watch import PendingPodWatch
+from nodesmith.services.provisioning.pod_watch import PendingPodWatch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -14,7 +14,7 @@ from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Pod, Taint
 from nodesmith.core.ports import Instance
 from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve
-from nodesmith.services.reconcile import ReconcileOutcome, reconcile
+from nodesmith.services.provisioning.reconcile import ReconcileOutcome, reconcile
 
 CLUSTER = "test"
 World = tuple[FakeCluster, FakeCloud]
@@ -373,7 +373,7 @@ def test_a_missing_nodeclass_is_reported_and_nothing_launches() -> None:
 def _unlaunched_claim(cluster: FakeCluster, cloud: FakeCloud, *, created: float) -> str:
     """Create a NodeClaim through the cluster as a pass would, without launching it."""
     from nodesmith.core.scheduling import SchedulingInput, solve
-    from nodesmith.services.nodeclaims import build_nodeclaim
+    from nodesmith.services.provisioning.nodeclaims import build_nodeclaim
 
     pool = cluster.nodepools[0]
     pod: Pod = make_pod(f"seed-{len(cluster.created)}")

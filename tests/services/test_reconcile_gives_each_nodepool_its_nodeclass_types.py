@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, catalogue, make_nodeclass, make_nodepool, make_pod
 
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass

@@ -12,7 +12,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Node, NodeSelectorRequirement, NodeSelectorTerm, Taint
 from nodesmith.core.scheduling.volumes import PersistentVolume, StorageClass, VolumeClaim, VolumeContext
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 
 ZONE = "topology.kubernetes.io/zone"
 # The fake catalogue's us-east-1a offerings are the cheapest: without volume topology every pod lands there.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.core.scheduling import SchedulingInput, solve
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 
 
 def test_failed_scheduling_event_carries_the_explanation_with_its_numbers_and_hint() -> None:

@@ -13,7 +13,7 @@ import yaml
 from reconcile_fakes import FakeCloud
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
-from nodesmith.services.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import reconcile
 from nodesmith.sim.kube import KubeEmulator
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from reconcile_fakes import make_pod
 
-from nodesmith.services.capacity import reschedulable_pods
+from nodesmith.services.provisioning.capacity import reschedulable_pods
 
 if TYPE_CHECKING:
     from nodesmith.core.model import Pod

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 
-from nodesmith.services.watch import handover_wait, holder_name, watch
+from nodesmith.services.provisioning.watch import handover_wait, holder_name, watch
 
 
 class FakeTime:

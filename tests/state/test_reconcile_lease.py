@@ -18,7 +18,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 from nodesmith.adapters.aws.state import DynamoStateStore
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
-from nodesmith.services.leases import LEASE_MARGIN_SECONDS, RECONCILE_LEASE, lease_ttl
+from nodesmith.services.provisioning.leases import LEASE_MARGIN_SECONDS, RECONCILE_LEASE, lease_ttl
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
