@@ -10,26 +10,16 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from nodesmith.core.ports import DrainProgress, LeaseInfo, OfferingMark
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+from nodesmith.core.ports import LeaseInfo, OfferingMark
 
 
 @dataclass
 class MemoryStateStore:
     leases: dict[str, tuple[str, float]] = field(default_factory=dict)  # name -> (holder, expires_at)
     acquired: dict[str, float] = field(default_factory=dict)  # name -> when its holder last acquired it
-    requested: dict[str, float] = field(default_factory=dict)  # name -> latest pass request (request_pass)
-    drains: dict[str, tuple[DrainProgress, float]] = field(default_factory=dict)
     offerings: dict[tuple[str, str, str], OfferingMark] = field(default_factory=dict)
     writes: list[str] = field(default_factory=list)
-    reads: list[str] = field(default_factory=list)
-    fail_puts: bool = False
-    unprocessed: set[str] = field(default_factory=set)  # instance ids whose progress writes are left unprocessed
-    drain_requests: list[list[str]] = field(default_factory=list)  # instance ids per put_drains request
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -57,26 +47,6 @@ class MemoryStateStore:
             if current is None or current[0] != holder:
                 return False
             del self.leases[name]
-            self.requested.pop(name, None)
-            return True
-
-    def request_pass(self, *, name: str, after: float, now: float) -> bool:
-        with self._lock:
-            current = self.leases.get(name)
-            if current is None or current[1] < now:
-                return False
-            self.requested[name] = max(after, self.requested.get(name, after))
-            return True
-
-    def release_unless_requested(self, *, name: str, holder: str, since: float) -> bool:
-        with self._lock:
-            current = self.leases.get(name)
-            if current is None or current[0] != holder:
-                return True
-            if self.requested.get(name, since) > since:
-                return False
-            del self.leases[name]
-            self.requested.pop(name, None)
             return True
 
     def lease_holder(self, *, name: str, now: float) -> str | None:
@@ -87,30 +57,7 @@ class MemoryStateStore:
         current = self.leases.get(name)
         if current is None or current[1] < now:
             return None
-        return LeaseInfo(
-            holder=current[0],
-            acquired_at=self.acquired.get(name, 0.0),
-            expires_at=current[1],
-            requested_at=self.requested.get(name),
-        )
-
-    def get_drain(self, *, instance_id: str) -> DrainProgress | None:
-        with self._lock:
-            self.reads.append(f"drain#{instance_id}")
-        stored = self.drains.get(instance_id)
-        return stored[0] if stored else None
-
-    def put_drains(self, *, progress: Sequence[DrainProgress], expires_at: float) -> list[str]:
-        if self.fail_puts:
-            raise RuntimeError("DynamoDB BatchWriteItem throttled")
-        with self._lock:
-            self.drain_requests.append([p.instance_id for p in progress])
-            left = [p.instance_id for p in progress if p.instance_id in self.unprocessed]
-            for p in progress:
-                if p.instance_id not in self.unprocessed:
-                    self.writes.append(f"drain#{p.instance_id}")
-                    self.drains[p.instance_id] = (p, expires_at)
-        return left
+        return LeaseInfo(holder=current[0], acquired_at=self.acquired.get(name, 0.0), expires_at=current[1])
 
     def mark_unavailable(
         self, *, instance_type: str, zone: str, capacity_type: str, expires_at: float, reason: str = ""

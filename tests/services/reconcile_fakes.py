@@ -1,10 +1,12 @@
-"""In-memory Cluster and CloudProvider for the reconcile service tests, plus small factories.
+"""In-memory Cluster, CloudProvider and TerminationQueue for the service tests, plus small factories.
 
 The fakes follow the ports' contracts (``nodesmith.core.ports``): the cluster stores NodeClaims
-like the API server (uid and creationTimestamp on create, status written separately), the cloud
-picks the cheapest allowed offering like CreateFleet ``lowest-price`` and raises
-``InsufficientCapacityError`` naming the offerings it could not fill (marking them unavailable, as
-the AWS provider's unavailable-offerings cache does).
+like the API server (uid and creationTimestamp on create, status written separately; a DELETE of a
+NodeClaim or Node that carries finalizers only sets its ``deletionTimestamp``, and it goes when its
+last finalizer is removed), the cloud picks the cheapest allowed offering like CreateFleet
+``lowest-price`` and raises ``InsufficientCapacityError`` naming the offerings it could not fill
+(marking them unavailable, as the AWS provider's unavailable-offerings cache does), and the queue
+records the termination requests sent to it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.errors import InsufficientCapacityError, NotFoundError, UnavailableOffering
-from nodesmith.core.labels import LABEL_INSTANCE_ID
 from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
 from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
 from nodesmith.core.resources import parse_quantity
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.termination import TerminationRequest
 
 GIB = 2**30
 ZONES = ("us-east-1a", "us-east-1b")
@@ -210,17 +212,38 @@ class FakeCluster:
             raise NotFoundError(f"nodeclaim {name} not found", status=404)
         self.nodeclaims[name].metadata.labels.update(labels)
 
-    def nodeclaims_for_instances(self, *, instance_ids: Sequence[str]) -> dict[str, NodeClaim]:
-        wanted = set(instance_ids)
-        return {
-            nc.metadata.labels[LABEL_INSTANCE_ID]: nc.model_copy(deep=True)
-            for nc in self.nodeclaims.values()
-            if nc.metadata.labels.get(LABEL_INSTANCE_ID) in wanted
-        }
+    def annotate_nodeclaim(self, *, name: str, annotations: Mapping[str, str]) -> None:
+        if name not in self.nodeclaims:
+            raise NotFoundError(f"nodeclaim {name} not found", status=404)
+        self.nodeclaims[name].metadata.annotations.update(annotations)
 
     def delete_nodeclaim(self, *, name: str) -> None:
-        if self.nodeclaims.pop(name, None) is not None:
+        """DELETE: a NodeClaim with finalizers is only marked (``deletionTimestamp``), one without goes."""
+        with _WRITES:  # garbage collection deletes from several threads
+            claim = self.nodeclaims.get(name)
+            if claim is None:
+                return
+            if claim.metadata.finalizers:
+                if claim.metadata.deletion_timestamp is None:
+                    claim.metadata.deletion_timestamp = to_rfc3339(self.now)
+                return
+            del self.nodeclaims[name]
             self.deleted_nodeclaims.append(name)
+
+    def remove_nodeclaim_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer``; a deleting NodeClaim left with none goes."""
+        with _WRITES:
+            claim = self.nodeclaims.get(name)
+            if claim is None:
+                return
+            claim.metadata.finalizers = [f for f in claim.metadata.finalizers if f != finalizer]
+            if claim.metadata.deletion_timestamp is not None and not claim.metadata.finalizers:
+                del self.nodeclaims[name]
+                self.deleted_nodeclaims.append(name)
+
+    def deleting(self) -> list[str]:
+        """Names of the NodeClaims being deleted (``deletionTimestamp`` set, kept by a finalizer)."""
+        return sorted(name for name, nc in self.nodeclaims.items() if nc.metadata.deletion_timestamp is not None)
 
     def get_node(self, *, name: str) -> Node | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -241,8 +264,20 @@ class FakeCluster:
         ]
         return any(n.name == node_name for n in self.nodes)
 
-    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
-        self.nodes = [replace(n, labels={**n.labels, **labels}) if n.name == node_name else n for n in self.nodes]
+    def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
+        self.nodes = [
+            replace(
+                n,
+                labels={**n.labels, **labels},
+                finalizers=(*n.finalizers, *(f for f in dict.fromkeys(finalizers) if f not in n.finalizers)),
+            )
+            if n.name == node_name
+            else n
+            for n in self.nodes
+        ]
+
+    def cordoned_node_names(self) -> set[str]:
+        return {n.name for n in self.nodes if n.unschedulable}
 
     def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> str:
         raise NotImplementedError
@@ -251,9 +286,30 @@ class FakeCluster:
         raise NotImplementedError
 
     def delete_node(self, *, name: str) -> None:
+        """DELETE: a Node with finalizers is only marked (``deletionTimestamp``), one without goes."""
         with _WRITES:  # garbage collection deletes from several threads
+            node = self.get_node(name=name)
+            if node is None:
+                return
+            if node.finalizers:
+                if node.deletion_timestamp is None:
+                    self.nodes = [replace(n, deletion_timestamp=self.now) if n.name == name else n for n in self.nodes]
+                return
             self.nodes = [n for n in self.nodes if n.name != name]
             self.deleted_nodes.append(name)
+
+    def remove_node_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer``; a deleting Node left with none goes."""
+        with _WRITES:
+            node = self.get_node(name=name)
+            if node is None:
+                return
+            left = tuple(f for f in node.finalizers if f != finalizer)
+            if node.deletion_timestamp is not None and not left:
+                self.nodes = [n for n in self.nodes if n.name != name]
+                self.deleted_nodes.append(name)
+                return
+            self.nodes = [replace(n, finalizers=left) if n.name == name else n for n in self.nodes]
 
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
         self.events.append((ref.kind, ref.name, reason, message))
@@ -352,6 +408,26 @@ class FakeCloud:
             if iid in self.instances:
                 self.instances[iid] = replace(self.instances[iid], state="terminated")
                 self.terminated.append(iid)
+
+    def mark_unavailable(self, *, offerings: Sequence[UnavailableOffering]) -> None:
+        self.marked.update((o.instance_type, o.zone, o.capacity_type) for o in offerings)
+
+
+@dataclass
+class FakeQueue:
+    """The TerminationQueue port: records every request sent; ``failing`` NodeClaim names are refused."""
+
+    sent: list[TerminationRequest] = field(default_factory=list)
+    failing: set[str] = field(default_factory=set)
+
+    def send(self, *, requests: Sequence[TerminationRequest]) -> list[str]:
+        problems = [f"{r.nodeclaim}: queue refused it" for r in requests if r.nodeclaim in self.failing]
+        self.sent.extend(r for r in requests if r.nodeclaim not in self.failing)
+        return problems
+
+    def nodeclaims(self) -> list[str]:
+        """The NodeClaims named by the requests sent, in order."""
+        return [r.nodeclaim for r in self.sent]
 
 
 def node_for(instance: Instance, nodeclaim: NodeClaim, *, ready: bool, taints: tuple[Taint, ...] = ()) -> Node:

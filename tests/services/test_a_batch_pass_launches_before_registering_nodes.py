@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
-from nodesmith.services.provisioning.reconcile import reconcile
+from nodesmith.services.ports import Ports
+from nodesmith.services.provisioning.reconcile import ReconcileOptions, reconcile
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult
 
@@ -27,9 +28,9 @@ class Calls:
 class OrderedCluster(FakeCluster):
     calls: Calls = field(default_factory=Calls)
 
-    def label_node(self, *, node_name: str, labels: Mapping[str, str]) -> None:
+    def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
         self.calls.order.append("register")
-        super().label_node(node_name=node_name, labels=labels)
+        super().label_node(node_name=node_name, labels=labels, finalizers=finalizers)
 
 
 @dataclass
@@ -49,7 +50,7 @@ def _joined_node_and_new_pod(calls: Calls) -> tuple[OrderedCluster, OrderedCloud
     cluster = OrderedCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], calls=calls)
     cloud = OrderedCloud(calls=calls)
     cluster.pods = [make_pod("first", cpu="1")]
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     (claim,) = cluster.nodeclaims.values()
     (instance,) = cloud.instances.values()
     cluster.nodes.append(node_for(instance, claim, ready=True))  # its kubelet joined; not registered yet
@@ -61,7 +62,11 @@ def _joined_node_and_new_pod(calls: Calls) -> tuple[OrderedCluster, OrderedCloud
 def test_the_batch_pass_calls_createfleet_before_registering_the_joined_node() -> None:
     calls = Calls()
     cluster, cloud = _joined_node_and_new_pod(calls)
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0, provision_first=True)
+    out = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1010.0,
+        options=ReconcileOptions(provision_first=True),
+    )
     assert calls.order.index("CreateFleet") < calls.order.index("register")
     assert out.nodeclaims_launched == 1 and out.nodeclaims_registered == 1
 
@@ -73,7 +78,11 @@ def test_the_batch_pass_lists_the_fleet_after_createfleet_and_still_collects_orp
                      tags={"karpenter.sh/nodeclaim": "deleted-long-ago"})  # fmt: skip
     cloud.instances[orphan.instance_id] = orphan
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0, provision_first=True)
+    out = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1010.0,
+        options=ReconcileOptions(provision_first=True),
+    )
 
     assert calls.order.index("CreateFleet") < calls.order.index("list fleet")
     assert calls.order.count("list fleet") == 1
@@ -87,7 +96,11 @@ def test_a_batch_pass_that_had_to_list_the_fleet_to_provision_lists_it_once() ->
     (claim,) = cluster.nodeclaims.values()
     claim.status.provider_id = None  # as if a pass died after CreateFleet, before writing the status
 
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0, provision_first=True)
+    reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1010.0,
+        options=ReconcileOptions(provision_first=True),
+    )
 
     assert calls.order.count("list fleet") == 1
 
@@ -95,13 +108,13 @@ def test_a_batch_pass_that_had_to_list_the_fleet_to_provision_lists_it_once() ->
 def test_a_full_pass_lists_the_fleet_first() -> None:
     calls = Calls()
     cluster, cloud = _joined_node_and_new_pod(calls)
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0)
+    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1010.0)
     assert calls.order.index("list fleet") < calls.order.index("CreateFleet")
 
 
 def test_a_full_pass_still_registers_first() -> None:
     calls = Calls()
     cluster, cloud = _joined_node_and_new_pod(calls)
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1010.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1010.0)
     assert calls.order.index("register") < calls.order.index("CreateFleet")
     assert out.nodeclaims_launched == 1 and out.nodeclaims_registered == 1

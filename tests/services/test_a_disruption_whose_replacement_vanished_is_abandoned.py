@@ -1,7 +1,7 @@
 """A disruption command whose replacement NodeClaim vanishes before it is Initialized (a capacity
 error, a liveness timeout, someone deleting it) is abandoned as Karpenter does: the candidate node
 loses the karpenter.sh/disrupted taint and its cordon, the command is no longer in flight, and
-nothing on the node is evicted or terminated."""
+its termination is never requested (nothing on it is evicted or terminated)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ def test_the_candidate_is_untainted_and_kept_when_its_replacement_vanishes() -> 
     assert not any(t.key == DISRUPTED for t in kept.taints) and not kept.unschedulable
     assert not cluster.nodeclaims[claim].is_true(CONDITION_DISRUPTING)  # no later pass resumes the command
     assert not after.nodes_terminated and not cluster.evicted and not cloud.terminated
+    assert cluster.queue.sent == [] and cluster.nodeclaims[claim].metadata.deletion_timestamp is None
     assert [d["stage"] for d in after.decisions if d["stage"] == "abandoned"] == ["abandoned"]
     assert "DisruptionBlocked" in cluster.reasons("Node")
 
     later = _disrupt(cluster, cloud, 1118.0)  # the node is a disruption candidate again, not drained
-    assert not later.nodes_terminated and not cluster.evicted
+    assert not later.nodes_terminated and not cluster.evicted and cluster.queue.sent == []

@@ -2,7 +2,7 @@
 command's start is abandoned as Karpenter's disruption queue gives up on it (``maxRetryDuration``,
 10 min, in ``pkg/controllers/disruption/orchestration/queue.go``; ``minRetryDuration`` in today's
 ``pkg/controllers/disruption/queue.go``): the candidate node loses the karpenter.sh/disrupted taint
-and its cordon and is kept, nothing on it is evicted or terminated, and the replacement is left in
+and its cordon and is kept, its termination is never requested, and the replacement is left in
 place (Karpenter does not delete it; an empty one is consolidated later)."""
 
 from __future__ import annotations
@@ -53,10 +53,11 @@ def test_a_command_whose_replacement_is_not_initialized_after_600_seconds_is_aba
     assert cluster.get_node(name=node) is not None
     assert not cluster.nodeclaims[claim].is_true(CONDITION_DISRUPTING)  # no later pass resumes the command
     assert not after.nodes_terminated and not cluster.evicted and not cloud.terminated
+    assert cluster.queue.sent == [] and cluster.nodeclaims[claim].metadata.deletion_timestamp is None
     (abandoned,) = [d for d in after.decisions if d["stage"] == "abandoned"]
     assert abandoned["nodes"] == [node] and "600" in abandoned["reason"] and replacement in abandoned["reason"]
     assert "DisruptionBlocked" in cluster.reasons("Node")
     assert replacement in cluster.nodeclaims  # Karpenter leaves the replacement; it is not deleted
 
     later = _disrupt(cluster, cloud, STARTED + 602.0)  # a candidate again, not drained
-    assert not later.nodes_terminated and not cluster.evicted
+    assert not later.nodes_terminated and not cluster.evicted and cluster.queue.sent == []

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.core.errors import LaunchError
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def test_three_nodeclaims_are_launched_at_the_same_time_and_all_accounted() -> N
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cluster.pods = [make_pod(f"big-{n}", cpu="3500m", memory="6Gi") for n in range(3)]  # one 4-vCPU node each
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.launch_failures == {}  # a serial pass breaks the barrier: LaunchError "Serial"
     assert out.nodeclaims_created == 3 and out.nodeclaims_launched == 3

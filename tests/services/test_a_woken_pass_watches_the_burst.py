@@ -1,6 +1,7 @@
 """After a woken pass, the reconcile invocation keeps the lease through the interruption window and
 provisions again, without resyncs, for pods the kube-scheduler leaves unschedulable (the watch reports
-them) and for batches that ask for a pass; it stops at the end of the window."""
+them) and for nodes cordoned since its last pass (later batches of the burst); it stops at the end of the
+window."""
 
 from __future__ import annotations
 
@@ -32,18 +33,21 @@ def test_a_pod_left_unschedulable_during_the_burst_gets_a_pass_within_the_batch_
     assert cluster.listed == 0  # pods come from the watch, not from listing
 
 
-def test_a_batch_that_asks_during_the_burst_gets_a_pass_and_nothing_else_runs() -> None:
-    cluster = FeedCluster()
+def test_a_node_cordoned_during_the_burst_gets_a_pass_and_nothing_else_runs() -> None:
+    cluster = FeedCluster(cordoned={"node-before"})  # cordoned before the woken pass: that pass's
     passes: list[float] = []
     t0 = time.monotonic()
 
-    def requested(since: float) -> bool:  # a batch cordoned at t0 + 1 s and asked the holder for a pass
-        return time.monotonic() - t0 >= 1.0 and since < t0 + 1.0
+    def cordon() -> None:
+        time.sleep(1.0)  # a later interruption batch of the burst cordons another node
+        cluster.cordoned.add("node-later")
 
+    threading.Thread(target=cordon, daemon=True).start()
     out = watch_burst(run_pass=lambda: passes.append(time.monotonic() - t0), cluster=cluster,  # type: ignore[arg-type]
-                      seconds=2.5, requested=requested)  # fmt: skip
+                      seconds=3.0)  # fmt: skip
 
-    assert len(passes) == 1 and 1.0 <= passes[0] <= 1.8 and out.batches == []
+    # at the watch's next listing of the cordoned nodes (once a second) and a poll
+    assert len(passes) == 1 and 1.0 <= passes[0] <= 2.5 and out.batches == []
 
 
 def test_a_window_already_over_runs_nothing_and_starts_no_watch() -> None:

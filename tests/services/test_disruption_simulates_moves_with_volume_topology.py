@@ -13,6 +13,7 @@ from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Node, NodeSelectorRequirement, NodeSelectorTerm
 from nodesmith.core.scheduling.volumes import PersistentVolume, VolumeClaim, VolumeContext
 from nodesmith.services.disruption import service as disruption
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.capacity import disruption_volume_topology
 
 ZONE = "topology.kubernetes.io/zone"
@@ -44,9 +45,7 @@ def _cluster() -> FakeCluster:
 
 
 def _disrupt(cluster: FakeCluster) -> disruption.DisruptionOutcome:
-    return disruption.disrupt(
-        cluster=cluster, cloud=FakeCloud(), cluster_name="test", now=1000.0, sleep=lambda _s: None, clock=lambda: 1000.0
-    )
+    return disruption.disrupt(ports=Ports(cluster=cluster, cloud=FakeCloud(), cluster_name="test"), now=1000.0)
 
 
 def test_the_decision_sees_volume_topology_and_per_nodepool_types(decided: dict[str, Any]) -> None:

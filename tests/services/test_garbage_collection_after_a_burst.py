@@ -13,9 +13,11 @@ from reconcile_fakes import FakeCloud, FakeCluster
 
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.errors import KubernetesError
+from nodesmith.core.model import Node
 from nodesmith.core.ports import Instance
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.capacity import to_rfc3339
-from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, collect_garbage
+from nodesmith.services.provisioning.lifecycle import GcLimits, LifecycleOutcome, collect_garbage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -24,13 +26,14 @@ NOW = 10_000.0
 
 
 def launched_claim(n: int) -> NodeClaim:
-    """A NodeClaim launched and registered 5 minutes ago on instance ``i-<n>``."""
+    """A NodeClaim launched and registered 5 minutes ago on instance ``i-<n>`` (with Karpenter's finalizer)."""
     stamp = to_rfc3339(NOW - 300)
     return NodeClaim.model_validate(
         {
             "metadata": {
                 "name": f"default-{n}",
                 "creationTimestamp": stamp,
+                "finalizers": ["karpenter.sh/termination"],
                 "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "spot"},
             },
             "spec": {
@@ -64,11 +67,15 @@ class CountingCloud(FakeCloud):
 
 
 def burst(n: int) -> tuple[FakeCluster, CountingCloud, list[NodeClaim]]:
-    """``n`` NodeClaims whose instances were terminated (no longer listed, still described)."""
+    """``n`` NodeClaims whose instances were terminated (no longer listed, still described), and their Nodes
+    (registered, so carrying Karpenter's finalizer)."""
     cluster, cloud = FakeCluster(), CountingCloud()
     claims = [launched_claim(i) for i in range(1, n + 1)]
     for nc in claims:
-        cluster.nodeclaims[nc.name] = nc
+        cluster.nodeclaims[nc.name] = nc.model_copy(deep=True)
+        cluster.nodes.append(
+            Node(name=nc.status.node_name, provider_id=nc.status.provider_id, finalizers=("karpenter.sh/termination",))
+        )
         iid = nc.status.provider_id.rsplit("/", 1)[-1]
         cloud.instances[iid] = Instance(iid, "m5.large", "us-east-1a", "spot", "terminated", NOW - 300)
     return cluster, cloud, claims
@@ -78,11 +85,20 @@ def test_instances_gone_are_confirmed_in_one_describe_and_their_nodeclaims_delet
     cluster, cloud, claims = burst(6)
     out = LifecycleOutcome()
 
-    collect_garbage(cluster=cluster, cloud=cloud, nodeclaims=claims, nodes=[], instances={}, now=NOW, outcome=out)
+    collect_garbage(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        nodeclaims=claims,
+        nodes=[],
+        instances={},
+        now=NOW,
+        outcome=out,
+    )
 
     assert len(cloud.describes) == 1 and sorted(cloud.describes[0]) == sorted(cloud.instances)
     assert out.deleted == {nc.name for nc in claims} and out.terminated == 6
-    assert sorted(cluster.deleted_nodes) == sorted(nc.status.node_name for nc in claims)
+    # the Nodes and NodeClaims go (deleted, their finalizers removed: nothing is left to drain)
+    assert sorted(cluster.deleted_nodes) == sorted(nc.status.node_name for nc in claims) and not cluster.nodes
+    assert sorted(cluster.deleted_nodeclaims) == sorted(out.deleted) and not cluster.nodeclaims
     assert [e[2] for e in cluster.events] == ["InstanceTerminated"] * 6
 
 
@@ -98,7 +114,14 @@ def test_the_deletions_run_at_the_same_time() -> None:
     cluster.delete_nodeclaim = waiting_delete  # type: ignore[method-assign]
     out = LifecycleOutcome()
 
-    collect_garbage(cluster=cluster, cloud=cloud, nodeclaims=claims, nodes=[], instances={}, now=NOW, outcome=out)
+    collect_garbage(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        nodeclaims=claims,
+        nodes=[],
+        instances={},
+        now=NOW,
+        outcome=out,
+    )
 
     assert out.terminated == 3 and not out.errors
 
@@ -117,9 +140,16 @@ def test_a_failed_deletion_is_reported_and_the_others_still_count(workers: int) 
     out = LifecycleOutcome()
 
     collect_garbage(
-        cluster=cluster, cloud=cloud, nodeclaims=claims, nodes=[], instances={}, now=NOW, outcome=out, workers=workers
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        nodeclaims=claims,
+        nodes=[],
+        instances={},
+        now=NOW,
+        outcome=out,
+        limits=GcLimits(workers=workers),
     )
 
     assert out.deleted == {claims[0].name, claims[2].name, claims[3].name} and out.terminated == 3
     assert len(out.errors) == 1 and claims[1].name in out.errors[0] and "500" in out.errors[0]
     assert claims[1].name in cluster.nodeclaims  # left for the next pass
+    assert sorted(cluster.nodeclaims) == [claims[1].name]  # the others went

@@ -15,8 +15,9 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS, REGISTRATION_TTL_SECONDS
-from nodesmith.services.provisioning.reconcile import reconcile
+from nodesmith.services.provisioning.reconcile import ReconcileOptions, reconcile
 
 if TYPE_CHECKING:
     from nodesmith.core.ports import Instance
@@ -36,11 +37,11 @@ def _registered_node_and_an_orphan() -> tuple[FakeCluster, CountingCloud]:
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cloud = CountingCloud()
     cluster.pods = [make_pod("first", cpu="1")]
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     (claim,) = cluster.nodeclaims.values()
     (instance,) = cloud.instances.values()
     cluster.nodes.append(node_for(instance, claim, ready=True))
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1005.0)  # registers it
+    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1005.0)  # registers it
     orphan = replace(instance, instance_id="i-orphan", launch_time=900.0, tags={"karpenter.sh/nodeclaim": "gone"})
     cloud.instances[orphan.instance_id] = orphan
     cloud.listings.clear()
@@ -52,12 +53,9 @@ def test_a_pass_without_garbage_collection_does_not_list_the_fleet_or_sweep_orph
     cluster, cloud = _registered_node_and_an_orphan()
 
     out = reconcile(
-        cluster=cluster,
-        cloud=cloud,
-        cluster_name="test",
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
         now=1100.0,
-        provision_first=provision_first,
-        collect_garbage=False,
+        options=ReconcileOptions(provision_first=provision_first, collect_garbage=False),
     )
 
     assert cloud.listings == [] and cloud.terminated == []
@@ -68,7 +66,11 @@ def test_a_pass_without_garbage_collection_does_not_list_the_fleet_or_sweep_orph
 def test_the_pass_garbage_collection_is_due_for_lists_once_and_sweeps(provision_first: bool) -> None:
     cluster, cloud = _registered_node_and_an_orphan()
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1100.0, provision_first=provision_first)
+    out = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1100.0,
+        options=ReconcileOptions(provision_first=provision_first),
+    )
 
     assert len(cloud.listings) == 1 and cloud.terminated == ["i-orphan"]
     assert out.garbage_collected and out.orphans_terminated == 1
@@ -80,11 +82,18 @@ def test_a_nodeclaim_whose_instance_went_is_left_to_the_pass_that_lists_the_flee
     gone = claim.status.provider_id.rsplit("/", 1)[-1]
     del cloud.instances[gone]  # terminated by someone else, and no longer described either
 
-    kept = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1100.0, provision_first=True,
-                     collect_garbage=False)  # fmt: skip
+    kept = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1100.0,
+        options=ReconcileOptions(provision_first=True, collect_garbage=False),
+    )
     assert kept.nodeclaims_terminated == 0 and claim.name in cluster.nodeclaims
 
-    collected = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1101.0, provision_first=True)
+    collected = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1101.0,
+        options=ReconcileOptions(provision_first=True),
+    )
     assert collected.nodeclaims_terminated == 1 and claim.name not in cluster.nodeclaims
 
 
@@ -92,13 +101,16 @@ def test_liveness_still_runs_without_garbage_collection() -> None:
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cloud = CountingCloud()
     cluster.pods = [make_pod("first", cpu="1")]
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     (claim,) = cluster.nodeclaims.values()
     (iid,) = cloud.instances
     cloud.listings.clear()
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1001.0 + REGISTRATION_TTL_SECONDS,
-                    provision_first=True, collect_garbage=False)  # fmt: skip
+    out = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1001.0 + REGISTRATION_TTL_SECONDS,
+        options=ReconcileOptions(provision_first=True, collect_garbage=False),
+    )
 
     assert claim.name not in cluster.nodeclaims and cloud.terminated == [iid]  # never registered: liveness
     assert out.nodeclaims_terminated == 1 and cloud.listings == []
@@ -108,9 +120,16 @@ def test_a_pass_that_did_not_list_the_fleet_prices_registered_nodes_by_their_lab
     cluster, cloud = _registered_node_and_an_orphan()
     del cloud.instances["i-orphan"]
 
-    labelled = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1100.0, provision_first=True,
-                         collect_garbage=False)  # fmt: skip
-    listed = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1101.0, provision_first=True)
+    labelled = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1100.0,
+        options=ReconcileOptions(provision_first=True, collect_garbage=False),
+    )
+    listed = reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
+        now=1101.0,
+        options=ReconcileOptions(provision_first=True),
+    )
 
     assert labelled.cost_per_hour > 0
     assert labelled.cost_per_hour == pytest.approx(listed.cost_per_hour)

@@ -15,7 +15,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_pod
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.ports import PodEvent
 from nodesmith.core.scheduling import instancetypes
-from nodesmith.handlers.watch_mode import run_watch, warm_scheduler
+from nodesmith.handlers.watch_mode import WatchPasses, run_watch, warm_scheduler
 from nodesmith.services.provisioning.pod_watch import PendingPodWatch
 
 if TYPE_CHECKING:
@@ -131,6 +131,7 @@ class FeedCluster:
 
     feed: queue.Queue[PodEvent] = field(default_factory=queue.Queue)
     listed: int = 0
+    cordoned: set[str] = field(default_factory=set)
 
     def watch_pods(
         self, *, resource_version: str = "", unscheduled_only: bool = True, timeout_seconds: int = 60
@@ -146,6 +147,9 @@ class FeedCluster:
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
         self.listed += 1
         raise AssertionError("watch mode listed pods")
+
+    def cordoned_node_names(self) -> set[str]:
+        return set(self.cordoned)
 
 
 def test_watch_mode_provisions_for_a_pod_the_watch_reports_pending_without_listing_pods() -> None:
@@ -168,13 +172,10 @@ def test_watch_mode_provisions_for_a_pod_the_watch_reports_pending_without_listi
 
     threading.Thread(target=arrive, daemon=True).start()
     out = run_watch(
-        run_pass=batch,
-        run_full=full,
+        passes=WatchPasses(provision=batch, full=full, warm=lambda: passes.append("warm")),
         cluster=cluster,  # type: ignore[arg-type]
         remaining_seconds=36.0,  # watches for 6 s: the 30 s exit margin is kept
-        drain_budget_seconds=0.0,
         request_id="req-1",
-        warm=lambda: passes.append("warm"),
     )
     assert passes == ["full", "warm", "batch"]  # catch-up pass (then warm-up), the batch the watched pod opened
     assert out.batches == (1,)

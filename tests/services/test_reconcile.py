@@ -14,7 +14,8 @@ from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Pod, Taint
 from nodesmith.core.ports import Instance
 from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve
-from nodesmith.services.provisioning.reconcile import ReconcileOutcome, reconcile
+from nodesmith.services.ports import Ports
+from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
 
 CLUSTER = "test"
 World = tuple[FakeCluster, FakeCloud]
@@ -26,7 +27,11 @@ def run(cluster: FakeCluster, cloud: FakeCloud, now: float, *, packing: str = "n
     def solver(inp: SchedulingInput) -> SchedulingResult:
         return solve(replace(inp, packing=packing))  # type: ignore[arg-type]
 
-    return reconcile(cluster=cluster, cloud=cloud, cluster_name=CLUSTER, now=now, solver=solver)
+    return reconcile(
+        ports=Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER),
+        now=now,
+        options=ReconcileOptions(solver=solver),
+    )
 
 
 @pytest.fixture
@@ -39,6 +44,21 @@ def world() -> World:
 def only_claim(cluster: FakeCluster):  # type: ignore[no-untyped-def]
     assert len(cluster.nodeclaims) == 1, list(cluster.nodeclaims)
     return next(iter(cluster.nodeclaims.values()))
+
+
+def failed_launches(cluster: FakeCluster) -> list[str]:
+    """NodeClaims deleted after their launch failed: deleting (their finalizer keeps them until the termination
+    function removes it), never launched."""
+    deleting = [nc for nc in cluster.nodeclaims.values() if nc.metadata.deletion_timestamp is not None]
+    assert not any(nc.status.provider_id or nc.is_true("Launched") for nc in deleting)
+    return sorted(nc.name for nc in deleting)
+
+
+def live_claim(cluster: FakeCluster):  # type: ignore[no-untyped-def]
+    """The one NodeClaim not being deleted."""
+    live = [nc for nc in cluster.nodeclaims.values() if nc.metadata.deletion_timestamp is None]
+    assert len(live) == 1, [nc.name for nc in live]
+    return live[0]
 
 
 def test_pending_pods_get_one_nodeclaim_launched_with_karpenter_metadata(world: World) -> None:
@@ -56,20 +76,20 @@ def test_pending_pods_get_one_nodeclaim_launched_with_karpenter_metadata(world: 
     assert claim.metadata.annotations["karpenter.k8s.aws/ec2nodeclass-hash"].isdigit()
     assert claim.metadata.annotations["karpenter.k8s.aws/ec2nodeclass-hash-version"] == "nodesmith-v1"
     assert claim.metadata.owner_references[0].name == "default"
+    # created with Karpenter's finalizer, so a NodeClaim deleted by anyone is drained before it goes
+    assert claim.metadata.finalizers == ["karpenter.sh/termination"]
     types = next(r.values for r in claim.spec.requirements if r.key == "node.kubernetes.io/instance-type")
     assert types[0] == "c5.xlarge"  # 3 CPUs of requests do not fit a 2-vCPU type; cheapest that fits first
     assert claim.spec.resources.requests["cpu"] == "3"
     assert claim.is_true("Launched") and not claim.is_true("Registered")
     assert claim.status.provider_id.startswith("aws:///us-east-1a/i-")
     assert claim.status.allocatable["cpu"] == "3900m"
-    # labelled with what was launched (as Karpenter's launch does) and the instance id the interruption
-    # handler selects NodeClaims by
+    # labelled with what was launched (as Karpenter's launch does)
     iid = claim.status.provider_id.rsplit("/", 1)[-1]
     assert {k: claim.metadata.labels.get(k) for k in ("node.kubernetes.io/instance-type", "topology.kubernetes.io/zone",
-            "karpenter.sh/capacity-type", "nodesmith.dev/instance-id")} == {
+            "karpenter.sh/capacity-type")} == {
         "node.kubernetes.io/instance-type": "c5.xlarge", "topology.kubernetes.io/zone": "us-east-1a",
-        "karpenter.sh/capacity-type": cloud.instances[iid].capacity_type, "nodesmith.dev/instance-id": iid}  # fmt: skip
-    assert cluster.nodeclaims_for_instances(instance_ids=[iid])[iid].name == claim.name
+        "karpenter.sh/capacity-type": cloud.instances[iid].capacity_type}  # fmt: skip
     request = cloud.requests[0]
     assert request.tags["kubernetes.io/cluster/test"] == "owned"
     assert request.tags["karpenter.sh/nodeclaim"] == claim.name
@@ -128,7 +148,8 @@ def test_spot_capacity_error_falls_back_to_on_demand_within_one_call(world: Worl
     assert out.solve_attempts == 2
     assert out.launch_failures == {"InsufficientInstanceCapacity": 1}
     assert (out.nodeclaims_created, out.nodeclaims_launched) == (2, 1)
-    claim = only_claim(cluster)
+    claim = live_claim(cluster)
+    assert len(failed_launches(cluster)) == 1  # the spot NodeClaim, deleted
     instance = cloud.instances[claim.status.provider_id.rsplit("/", 1)[-1]]
     assert instance.capacity_type == "on-demand"
     assert out.unschedulable == {}
@@ -150,13 +171,14 @@ def test_capacity_error_in_the_heavier_pool_falls_back_to_the_next_nodepool(
 
     out = run(cluster, cloud, 1000.0, packing="karpenter")  # the failure count below is for one NodeClaim per pass
 
-    claim = only_claim(cluster)
+    claim = live_claim(cluster)
     assert claim.nodepool_name == "general"
     assert out.pods_scheduled == 3 and out.unschedulable == {}
     # c5.xlarge spot, c5.xlarge on-demand, c5.large spot, c5.large on-demand: one CreateFleet each.
     assert out.launch_failures == {"InsufficientInstanceCapacity": 4}
     assert len(cloud.requests) == 5
-    assert all(name.startswith("compute-") for name in cluster.deleted_nodeclaims)
+    failed = failed_launches(cluster)
+    assert len(failed) == 4 and all(name.startswith("compute-") for name in failed)
 
 
 def test_capacity_errors_everywhere_leave_the_pods_unschedulable_after_bounded_attempts(
@@ -167,7 +189,8 @@ def test_capacity_errors_everywhere_leave_the_pods_unschedulable_after_bounded_a
 
     out = run(cluster, cloud, 1000.0)
 
-    assert cluster.nodeclaims == {}
+    assert failed_launches(cluster) == sorted(cluster.nodeclaims)  # every NodeClaim created was deleted
+    assert out.nodeclaims_launched == 0
     assert out.solve_attempts <= 6
     assert set(out.unschedulable) == {p.key for p in cluster.pods}
     assert cluster.reasons("Pod").count("FailedScheduling") == 3
@@ -214,6 +237,8 @@ def test_linking_registers_then_initializes_when_the_node_is_ready(world: World)
     assert claim.status.node_name == instance.private_dns_name and claim.is_true("Registered")
     assert not claim.is_true("Initialized")
     assert cluster.nodes[0].labels["karpenter.sh/registered"] == "true"
+    # registration gives the Node Karpenter's finalizer, so a Node a user deletes is drained before it goes
+    assert cluster.nodes[0].finalizers == ("karpenter.sh/termination",)
     assert out.nodeclaims_created == 0  # the registered node is the capacity the pods wait for
 
     cluster.nodes = [replace(cluster.nodes[0], taints=())]  # the agent removed its startup taint
@@ -397,5 +422,5 @@ def test_a_nodeclaim_whose_labels_cannot_be_written_is_still_launched_and_the_fa
 
     claim = only_claim(cluster)
     assert out.nodeclaims_launched == 1 and claim.is_true("Launched")
-    assert "nodesmith.dev/instance-id" not in claim.metadata.labels
+    assert "topology.kubernetes.io/zone" not in claim.metadata.labels
     assert [e for e in out.errors if "label launched NodeClaim" in e and "503" in e]

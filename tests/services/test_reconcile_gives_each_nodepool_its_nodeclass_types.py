@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, catalogue, make_nodeclass, make_nodepool, make_pod
 
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def test_two_nodepools_get_their_own_nodeclass_allocatable_and_zones() -> None:
     cluster.pods = [make_pod(f"d{i}", cpu="10m", memory="16Mi", node_selector={POOL: "dense"}) for i in range(6)]
     cluster.pods += [make_pod(f"s{i}", cpu="10m", memory="16Mi", node_selector={POOL: "sparse"}) for i in range(6)]
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.unschedulable == {} and out.errors == []
     requests = {pool: [r for r in cloud.requests if r.nodepool_name == pool] for pool in ("dense", "sparse")}
@@ -100,6 +101,6 @@ def test_node_classes_with_the_same_spec_are_asked_for_once_per_pass() -> None:
         pods=[make_pod("p", node_selector={POOL: "two"})],
     )
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert cloud.asked == ["a"] and out.pods_scheduled == 1

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
@@ -43,6 +44,6 @@ def test_the_instance_listing_runs_while_the_cluster_is_listed() -> None:
         nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], instances_listing=cloud.started
     )
     cluster.pods = [make_pod("a")]
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     assert cluster.overlapped  # sequential listing would call list_instances only after list_nodeclaims
     assert out.nodeclaims_launched == 1

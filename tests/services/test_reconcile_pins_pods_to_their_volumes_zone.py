@@ -12,6 +12,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Node, NodeSelectorRequirement, NodeSelectorTerm, Taint
 from nodesmith.core.scheduling.volumes import PersistentVolume, StorageClass, VolumeClaim, VolumeContext
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
 
 ZONE = "topology.kubernetes.io/zone"
@@ -45,7 +46,7 @@ def _zones(cloud: FakeCloud) -> list[str]:
 
 def test_a_pod_whose_claim_is_bound_to_a_zonal_volume_launches_in_that_zone() -> None:
     cluster, cloud = _world(("db-0", ("data-db-0",)))
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.pods_scheduled == 1 and _zones(cloud) == ["us-east-1b"]
     assert cloud.requests[0].zones == frozenset({"us-east-1b"})
@@ -53,7 +54,7 @@ def test_a_pod_whose_claim_is_bound_to_a_zonal_volume_launches_in_that_zone() ->
 
 def test_an_unbound_claim_follows_its_wait_for_first_consumer_class_topology() -> None:
     cluster, cloud = _world(("web", ("cache",)))
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.pods_scheduled == 1 and _zones(cloud) == ["us-east-1b"]
     claim = next(iter(cluster.nodeclaims.values()))
@@ -62,7 +63,7 @@ def test_an_unbound_claim_follows_its_wait_for_first_consumer_class_topology() -
 
 def test_claims_karpenter_would_refuse_leave_the_pod_pending_with_the_reason() -> None:
     cluster, cloud = _world(("orphan", ("missing",)), ("classless", ("no-class",)), ("ok", ()))
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.pods_scheduled == 1
     assert out.unschedulable == {
@@ -75,7 +76,7 @@ def test_claims_karpenter_would_refuse_leave_the_pod_pending_with_the_reason() -
 
 def test_storage_objects_are_read_only_when_a_pod_mounts_a_claim() -> None:
     cluster, cloud = _world(("free", ()))
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     assert cluster.volume_reads == 0
 
 
@@ -86,7 +87,7 @@ def test_unreadable_storage_objects_hold_back_only_the_pods_with_claims() -> Non
         raise KubernetesError("list persistentvolumeclaims: HTTP 403: Forbidden", status=403)
 
     cluster.volume_context = refuse  # type: ignore[method-assign]
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.pods_scheduled == 1 and "default/db-0" in out.unschedulable
     assert any("403" in e for e in out.errors)
@@ -110,7 +111,7 @@ def test_a_rescheduled_pods_ephemeral_volume_does_not_pin_its_replacement(owner_
     cluster.pods = [make_pod("worker", pvc_names=("scratch",), node_name="old-node", unschedulable=False)]
     cloud = FakeCloud()
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
 
     assert out.pods_rescheduled == 1 and out.pods_scheduled == 1
     assert _zones(cloud) == [zone]

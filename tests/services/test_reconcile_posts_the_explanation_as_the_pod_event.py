@@ -6,7 +6,8 @@ from __future__ import annotations
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.core.scheduling import SchedulingInput, solve
-from nodesmith.services.provisioning.reconcile import reconcile
+from nodesmith.services.ports import Ports
+from nodesmith.services.provisioning.reconcile import ReconcileOptions, reconcile
 
 
 def test_failed_scheduling_event_carries_the_explanation_with_its_numbers_and_hint() -> None:
@@ -22,7 +23,11 @@ def test_failed_scheduling_event_carries_the_explanation_with_its_numbers_and_hi
         seen.append(inp)
         return solve(inp)
 
-    out = reconcile(cluster=cluster, cloud=FakeCloud(), cluster_name="test", now=1000.0, solver=solver)
+    out = reconcile(
+        ports=Ports(cluster=cluster, cloud=FakeCloud(), cluster_name="test"),
+        now=1000.0,
+        options=ReconcileOptions(solver=solver),
+    )
 
     expected = solve(seen[0]).explanations["default/big"]
     (verdict,) = expected.pools

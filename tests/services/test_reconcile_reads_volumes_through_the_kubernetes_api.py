@@ -13,6 +13,7 @@ import yaml
 from reconcile_fakes import FakeCloud
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
 from nodesmith.sim.kube import KubeEmulator
 
@@ -79,7 +80,7 @@ def test_a_pod_bound_to_a_zonal_volume_gets_capacity_in_that_zone(kube: KubeEmul
     cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
     cloud = FakeCloud(now=time.time())
 
-    out = reconcile(cluster=cluster, cloud=cloud, cluster_name="demo", now=cloud.now)
+    out = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="demo"), now=cloud.now)
 
     assert out.pods_scheduled == 1 and not out.errors, out
     assert [i.zone for i in cloud.instances.values()] == ["us-east-1b"]

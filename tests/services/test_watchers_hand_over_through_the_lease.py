@@ -10,7 +10,7 @@ from typing import Any
 from memory_state import MemoryStateStore
 from test_pending_pods_follow_the_pod_watch import FeedCluster
 
-from nodesmith.handlers.watch_mode import LEASE, run_watch
+from nodesmith.handlers.watch_mode import LEASE, WatchPasses, run_watch
 
 
 def test_the_next_invocation_takes_over_when_the_watcher_leaves_and_never_runs_beside_it() -> None:
@@ -37,10 +37,9 @@ def test_the_next_invocation_takes_over_when_the_watcher_leaves_and_never_runs_b
     first = threading.Thread(
         target=lambda: box.update(
             out=run_watch(
-                run_pass=pass_of("old"),
+                passes=WatchPasses(provision=pass_of("old"), full=pass_of("old")),
                 cluster=FeedCluster(),  # type: ignore[arg-type]
                 remaining_seconds=31.5,  # watches ~1.5 s: the rest is the exit margin
-                drain_budget_seconds=0.0,
                 request_id="old",
                 state=state,
             )
@@ -54,10 +53,9 @@ def test_the_next_invocation_takes_over_when_the_watcher_leaves_and_never_runs_b
         time.sleep(0.01)
 
     new = run_watch(
-        run_pass=pass_of("new"),
+        passes=WatchPasses(provision=pass_of("new"), full=pass_of("new")),
         cluster=FeedCluster(),  # type: ignore[arg-type]
         remaining_seconds=33.0,
-        drain_budget_seconds=0.0,
         request_id="new",
         state=state,
     )
