@@ -30,10 +30,10 @@ def test_two_passes_of_one_watch_invocation_both_report_their_launches(
     wiring.reset()
     wiring.set_ports(cluster=cluster, cloud=FakeCloud(), settings=settings)
 
-    def two_passes(*, run_pass: Any, run_full: Any, **_: Any) -> watch_mode.WatchRun:
-        run_full()  # the start-of-invocation pass launches for inflate-0
+    def two_passes(*, passes: watch_mode.WatchPasses, **_: Any) -> watch_mode.WatchRun:
+        passes.full()  # the start-of-invocation pass launches for inflate-0
         cluster.pods = [*cluster.pods, make_pod("big-1", cpu="3")]  # a pod arrives that needs its own node
-        return watch_mode.WatchRun(value=run_pass(), passes=2, stopped="test")
+        return watch_mode.WatchRun(value=passes.provision(), passes=2, stopped="test")
 
     monkeypatch.setattr(watch_mode, "run_watch", two_passes)
     try:

@@ -1,14 +1,14 @@
 """The reconcile Lambda handler: runs a pass on the wired ports, emits the dashboard's metrics as EMF,
-reports a failed pass as ReconcileErrors and re-raises, and imports no Kubernetes client. After a Lambda
-container's first invocation (of either handler) its warm heap leaves the garbage collector's full collections
-(``gc.freeze``), once; outside Lambda nothing is frozen, and ``wiring.reset`` gives the heap back."""
+reports a failed pass as ReconcileErrors and re-raises, and imports no Kubernetes client. A wake from the
+interruption function runs a provisioning pass, unless a pass of this container began after the wake's
+cordons (that pass saw them)."""
 
 from __future__ import annotations
 
-import gc
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,36 +129,43 @@ def test_importing_the_handler_does_not_import_kubernetes() -> None:
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-@pytest.mark.parametrize("name", ["reconcile", "interruption"])
-def test_the_first_invocation_in_lambda_freezes_the_warm_heap_once(
-    ports: Any, monkeypatch: pytest.MonkeyPatch, name: str
+class AlmostDone(Context):
+    """An invocation with 30 s left: all of it is the exit margin, so a wake's burst watch ends at once."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+def test_a_wake_is_skipped_when_a_pass_of_this_container_began_after_its_cordons(
+    ports: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nodesmith.handlers import interruption, reconcile
+    from nodesmith.adapters.aws.wake import provision_event
+    from nodesmith.handlers import reconcile
 
-    invoke = {
-        "reconcile": lambda: reconcile.handler({}, Context()),
-        "interruption": lambda: interruption.handler({"Records": []}, Context()),
-    }[name]
-    monkeypatch.setenv("AWS_LAMBDA_FUNCTION_NAME", Context.function_name)
-    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(reconcile, "_LAST_PASS_BEGAN", [])  # a new container
+    cluster, cloud = ports
+    cordoned_at = time.time()  # nodes cordoned, then a scheduled pass begins and sees them
+    reconcile.handler({}, Context())
+    assert len(cloud.requests) == 1
+    cluster.pods.append(make_pod("late", cpu="2"))  # a pass would launch for it
 
-    invoke()
-    frozen = gc.get_freeze_count()
-    assert frozen > 0  # the modules and clients the invocation used are out of full collections
+    skipped = reconcile.handler(provision_event(cordoned_at), AlmostDone())
 
-    since = [[] for _ in range(1000)]  # tracked objects a second freeze would take too
-    invoke()
-    assert gc.get_freeze_count() <= frozen  # what later invocations allocate stays collectable
-    del since
+    assert skipped["status"].startswith("skipped") and skipped["woken_for"] == cordoned_at
+    assert len(cloud.requests) == 1  # no pass ran
 
-    wiring.reset()
-    assert gc.get_freeze_count() == 0
+    woken = reconcile.handler(provision_event(time.time()), AlmostDone())  # cordons after the last pass began
+
+    assert woken["nodeclaims_launched"] == 1 and len(cloud.requests) == 2
+    assert woken["woken_for"] > cordoned_at and woken["burst"]["passes"] == 1
 
 
-def test_outside_lambda_nothing_is_frozen(ports: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nodesmith.handlers.reconcile import handler
+def test_a_new_container_serves_any_wake(ports: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nodesmith.adapters.aws.wake import provision_event
+    from nodesmith.handlers import reconcile
 
-    monkeypatch.delenv("AWS_LAMBDA_FUNCTION_NAME", raising=False)
-    handler({}, Context())
-    assert gc.get_freeze_count() == 0
-    assert wiring.freeze_warm_heap() is False
+    monkeypatch.setattr(reconcile, "_LAST_PASS_BEGAN", [])
+
+    woken = reconcile.handler(provision_event(time.time() - 3600.0), AlmostDone())
+
+    assert woken["nodeclaims_launched"] == 1
