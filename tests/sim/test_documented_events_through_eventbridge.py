@@ -5,8 +5,8 @@ interruption queue, and to the real handler with the real adapters (moto server,
 Our instance's rebalance recommendation cordons its node (the default ``cordon`` action) without draining it;
 every event about an instance of no cluster of ours is acknowledged and leaves it alone; bodies that are not
 events, sent straight to the queue, are acknowledged and logged; no record fails and nothing is left on the
-queue. Then the spot interruption warning for our instance removes its node: instance terminated, Node and
-NodeClaim deleted."""
+queue. Then the spot interruption warning for our instance cordons its node and sends its termination request to
+the termination queue, whose handler drains it and removes it: instance terminated, Node and NodeClaim deleted."""
 
 from __future__ import annotations
 
@@ -171,10 +171,10 @@ def test_documented_events_are_acted_on_for_our_instances_and_acknowledged_for_t
 
     # Then every record reached the handler and was acknowledged
     assert sum(b["records"] for b in batches) == 6
-    assert [f for b in batches for f in b["failures"]] == []
+    assert sum(b["failures"] for b in batches) == 0
     assert _queue_empty(world)
     assert _metric_total(world, "InterruptionMessagesMalformed") == 2
-    assert "malformed interruption message acknowledged" in world.lambda_log.read_text()
+    assert "malformed message acknowledged" in world.lambda_log.read_text()
     # our node is cordoned and tainted, its pods left where they are (a rebalance recommendation is no notice)
     node = world.store.get("nodes", node_name)
     assert node["spec"].get("unschedulable") is True
@@ -189,8 +189,11 @@ def test_documented_events_are_acted_on_for_our_instances_and_acknowledged_for_t
     batches = _deliver(world)
 
     # Then its node is drained and removed with its NodeClaim, and the instance terminated
-    assert [f for b in batches for f in b["failures"]] == []
+    assert sum(b["failures"] for b in batches) == 0
     assert _queue_empty(world)
+    for _ in range(60):
+        if world.deliver_terminations(wait_seconds=1) == 0 and not _exists(world, "nodes", node_name):
+            break
     assert _state(world, ours) in {"shutting-down", "terminated"}
     assert not _exists(world, "nodes", node_name)
     assert not _exists(world, "nodeclaims.karpenter.sh", claim)

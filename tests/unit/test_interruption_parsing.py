@@ -1,5 +1,7 @@
 """parse_message reads every golden EventBridge event right, ignores what we do not act on, and only ever
-raises MalformedEventError (hypothesis fuzz); action_for follows Karpenter plus the rebalance setting."""
+raises MalformedEventError (hypothesis fuzz); action_for follows Karpenter plus the rebalance setting. A message
+is a claim: it carries no deadline (one is counted from our queue's receipt) and must name its account and
+region, which the handler compares with its own."""
 
 from __future__ import annotations
 
@@ -34,27 +36,43 @@ def golden_json(name: str) -> dict[str, Any]:
 # --- kinds -----------------------------------------------------------------------------------
 
 
-def test_spot_warning_names_the_instance_and_a_deadline_two_minutes_after_the_event() -> None:
+def test_spot_warning_names_the_instance_its_account_and_region() -> None:
     msg = parse_message(golden("spot_interruption_warning.json"))
     assert msg.kind is MessageKind.SPOT_INTERRUPTED
     assert msg.instance_ids == ("i-1234567890abcdef0",)
     assert msg.event_id == "12345678-1234-1234-1234-123456789012"
     assert msg.event_time == EVENT_TIME
-    assert msg.deadline == EVENT_TIME + 120
+    assert (msg.account, msg.region) == ("123456789012", "us-west-2")
     assert msg.instance_action == "terminate"
+    assert not hasattr(msg, "deadline")  # a sender's clock decides nothing
 
 
-def test_envelope_without_account_is_accepted_as_the_embedded_aws_sends_it() -> None:
-    msg = parse_message(golden("spot_interruption_warning_no_account.json").encode())
-    assert msg.kind is MessageKind.SPOT_INTERRUPTED
-    assert msg.instance_action == "stop"
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("account", None, "account"),
+        ("account", "12345", "account"),
+        ("region", "", "region"),
+        ("region", None, "region"),
+    ],
+)
+def test_an_envelope_without_a_proper_account_or_region_is_malformed(field: str, value: Any, where: str) -> None:
+    doc = golden_json("spot_interruption_warning.json")
+    if value is None:
+        del doc[field]
+    else:
+        doc[field] = value
+    with pytest.raises(MalformedEventError, match=where):
+        parse_message(json.dumps(doc))
+    no_account = golden("spot_interruption_warning_no_account.json")
+    with pytest.raises(MalformedEventError, match="account"):
+        parse_message(no_account)
 
 
-def test_rebalance_recommendation_has_no_deadline() -> None:
+def test_rebalance_recommendation() -> None:
     msg = parse_message(golden("rebalance_recommendation.json"))
     assert msg.kind is MessageKind.REBALANCE_RECOMMENDATION
     assert msg.instance_ids == ("i-1234567890abcdef0",)
-    assert msg.deadline is None
 
 
 @pytest.mark.parametrize(
@@ -71,7 +89,6 @@ def test_state_changes_we_act_on(state: str, kind: MessageKind) -> None:
     assert msg.kind is kind
     assert msg.state == state
     assert msg.instance_ids == ("i-1234567890abcdef0",)
-    assert msg.deadline is None
 
 
 @pytest.mark.parametrize("state", ["pending", "running"])
@@ -88,7 +105,6 @@ def test_health_scheduled_change_names_each_affected_instance_once() -> None:
     assert msg.kind is MessageKind.SCHEDULED_CHANGE
     assert msg.instance_ids == ("i-abcd1111", "i-abcd2222")
     assert msg.event_type_code == "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
-    assert msg.deadline is None
 
 
 @pytest.mark.parametrize(
@@ -260,7 +276,7 @@ def test_fuzz_parse_message_raises_only_malformed_event_error(record_property: A
         tried["parsed"] += 1
         assert isinstance(msg.kind, MessageKind)
         assert (msg.kind is MessageKind.NO_OP) == (not msg.instance_ids)
-        assert (msg.deadline is not None) == (msg.kind is MessageKind.SPOT_INTERRUPTED)
+        assert len(msg.account) == 12 and msg.region
 
     run()
     print(f"parse_message fuzz: {tried}")

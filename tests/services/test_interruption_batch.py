@@ -1,0 +1,194 @@
+"""The interruption use case (``services/interruption/service.py``) on fakes: one DescribeInstances per batch; for
+our instances, cordon, Karpenter's Events, the termination requested (NodeClaim annotated with the reason and the
+deadline counted from our queue's receipt, deleted, one request sent); each interrupted spot offering marked once;
+the reconcile function woken once; a repeat of a message already handled sends nothing more, a redelivery does;
+rebalance recommendations follow the setting; a request that cannot be sent fails the message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import interruption_fakes as fakes
+import pytest
+
+from nodesmith.core.interruption import parse_message
+from nodesmith.core.termination import (
+    REQUESTED_AT_ANNOTATION,
+    TERMINATION_REASON_ANNOTATION,
+    TERMINATION_TIMESTAMP_ANNOTATION,
+)
+from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
+from nodesmith.services.interruption.service import InterruptionBatch, InterruptionSettings, Received
+
+A, B = "i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"
+
+
+def two_nodes() -> tuple[Any, Any, Any]:
+    clock = fakes.Clock()
+    cluster = fakes.FakeCluster.of(
+        clock,
+        nodes=[fakes.make_node("node-a", A), fakes.make_node("node-b", B)],
+        claims=[
+            fakes.make_claim("claim-a", instance_id=A, node="node-a"),
+            fakes.make_claim("claim-b", instance_id=B, node="node-b"),
+        ],
+        pods=[fakes.make_pod("web", node="node-a")],
+    )
+    cloud = fakes.FakeCloud([fakes.make_instance(A, nodeclaim="claim-a"), fakes.make_instance(B, nodeclaim="claim-b")])
+    return cluster, cloud, fakes.FakeQueue()
+
+
+def batch(cluster: Any, cloud: Any, queue: Any, bodies: list[dict[str, Any]], **kwargs: Any) -> Any:
+    wakes: list[float] = kwargs.pop("wakes", [])
+    received = [
+        Received(
+            f"m-{n}",
+            parse_message(__import__("json").dumps(b)),
+            received_at=kwargs.get("sent", fakes.NOW - 5),
+            redelivered=kwargs.get("redelivered", False),
+        )
+        for n, b in enumerate(bodies)
+    ]
+    settings = InterruptionSettings(fakes.ACCOUNT, fakes.REGION, kwargs.get("rebalance", "cordon"))
+    out = InterruptionBatch(
+        ports=fakes.ports(cluster, cloud, queue, wakes.append), settings=settings, received=received, now=fakes.NOW
+    )
+    out.prepare()
+    return out
+
+
+def test_a_burst_is_described_once_cordoned_told_and_handed_to_the_termination_queue() -> None:
+    cluster, cloud, queue = two_nodes()
+    wakes: list[float] = []
+    work = batch(cluster, cloud, queue, [fakes.event(A), fakes.event(B)], wakes=wakes)
+    outcomes = [work.handle("m-0"), work.handle("m-1")]
+    work.finish()
+
+    assert cloud.calls[0] == ("get_instances", (A, B)) and cloud.count("get_instances") == 1
+    assert all(o.instances[0].cordoned and o.instances[0].requested for o in outcomes)
+    assert cluster.nodes["node-a"].unschedulable and cluster.nodes["node-b"].unschedulable
+    assert [r.model_dump(by_alias=True) for r in queue.sent] == [
+        {"nodeclaim": "claim-a", "instanceId": A, "reason": "SpotInterrupted"},
+        {"nodeclaim": "claim-b", "instanceId": B, "reason": "SpotInterrupted"},
+    ]
+    for name in ("claim-a", "claim-b"):
+        claim = cluster.nodeclaims[name]
+        annotations = claim.metadata.annotations
+        assert claim.metadata.deletion_timestamp is not None
+        assert annotations[TERMINATION_REASON_ANNOTATION] == "SpotInterrupted"
+        # two minutes from our queue's receipt (5 s ago), not from the event's own time
+        assert from_rfc3339(annotations[TERMINATION_TIMESTAMP_ANNOTATION]) == fakes.NOW - 5 + 120
+        assert annotations[REQUESTED_AT_ANNOTATION] == to_rfc3339(fakes.NOW)
+    assert [(e[1], e[2]) for e in cluster.events] == [
+        ("node-a", "SpotInterrupted"),
+        ("node-a", "TerminatingOnInterruption"),
+        ("node-b", "SpotInterrupted"),
+        ("node-b", "TerminatingOnInterruption"),
+    ]
+    # nothing drained here: that is the termination function's
+    assert cluster.count("evict") == 0 and "default/web" in cluster.pods and cloud.count("terminate") == 0
+    # one offering (m5.large, us-west-2a, spot), marked once; one wake for the batch, at its time
+    assert [(o.instance_type, o.zone, o.capacity_type) for o in cloud.marked] == [("m5.large", "us-west-2a", "spot")]
+    assert wakes == [fakes.NOW]
+
+
+def test_a_repeat_of_a_handled_warning_sends_nothing_more_but_a_redelivery_does() -> None:
+    cluster, cloud, queue = two_nodes()
+    first = batch(cluster, cloud, queue, [fakes.event(A)])
+    first.handle("m-0")
+
+    repeat = batch(cluster, cloud, queue, [fakes.event(A, event_id="evt-again")])
+    outcome = repeat.handle("m-0").instances[0]
+    assert outcome.duplicate and not outcome.requested and len(queue.sent) == 1
+    assert [e[2] for e in cluster.events].count("SpotInterrupted") == 1
+
+    # SQS delivering the same message again means an earlier attempt may have died before sending: send again
+    again = batch(cluster, cloud, queue, [fakes.event(A)], redelivered=True)
+    assert again.handle("m-0").instances[0].requested and len(queue.sent) == 2
+
+
+def test_a_later_repeat_never_moves_the_deadline_later_and_an_earlier_one_moves_it_forward() -> None:
+    cluster, cloud, queue = two_nodes()
+    batch(cluster, cloud, queue, [fakes.event(A)], sent=fakes.NOW - 5).handle("m-0")
+    batch(cluster, cloud, queue, [fakes.event(A)], sent=fakes.NOW).handle("m-0")
+    annotations = cluster.nodeclaims["claim-a"].metadata.annotations
+    assert from_rfc3339(annotations[TERMINATION_TIMESTAMP_ANNOTATION]) == fakes.NOW - 5 + 120
+    batch(cluster, cloud, queue, [fakes.event(A)], sent=fakes.NOW - 30).handle("m-0")
+    assert from_rfc3339(annotations[TERMINATION_TIMESTAMP_ANNOTATION]) == fakes.NOW - 30 + 120
+
+
+@pytest.mark.parametrize(
+    ("setting", "cordoned", "requested", "events"),
+    [
+        ("ignore", False, False, []),
+        ("event", False, False, ["SpotRebalanceRecommendation"]),
+        ("cordon", True, False, ["SpotRebalanceRecommendation"]),
+        ("drain", True, True, ["SpotRebalanceRecommendation", "TerminatingOnInterruption"]),
+    ],
+)
+def test_a_rebalance_recommendation_follows_the_setting(
+    setting: str, cordoned: bool, requested: bool, events: list[str]
+) -> None:
+    cluster, cloud, queue = two_nodes()
+    work = batch(cluster, cloud, queue, [fakes.event(A, kind="rebalance")], rebalance=setting)
+    work.handle("m-0")
+    assert cluster.nodes["node-a"].unschedulable is cordoned
+    assert (len(queue.sent) == 1) is requested
+    assert (cluster.nodeclaims["claim-a"].metadata.deletion_timestamp is not None) is requested
+    assert cluster.reasons() == events
+    if setting == "ignore":
+        assert cloud.calls == []  # not even described
+
+
+def test_a_node_not_registered_yet_has_its_nodeclaim_terminated_and_told() -> None:
+    clock = fakes.Clock()
+    cluster = fakes.FakeCluster.of(clock, claims=[fakes.make_claim("claim-a", instance_id=A, node=None)])
+    cloud, queue = fakes.FakeCloud([fakes.make_instance(A, nodeclaim="claim-a")]), fakes.FakeQueue()
+    outcome = batch(cluster, cloud, queue, [fakes.event(A)]).handle("m-0").instances[0]
+    assert outcome.requested and not outcome.cordoned and outcome.node is None
+    assert [(e[0], e[1], e[2]) for e in cluster.events] == [
+        ("NodeClaim", "claim-a", "SpotInterrupted"),
+        ("NodeClaim", "claim-a", "TerminatingOnInterruption"),
+    ]
+
+
+def test_a_scheduled_change_naming_two_instances_handles_both() -> None:
+    cluster, cloud, queue = two_nodes()
+    health = {
+        "version": "0",
+        "id": "h-1",
+        "detail-type": "AWS Health Event",
+        "source": "aws.health",
+        "account": fakes.ACCOUNT,
+        "time": "2026-11-22T06:00:00Z",
+        "region": fakes.REGION,
+        "resources": [],
+        "detail": {
+            "service": "EC2",
+            "eventTypeCategory": "scheduledChange",
+            "eventTypeCode": "AWS_EC2_RETIREMENT",
+            "affectedEntities": [{"entityValue": A}, {"entityValue": B}],
+        },
+    }
+    outcome = batch(cluster, cloud, queue, [health]).handle("m-0")
+    assert [i.verdict.reason for i in outcome.instances] == ["InstanceUnhealthy", "InstanceUnhealthy"]
+    assert [r.reason for r in queue.sent] == ["InstanceUnhealthy", "InstanceUnhealthy"]
+    # no deadline: a scheduled change's drain is bounded by the NodeClaim's terminationGracePeriod only
+    assert TERMINATION_TIMESTAMP_ANNOTATION not in cluster.nodeclaims["claim-a"].metadata.annotations
+
+
+def test_a_request_the_queue_refuses_fails_the_message_so_sqs_delivers_it_again() -> None:
+    cluster, cloud, queue = two_nodes()
+    queue.refuse = True
+    work = batch(cluster, cloud, queue, [fakes.event(A)])
+    with pytest.raises(Exception, match="termination request not sent"):
+        work.handle("m-0")
+
+
+def test_a_batch_that_changed_nothing_wakes_nothing_and_marks_nothing() -> None:
+    cluster, cloud, queue = two_nodes()
+    wakes: list[float] = []
+    work = batch(cluster, cloud, queue, [fakes.event(A, account="999999999999")], wakes=wakes)
+    assert work.handle("m-0").ignored == "foreign_account"
+    work.finish()
+    assert wakes == [] and cloud.calls == [] and cluster.calls == []
