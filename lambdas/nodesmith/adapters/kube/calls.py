@@ -1,13 +1,11 @@
 """REST calls through the official client's ``ApiClient``, without its generated API classes.
 
 Why not ``CoreV1Api`` and friends: in kubernetes 37 every generated method is a pydantic
-``validate_call`` over the client's models, and importing ``core_v1_api`` alone takes 3-5 s
-(``apps_v1_api`` another 1-1.5 s) - a Lambda cold start cannot afford it. :class:`KubeRest` uses
-the same ``ApiClient`` (``param_serialize`` for auth, including the EKS token refresh hook, and
-``call_api`` for the pooled urllib3 connection with TLS and retries) and reads JSON itself, which
-is also much faster than model deserialisation: with pydantic-core's parser (``from_json``), which
-decodes a list of 1,000 NodeClaims in about 30 ms against the standard library's 48 ms, where a
-reconcile pass spent a quarter of its CPU. Lists page with ``limit``/``continue``.
+``validate_call`` over the client's models, and importing the generated API modules takes seconds, which
+a Lambda cold start cannot afford. :class:`KubeRest` uses the same ``ApiClient`` (``param_serialize``
+for auth, including the EKS token refresh hook, and ``call_api`` for the pooled urllib3 connection with
+TLS and retries) and reads JSON itself with pydantic-core's parser (``from_json``), which is also much
+faster than the client's model deserialisation. Lists page with ``limit``/``continue``.
 
 Failures become :mod:`nodesmith.core.errors`: 404 -> :class:`NotFoundError`, 409 ->
 :class:`ConflictError`, any other status -> :class:`KubernetesError` with that status; a

@@ -11,10 +11,10 @@ Authentication modes (``Settings.kube_auth``):
 * ``token``: a static bearer token.
 * ``none``: no credentials (the emulator).
 
-``kubernetes`` is imported inside the functions: importing its API classes costs 0.5-1 s, which
-a Lambda cold start should pay only when it talks to the cluster. The official client has no
+``kubernetes`` is imported inside the functions: importing its API classes is slow, which a Lambda
+cold start should pay only when it talks to the cluster. The official client has no
 client-side rate limiter (client-go's QPS/burst); bursts are bounded by the connection pool
-(``pool_maxsize``, default 50: an interruption burst evicts many pods in parallel) and the API
+(``pool_maxsize``: a drain round evicts several pods in parallel) and the API
 server's priority and fairness (429 with Retry-After, surfaced as ``KubernetesError``).
 """
 

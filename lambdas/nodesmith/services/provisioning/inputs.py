@@ -97,9 +97,9 @@ def provisioning_instances(
 
     Provisioning takes an in-flight NodeClaim's zone, type and capacity type from its instance
     (:func:`~nodesmith.services.provisioning.capacity.inflight_node`); a registered node carries them as labels,
-    and its price only matters to consolidation. So in a fleet of 1,000 nodes with 20 replacements
-    in flight, this describes 20 instances (one ``DescribeInstances`` per 200 ids, through the
-    provider's ``get_instances``) instead of listing 1,020. A NodeClaim never launched (a pass that
+    and its price only matters to consolidation. So this describes only the in-flight instances (one
+    ``DescribeInstances`` per 200 ids, through the provider's ``get_instances``) instead of listing the whole
+    fleet. A NodeClaim never launched (a pass that
     died between creating it and CreateFleet) needs the instance that carries its name, found only
     by listing: then every instance is listed.
     Terminated instances are left out, as :meth:`~nodesmith.core.ports.CloudProvider.list_instances` does.

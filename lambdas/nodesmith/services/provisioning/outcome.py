@@ -143,8 +143,8 @@ def post_pod_events(
     ``FailedScheduling`` with the reason for unschedulable ones (Karpenter's pod event reasons).
 
     They go out :data:`EVENT_WORKERS` at a time: client-go's recorder, which Karpenter uses, sends
-    Events from its own goroutine so a pass never waits on them; one after another, a pass over a
-    1,000-node burst spent 10 s posting its 100 Events. ``record_event`` is best effort (never raises).
+    Events from its own goroutine so a pass never waits on them. ``record_event`` is best effort (never
+    raises).
     """
     events: list[tuple[Pod, str, str, str]] = [
         (pod, "Nominated", f"Pod should schedule on: nodeclaim/{claim}", "Normal") for pod, claim in nominated

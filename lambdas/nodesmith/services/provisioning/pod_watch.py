@@ -1,7 +1,7 @@
 """Pending pods kept current by the Kubernetes watch API, for watch mode's batcher.
 
-Listing every pod every 0.2 s (what watch mode did first) costs a full LIST per poll and still
-sees a pod up to a poll late. :class:`PendingPodWatch` instead lists the unbound pods once
+Listing every pod every poll costs a full LIST each time and still sees a pod up to a poll late.
+:class:`PendingPodWatch` instead lists the unbound pods once
 (``spec.nodeName=``), then follows :meth:`~nodesmith.core.ports.Cluster.watch_pods` from that
 list's ``resourceVersion`` in a background thread, resuming each stream where the last one ended
 (client-go's reflector: list, watch, resume; ``410 Gone`` -> list again; a lost connection resumes,
