@@ -75,12 +75,19 @@ def pending_pods(pods: Sequence[Pod]) -> list[Pod]:
     return [p for p in pods if is_provisionable(p) and p.deletion_timestamp is None and not p.is_terminal]
 
 
-def leaving_node_names(nodes: Sequence[Node], *, deleted: Collection[str] = ()) -> set[str]:
-    """Nodes going away: deleted in this pass, marked for deletion, or tainted ``karpenter.sh/disrupted``."""
+def leaving_node_names(
+    nodes: Sequence[Node], *, deleted: Collection[str] = (), nodeclaims: Sequence[NodeClaim] = ()
+) -> set[str]:
+    """Nodes going away: deleted in this pass, marked for deletion, tainted ``karpenter.sh/disrupted``, or
+    registered to a NodeClaim being deleted (a termination requested, its drain not begun yet)."""
+    terminating = {nc.status.node_name for nc in nodeclaims if nc.metadata.deletion_timestamp and nc.status.node_name}
     return {
         n.name
         for n in nodes
-        if n.name in deleted or n.deletion_timestamp is not None or any(t.key == DISRUPTED_TAINT_KEY for t in n.taints)
+        if n.name in deleted
+        or n.name in terminating
+        or n.deletion_timestamp is not None
+        or any(t.key == DISRUPTED_TAINT_KEY for t in n.taints)
     }
 
 

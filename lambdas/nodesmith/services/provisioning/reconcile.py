@@ -131,7 +131,7 @@ class _Pass:
             out.errors.extend(swept.errors)
         self.claims = [nc for nc in claims if nc.name not in life.deleted]
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
-        self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes)
+        self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes, nodeclaims=self.claims)
         out.nodeclaims_registered = life.registered
         out.nodeclaims_initialized = life.initialized
         out.nodeclaims_terminated = life.terminated
@@ -426,7 +426,7 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
         every_instance=options.collect_garbage and not options.provision_first,
     )
     if options.provision_first:
-        run.leaving = leaving_node_names(run.snap.nodes)
+        run.leaving = leaving_node_names(run.snap.nodes, nodeclaims=run.snap.nodeclaims)
         run.prepare()
         run.provision()
         if options.collect_garbage:
