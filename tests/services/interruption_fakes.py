@@ -240,6 +240,10 @@ class FakeCluster:
         claim = self.nodeclaims.get(name)
         return claim.model_copy(deep=True) if claim is not None else None
 
+    def list_nodes(self) -> list[Node]:
+        self.calls.append(("list_nodes", None))
+        return list(self.nodes.values())
+
     def cordoned_node_names(self) -> set[str]:
         return {n.name for n in self.nodes.values() if n.unschedulable}
 

@@ -202,3 +202,16 @@ def test_a_second_request_after_the_node_went_finds_nothing_to_do() -> None:
     again = round_(cluster, cloud)
     assert again.status is Status.IGNORED and again.detail == "nodeclaim_gone"
     assert cloud.count("terminate") == 1
+
+
+def test_a_node_registered_under_another_name_before_its_nodeclaim_knew_is_still_drained() -> None:
+    claim = fakes.make_claim(deleted_at=fakes.NOW, node=None)
+    clock = fakes.Clock()
+    node = fakes.make_node("ip-10-0-0-1.custom", IID)
+    cluster = fakes.FakeCluster.of(clock, nodes=[node], claims=[claim], pods=[fakes.make_pod("web", node=node.name)])
+    cloud = fakes.FakeCloud([fakes.make_instance(dns="ip-10-0-0-1.ec2.internal")])
+    out = round_(cluster, cloud)
+    assert out.status is Status.DRAINING and out.node == "ip-10-0-0-1.custom"
+    assert cluster.args("evict") == ["default/web"] and cloud.count("terminate") == 0
+    # a registered NodeClaim's node is looked up by name only
+    assert round_(*world(pods=[fakes.make_pod("web")])).node == "node-a"

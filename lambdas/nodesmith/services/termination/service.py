@@ -121,14 +121,18 @@ def _grace(claim: NodeClaim) -> float | None:
 
 
 def _node(cluster: Cluster, claim: NodeClaim, instance: Instance | None) -> Node | None:
-    """The NodeClaim's node: by ``status.nodeName``, else by the instance's private DNS name; its providerID
-    must be the NodeClaim's."""
+    """The NodeClaim's node: by ``status.nodeName``, else by the instance's private DNS name (the name EKS gives
+    it), else, for a NodeClaim whose registration is not recorded yet, among all nodes; its providerID must be
+    the NodeClaim's. A running instance's node is never taken for absent without that search: terminating it
+    would skip its drain."""
     for name in (claim.status.node_name, instance.private_dns_name if instance is not None else None):
         if name:
             node = cluster.get_node(name=name)
             if node is not None and node.provider_id == claim.status.provider_id:
                 return node
-    return None
+    if claim.status.node_name or not claim.status.provider_id:
+        return None  # registered under that name and gone since, or never launched
+    return next((n for n in cluster.list_nodes() if n.provider_id == claim.status.provider_id), None)
 
 
 def run_round(
