@@ -9,40 +9,19 @@ records acknowledged."""
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
-import json
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from handler_support import fakes, points, run_handler
 
 from nodesmith.core.errors import KubernetesError
 from nodesmith.handlers import interruption, wiring
-from nodesmith.handlers.observability import logger
 from nodesmith.handlers.settings import load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 
-def _load() -> Any:
-    """tests/services/interruption_fakes.py, loaded by path (the test folders are not packages)."""
-    name = "nodesmith_tests_interruption_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).parents[1] / "services" / "interruption_fakes.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = _load()
 A, B = "i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"
 
 
@@ -78,27 +57,7 @@ def invoke(world: dict[str, Any], records: list[dict[str, Any]], *, rebalance: s
     )
     wiring.reset()
     wiring.set_ports(cluster=world["cluster"], cloud=world["cloud"], queue=world["queue"], settings=settings)
-    out = io.StringIO()
-    handler = logger.registered_handler
-    stream, handler.stream = handler.stream, out  # type: ignore[attr-defined]
-    try:
-        with contextlib.redirect_stdout(out):
-            response = interruption.handler({"Records": records}, fakes.Context())
-    finally:
-        handler.stream = stream  # type: ignore[attr-defined]
-    docs = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
-    return response, docs
-
-
-def metrics(docs: list[dict[str, Any]], name: str) -> list[tuple[float, dict[str, str]]]:
-    """(value, dimensions) of every data point of ``name``."""
-    found = []
-    for doc in docs:
-        if "_aws" in doc and name in doc:
-            dims = {d: doc[d] for d in doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0] if d != "service"}
-            values = doc[name] if isinstance(doc[name], list) else [doc[name]]
-            found += [(float(v), dims) for v in values]
-    return found
+    return run_handler(interruption.handler, {"Records": records}, fakes.Context())
 
 
 def test_a_batch_is_reported_record_by_record(world: dict[str, Any]) -> None:
@@ -115,12 +74,12 @@ def test_a_batch_is_reported_record_by_record(world: dict[str, Any]) -> None:
     assert [r.nodeclaim for r in world["queue"].sent] == ["claim-a"]
     assert world["cluster"].nodes["node-a"].unschedulable and not world["cluster"].nodes["node-b"].unschedulable
     # what a platform team reads on its dashboard
-    assert metrics(docs, "InterruptionMessagesMalformed") == [(1.0, {})]
-    assert (1.0, {"Reason": "foreign_region"}) in metrics(docs, "InterruptionMessagesIgnored")
-    assert sum(v for v, _ in metrics(docs, "NodesCordoned")) == 1
-    assert metrics(docs, "InterruptionMessagesAcknowledged") == [(3.0, {})]
-    assert (1.0, {"MessageType": "spot_interrupted"}) in metrics(docs, "InterruptionMessagesReceived")
-    ages = [v for v, _ in metrics(docs, "InterruptionQueueAgeSeconds")]
+    assert points(docs, "InterruptionMessagesMalformed") == [(1.0, {})]
+    assert (1.0, {"Reason": "foreign_region"}) in points(docs, "InterruptionMessagesIgnored")
+    assert sum(v for v, _ in points(docs, "NodesCordoned")) == 1
+    assert points(docs, "InterruptionMessagesAcknowledged") == [(3.0, {})]
+    assert (1.0, {"MessageType": "spot_interrupted"}) in points(docs, "InterruptionMessagesReceived")
+    ages = [v for v, _ in points(docs, "InterruptionQueueAgeSeconds")]
     assert ages and max(ages) >= 3  # from SentTimestamp, not the event's time
     # the instance's line carries the keys that tie one interruption together
     handled = [d for d in docs if d.get("message") == "interruption handled"]
@@ -144,5 +103,5 @@ def test_our_account_is_the_queues(world: dict[str, Any]) -> None:
     record["eventSourceARN"] = "arn:aws:sqs:us-west-2:210987654321:nodesmith-interruption"
     response, docs = invoke(world, [record])
     assert response == {"batchItemFailures": []}
-    assert (1.0, {"Reason": "foreign_account"}) in metrics(docs, "InterruptionMessagesIgnored")
+    assert (1.0, {"Reason": "foreign_account"}) in points(docs, "InterruptionMessagesIgnored")
     assert world["queue"].sent == [] and world["cloud"].calls == []

@@ -4,40 +4,20 @@ reason, NodePool and capacity type; malformed and unbacked requests are acknowle
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import json
-import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from handler_support import fakes, points, run_handler
 
 from nodesmith.core.termination import TERMINATION_REASON_ANNOTATION
 from nodesmith.handlers import termination, wiring
-from nodesmith.handlers.observability import logger
 from nodesmith.handlers.settings import load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 
-def _load() -> Any:
-    """tests/services/interruption_fakes.py, loaded by path (the test folders are not packages)."""
-    name = "nodesmith_tests_interruption_fakes"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, Path(__file__).parents[1] / "services" / "interruption_fakes.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-fakes = _load()
 A, B = "i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"
 
 
@@ -72,30 +52,13 @@ def invoke(world: dict[str, Any], records: list[dict[str, Any]]) -> tuple[Any, l
         settings=settings,
         retry_after=lambda delays: backoff.extend(delays) or len(delays),
     )
-    out = io.StringIO()
-    handler = logger.registered_handler
-    stream, handler.stream = handler.stream, out  # type: ignore[attr-defined]
-    try:
-        with contextlib.redirect_stdout(out):
-            response = termination.handler({"Records": records}, fakes.Context())
-    finally:
-        handler.stream = stream  # type: ignore[attr-defined]
-    docs = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+    response, docs = run_handler(termination.handler, {"Records": records}, fakes.Context())
     return response, docs, backoff
 
 
 def request(claim: str, instance_id: str, message_id: str, **kwargs: Any) -> dict[str, Any]:
     body = json.dumps({"nodeclaim": claim, "instanceId": instance_id, "reason": "Drifted", **kwargs})
     return fakes.sqs_record(body, message_id=message_id, queue="termination")
-
-
-def points(docs: list[dict[str, Any]], name: str) -> list[tuple[float, dict[str, str]]]:
-    found = []
-    for doc in docs:
-        if "_aws" in doc and name in doc:
-            dims = {d: doc[d] for d in doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"][0] if d != "service"}
-            found += [(float(v), dims) for v in (doc[name] if isinstance(doc[name], list) else [doc[name]])]
-    return found
 
 
 def test_a_draining_node_comes_back_after_its_backoff_and_an_empty_one_goes(world: dict[str, Any]) -> None:
