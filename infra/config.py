@@ -6,34 +6,71 @@ deploying a stack whose Lambdas would fail at their first invocation.
 
 Context keys (``cdk.json`` ``context`` or ``cdk synth -c key=value``), all prefixed ``nodesmith:``:
 
-===============================  ==========================================================  ==============
-key                              meaning                                                     default
-===============================  ==========================================================  ==============
-``clusterName``                  EKS cluster name (also the ``kubernetes.io/cluster/<name>``  ``nodesmith``
-                                 tag every launched resource must carry)
-``clusterEndpoint``              API server URL (``https://...``)                             placeholder
-``clusterCaData``                base64 cluster CA bundle (empty: system trust store)         ``""``
-``nodeRoleArn``                  IAM role of the nodes (the only role ``iam:PassRole``        ``KarpenterNode
-                                 allows); empty: ``KarpenterNodeRole-<clusterName>`` in the   Role-<cluster>``
-                                 deploying account, Karpenter's getting-started name
-``reconcileMode``                ``poll`` (one pass per scheduled invocation, once a minute)  ``poll``
-                                 or ``watch`` (one invocation watches pending pods for up to
-                                 ~14 min and hands over through the lease; timeout 900 s)
-``reconcileTimeoutSeconds``      reconcile Lambda timeout, 60..900 s                          ``900``
-``interruptionTimeoutSeconds``   interruption Lambda timeout, 5..44 s (see below)             ``20``
-``drainTimeoutSeconds``          drain work per invocation, capped below each timeout         ``60``
-``priceTable``                   price table passed to the Lambdas (empty: Pricing API)       ``""``
-``rebalanceAction``              what a rebalance recommendation does:                        ``cordon``
-                                 ``ignore | event | cordon | drain``
-``alarmTopicArn``                SNS topic for alarm and OK actions (empty: none)             ``""``
-``pendingPodAgeAlarmSeconds``    alarm when the oldest pending pod is older than this         ``300``
-``logRetentionDays``             CloudWatch Logs retention of both functions                  ``30``
-===============================  ==========================================================  ==============
+=====================================  ======================================================  ==============
+key                                    meaning                                                 default
+=====================================  ======================================================  ==============
+``clusterName``                        EKS cluster name (also the ``kubernetes.io/cluster/``   ``nodesmith``
+                                       ``<name>`` tag every launched resource must carry)
+``clusterEndpoint``                    API server URL (``https://...``)                         placeholder
+``clusterCaData``                      base64 cluster CA bundle (empty: system trust store)     ``""``
+``nodeRoleArn``                        IAM role of the nodes (the only role ``iam:PassRole``    ``KarpenterNode
+                                       allows); empty: ``KarpenterNodeRole-<clusterName>`` in   Role-<cluster>``
+                                       the deploying account, Karpenter's getting-started name
+``reconcileMode``                      ``poll`` (one pass per scheduled invocation, once a      ``poll``
+                                       minute) or ``watch`` (one invocation watches pending
+                                       pods for up to ~14 min and hands over through the
+                                       lease; timeout 900 s)
+``reconcileTimeoutSeconds``            reconcile Lambda timeout, 60..900 s                      ``900``
+``interruptionTimeoutSeconds``         interruption Lambda timeout, 5..44 s (see below)         ``20``
+``interruptionMaxConcurrency``         interruption event source ``MaximumConcurrency``,        ``25``
+                                       2..1000
+``interruptionBatchSize``              interruption event source ``BatchSize``, 1..10000        ``10``
+``interruptionReservedConcurrency``    reserved concurrency of the interruption Lambda, at      as max
+                                       least ``interruptionMaxConcurrency`` (unset: equal)      concurrency
+``terminationTimeoutSeconds``          termination Lambda timeout (one drain round per          ``60``
+                                       message, up to a batch of 10), 10..900 s
+``terminationMaxConcurrency``          termination event source ``MaximumConcurrency``,         ``25``
+                                       2..1000
+``terminationReservedConcurrency``     reserved concurrency of the termination Lambda, at       as max
+                                       least ``terminationMaxConcurrency`` (unset: equal)       concurrency
+``terminationMaxReceiveCount``         drain rounds of one request before it is dead-lettered   ``120``
+                                       (the termination queue's ``maxReceiveCount``, see below)
+``terminationRetrySeconds``            first wait between drain rounds (s), 1..60               ``2``
+``terminationRetryMaxSeconds``         cap of the doubling wait between rounds (s), 1..900      ``30``
+``terminationRequestStaleSeconds``     the reconcile pass re-sends a deleting NodeClaim's       ``300``
+                                       request not worked on for this long (s), 60..3600
+``evictionWorkers``                    evictions in flight per drain round, 1..64               ``8``
+``priceTable``                         price table passed to the Lambdas (empty: Pricing API)   ``""``
+``rebalanceAction``                    what a rebalance recommendation does:                    ``cordon``
+                                       ``ignore | event | cordon | drain``
+``alarmTopicArn``                      SNS topic for alarm and OK actions (empty: none)         ``""``
+``pendingPodAgeAlarmSeconds``          alarm when the oldest pending pod is older than this     ``300``
+``logRetentionDays``                   CloudWatch Logs retention of every function              ``30``
+=====================================  ======================================================  ==============
 
 Why the interruption timeout is at most 44 s: the queue keeps messages 300 s (Karpenter's
 interruption queue), and Lambda's SQS guidance asks for a visibility timeout of at least six times
 the function timeout. A message must be retried (or reach the dead-letter queue) before it expires,
 so ``6 x timeout + batching window`` has to fit in the retention period with room to spare.
+
+The termination queue works the other way round: a request stays on it while its node drains, one
+round per delivery. The termination handler reports a node that still has pods as a batch item
+failure and sets that message's visibility to the backoff itself (``ChangeMessageVisibility``:
+``terminationRetrySeconds`` doubling per delivery up to ``terminationRetryMaxSeconds``), so the queue's
+own visibility timeout (:func:`termination_visibility_seconds`, just above the function timeout, as
+Lambda requires) only applies when an invocation fails or that call is refused. ``maxReceiveCount``
+therefore bounds how long a drain blocked by a PodDisruptionBudget goes on before its request is
+dead-lettered: :func:`termination_patience_seconds` (about 58 minutes with the defaults). The queue keeps
+messages :data:`TERMINATION_QUEUE_RETENTION_SECONDS` (1 day), and a request must reach the dead-letter
+queue before it expires even if every delivery waited the full visibility timeout, so
+``terminationMaxReceiveCount x visibility`` must fit in it. A dead-lettered request is not lost work: the
+NodeClaim is still deleting, and the reconcile pass sends a new request once the last one is
+``terminationRequestStaleSeconds`` old.
+
+Both queue functions reserve at least their event source's maximum concurrency, so their pollers are never
+throttled and no other function of the account can take the capacity a burst of interruptions needs.
+Reserved concurrency (theirs and the reconcile function's 1, or 2 in watch mode) comes out of the account's
+Lambda concurrency quota, of which Lambda keeps 100 unreserved: the defaults need a quota of at least 151.
 """
 
 from __future__ import annotations
@@ -52,13 +89,30 @@ __all__ = [
     "CONTEXT_PREFIX",
     "LOG_RETENTION_NAMES",
     "PLACEHOLDER_ENDPOINT",
+    "QUEUE_BATCHING_WINDOW_SECONDS",
+    "TERMINATION_QUEUE_RETENTION_SECONDS",
     "ConfigError",
     "NodesmithConfig",
+    "termination_patience_seconds",
+    "termination_visibility_seconds",
 ]
 
 CONTEXT_PREFIX = "nodesmith:"
 PLACEHOLDER_ENDPOINT = "https://cluster-endpoint.nodesmith.invalid"
 """Default API endpoint: synthesizes, but a Lambda deployed with it cannot reach any cluster."""
+
+QUEUE_BATCHING_WINDOW_SECONDS = 1
+"""``MaximumBatchingWindowInSeconds`` of both SQS event sources: a batch fills for at most 1 s."""
+
+TERMINATION_QUEUE_RETENTION_SECONDS = 86_400
+"""How long the termination queue keeps a request (1 day): far longer than any drain it may carry."""
+
+_TERMINATION_VISIBILITY_HEADROOM_SECONDS = 9
+"""Above the function timeout and batching window: Lambda refuses an SQS event source whose queue's
+visibility timeout is below the function timeout (AWS Lambda developer guide, "Using Lambda with Amazon SQS")."""
+
+_REQUEST_HEARTBEAT_SECONDS = 60
+"""A draining node's request time (``nodesmith.dev/termination-requested-at``) is refreshed at most this often."""
 
 _CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9\-_]{0,99}$")  # EKS CreateCluster name rule
 _ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
@@ -94,6 +148,19 @@ _REBALANCE_ACTIONS: tuple[str, ...] = get_args(Settings.model_fields["rebalance_
 _RECONCILE_MODES: tuple[str, ...] = get_args(Settings.model_fields["reconcile_mode"].annotation)
 
 
+def termination_visibility_seconds(timeout_seconds: int) -> int:
+    """The termination queue's visibility timeout for a function timeout (seconds): timeout + batching
+    window + 9 s. Only a failed invocation, or a backoff SQS refused, waits this long before a redelivery."""
+    return timeout_seconds + QUEUE_BATCHING_WINDOW_SECONDS + _TERMINATION_VISIBILITY_HEADROOM_SECONDS
+
+
+def termination_patience_seconds(*, max_receive_count: int, retry_seconds: int, retry_max_seconds: int) -> int:
+    """How long (seconds, drain rounds' own time left out) a request whose node never drains is delivered
+    before SQS dead-letters it: the backoffs after each of its ``max_receive_count`` deliveries, doubling from
+    ``retry_seconds`` and capped at ``retry_max_seconds`` (``nodesmith.core.termination.retry_after_seconds``)."""
+    return sum(min(retry_max_seconds, retry_seconds * 2 ** min(n, 30)) for n in range(max_receive_count))
+
+
 class ConfigError(ValueError):
     """A CDK context value is invalid; the message names the ``nodesmith:*`` key and the rule."""
 
@@ -115,7 +182,15 @@ class NodesmithConfig:
     interruption_timeout_seconds: int = 20
     interruption_max_concurrency: int = 25
     interruption_batch_size: int = 10
-    drain_timeout_seconds: int = 60
+    interruption_reserved_concurrency: int = 25
+    termination_timeout_seconds: int = 60
+    termination_max_concurrency: int = 25
+    termination_reserved_concurrency: int = 25
+    termination_max_receive_count: int = 120
+    termination_retry_seconds: int = 2
+    termination_retry_max_seconds: int = 30
+    termination_request_stale_seconds: int = 300
+    eviction_workers: int = 8
     price_table: str = ""
     rebalance_action: str = "cordon"
     alarm_topic_arn: str | None = None
@@ -155,27 +230,8 @@ class NodesmithConfig:
             "reconcileTimeoutSeconds",
             f"{self.reconcile_timeout_seconds} is outside 60..900 seconds (Lambda's maximum is 900)",
         )
-        _check(
-            5 <= self.interruption_timeout_seconds <= 44,
-            "interruptionTimeoutSeconds",
-            f"{self.interruption_timeout_seconds} is outside 5..44 seconds: six times it must fit in the "
-            "queue's 300 s retention so a failed message is retried or dead-lettered before it expires",
-        )
-        _check(
-            2 <= self.interruption_max_concurrency <= 1000,
-            "interruptionMaxConcurrency",
-            f"{self.interruption_max_concurrency} is outside 2..1000 (the SQS event source's MaximumConcurrency)",
-        )
-        _check(
-            1 <= self.interruption_batch_size <= 10_000,
-            "interruptionBatchSize",
-            f"{self.interruption_batch_size} is outside 1..10000 (the SQS event source's BatchSize, standard queue)",
-        )
-        _check(
-            1 <= self.drain_timeout_seconds <= 900,
-            "drainTimeoutSeconds",
-            f"{self.drain_timeout_seconds} is outside 1..900 seconds",
-        )
+        self._check_interruption()
+        self._check_termination()
         _check(
             self.rebalance_action in _REBALANCE_ACTIONS,
             "rebalanceAction",
@@ -198,10 +254,95 @@ class NodesmithConfig:
             f"({', '.join(map(str, sorted(LOG_RETENTION_NAMES)))})",
         )
 
+    def _check_interruption(self) -> None:
+        _check(
+            5 <= self.interruption_timeout_seconds <= 44,
+            "interruptionTimeoutSeconds",
+            f"{self.interruption_timeout_seconds} is outside 5..44 seconds: six times it must fit in the "
+            "queue's 300 s retention so a failed message is retried or dead-lettered before it expires",
+        )
+        _check(
+            2 <= self.interruption_max_concurrency <= 1000,
+            "interruptionMaxConcurrency",
+            f"{self.interruption_max_concurrency} is outside 2..1000 (the SQS event source's MaximumConcurrency)",
+        )
+        _check(
+            1 <= self.interruption_batch_size <= 10_000,
+            "interruptionBatchSize",
+            f"{self.interruption_batch_size} is outside 1..10000 (the SQS event source's BatchSize, standard queue)",
+        )
+        _check(
+            self.interruption_max_concurrency <= self.interruption_reserved_concurrency <= 1000,
+            "interruptionReservedConcurrency",
+            f"{self.interruption_reserved_concurrency} is outside interruptionMaxConcurrency.."
+            f"1000 ({self.interruption_max_concurrency}..1000): below the event source's maximum concurrency "
+            "the function would be throttled in a burst",
+        )
+
+    def _check_termination(self) -> None:
+        _check(
+            10 <= self.termination_timeout_seconds <= 900,
+            "terminationTimeoutSeconds",
+            f"{self.termination_timeout_seconds} is outside 10..900 seconds (Lambda's maximum is 900)",
+        )
+        _check(
+            2 <= self.termination_max_concurrency <= 1000,
+            "terminationMaxConcurrency",
+            f"{self.termination_max_concurrency} is outside 2..1000 (the SQS event source's MaximumConcurrency)",
+        )
+        _check(
+            self.termination_max_concurrency <= self.termination_reserved_concurrency <= 1000,
+            "terminationReservedConcurrency",
+            f"{self.termination_reserved_concurrency} is outside terminationMaxConcurrency.."
+            f"1000 ({self.termination_max_concurrency}..1000): below the event source's maximum concurrency "
+            "the function would be throttled while nodes drain",
+        )
+        _check(
+            1 <= self.eviction_workers <= 64,
+            "evictionWorkers",
+            f"{self.eviction_workers} is outside 1..64",
+        )
+        _check(
+            1 <= self.termination_retry_seconds <= 60,
+            "terminationRetrySeconds",
+            f"{self.termination_retry_seconds} is outside 1..60 seconds",
+        )
+        _check(
+            max(1, self.termination_retry_seconds) <= self.termination_retry_max_seconds <= 900,
+            "terminationRetryMaxSeconds",
+            f"{self.termination_retry_max_seconds} is outside terminationRetrySeconds..900 seconds",
+        )
+        stale_floor = _REQUEST_HEARTBEAT_SECONDS + self.termination_retry_max_seconds
+        _check(
+            max(60, stale_floor + 1) <= self.termination_request_stale_seconds <= 3600,
+            "terminationRequestStaleSeconds",
+            f"{self.termination_request_stale_seconds} is outside {max(60, stale_floor + 1)}..3600 seconds: a "
+            f"draining node's request is refreshed every {_REQUEST_HEARTBEAT_SECONDS} s plus one backoff "
+            "(terminationRetryMaxSeconds), and a shorter staleness would re-send requests for drains under way",
+        )
+        visibility = termination_visibility_seconds(self.termination_timeout_seconds)
+        longest = self.termination_max_receive_count * visibility
+        _check(
+            10 <= self.termination_max_receive_count <= 1000 and longest <= TERMINATION_QUEUE_RETENTION_SECONDS,
+            "terminationMaxReceiveCount",
+            f"{self.termination_max_receive_count} is outside 10..1000, or times the termination queue's "
+            f"{visibility} s visibility timeout ({longest} s) it exceeds the queue's "
+            f"{TERMINATION_QUEUE_RETENTION_SECONDS} s retention: a request must be dead-lettered before it expires",
+        )
+
     @property
     def uses_placeholder_endpoint(self) -> bool:
         """True when no real cluster endpoint was configured (synth works, the Lambdas would not)."""
         return self.cluster_endpoint == PLACEHOLDER_ENDPOINT
+
+    @property
+    def termination_patience_seconds(self) -> int:
+        """How long a drain that never finishes is retried before its request is dead-lettered (seconds)."""
+        return termination_patience_seconds(
+            max_receive_count=self.termination_max_receive_count,
+            retry_seconds=self.termination_retry_seconds,
+            retry_max_seconds=self.termination_retry_max_seconds,
+        )
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> NodesmithConfig:
@@ -216,25 +357,35 @@ class NodesmithConfig:
         ConfigError
             Naming the key whose value is missing a rule above or is not an integer where one is due.
         """
-        defaults = cls()
+        d = cls()
+        interruption_max = _int(get, "interruptionMaxConcurrency", d.interruption_max_concurrency)
+        termination_max = _int(get, "terminationMaxConcurrency", d.termination_max_concurrency)
         return cls(
-            cluster_name=_text(get, "clusterName", defaults.cluster_name),
-            cluster_endpoint=_text(get, "clusterEndpoint", defaults.cluster_endpoint),
-            cluster_ca_data=_text(get, "clusterCaData", defaults.cluster_ca_data),
+            cluster_name=_text(get, "clusterName", d.cluster_name),
+            cluster_endpoint=_text(get, "clusterEndpoint", d.cluster_endpoint),
+            cluster_ca_data=_text(get, "clusterCaData", d.cluster_ca_data),
             node_role_arn=_text(get, "nodeRoleArn", "") or None,
-            reconcile_mode=_text(get, "reconcileMode", defaults.reconcile_mode),
-            reconcile_timeout_seconds=_int(get, "reconcileTimeoutSeconds", defaults.reconcile_timeout_seconds),
-            interruption_timeout_seconds=_int(get, "interruptionTimeoutSeconds", defaults.interruption_timeout_seconds),
-            interruption_max_concurrency=_int(get, "interruptionMaxConcurrency", defaults.interruption_max_concurrency),
-            interruption_batch_size=_int(get, "interruptionBatchSize", defaults.interruption_batch_size),
-            drain_timeout_seconds=_int(get, "drainTimeoutSeconds", defaults.drain_timeout_seconds),
-            price_table=_text(get, "priceTable", defaults.price_table),
-            rebalance_action=_text(get, "rebalanceAction", defaults.rebalance_action),
-            alarm_topic_arn=_text(get, "alarmTopicArn", "") or None,
-            pending_pod_age_alarm_seconds=_int(
-                get, "pendingPodAgeAlarmSeconds", defaults.pending_pod_age_alarm_seconds
+            reconcile_mode=_text(get, "reconcileMode", d.reconcile_mode),
+            reconcile_timeout_seconds=_int(get, "reconcileTimeoutSeconds", d.reconcile_timeout_seconds),
+            interruption_timeout_seconds=_int(get, "interruptionTimeoutSeconds", d.interruption_timeout_seconds),
+            interruption_max_concurrency=interruption_max,
+            interruption_batch_size=_int(get, "interruptionBatchSize", d.interruption_batch_size),
+            interruption_reserved_concurrency=_int(get, "interruptionReservedConcurrency", interruption_max),
+            termination_timeout_seconds=_int(get, "terminationTimeoutSeconds", d.termination_timeout_seconds),
+            termination_max_concurrency=termination_max,
+            termination_reserved_concurrency=_int(get, "terminationReservedConcurrency", termination_max),
+            termination_max_receive_count=_int(get, "terminationMaxReceiveCount", d.termination_max_receive_count),
+            termination_retry_seconds=_int(get, "terminationRetrySeconds", d.termination_retry_seconds),
+            termination_retry_max_seconds=_int(get, "terminationRetryMaxSeconds", d.termination_retry_max_seconds),
+            termination_request_stale_seconds=_int(
+                get, "terminationRequestStaleSeconds", d.termination_request_stale_seconds
             ),
-            log_retention_days=_int(get, "logRetentionDays", defaults.log_retention_days),
+            eviction_workers=_int(get, "evictionWorkers", d.eviction_workers),
+            price_table=_text(get, "priceTable", d.price_table),
+            rebalance_action=_text(get, "rebalanceAction", d.rebalance_action),
+            alarm_topic_arn=_text(get, "alarmTopicArn", "") or None,
+            pending_pod_age_alarm_seconds=_int(get, "pendingPodAgeAlarmSeconds", d.pending_pod_age_alarm_seconds),
+            log_retention_days=_int(get, "logRetentionDays", d.log_retention_days),
         )
 
 

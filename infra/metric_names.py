@@ -17,8 +17,9 @@ Karpenter's Prometheus counterpart is noted where there is one (``karpenter-v1.m
 Breakdown dimensions in use (:class:`Dimension`): ``NodePool`` and ``CapacityType`` (NodeClaims
 created, launched, registered, initialized; cost per NodePool), ``Reason``, ``NodePool`` and
 ``CapacityType`` (NodeClaims terminated), ``NodePool`` and ``Resource`` (utilisation), ``Reason``
-(ignored messages), ``ErrorCode`` (launch failures), ``MessageType`` (received messages),
-``Method`` (disruption). :data:`BREAKDOWNS` lists the exact set for each broken-down metric.
+(ignored interruption messages and termination requests), ``ErrorCode`` (launch failures),
+``MessageType`` (received messages), ``Method`` (disruption). :data:`BREAKDOWNS` lists the exact set
+for each broken-down metric.
 """
 
 from __future__ import annotations
@@ -52,13 +53,19 @@ class MetricName(StrEnum):
     LAUNCH_FAILURES = "LaunchFailures"  # cloudprovider_instance_launch_failures_total
     OFFERINGS_MARKED_UNAVAILABLE = "OfferingsMarkedUnavailable"  # ICE cache insertions
 
-    # Interruptions and drains
+    # Interruptions and drains (the interruption function, then the termination function)
     INTERRUPTION_MESSAGES_RECEIVED = "InterruptionMessagesReceived"  # interruption_received_messages_total
     INTERRUPTION_MESSAGES_ACKNOWLEDGED = "InterruptionMessagesAcknowledged"  # interruption_deleted_messages_total
-    INTERRUPTION_MESSAGES_IGNORED = "InterruptionMessagesIgnored"  # not our instance, or no action
+    # by Reason: foreign_account, foreign_region, not_owned, no_nodepool_tag, no_nodeclaim, state_mismatch,
+    # not_spot, unknown_instance, action_none, ...: nothing was done about the message
+    INTERRUPTION_MESSAGES_IGNORED = "InterruptionMessagesIgnored"
     INTERRUPTION_MESSAGES_MALFORMED = "InterruptionMessagesMalformed"  # unparseable, acknowledged
     INTERRUPTION_QUEUE_AGE_SECONDS = "InterruptionQueueAgeSeconds"  # interruption_message_queue_duration_seconds
     NODES_CORDONED = "NodesCordoned"
+    # by Reason: nodeclaim_gone, not_deleting, no_finalizer, instance_mismatch, not_owned, no_nodepool_tag:
+    # the cluster or EC2 does not back the request, nothing was done
+    TERMINATION_REQUESTS_IGNORED = "TerminationRequestsIgnored"
+    TERMINATION_REQUESTS_MALFORMED = "TerminationRequestsMalformed"  # not a termination request, acknowledged
     PODS_EVICTED = "PodsEvicted"  # pods_drained_total
     PODS_BLOCKED_BY_PDB = "PodsBlockedByPDB"  # eviction answered 429
     PODS_FORCE_DELETED = "PodsForceDeleted"  # terminationGracePeriod expired
@@ -115,6 +122,7 @@ BREAKDOWNS: dict[MetricName, frozenset[Dimension]] = {
     MetricName.LAUNCH_FAILURES: frozenset({Dimension.ERROR_CODE}),
     MetricName.INTERRUPTION_MESSAGES_RECEIVED: frozenset({Dimension.MESSAGE_TYPE}),
     MetricName.INTERRUPTION_MESSAGES_IGNORED: frozenset({Dimension.REASON}),
+    MetricName.TERMINATION_REQUESTS_IGNORED: frozenset({Dimension.REASON}),
     MetricName.DISRUPTION_DECISIONS: frozenset({Dimension.METHOD}),
     MetricName.DISRUPTION_SAVINGS_USD_PER_HOUR: frozenset({Dimension.METHOD}),
 }

@@ -26,7 +26,7 @@ from constructs import Construct
 from infra.metric_names import BREAKDOWNS, NAMESPACE, Dimension, MetricName
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["SERVICE_DIMENSION", "NodesmithMonitoring", "insights_query", "search_each", "search_total"]
 
@@ -151,19 +151,23 @@ class NodesmithMonitoring(Construct):
 
     Props (keyword-only):
 
-    ``reconcile_function`` / ``interruption_function``
-        The two Lambdas (their built-in Errors, Throttles, Duration and Invocations are shown).
-    ``queue`` / ``dead_letter_queue``
+    ``reconcile_function`` / ``interruption_function`` / ``termination_function``
+        The three Lambdas (their built-in Errors, Throttles and Invocations are shown).
+    ``interruption_queue`` / ``interruption_dead_letter_queue``
         The interruption queue and its DLQ (depth and age of oldest message are shown).
+    ``termination_queue`` / ``termination_dead_letter_queue``
+        The termination queue and its DLQ: requests waiting, requests in flight (nodes between two drain
+        rounds: a request waiting out its backoff is in flight), dead-lettered requests.
     ``pending_pod_age_threshold``
         The oldest-pending-pod alarm fires when the age stays above this for two minutes.
+    ``extra_alarms``
+        Alarms defined elsewhere (the DLQ alarms) to show in the alarm status widget.
 
     Alarms (the stack sends their alarm and OK actions to the optional SNS topic): oldest pending
     pod older than the threshold, reconcile errors, launch failures rate, drains that missed their
-    interruption deadline, and errors of either function; the dead-letter queue alarm lives with
-    the queue (:class:`~infra.constructs.interruption.Interruption`).
-    ``extra_alarms``
-        Alarms defined elsewhere (the DLQ alarm) to show in the alarm status widget.
+    deadline, and errors of each function; the dead-letter queue alarms live with
+    their queues (:class:`~infra.constructs.interruption.Interruption`,
+    :class:`~infra.constructs.termination.Termination`).
 
     Attributes: ``dashboard``, ``alarms`` (the alarms created here, in a stable order).
     """
@@ -175,17 +179,21 @@ class NodesmithMonitoring(Construct):
         *,
         reconcile_function: lambda_.IFunction,
         interruption_function: lambda_.IFunction,
-        queue: sqs.IQueue,
-        dead_letter_queue: sqs.IQueue,
+        termination_function: lambda_.IFunction,
+        interruption_queue: sqs.IQueue,
+        interruption_dead_letter_queue: sqs.IQueue,
+        termination_queue: sqs.IQueue,
+        termination_dead_letter_queue: sqs.IQueue,
         pending_pod_age_threshold: Duration,
         extra_alarms: Sequence[cloudwatch.IAlarm] = (),
     ) -> None:
         super().__init__(scope, construct_id)
-        self.alarms = self._alarms(
-            reconcile_function=reconcile_function,
-            interruption_function=interruption_function,
-            pending_pod_age_threshold=pending_pod_age_threshold,
-        )
+        functions = {
+            "reconcile": reconcile_function,
+            "interruption": interruption_function,
+            "termination": termination_function,
+        }
+        self.alarms = self._alarms(functions=functions, pending_pod_age_threshold=pending_pod_age_threshold)
         threshold_line = cloudwatch.HorizontalAnnotation(
             value=pending_pod_age_threshold.to_seconds(), label="alarm threshold"
         )
@@ -257,7 +265,8 @@ class NodesmithMonitoring(Construct):
         )
         add(
             _header(
-                "## Interruptions and drains\nEC2 and AWS Health events through the queue, and the drains they start."
+                "## Interruptions and drains\nEC2 and AWS Health events through the interruption queue, and the "
+                "termination requests that drain nodes one round per delivery through the termination queue."
             ),
         )
         add(
@@ -273,8 +282,10 @@ class NodesmithMonitoring(Construct):
             _graph(
                 "Interruption queue",
                 [
-                    queue.metric_approximate_number_of_messages_visible(**peak, label="queue depth"),
-                    dead_letter_queue.metric_approximate_number_of_messages_visible(**peak, label="dead-letter depth"),
+                    interruption_queue.metric_approximate_number_of_messages_visible(**peak, label="queue depth"),
+                    interruption_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        **peak, label="dead-letter depth"
+                    ),
                 ],
                 width=6,
                 left_label="messages",
@@ -282,13 +293,50 @@ class NodesmithMonitoring(Construct):
             _graph(
                 "Message age (seconds)",
                 [
-                    queue.metric_approximate_age_of_oldest_message(**peak, label="oldest in queue"),
+                    interruption_queue.metric_approximate_age_of_oldest_message(**peak, label="oldest in queue"),
                     search_total(
                         M.INTERRUPTION_QUEUE_AGE_SECONDS, statistic="Maximum", aggregate="MAX", label="age when handled"
                     ),
                 ],
                 width=6,
                 left_label="seconds",
+            ),
+            _breakdown(
+                "Interruption messages ignored, by reason",
+                M.INTERRUPTION_MESSAGES_IGNORED,
+                label="${PROP('Dim.Reason')}",
+                width=6,
+                unit="messages",
+            ),
+        )
+        add(
+            _graph(
+                "Termination queue",
+                [
+                    termination_queue.metric_approximate_number_of_messages_visible(**peak, label="waiting"),
+                    termination_queue.metric_approximate_number_of_messages_not_visible(
+                        **peak, label="in flight (draining)"
+                    ),
+                    termination_dead_letter_queue.metric_approximate_number_of_messages_visible(
+                        **peak, label="dead-lettered"
+                    ),
+                ],
+                width=6,
+                left_label="requests",
+            ),
+            _sums(
+                "Termination requests not acted on (per minute)",
+                (M.TERMINATION_REQUESTS_IGNORED, "ignored"),
+                (M.TERMINATION_REQUESTS_MALFORMED, "malformed"),
+                width=6,
+                unit="requests",
+            ),
+            _breakdown(
+                "Termination requests ignored, by reason",
+                M.TERMINATION_REQUESTS_IGNORED,
+                label="${PROP('Dim.Reason')}",
+                width=6,
+                unit="requests",
             ),
             _sums(
                 "Drains",
@@ -302,7 +350,7 @@ class NodesmithMonitoring(Construct):
         add(
             _durations("Drain duration (seconds)", M.DRAIN_DURATION_SECONDS, width=16),
             _sums(
-                "Drains that missed the interruption deadline",
+                "Drains that missed their deadline",
                 (M.DRAINS_MISSED_DEADLINE, "missed deadlines"),
                 unit="drains",
             ),
@@ -333,8 +381,10 @@ class NodesmithMonitoring(Construct):
                 "Errors (per minute)",
                 [
                     search_total(M.RECONCILE_ERRORS, statistic="Sum", label="reconcile errors (handled)"),
-                    reconcile_function.metric_errors(period=_PERIOD, label="reconcile Lambda errors"),
-                    interruption_function.metric_errors(period=_PERIOD, label="interruption Lambda errors"),
+                    *(
+                        function.metric_errors(period=_PERIOD, label=f"{name} Lambda errors")
+                        for name, function in functions.items()
+                    ),
                 ],
                 width=6,
                 left_label="count",
@@ -342,10 +392,12 @@ class NodesmithMonitoring(Construct):
             _graph(
                 "Invocations and throttles (per minute)",
                 [
-                    reconcile_function.metric_invocations(period=_PERIOD, label="reconcile invocations"),
-                    reconcile_function.metric_throttles(period=_PERIOD, label="reconcile throttles"),
-                    interruption_function.metric_invocations(period=_PERIOD, label="interruption invocations"),
-                    interruption_function.metric_throttles(period=_PERIOD, label="interruption throttles"),
+                    metric
+                    for name, function in functions.items()
+                    for metric in (
+                        function.metric_invocations(period=_PERIOD, label=f"{name} invocations"),
+                        function.metric_throttles(period=_PERIOD, label=f"{name} throttles"),
+                    )
                 ],
                 width=6,
                 left_label="count",
@@ -383,17 +435,20 @@ class NodesmithMonitoring(Construct):
         )
 
     def _alarms(
-        self,
-        *,
-        reconcile_function: lambda_.IFunction,
-        interruption_function: lambda_.IFunction,
-        pending_pod_age_threshold: Duration,
+        self, *, functions: Mapping[str, lambda_.IFunction], pending_pod_age_threshold: Duration
     ) -> list[cloudwatch.Alarm]:
-        """Create the alarms (:data:`_ALARM_DESCRIPTIONS` says what each means and where to look first)."""
+        """Create the alarms (:data:`_ALARM_DESCRIPTIONS` says what each means and where to look first).
+
+        ``functions`` maps ``reconcile``, ``interruption`` and ``termination`` to their Lambdas.
+        """
         age = pending_pod_age_threshold.to_seconds()
         five_minutes = Duration.minutes(5)
         above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
         at_least = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
+
+        def errors(name: str) -> cloudwatch.IMetric:
+            return functions[name].metric_errors(period=_PERIOD, statistic="Sum")
+
         # construct id, metric, threshold, (datapoints to alarm, out of periods), comparison
         rows: list[tuple[str, cloudwatch.IMetric, float, tuple[int, int], cloudwatch.ComparisonOperator]] = [
             ("OldestPendingPodAge", insights_query(M.OLDEST_PENDING_POD_AGE_SECONDS, function="MAX", period=_PERIOD),
@@ -404,10 +459,9 @@ class NodesmithMonitoring(Construct):
              5, (2, 3), at_least),
             ("DrainsMissedDeadline", insights_query(M.DRAINS_MISSED_DEADLINE, function="SUM", period=five_minutes),
              1, (1, 1), at_least),
-            ("ReconcileFunctionErrors", reconcile_function.metric_errors(period=_PERIOD, statistic="Sum"),
-             1, (3, 5), at_least),
-            ("InterruptionFunctionErrors", interruption_function.metric_errors(period=_PERIOD, statistic="Sum"),
-             1, (2, 3), at_least),
+            ("ReconcileFunctionErrors", errors("reconcile"), 1, (3, 5), at_least),
+            ("InterruptionFunctionErrors", errors("interruption"), 1, (2, 3), at_least),
+            ("TerminationFunctionErrors", errors("termination"), 1, (2, 3), at_least),
         ]  # fmt: skip
         return [
             self._alarm(
@@ -436,14 +490,19 @@ _ALARM_DESCRIPTIONS = {
         "across many offerings, quotas, or IAM/launch-template problems. Check the reasons in logs."
     ),
     "DrainsMissedDeadline": (
-        "A drain did not finish before its interruption deadline: EC2 reclaimed the instance with "
-        "pods still on it, past their PodDisruptionBudgets. Check PodsBlockedByPDB, long "
-        "terminationGracePeriodSeconds, do-not-disrupt pods and InterruptionQueueAgeSeconds."
+        "A drain did not finish before its deadline (a spot interruption's two-minute notice, or the "
+        "NodeClaim's terminationGracePeriod): its last pods were deleted past their PodDisruptionBudgets and "
+        "the instance terminated. Check PodsBlockedByPDB, long terminationGracePeriodSeconds, do-not-disrupt "
+        "pods, InterruptionQueueAgeSeconds and the termination queue's backlog."
     ),
     "ReconcileFunctionErrors": "The reconcile Lambda raised (or timed out) in 3 of the last 5 minutes.",
     "InterruptionFunctionErrors": (
         "The interruption Lambda failed whole batches in 2 of the last 3 minutes; messages are "
         "retried, then dead-lettered."
+    ),
+    "TerminationFunctionErrors": (
+        "The termination Lambda failed whole invocations (errors or timeouts) in 2 of the last 3 minutes: "
+        "drains are not progressing. Requests are retried, then dead-lettered; check its logs and traces."
     ),
 }
 """What each alarm means and where to look first (``{age}``: the pending-pod threshold in seconds)."""

@@ -4,9 +4,14 @@ Mirrors Karpenter's interruption infrastructure (``karpenter-v1.md`` §4.1, from
 ``karpenter-provider-aws`` ``cloudformation.yaml``): a queue keeping messages 300 s with SSE and a
 TLS-only policy, fed by rules for spot interruption warnings, rebalance recommendations, instance
 state changes and AWS Health scheduled changes. Unlike Karpenter the state-change and Health rules
-filter in EventBridge on what the controller acts on, so ignored events never cost an invocation.
-Karpenter's fifth rule (capacity reservation interruption) is left out until capacity
-reservations are supported.
+filter in EventBridge on what the controller acts on, so ignored events never cost an invocation,
+and the queue policy denies ``sqs:SendMessage`` to every principal but those rules
+(``aws:SourceArn``), where Karpenter's only allows EventBridge and SQS. Karpenter's fifth rule
+(capacity reservation interruption) is left out until capacity reservations are supported.
+
+The function verifies each message against EC2 and the cluster, cordons, marks interrupted spot
+offerings unavailable, posts Events, wakes the reconcile function and sends one termination request
+per node to the termination queue (:mod:`infra.constructs.termination`); it drains nothing itself.
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.config import QUEUE_BATCHING_WINDOW_SECONDS
 from infra.constructs.function import NodesmithFunction
-from nodesmith.handlers.settings import ENV
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -34,14 +40,10 @@ __all__ = ["INTERRUPTION_MEMORY_MIB", "INTERRUPTION_RULES", "QUEUE_RETENTION", "
 QUEUE_RETENTION = Duration.seconds(300)
 """Karpenter's ``MessageRetentionPeriod``: an interruption notice older than this is moot."""
 
-INTERRUPTION_MEMORY_MIB = 1769
-"""Memory of the interruption function: Lambda gives a function CPU in proportion to its memory, one full
-vCPU at 1,769 MB. The replacement pass an interruption batch runs (snapshot, scheduler, launches) is CPU-bound:
-for 1,000 nodes and 4,000 pods it took 3-11 s on one core here (the embedded API server in the same process),
-so up to ~37 s at 512 MB's 0.29 vCPU: past the 20 s timeout, where a pass is killed before it launches
-anything. Interruptions are rare, so the cost is small."""
+INTERRUPTION_MEMORY_MIB = 512
+"""Memory of the interruption function: a batch is one DescribeInstances and a few Kubernetes calls per
+message, no scheduling (the reconcile function provisions the replacements)."""
 
-_BATCHING_WINDOW_SECONDS = 1
 _VISIBILITY_MULTIPLIER = 6  # Lambda developer guide: visibility timeout >= 6 x function timeout
 _DLQ_SAFETY_SECONDS = 30  # a failed message must be re-received this long before it would expire
 
@@ -74,40 +76,35 @@ class Interruption(Construct):
     Props (keyword-only):
 
     ``environment``
-        Nodesmith settings (``ENV`` names) for the Lambda; the queue URL is added here.
+        Nodesmith settings (``ENV`` names) for the Lambda.
     ``timeout``
         Function timeout. The queue's visibility timeout is ``6 x timeout + batching window`` and
         the DLQ ``maxReceiveCount`` is as large as still lets a failing message reach the DLQ within
-        the 300 s retention; a timeout leaving no such count raises ``ValueError``. That visibility
-        (AWS's guidance against throttled invokes) outlasts a spot notice, so the handler shortens its
-        records' visibility to its remaining time + 5 s (``sqs:ChangeMessageVisibility``, part of the
-        event source's consume grant): a crashed drain is delivered again and resumed within the notice.
+        the 300 s retention; a timeout leaving no such count raises ``ValueError``.
     ``log_retention``
         Retention of the function's log group.
     ``max_concurrency``
         The event source's ``ScalingConfig.MaximumConcurrency``: invocations at once, however many messages
-        wait. Each invocation keeps up to 16 Kubernetes requests in flight (cordons, then drains), so 25
-        invocations stay within the ~400 requests a kube-apiserver serves at once before API Priority and
-        Fairness queues or rejects them; on the interruption bench (1,000 nodes, 2 cores) 25 cut the
-        invocations ended at the function timeout from 109-225 to 9-13 when it was chosen (the README has
-        the bench's current figures).
+        wait. Each invocation keeps up to 10 Kubernetes requests in flight (the reads that locate a batch's
+        nodes), so a burst stays within the ~400 requests a kube-apiserver serves at once before API Priority
+        and Fairness queues or rejects them.
+    ``reserved_concurrency``
+        Reserved concurrent executions: at least ``max_concurrency`` (the configuration checks it), so the
+        event source is never throttled in a burst and no other function of the account can take the
+        capacity interruptions need.
     ``batch_size``
         The event source's ``BatchSize``: messages per invocation at most (filled for up to the 1 s batching
-        window). Lambda's SQS poller starts with 5 concurrent invocations and adds 5 a second, so in the first
-        seconds of a burst the batch size bounds how many nodes are being cordoned. A batch of a burst's hand-offs
-        is as large: the handler drains 10 at once and sends back to the queue those whose drains could not begin
-        in the first half of its budget (``DEFER_DRAINS_AFTER_SHARE``). On ``bench/interruptions.py`` (1,000 nodes,
-        everything on 2 shared cores) batches of 50 cordoned in 5-6 s where 10 took 7-12 s while the machine ran
-        fast, but in runs where it ran slow they cordoned in up to 60 s and lost up to 3,563 pods, so the default
-        stays 10 (bench/README.md has the runs).
-
-    The function may send to its own queue (continuations of unfinished drains, with a delay).
+        window). Their instances are described in one ``DescribeInstances``.
 
     Attributes: ``queue``, ``dead_letter_queue``, ``rules`` (id -> ``events.Rule``), ``handler``
     (:class:`NodesmithFunction`), ``function``, ``dlq_alarm`` (DLQ has at least one message).
 
     The event source uses ``ReportBatchItemFailures``: the handler returns the message ids to retry,
     and every other message of the batch is deleted (Karpenter deletes even unparseable messages).
+    The queue policy denies ``sqs:SendMessage`` to every principal (``"*"``, AWS services included)
+    whose request does not come from one of :attr:`rules` (``ArnNotEquals aws:SourceArn``): a request
+    without a source ARN, an IAM user's or role's, matches the negated condition and is denied, and an
+    explicit deny outweighs any identity-policy allow in the account.
     """
 
     def __init__(
@@ -119,10 +116,11 @@ class Interruption(Construct):
         timeout: Duration,
         log_retention: logs.RetentionDays,
         max_concurrency: int,
+        reserved_concurrency: int,
         batch_size: int = 10,
     ) -> None:
         super().__init__(scope, construct_id)
-        visibility_seconds = _VISIBILITY_MULTIPLIER * int(timeout.to_seconds()) + _BATCHING_WINDOW_SECONDS
+        visibility_seconds = _VISIBILITY_MULTIPLIER * int(timeout.to_seconds()) + QUEUE_BATCHING_WINDOW_SECONDS
         max_receive_count = math.floor((QUEUE_RETENTION.to_seconds() - _DLQ_SAFETY_SECONDS) / visibility_seconds)
         if max_receive_count < 1:
             raise ValueError(
@@ -159,26 +157,35 @@ class Interruption(Construct):
             )
             rule.add_target(targets.SqsQueue(self.queue))
             self.rules[rule_id] = rule
+        self.queue.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="OnlyInterruptionRulesSend",
+                effect=iam.Effect.DENY,
+                principals=[iam.StarPrincipal()],
+                actions=["sqs:SendMessage"],
+                resources=[self.queue.queue_arn],
+                conditions={"ArnNotEquals": {"aws:SourceArn": [rule.rule_arn for rule in self.rules.values()]}},
+            )
+        )
 
         self.handler = NodesmithFunction(
             self,
             "Handler",
             handler="nodesmith.handlers.interruption.handler",
             service_name="nodesmith-interruption",
-            description="Nodesmith: cordon and drain nodes on EC2 interruption and health events",
+            description="Nodesmith: verify EC2 interruption and health events, cordon, request terminations",
             timeout=timeout,
             memory_size_mib=INTERRUPTION_MEMORY_MIB,
-            environment={**environment, ENV.INTERRUPTION_QUEUE_URL: self.queue.queue_url},
+            environment=environment,
             log_retention=log_retention,
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
-        # A drain longer than one invocation continues through a delayed message on this queue.
-        self.queue.grant_send_messages(self.function)
         self.function.add_event_source(
             sources.SqsEventSource(
                 self.queue,
                 batch_size=batch_size,
-                max_batching_window=Duration.seconds(_BATCHING_WINDOW_SECONDS),
+                max_batching_window=Duration.seconds(QUEUE_BATCHING_WINDOW_SECONDS),
                 report_batch_item_failures=True,
                 max_concurrency=max_concurrency,
             )
@@ -189,7 +196,8 @@ class Interruption(Construct):
             "DeadLetterQueueNotEmpty",
             alarm_description=(
                 "Interruption messages failed every retry and were dead-lettered: the nodes they name may "
-                "not have been drained. Inspect the DLQ, fix the cause, then redrive or purge."
+                "not have been cordoned or handed to the termination queue. Inspect the DLQ, fix the cause, "
+                "then purge it (the notices are minutes old; the queue accepts no redrive)."
             ),
             metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
                 period=Duration.minutes(1), statistic="Maximum"

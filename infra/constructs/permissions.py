@@ -1,24 +1,33 @@
-"""Least-privilege IAM for the Nodesmith Lambdas: two policies, attached to the roles by the stack.
+"""Least-privilege IAM for the Nodesmith Lambdas: one policy per function, each holding what its code calls.
 
 Modelled on Karpenter v1's scoped controller policy (``karpenter-provider-aws`` getting-started
-CloudFormation), cut to what Nodesmith calls:
+CloudFormation, ``KarpenterControllerPolicy``), cut to what Nodesmith calls and split by function:
 
 * reads (EC2 Describe*, Pricing) need ``Resource: "*"``: AWS offers no resource-level permission
   for them; EC2 reads are pinned to the stack's region with ``aws:RequestedRegion``;
-* launching (``CreateFleet``, ``RunInstances``, ``CreateLaunchTemplate``) may use any image,
-  snapshot, subnet and security group, but may only use launch templates and create fleets,
-  instances, volumes, network interfaces, launch templates and spot requests that carry the tag
-  ``kubernetes.io/cluster/<cluster>=owned`` in the request: the EC2 adapter must put that tag in
-  ``TagSpecifications`` for every resource type the call creates;
-* ``CreateTags`` is allowed while creating those resources, or afterwards on instances already
-  tagged owned; ``TerminateInstances`` and ``DeleteLaunchTemplate`` only on owned resources;
+* launching (``CreateFleet``, and ``RunInstances``, which an ``instant`` fleet is also authorized for;
+  ``CreateLaunchTemplate``) may use any image, snapshot, subnet and security group, but may only use
+  launch templates and create fleets, instances, volumes, network interfaces, launch templates and spot
+  requests that carry the tag ``kubernetes.io/cluster/<cluster>=owned`` in the request: the EC2 adapter
+  puts that tag in ``TagSpecifications`` for every resource type the call creates;
+* ``CreateTags`` only while creating those resources (``ec2:CreateAction``); Nodesmith never tags an
+  existing instance, so unlike Karpenter no statement allows it;
+* ``TerminateInstances`` only on instances tagged ``kubernetes.io/cluster/<cluster>=owned`` **and**
+  carrying ``karpenter.sh/nodepool`` (Karpenter's ``AllowScopedDeletion``: a managed node group's
+  instances are owned by the cluster too, but carry no NodePool tag); ``DeleteLaunchTemplate`` only on
+  templates tagged owned **and** carrying ``karpenter.k8s.aws/ec2nodeclass`` (Nodesmith's launch
+  templates are per EC2NodeClass, not per NodePool, and carry that tag:
+  ``nodesmith.adapters.aws.tags.static_tags``);
 * ``iam:PassRole`` only for the node role and only to EC2; ``eks:DescribeCluster`` only on this
   cluster; ``ssm:GetParameter`` only under EKS optimized AMI parameters;
 * instance profiles for EC2NodeClasses that name ``spec.role``: the EC2 adapter creates them as
   ``nodesmith_<cluster>_<hash>`` tagged owned, so create/read/role changes are limited to that
   name prefix (and the tag).
 
-No statement has a wildcard action. The EKS bearer token is a presigned STS
+Per function (``NodesmithPermissions`` attributes): the reconcile function launches, garbage-collects
+and reads everything above; the interruption function only describes the instances its messages name;
+the termination function describes and terminates. Queue, table and Lambda grants are added by the
+stack (:mod:`infra.stack`). No statement has a wildcard action. The EKS bearer token is a presigned STS
 ``GetCallerIdentity`` URL, which needs no permission.
 """
 
@@ -37,12 +46,18 @@ if TYPE_CHECKING:
 __all__ = [
     "CLUSTER_TAG_VALUE",
     "DESCRIBE_ACTIONS",
+    "NODECLASS_TAG",
+    "NODEPOOL_TAG",
     "NodesmithPermissions",
     "cluster_tag_key",
     "instance_profile_prefix",
 ]
 
 CLUSTER_TAG_VALUE = "owned"
+NODEPOOL_TAG = "karpenter.sh/nodepool"
+"""On every instance Nodesmith (or Karpenter) launches for a NodePool."""
+NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
+"""On every instance and launch template Nodesmith launches for an EC2NodeClass."""
 
 DESCRIBE_ACTIONS = (
     "ec2:DescribeAvailabilityZones",
@@ -55,7 +70,7 @@ DESCRIBE_ACTIONS = (
     "ec2:DescribeSpotPriceHistory",
     "ec2:DescribeSubnets",
 )
-"""EC2 reads used by catalogue, launch and interruption lookups; none supports resource-level scoping."""
+"""EC2 reads of the catalogue, launch and instance lookups; none supports resource-level scoping."""
 
 _LAUNCH_ACTIONS = ("ec2:CreateFleet", "ec2:RunInstances")
 _CREATE_ACTIONS = (*_LAUNCH_ACTIONS, "ec2:CreateLaunchTemplate")
@@ -80,7 +95,7 @@ def _ec2_arn(resource_type: str, *, account: str) -> str:
 
 
 class NodesmithPermissions(Construct):
-    """The two IAM policies of Nodesmith; the stack attaches each to the role that needs it.
+    """The EC2, IAM, EKS, SSM and Pricing policies of the three functions; the stack attaches each to its role.
 
     Props (keyword-only):
 
@@ -94,13 +109,14 @@ class NodesmithPermissions(Construct):
     Attributes:
 
     ``reconcile_policy``
-        Reads, launch, tag, terminate, launch-template cleanup, pricing, AMI parameters, PassRole
-        of the node role, Nodesmith's own instance profiles, DescribeCluster.
+        Reads, launch (tag on create only), terminate owned NodePool instances (garbage collection and
+        liveness), delete owned EC2NodeClass launch templates, pricing, AMI parameters, PassRole of the node
+        role, Nodesmith's own instance profiles, DescribeCluster.
     ``interruption_policy``
-        The same launch statements (the interruption Lambda launches replacement capacity for the
-        pods of interrupted nodes through the reconcile scheduler, within the same owned-tag and
-        node-role conditions), reads, tagging and termination of owned instances; it deletes no
-        launch templates (garbage collection is the reconcile Lambda's).
+        ``ec2:DescribeInstances`` (region-pinned): the function judges each message on what EC2 says of its
+        instances, and acts on the cluster only.
+    ``termination_policy``
+        ``ec2:DescribeInstances`` and ``ec2:TerminateInstances`` on owned NodePool instances.
     """
 
     def __init__(
@@ -115,12 +131,13 @@ class NodesmithPermissions(Construct):
         super().__init__(scope, construct_id)
         tag_key = cluster_tag_key(cluster_name)
         account = Aws.ACCOUNT_ID
+        regional = {"StringEquals": {"aws:RequestedRegion": Aws.REGION}}
 
         read = iam.PolicyStatement(
-            sid="RegionalEc2Reads",
-            actions=list(DESCRIBE_ACTIONS),
-            resources=["*"],
-            conditions={"StringEquals": {"aws:RequestedRegion": Aws.REGION}},
+            sid="RegionalEc2Reads", actions=list(DESCRIBE_ACTIONS), resources=["*"], conditions=regional
+        )
+        describe_instances = iam.PolicyStatement(
+            sid="RegionalDescribeInstances", actions=["ec2:DescribeInstances"], resources=["*"], conditions=regional
         )
         describe_cluster = iam.PolicyStatement(
             sid="DescribeThisCluster",
@@ -130,15 +147,24 @@ class NodesmithPermissions(Construct):
         owned_resource = {"StringEquals": {f"aws:ResourceTag/{tag_key}": CLUSTER_TAG_VALUE}}
         owned_request = {"StringEquals": {f"aws:RequestTag/{tag_key}": CLUSTER_TAG_VALUE}}
 
-        def on_owned(sid: str, actions: Sequence[str], kind: str) -> iam.PolicyStatement:
-            """``actions`` on this account's EC2 resources of ``kind`` tagged owned."""
+        def on_owned(sid: str, actions: Sequence[str], kind: str, *, with_tag: str = "") -> iam.PolicyStatement:
+            """``actions`` on this account's EC2 resources of ``kind`` tagged owned (and carrying ``with_tag``)."""
+            conditions: dict[str, dict[str, str]] = {**owned_resource}
+            if with_tag:
+                conditions["StringLike"] = {f"aws:ResourceTag/{with_tag}": "*"}
             return iam.PolicyStatement(
-                sid=sid, actions=list(actions), resources=[_ec2_arn(kind, account=account)], conditions=owned_resource
+                sid=sid, actions=list(actions), resources=[_ec2_arn(kind, account=account)], conditions=conditions
             )
 
-        tag_owned = on_owned("TagOwnedInstances", ["ec2:CreateTags"], "instance")
-        terminate_owned = on_owned("TerminateOwnedInstances", ["ec2:TerminateInstances"], "instance")
-        delete_owned_templates = on_owned("DeleteOwnedLaunchTemplates", ["ec2:DeleteLaunchTemplate"], "launch-template")
+        terminate_owned = on_owned(
+            "TerminateOwnedNodePoolInstances", ["ec2:TerminateInstances"], "instance", with_tag=NODEPOOL_TAG
+        )
+        delete_owned_templates = on_owned(
+            "DeleteOwnedNodeClassLaunchTemplates",
+            ["ec2:DeleteLaunchTemplate"],
+            "launch-template",
+            with_tag=NODECLASS_TAG,
+        )
         launch_with_owned_template = on_owned("LaunchWithOwnedLaunchTemplates", _LAUNCH_ACTIONS, "launch-template")
 
         launch_with_referenced = iam.PolicyStatement(
@@ -194,26 +220,30 @@ class NodesmithPermissions(Construct):
         )
         pricing = iam.PolicyStatement(sid="ReadPrices", actions=["pricing:GetProducts"], resources=["*"])
 
-        # The interruption Lambda launches replacements with the same scoping; only the reconcile
-        # Lambda garbage-collects launch templates.
-        shared = [
-            read,
-            describe_cluster,
-            launch_with_referenced,
-            launch_with_owned_template,
-            create_owned,
-            tag_on_create,
-            tag_owned,
-            terminate_owned,
-            pass_node_role,
-            create_profiles,
-            read_profiles,
-            manage_profiles,
-            eks_ami_parameters,
-            pricing,
-        ]
-        self.reconcile_policy = iam.Policy(self, "ReconcilePolicy", statements=[*shared, delete_owned_templates])
-        self.interruption_policy = iam.Policy(self, "InterruptionPolicy", statements=shared)
+        self.reconcile_policy = iam.Policy(
+            self,
+            "ReconcilePolicy",
+            statements=[
+                read,
+                describe_cluster,
+                launch_with_referenced,
+                launch_with_owned_template,
+                create_owned,
+                tag_on_create,
+                terminate_owned,
+                delete_owned_templates,
+                pass_node_role,
+                create_profiles,
+                read_profiles,
+                manage_profiles,
+                eks_ami_parameters,
+                pricing,
+            ],
+        )
+        self.interruption_policy = iam.Policy(self, "InterruptionPolicy", statements=[describe_instances])
+        self.termination_policy = iam.Policy(
+            self, "TerminationPolicy", statements=[describe_instances, terminate_owned]
+        )
         self._suppress_required_wildcards(cluster_name=cluster_name)
 
     def _suppress_required_wildcards(self, *, cluster_name: str) -> None:

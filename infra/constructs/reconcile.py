@@ -28,23 +28,42 @@ from nodesmith.handlers.settings import ENV
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["SCHEDULE_PERIOD", "STATE_TABLE_KEYS", "TTL_ATTRIBUTE", "WATCH_CONCURRENCY", "Reconcile"]
+__all__ = [
+    "OFFERING_PARTITION",
+    "SCHEDULE_PERIOD",
+    "STATE_TABLE_ACTIONS",
+    "STATE_TABLE_KEYS",
+    "TTL_ATTRIBUTE",
+    "WATCH_CONCURRENCY",
+    "Reconcile",
+]
 
 SCHEDULE_PERIOD = Duration.minutes(1)
 """How often EventBridge starts a reconcile pass (``rate(1 minute)``, EventBridge's finest rate)."""
 
 STATE_TABLE_KEYS = ("pk", "sk")
 """Partition and sort key (both strings) of the state table: single-table design
-(``nodesmith.adapters.aws.state``): ``pk="lease#reconcile" sk="lease"``, ``pk="drain#<instance id>"
-sk="progress"``, ``pk="offering" sk="<type>#<zone>#<capacity type>"``. Powertools idempotency works
-with it via ``key_attr="pk"``, ``sort_key_attr="sk"`` (``pk="idempotency#<function>"``)."""
+(``nodesmith.adapters.aws.state``): ``pk="lease#reconcile" sk="lease"`` (the reconcile lease) and
+``pk="offering" sk="<type>#<zone>#<capacity type>"`` (unavailable-offering marks)."""
+
+OFFERING_PARTITION = "offering"
+"""The partition key of every unavailable-offering mark: the only items the interruption function writes."""
 
 WATCH_CONCURRENCY = 2
 """Reserved concurrency in watch mode: the watcher and its successor waiting for the lease."""
 
 TTL_ATTRIBUTE = "expires_at"
-"""Epoch seconds after which DynamoDB deletes an item (expired leases, idempotency records,
-unavailable-offering marks)."""
+"""Epoch seconds after which DynamoDB deletes an item (expired leases, unavailable-offering marks)."""
+
+STATE_TABLE_ACTIONS = (
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:Query",
+)
+"""What ``DynamoStateStore`` calls: the lease (conditional UpdateItem, GetItem, conditional DeleteItem) and
+the offering marks (PutItem, Query); the reconcile function's grant on the table."""
 
 
 class Reconcile(Construct):
@@ -62,7 +81,8 @@ class Reconcile(Construct):
         Reserved concurrency: 1 (default, one pass per tick) or :data:`WATCH_CONCURRENCY` in watch mode.
 
     Attributes: ``table`` (on-demand, point-in-time recovery, AWS-managed KMS encryption, TTL on
-    ``expires_at``; the stack grants it to both functions), ``handler`` (:class:`NodesmithFunction`),
+    ``expires_at``; this function may call :data:`STATE_TABLE_ACTIONS` on it, and the stack lets the
+    interruption function put offering marks), ``handler`` (:class:`NodesmithFunction`),
     ``function``, ``schedule`` (the ``events.Rule``).
     """
 
@@ -105,6 +125,7 @@ class Reconcile(Construct):
             reserved_concurrency=concurrency,
         )
         self.function = self.handler.function
+        self.table.grant(self.function, *STATE_TABLE_ACTIONS)
         # A tick throttled by the reserved concurrency would otherwise wait in Lambda's async queue
         # (up to 6 h) and run stale; drop it, the next tick comes within a minute.
         self.function.configure_async_invoke(retry_attempts=0, max_event_age=Duration.seconds(60))

@@ -1,8 +1,8 @@
-"""The alarms a platform team is paged by: dead-letter queue not empty, oldest pending pod older than
-the configured threshold, reconcile errors, drains that missed their interruption deadline, launch
-failures rate (plus either function failing). With ``alarmTopicArn`` every one notifies the topic on
-ALARM and OK (``test_stack.py``); without it they exist and stay silent, so synthesis never needs a
-topic."""
+"""The alarms a platform team is paged by: either dead-letter queue (interruption, termination) not empty,
+oldest pending pod older than the configured threshold, reconcile errors, drains that missed their
+deadline, launch failures rate (plus any of the three functions failing). With ``alarmTopicArn`` every
+one notifies the topic on ALARM and OK (``test_stack.py``); without it they exist and stay silent, so
+synthesis never needs a topic."""
 
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ def test_each_condition_has_its_alarm(alarms: dict[str, dict[str, Any]]) -> None
     assert (launches["function"], launches["period"]) == ("SUM", 300)  # a rate: failures per 5 minutes
     errors = custom[MetricName.RECONCILE_ERRORS]
     assert errors["function"] == "SUM" and errors["Threshold"] == 1
-    dlq = [p for p in alarms.values() if p.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
-    assert len(dlq) == 1 and dlq[0]["Threshold"] == 1
+    dlqs = [p for p in alarms.values() if p.get("MetricName") == "ApproximateNumberOfMessagesVisible"]
+    assert len(dlqs) == 2 and all(p["Threshold"] == 1 for p in dlqs)
     lambda_errors = [p for p in alarms.values() if p.get("MetricName") == "Errors"]
-    assert len(lambda_errors) == 2
+    assert len(lambda_errors) == 3
 
 
 def test_every_alarm_says_what_to_check_and_ignores_missing_data(alarms: dict[str, dict[str, Any]]) -> None:
@@ -65,5 +65,5 @@ def test_every_alarm_says_what_to_check_and_ignores_missing_data(alarms: dict[st
 
 
 def test_without_a_topic_no_alarm_has_actions(alarms: dict[str, dict[str, Any]]) -> None:
-    assert len(alarms) == 7
+    assert len(alarms) == 9
     assert all("AlarmActions" not in p and "OKActions" not in p for p in alarms.values())

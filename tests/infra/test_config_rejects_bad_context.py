@@ -37,6 +37,7 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
     )  # fmt: skip
     assert (config.reconcile_timeout_seconds, config.interruption_timeout_seconds) == (600, 30)
     assert config.interruption_max_concurrency == 40
+    assert config.interruption_reserved_concurrency == 40  # unset: as much as the event source may use
     assert config.interruption_batch_size == 100
     assert config.log_retention_days == 90
 
@@ -55,6 +56,20 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("interruptionMaxConcurrency", 1001, "MaximumConcurrency"),
         ("interruptionBatchSize", 0, "1..10000"),
         ("interruptionBatchSize", 10_001, "BatchSize"),
+        ("interruptionReservedConcurrency", 24, "throttled"),
+        ("interruptionReservedConcurrency", 1001, "25..1000"),
+        ("terminationTimeoutSeconds", 5, "10..900"),
+        ("terminationTimeoutSeconds", 901, "10..900"),
+        ("terminationMaxConcurrency", 1, "MaximumConcurrency"),
+        ("terminationReservedConcurrency", 10, "throttled"),
+        ("terminationMaxReceiveCount", 5, "10..1000"),
+        ("terminationMaxReceiveCount", 1300, "retention"),
+        ("terminationRetrySeconds", 0, "1..60"),
+        ("terminationRetryMaxSeconds", 901, "terminationRetrySeconds..900"),
+        ("terminationRequestStaleSeconds", 90, "drains under way"),
+        ("terminationRequestStaleSeconds", 3601, "3600"),
+        ("evictionWorkers", 0, "1..64"),
+        ("evictionWorkers", 65, "1..64"),
         ("rebalanceAction", "reboot", "ignore, event, cordon, drain"),
         ("alarmTopicArn", "arn:aws:sqs:eu-west-1:123456789012:q", "SNS topic ARN"),
         ("pendingPodAgeAlarmSeconds", 30, "reconcile period"),
@@ -89,11 +104,51 @@ def test_every_allowed_log_retention_is_a_cdk_retention() -> None:
 
 
 def test_watch_mode_is_accepted_with_the_full_lambda_timeout_and_reaches_the_handlers_environment() -> None:
-    from infra.stack import _settings_environment
+    from infra.stack import reconcile_environment
 
     config = _config(reconcileMode="watch")
     assert config.reconcile_mode == "watch" and config.reconcile_timeout_seconds == 900
-    env = _settings_environment(config, node_role_arn="arn:aws:iam::123456789012:role/n", timeout_seconds=900)
+    env = reconcile_environment(config, node_role_arn="arn:aws:iam::123456789012:role/n")
     assert env["NODESMITH_RECONCILE_MODE"] == "watch"
     with pytest.raises(ConfigError, match="reconcileTimeoutSeconds"):
         _config(reconcileMode="watch", reconcileTimeoutSeconds=600)
+
+
+def test_reserved_concurrency_may_exceed_the_event_source_s_maximum() -> None:
+    config = _config(terminationMaxConcurrency="10", terminationReservedConcurrency="12")
+    assert (config.termination_max_concurrency, config.termination_reserved_concurrency) == (10, 12)
+    assert _config(terminationMaxConcurrency="50").termination_reserved_concurrency == 50
+
+
+def test_the_defaults_dead_letter_a_blocked_drain_after_about_an_hour() -> None:
+    config = NodesmithConfig()
+    assert 45 * 60 <= config.termination_patience_seconds <= 75 * 60
+    # fewer receives, or a lower cap on the backoff, give up sooner
+    assert _config(terminationMaxReceiveCount="30").termination_patience_seconds < 20 * 60
+    assert _config(terminationRetryMaxSeconds="10").termination_patience_seconds < config.termination_patience_seconds
+
+
+def test_termination_tuning_reaches_the_termination_function_and_parses_with_the_handlers_settings() -> None:
+    from infra.stack import termination_environment
+    from nodesmith.handlers.settings import load_settings
+
+    config = _config(evictionWorkers="16", terminationRetrySeconds="3", terminationRetryMaxSeconds="60",
+                     terminationRequestStaleSeconds="600")  # fmt: skip
+    env = termination_environment(config)
+    settings = load_settings(env)
+    assert (settings.eviction_workers, settings.termination_retry_seconds) == (16, 3)
+    assert settings.termination_retry_max_seconds == 60
+    assert "NODESMITH_STATE_TABLE" not in env  # the termination function needs no state table
+
+
+def test_every_default_parses_with_the_handlers_settings() -> None:
+    from infra.stack import interruption_environment, reconcile_environment, termination_environment
+    from nodesmith.handlers.settings import load_settings
+
+    config = NodesmithConfig()
+    for env in (
+        reconcile_environment(config, node_role_arn="arn:aws:iam::123456789012:role/n"),
+        interruption_environment(config),
+        termination_environment(config),
+    ):
+        load_settings(env)

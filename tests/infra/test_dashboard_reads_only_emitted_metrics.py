@@ -5,30 +5,34 @@ The read side comes from the synthesized template: the dashboard body's ``SEARCH
 ``{Nodesmith,NodePool,Resource,service} MetricName="X"`` exactly those) and the alarms' Metrics
 Insights queries (``SELECT SUM(X) FROM Nodesmith`` any dimensions, ``FROM SCHEMA(...)`` exact).
 
-The emit side comes from running the handlers in-process against the test fakes with stdout
-captured, over scenarios that take every path: a reconcile pass that launches, one whose spot
-offerings are all out of capacity, a pass after the node registered, a pass that fails, the
-disruption pass removing an empty node, and interruption batches with malformed, foreign,
-no-op, failing, PDB-blocked and late spot messages. Each EMF document must put its points under
-exactly one dimension set, with the unit ``infra/metric_names.py`` gives the name.
+The emit side comes from running the handlers in-process against fakes with stdout captured, over
+scenarios that take every path: a reconcile pass that launches, one whose spot offerings are all out
+of capacity, a pass after the node registered, a pass that fails, the disruption pass asking for an
+empty node's termination and the termination function removing it; an interruption batch with a
+spot warning for our node, a malformed body, an event from another account and one about a managed
+node group's instance; termination rounds blocked by a PodDisruptionBudget, then evicting, then
+terminating; a spot warning received past its notice, whose pod is force-deleted; malformed and
+unbacked termination requests. Each EMF document must put its points under exactly one dimension
+set, with the unit ``infra/metric_names.py`` gives the name.
 
-Only where a path cannot be exercised (the disruption pass, before it is wired into the reconcile
-handler) does the test fall back to reading the handlers' source for ``add_metric`` / ``count_by``
-/ ``emit`` calls, and it marks just those metrics xfail when even that finds nothing.
+The interruption and termination scenarios use the small fakes below (the Cluster and CloudProvider
+ports of ``nodesmith.core.ports``, just what the two handlers call); the reconcile ones the service
+tests' ``reconcile_fakes``. Only where a path cannot be exercised (the disruption pass, when the
+reconcile handler has none) does the test fall back to reading the handlers' source for
+``add_metric`` / ``count_by`` / ``emit`` calls, and it marks just those metrics xfail when even that
+finds nothing.
 """
 
 from __future__ import annotations
 
 import ast
 import contextlib
-import importlib.util
 import io
 import json
 import re
 import sys
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +42,6 @@ from infra.metric_names import BREAKDOWNS, NAMESPACE, UNITS, Dimension, MetricNa
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from types import ModuleType
 
     from nodesmith.core.model import Pod, Taint
 
@@ -171,23 +174,16 @@ def test_every_function_sets_the_service_dimension(template_without_topic: dict[
     resources = template_without_topic["Resources"]
     functions = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function"]
     nodesmith = [f for f in functions if str(f.get("Handler", "")).startswith("nodesmith.handlers.")]
-    assert len(nodesmith) == 2
+    assert len(nodesmith) == 3
+    services = set()
     for function in nodesmith:
         env = function["Environment"]["Variables"]
         assert env["POWERTOOLS_SERVICE_NAME"] and env["POWERTOOLS_METRICS_NAMESPACE"] == NAMESPACE
+        services.add(env["POWERTOOLS_SERVICE_NAME"])
+    assert len(services) == 3
 
 
 # --- the emit side: the handlers, in-process ----------------------------------------------------------
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 class Context:
@@ -268,15 +264,15 @@ def _reconcile_scenarios(emitted: Emitted) -> None:
 
 
 def _disruption_scenario(emitted: Emitted) -> bool:
-    """Remove an empty node through the reconcile handler's disruption pass; False when it has none."""
+    """Remove an empty node: the reconcile handler's disruption pass asks for its termination, the termination
+    handler removes it; False when the reconcile handler has no disruption pass."""
     sys.path.insert(0, str(TESTS / "services"))
-    from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+    from reconcile_fakes import FakeCloud, FakeCluster, FakeQueue, make_nodeclass, make_nodepool, make_pod, node_for
 
     from nodesmith.handlers import reconcile as reconcile_handler
-    from nodesmith.handlers import wiring
+    from nodesmith.handlers import termination, wiring
     from nodesmith.handlers.observability import metrics
     from nodesmith.handlers.settings import Settings
-    from nodesmith.services.provisioning.reconcile import reconcile
 
     run_disruption = getattr(reconcile_handler, "run_disruption", None)
     if run_disruption is None:
@@ -295,24 +291,30 @@ def _disruption_scenario(emitted: Emitted) -> bool:
             self.pods = [p for p in self.pods if p.key != pod.key]
             return "evicted"
 
+        def delete_pod(self, *, pod: Pod, grace_period_seconds: int | None = None) -> None:
+            self.pods = [p for p in self.pods if p.key != pod.key]
+
     cluster = DrainableCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cluster.pods = [make_pod("inflate-0")]
-    cloud = FakeCloud()
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1000.0)
-    for claim in cluster.nodeclaims.values():
-        instance = next(i for i in cloud.instances.values() if i.provider_id == claim.status.provider_id)
-        cluster.nodes.append(node_for(instance, claim, ready=True))
-    cluster.now = cloud.now = 1001.0
-    reconcile(cluster=cluster, cloud=cloud, cluster_name="test", now=1001.0)
-    cluster.pods = []  # scaled to zero: the node is empty
-
+    cloud, queue = FakeCloud(), FakeQueue()
     wiring.reset()
-    wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
+    wiring.set_ports(
+        cluster=cluster, cloud=cloud, queue=queue, settings=Settings(cluster_name="test", cluster_endpoint="http://k")
+    )
     try:
+        reconcile_handler.run_pass(now=1000.0)
+        for claim in cluster.nodeclaims.values():
+            instance = next(i for i in cloud.instances.values() if i.provider_id == claim.status.provider_id)
+            cluster.nodes.append(node_for(instance, claim, ready=True))
+        cluster.now = cloud.now = 1001.0
+        reconcile_handler.run_pass(now=1001.0)
+        cluster.pods = []  # scaled to zero: the node is empty
         for now in (1100.0, 1116.0):  # found, then found again after the 15 s validation delay
             cluster.now = cloud.now = now
             _captured(lambda now=now: run_disruption(now=now), emitted)  # type: ignore[misc]
             _captured(metrics.flush_metrics, emitted)
+        records = [_sqs_record(r.body(), f"empty-{n}", queue="termination") for n, r in enumerate(queue.sent)]
+        _captured(lambda: termination.handler({"Records": records}, Context("nodesmith-termination")), emitted)
     finally:
         for state in ("_PENDING", "_RECENT_EVENTS"):
             with contextlib.suppress(AttributeError):
@@ -321,88 +323,223 @@ def _disruption_scenario(emitted: Emitted) -> bool:
     return True
 
 
-def _interruption_scenarios(emitted: Emitted) -> None:
-    from nodesmith.handlers import interruption, wiring
-    from nodesmith.handlers.settings import Settings
+# --- interruption and termination: the world as the two handlers see it ------------------------------
 
-    fakes = _load("nodesmith_tests_interruption_fakes", TESTS / "services" / "interruption_fakes.py")
-    settings = Settings(
-        cluster_name=fakes.CLUSTER, cluster_endpoint="https://example.invalid", drain_timeout_seconds=30
-    )
-
-    def invoke(cluster: Any, cloud: Any, records: list[dict[str, Any]]) -> None:
-        wiring.reset()
-        wiring.set_ports(cluster=cluster, cloud=cloud, settings=settings)
-        _captured(lambda: interruption.handler({"Records": records}, Context("nodesmith-interruption")), emitted)
-
-    # 1. the golden batch: malformed, foreign, a no-op state change, a spot warning, one that fails
-    batch = json.loads((TESTS / "events" / "sqs_batch.json").read_text())
-    now = time.time()
-    for record in batch["Records"]:
-        record["attributes"]["SentTimestamp"] = str(int((now - 2) * 1000))
-        with contextlib.suppress(ValueError):
-            body = json.loads(record["body"])
-            body["time"] = _rfc3339(now - 3)
-            record["body"] = json.dumps(body)
-    clock = fakes.FakeClock()
-    cluster = fakes.FakeCluster(
-        clock=clock,
-        nodes=[fakes.make_node("node-a", "i-1234567890abcdef0"), fakes.make_node("node-bad", "i-0badc0ffee0000001")],
-        pods=[fakes.make_pod("web-1", grace=0), fakes.make_pod("web-2", node="node-bad", grace=0)],
-        instant_termination=True,
-        fail_nodes={"node-bad"},
-    )
-    cloud = fakes.FakeCloud(
-        [
-            fakes.make_instance("i-1234567890abcdef0"),
-            fakes.make_instance("i-0badc0ffee0000001", nodeclaim="default-bad"),
-            fakes.make_instance("i-0fedcba9876543210", ours=False),
-        ]
-    )
-    invoke(cluster, cloud, batch["Records"])
-
-    # 2. a PodDisruptionBudget refuses the first eviction, then allows it
-    clock = fakes.FakeClock()
-    cluster = fakes.FakeCluster(
-        clock=clock,
-        nodes=[fakes.make_node("node-a", "i-1234567890abcdef0")],
-        pods=[fakes.make_pod("web-1", grace=0)],
-        pdb_blocks={"default/web-1": 1},
-        instant_termination=True,
-    )
-    invoke(cluster, fakes.FakeCloud([fakes.make_instance("i-1234567890abcdef0")]), [_spot_record(now - 3, "pdb")])
-
-    # 3. a warning handled after its two minutes: the pod is force-deleted, the drain missed its deadline
-    clock = fakes.FakeClock()
-    cluster = fakes.FakeCluster(
-        clock=clock,
-        nodes=[fakes.make_node("node-a", "i-1234567890abcdef0")],
-        pods=[fakes.make_pod("web-1", grace=30)],
-        instant_termination=True,
-    )
-    invoke(cluster, fakes.FakeCloud([fakes.make_instance("i-1234567890abcdef0")]), [_spot_record(now - 200, "late")])
-    wiring.reset()
+ACCOUNT, REGION, CLUSTER = "123456789012", "us-west-2", "demo"
+OURS, MANAGED = "i-0123456789abcdef0", "i-0fedcba9876543210"  # ours; a managed node group's (no NodePool tag)
+NODE, CLAIM = "ip-10-0-0-1.us-west-2.compute.internal", "default-abcde"
 
 
-def _rfc3339(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+@dataclass
+class World:
+    """One spot node of ours with one pod, and a managed node group's instance: the Cluster and CloudProvider
+    ports, as far as the interruption and termination handlers call them. ``blocks`` is how many evictions of
+    the pod a PodDisruptionBudget refuses (HTTP 429) before one is accepted."""
+
+    now: float
+    pod_grace: int = 30
+    blocks: int = 0
+    claims: dict[str, Any] = field(default_factory=dict)
+    nodes: dict[str, Any] = field(default_factory=dict)
+    pods: list[Any] = field(default_factory=list)
+    instances: dict[str, Any] = field(default_factory=dict)
+    sent: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from nodesmith.core.api.nodeclaim import NodeClaim
+        from nodesmith.core.model import Node, Pod
+        from nodesmith.core.ports import Instance
+        from nodesmith.core.termination import TERMINATION_FINALIZER
+
+        zone, provider = f"{REGION}a", f"aws:///{REGION}a/{OURS}"
+        self.claims[CLAIM] = NodeClaim.model_validate(
+            {
+                "metadata": {"name": CLAIM, "uid": "uid-claim", "labels": {"karpenter.sh/nodepool": "default"},
+                             "finalizers": [TERMINATION_FINALIZER]},
+                "spec": {"requirements": [],
+                         "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}},
+                "status": {"providerID": provider, "nodeName": NODE},
+            }
+        )  # fmt: skip
+        self.nodes[NODE] = Node(name=NODE, provider_id=provider, ready=True)
+        self.pods.append(
+            Pod(namespace="default", name="web-1", uid="uid-web-1", node_name=NODE, phase="Running",
+                owner_kind="ReplicaSet", owner_name="web-abc", termination_grace_period_seconds=self.pod_grace)
+        )  # fmt: skip
+        owned = {f"kubernetes.io/cluster/{CLUSTER}": "owned"}
+        self.instances[OURS] = Instance(
+            instance_id=OURS, instance_type="m5.large", zone=zone, capacity_type="spot", state="running",
+            launch_time=self.now - 3600, private_dns_name=NODE,
+            tags={**owned, "karpenter.sh/nodepool": "default", "karpenter.sh/nodeclaim": CLAIM},
+        )  # fmt: skip
+        self.instances[MANAGED] = Instance(
+            instance_id=MANAGED, instance_type="m5.large", zone=zone, capacity_type="spot", state="running",
+            launch_time=self.now - 3600, tags={**owned, "eks:nodegroup-name": "system"},
+        )  # fmt: skip
+
+    # Cluster
+    def get_nodeclaim(self, *, name: str) -> Any:
+        claim = self.claims.get(name)
+        return None if claim is None else claim.model_copy(deep=True)
+
+    def annotate_nodeclaim(self, *, name: str, annotations: Any) -> None:
+        from nodesmith.core.errors import NotFoundError
+
+        if name not in self.claims:
+            raise NotFoundError(f"nodeclaim {name} not found", status=404)
+        self.claims[name].metadata.annotations.update(annotations)
+
+    def delete_nodeclaim(self, *, name: str) -> None:
+        from nodesmith.core.timestamps import to_rfc3339
+
+        claim = self.claims.get(name)
+        if claim is not None and claim.metadata.finalizers:
+            claim.metadata.deletion_timestamp = claim.metadata.deletion_timestamp or to_rfc3339(self.now)
+        elif claim is not None:
+            del self.claims[name]
+
+    def remove_nodeclaim_finalizer(self, *, name: str, finalizer: str) -> None:
+        claim = self.claims.get(name)
+        if claim is not None:
+            claim.metadata.finalizers = [f for f in claim.metadata.finalizers if f != finalizer]
+            if claim.metadata.deletion_timestamp is not None and not claim.metadata.finalizers:
+                del self.claims[name]
+
+    def get_node(self, *, name: str) -> Any:
+        return self.nodes.get(name)
+
+    def taint_and_cordon(self, *, node_name: str, taint: Any) -> bool:
+        node = self.nodes.get(node_name)
+        if node is not None and taint not in node.taints:
+            self.nodes[node_name] = replace(node, taints=(*node.taints, taint), unschedulable=True)
+        return node is not None
+
+    def delete_node(self, *, name: str) -> None:
+        self.nodes.pop(name, None)
+
+    def remove_node_finalizer(self, *, name: str, finalizer: str) -> None:
+        return None
+
+    def list_pods(self, *, node_name: str | None = None) -> list[Any]:
+        return [p for p in self.pods if node_name is None or p.node_name == node_name]
+
+    def evict(self, *, pod: Any, grace_period_seconds: int | None = None) -> str:
+        if self.blocks > 0:
+            self.blocks -= 1
+            return "blocked"
+        self.pods = [p for p in self.pods if p.key != pod.key]
+        return "evicted"
+
+    def delete_pod(self, *, pod: Any, grace_period_seconds: int | None = None) -> None:
+        self.pods = [p for p in self.pods if p.key != pod.key]
+
+    def record_event(self, *, ref: Any, reason: str, message: str, type_: str = "Normal") -> None:
+        return None
+
+    # CloudProvider
+    def get_instance(self, *, instance_id: str) -> Any:
+        return self.instances.get(instance_id)
+
+    def get_instances(self, *, instance_ids: Any) -> dict[str, Any]:
+        return {i: self.instances[i] for i in instance_ids if i in self.instances}
+
+    def terminate(self, *, instance_ids: Any) -> None:
+        for iid in instance_ids:
+            self.instances[iid] = replace(self.instances[iid], state="shutting-down")
+
+    def mark_unavailable(self, *, offerings: Any) -> None:
+        return None
+
+    # TerminationQueue
+    def send(self, *, requests: Any) -> list[str]:
+        self.sent.extend(requests)
+        return []
 
 
-def _spot_record(event_time: float, tag: str) -> dict[str, Any]:
-    body = json.loads((TESTS / "events" / "spot_interruption_warning.json").read_text())
-    body["id"] = f"evt-{tag}"
-    body["time"] = _rfc3339(event_time)
+def _sqs_record(
+    body: str, message_id: str, *, queue: str, sent: float | None = None, receives: int = 1
+) -> dict[str, Any]:
+    sent = time.time() if sent is None else sent
     return {
-        "messageId": f"msg-{tag}",
-        "receiptHandle": f"rh-{tag}",
-        "body": json.dumps(body),
-        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": str(int((event_time + 1) * 1000))},
+        "messageId": message_id,
+        "receiptHandle": f"rh-{message_id}",
+        "body": body,
+        "attributes": {"ApproximateReceiveCount": str(receives), "SentTimestamp": str(int(sent * 1000))},
         "messageAttributes": {},
         "md5OfBody": "",
         "eventSource": "aws:sqs",
-        "eventSourceARN": "arn:aws:sqs:us-west-2:123456789012:nodesmith-interruption",
-        "awsRegion": "us-west-2",
+        "eventSourceARN": f"arn:aws:sqs:{REGION}:{ACCOUNT}:nodesmith-{queue}",
+        "awsRegion": REGION,
     }
+
+
+def _warning(instance_id: str, tag: str, *, account: str = ACCOUNT) -> str:
+    body = json.loads((TESTS / "events" / "spot_interruption_warning.json").read_text())
+    body |= {"id": f"evt-{tag}", "account": account, "region": REGION,
+             "resources": [f"arn:aws:ec2:{REGION}:{account}:instance/{instance_id}"]}  # fmt: skip
+    body["detail"]["instance-id"] = instance_id
+    return json.dumps(body)
+
+
+def _interruption_scenarios(emitted: Emitted) -> None:
+    from nodesmith.handlers import interruption, termination, wiring
+    from nodesmith.handlers.settings import Settings
+
+    settings = Settings(cluster_name=CLUSTER, cluster_endpoint="https://example.invalid")
+
+    def use(world: World) -> None:
+        wiring.reset()
+        wiring.set_ports(cluster=world, cloud=world, queue=world, settings=settings)  # type: ignore[arg-type]
+
+    def interrupt(records: list[dict[str, Any]]) -> None:
+        _captured(lambda: interruption.handler({"Records": records}, Context("nodesmith-interruption")), emitted)
+
+    def terminate(records: list[dict[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+
+        def run() -> None:
+            out.update(termination.handler({"Records": records}, Context("nodesmith-termination")))
+
+        _captured(run, emitted)
+        return out
+
+    try:
+        # 1. a spot warning for our node (cordoned, handed to the termination queue), a malformed body, one from
+        #    another account, one about a managed node group's instance
+        now = time.time()
+        world = World(now=now, blocks=1)
+        use(world)
+        interrupt([
+            _sqs_record(_warning(OURS, "ours"), "ours", queue="interruption", sent=now - 2),
+            _sqs_record("{not json", "broken", queue="interruption", sent=now - 2),
+            _sqs_record(_warning(OURS, "foreign", account="210987654321"), "foreign", queue="interruption"),
+            _sqs_record(_warning(MANAGED, "managed"), "managed", queue="interruption"),
+        ])  # fmt: skip
+        assert [r.nodeclaim for r in world.sent] == [CLAIM], "the spot warning was not handed to the termination queue"
+        request = world.sent[0].body()
+
+        # 2. its termination: a PodDisruptionBudget refuses the first eviction, the next round evicts, the third
+        #    finds the node empty and terminates it; beside it a malformed and an unbacked (forged) request
+        forged = json.dumps({"nodeclaim": "ghost", "instanceId": MANAGED, "reason": "SpotInterrupted"})
+        first = terminate([
+            _sqs_record(request, "round-1", queue="termination"),
+            _sqs_record("[]", "junk", queue="termination"),
+            _sqs_record(forged, "forged", queue="termination"),
+        ])  # fmt: skip
+        assert [f["itemIdentifier"] for f in first["batchItemFailures"]] == ["round-1"]
+        terminate([_sqs_record(request, "round-2", queue="termination", receives=2)])
+        terminate([_sqs_record(request, "round-3", queue="termination", receives=3)])
+        assert world.instances[OURS].state == "shutting-down" and CLAIM not in world.claims
+
+        # 3. a warning our queue received past its two-minute notice: the pod is deleted, the deadline was missed
+        now = time.time()
+        world = World(now=now)
+        use(world)
+        interrupt([_sqs_record(_warning(OURS, "late"), "late", queue="interruption", sent=now - 200)])
+        terminate([_sqs_record(world.sent[0].body(), "late-round", queue="termination")])
+        assert world.instances[OURS].state == "shutting-down"
+    finally:
+        wiring.reset()
 
 
 @dataclass
@@ -487,10 +624,13 @@ def test_the_scenarios_took_the_paths_they_are_meant_to(emit_side: EmitSide) -> 
         "LaunchFailures",
         "OfferingsMarkedUnavailable",
         "NodeClaimsRegistered",
+        "NodesCordoned",
         "PodsBlockedByPDB",
+        "PodsEvicted",
         "PodsForceDeleted",
         "DrainsMissedDeadline",
         "InterruptionMessagesMalformed",
+        "TerminationRequestsMalformed",
         "ReconcileErrors",
     )
     assert [name for name in taken if name not in dims] == []
@@ -499,6 +639,10 @@ def test_the_scenarios_took_the_paths_they_are_meant_to(emit_side: EmitSide) -> 
     assert {frozenset({SERVICE, "Reason", "NodePool", "CapacityType"})} == dims["NodeClaimsTerminated"]
     if emit_side.disruption_exercised:
         assert frozenset({SERVICE, "Method"}) in dims["DisruptionDecisions"]
+    # the reasons the forged and foreign messages were refused for
+    values = emit_side.emitted.values
+    assert {"foreign_account", "no_nodepool_tag"} <= values[MetricName.INTERRUPTION_MESSAGES_IGNORED.value]
+    assert values[MetricName.TERMINATION_REQUESTS_IGNORED.value] == {"nodeclaim_gone"}
 
 
 @pytest.mark.parametrize("name", [m.value for m in BREAKDOWNS])
@@ -512,7 +656,8 @@ def test_a_broken_down_metric_is_emitted_under_its_breakdown_only(name: str, emi
 
 
 def test_terminations_carry_the_real_reason(emit_side: EmitSide) -> None:
-    # The disruption scenario empties a node (Empty), the interruption scenarios a spot warning (SpotInterrupted).
+    # The termination function removes the node the disruption pass found empty (Empty) and the one a spot warning
+    # named (SpotInterrupted).
     reasons = emit_side.emitted.values.get(MetricName.NODECLAIMS_TERMINATED.value, set())
     assert {"Empty", "SpotInterrupted"} <= reasons
     assert "GarbageCollected" not in reasons  # nothing in the scenarios lost its instance

@@ -1,5 +1,6 @@
-"""The synthesized NodesmithStack: interruption pipeline, reconcile loop, least-privilege IAM,
-EKS access, dashboard and alarms, cdk-nag and cfn-lint clean.
+"""The synthesized NodesmithStack: interruption and termination pipelines, reconcile loop, least-privilege IAM
+(each role holds exactly what its function calls; queue policies deny every other sender), EKS access,
+dashboard and alarms, cdk-nag and cfn-lint clean.
 
 Synthesis through jsii takes seconds, so every test reads one module-scoped synthesis, and the
 module is pinned to one xdist worker (``make unit`` runs ``-n 2 --dist loadgroup``).
@@ -76,12 +77,35 @@ def synth() -> Synth:
     return Synth()
 
 
+RECONCILE = "nodesmith.handlers.reconcile.handler"
+INTERRUPTION = "nodesmith.handlers.interruption.handler"
+TERMINATION = "nodesmith.handlers.termination.handler"
+HANDLERS = (RECONCILE, INTERRUPTION, TERMINATION)
+
+
 def _function(synth: Synth, handler: str) -> tuple[str, dict[str, Any]]:
     return synth.one("AWS::Lambda::Function", lambda p: p.get("Handler") == handler)
 
 
 def _interruption_queue(synth: Synth) -> tuple[str, dict[str, Any]]:
-    return synth.one("AWS::SQS::Queue", lambda p: "RedrivePolicy" in p)
+    return synth.one("AWS::SQS::Queue", lambda p: "RedrivePolicy" in p and p["MessageRetentionPeriod"] == 300)
+
+
+def _termination_queue(synth: Synth) -> tuple[str, dict[str, Any]]:
+    return synth.one("AWS::SQS::Queue", lambda p: "RedrivePolicy" in p and p["MessageRetentionPeriod"] > 300)
+
+
+def _dlq_of(queue: dict[str, Any]) -> str:
+    return str(queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0])
+
+
+def _queue_policy_statements(synth: Synth, queue_id: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for props in synth.resources("AWS::SQS::QueuePolicy").values()
+        if {"Ref": queue_id} in props["Queues"]
+        for statement in props["PolicyDocument"]["Statement"]
+    ]
 
 
 def _statements(synth: Synth) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -113,12 +137,24 @@ def _role_of(function_props: dict[str, Any]) -> str:
     return str(function_props["Role"]["Fn::GetAtt"][0])
 
 
-# --- interruption queue ----------------------------------------------------------------------
+def _actions_of(synth: Synth, handler: str) -> set[str]:
+    """Every action the function's role is allowed."""
+    statements = _role_policy_statements(synth, _role_of(_function(synth, handler)[1]))
+    assert all(s["Effect"] == "Allow" for s in statements)
+    return {a for s in statements for a in _as_list(s["Action"])}
+
+
+def _event_source(synth: Synth, handler: str) -> dict[str, Any]:
+    function_id, _ = _function(synth, handler)
+    return synth.one("AWS::Lambda::EventSourceMapping", lambda p: p["FunctionName"] == {"Ref": function_id})[1]
+
+
+# --- queues ----------------------------------------------------------------------------------
 
 
 def test_interruption_queue_is_encrypted_short_lived_and_dead_lettered(synth: Synth) -> None:
     _queue_id, queue = _interruption_queue(synth)
-    _, function = _function(synth, "nodesmith.handlers.interruption.handler")
+    _, function = _function(synth, INTERRUPTION)
 
     assert queue["SqsManagedSseEnabled"] is True
     assert queue["MessageRetentionPeriod"] == 300
@@ -126,15 +162,38 @@ def test_interruption_queue_is_encrypted_short_lived_and_dead_lettered(synth: Sy
     # the DLQ before the 300 s retention drops it.
     assert queue["VisibilityTimeout"] >= 6 * function["Timeout"]
     assert queue["VisibilityTimeout"] * queue["RedrivePolicy"]["maxReceiveCount"] < 300
-    dlq_id = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
-    dlq = synth.resources("AWS::SQS::Queue")[dlq_id]
+    dlq = synth.resources("AWS::SQS::Queue")[_dlq_of(queue)]
     assert dlq["SqsManagedSseEnabled"] is True
     assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
 
 
-def test_both_queues_deny_requests_without_tls(synth: Synth) -> None:
-    queue_id, queue = _interruption_queue(synth)
-    dlq_id = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+def test_termination_queue_keeps_a_blocked_drain_about_an_hour_before_dead_lettering_it(synth: Synth) -> None:
+    from infra.config import termination_patience_seconds
+
+    _queue_id, queue = _termination_queue(synth)
+    _, function = _function(synth, TERMINATION)
+    variables = function["Environment"]["Variables"]
+
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["MessageRetentionPeriod"] == 24 * 3600
+    # Lambda refuses an event source whose queue's visibility is below the function timeout; the handler sets a
+    # still-draining request's visibility to its backoff itself, so this only applies to failed invocations.
+    assert function["Timeout"] < queue["VisibilityTimeout"] <= function["Timeout"] + 15
+    receives = queue["RedrivePolicy"]["maxReceiveCount"]
+    patience = termination_patience_seconds(
+        max_receive_count=receives,
+        retry_seconds=int(variables["NODESMITH_TERMINATION_RETRY_SECONDS"]),
+        retry_max_seconds=int(variables["NODESMITH_TERMINATION_RETRY_MAX_SECONDS"]),
+    )
+    assert 45 * 60 <= patience <= 90 * 60
+    # even if every delivery waited the full visibility timeout, the DLQ comes before the message would expire
+    assert receives * queue["VisibilityTimeout"] < queue["MessageRetentionPeriod"]
+    dlq = synth.resources("AWS::SQS::Queue")[_dlq_of(queue)]
+    assert dlq["SqsManagedSseEnabled"] is True
+    assert dlq["MessageRetentionPeriod"] == 14 * 24 * 3600
+
+
+def test_every_queue_denies_requests_without_tls(synth: Synth) -> None:
     tls_only = set()
     for props in synth.resources("AWS::SQS::QueuePolicy").values():
         for statement in props["PolicyDocument"]["Statement"]:
@@ -142,20 +201,62 @@ def test_both_queues_deny_requests_without_tls(synth: Synth) -> None:
                 "Bool": {"aws:SecureTransport": "false"}
             }:
                 tls_only.add(statement["Resource"]["Fn::GetAtt"][0])
-    assert tls_only == {queue_id, dlq_id}
+    assert tls_only == set(synth.resources("AWS::SQS::Queue")) and len(tls_only) == 4
 
 
-def test_only_the_interruption_rules_may_send_to_the_queue(synth: Synth) -> None:
-    _queue_id, _ = _interruption_queue(synth)
-    rule_ids = {lid for lid, props in synth.resources("AWS::Events::Rule").items() if "EventPattern" in props}
-    senders = set()
-    for props in synth.resources("AWS::SQS::QueuePolicy").values():
-        for statement in props["PolicyDocument"]["Statement"]:
-            if statement["Effect"] == "Allow":
-                assert statement["Principal"] == {"Service": "events.amazonaws.com"}
-                assert "sqs:*" not in _as_list(statement["Action"])
-                senders.add(statement["Condition"]["ArnEquals"]["aws:SourceArn"]["Fn::GetAtt"][0])
-    assert senders == rule_ids
+def test_only_the_interruption_rules_may_send_to_the_interruption_queue(synth: Synth) -> None:
+    queue_id, _ = _interruption_queue(synth)
+    rule_arns = [
+        {"Fn::GetAtt": [lid, "Arn"]}
+        for lid, props in synth.resources("AWS::Events::Rule").items()
+        if "EventPattern" in props
+    ]
+    statements = _queue_policy_statements(synth, queue_id)
+    senders = []
+    for statement in statements:
+        if statement["Effect"] == "Allow":
+            assert statement["Principal"] == {"Service": "events.amazonaws.com"}
+            assert "sqs:*" not in _as_list(statement["Action"])
+            senders.append(statement["Condition"]["ArnEquals"]["aws:SourceArn"])
+    assert sorted(map(str, senders)) == sorted(map(str, rule_arns))
+    # Every principal, AWS services of this account included ("*", not {"AWS": "*"}), is denied a send that does
+    # not come from one of the rules: an IAM principal's request has no aws:SourceArn, so the negated condition
+    # matches it too.
+    denies = [s for s in statements if s["Effect"] == "Deny" and "sqs:SendMessage" in _as_list(s["Action"])]
+    assert len(denies) == 1
+    (deny,) = denies
+    assert deny["Principal"] == "*"
+    assert deny["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    assert list(deny["Condition"]) == ["ArnNotEquals"]
+    assert list(deny["Condition"]["ArnNotEquals"]) == ["aws:SourceArn"]
+    assert sorted(map(str, deny["Condition"]["ArnNotEquals"]["aws:SourceArn"])) == sorted(map(str, rule_arns))
+
+
+def test_only_the_reconcile_and_interruption_roles_may_send_to_the_termination_queue(synth: Synth) -> None:
+    queue_id, _ = _termination_queue(synth)
+    senders = [_role_of(_function(synth, h)[1]) for h in (RECONCILE, INTERRUPTION)]
+    statements = _queue_policy_statements(synth, queue_id)
+    assert not [s for s in statements if s["Effect"] == "Allow"]  # identity policies grant, the queue only denies
+    denies = [s for s in statements if s["Effect"] == "Deny" and "sqs:SendMessage" in _as_list(s["Action"])]
+    assert len(denies) == 1
+    (deny,) = denies
+    assert deny["Principal"] == "*"
+    assert deny["Resource"] == {"Fn::GetAtt": [queue_id, "Arn"]}
+    # aws:PrincipalArn of a role session is the role's ARN, which CloudFormation renders from the role itself
+    assert deny["Condition"] == {
+        "ArnNotEquals": {"aws:PrincipalArn": [{"Fn::GetAtt": [role, "Arn"]} for role in senders]}
+    }
+    # and those two roles are the only ones allowed to send, by their identity policies
+    allowed = {
+        role
+        for role in {_role_of(_function(synth, h)[1]) for h in HANDLERS}
+        for s in _role_policy_statements(synth, role)
+        if "sqs:SendMessage" in _as_list(s["Action"])
+    }
+    assert allowed == set(senders)
+    for role in senders:
+        sends = [s for s in _role_policy_statements(synth, role) if "sqs:SendMessage" in _as_list(s["Action"])]
+        assert [(s["Action"], s["Resource"]) for s in sends] == [("sqs:SendMessage", {"Fn::GetAtt": [queue_id, "Arn"]})]
 
 
 def test_exactly_the_four_interruption_rules_target_the_queue(synth: Synth) -> None:
@@ -185,9 +286,10 @@ def test_exactly_the_four_interruption_rules_target_the_queue(synth: Synth) -> N
     assert sorted(patterns, key=key) == sorted(expected, key=key)
 
 
-def test_dead_letter_queue_alarm_fires_on_one_message(synth: Synth) -> None:
-    _queue_id, queue = _interruption_queue(synth)
-    dlq_id = queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+@pytest.mark.parametrize("which", ["interruption", "termination"])
+def test_each_dead_letter_queue_alarm_fires_on_one_message(synth: Synth, which: str) -> None:
+    _queue_id, queue = (_interruption_queue if which == "interruption" else _termination_queue)(synth)
+    dlq_id = _dlq_of(queue)
     _, alarm = synth.one(
         "AWS::CloudWatch::Alarm",
         lambda p: p.get("Dimensions") == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [dlq_id, "QueueName"]}}],
@@ -195,12 +297,13 @@ def test_dead_letter_queue_alarm_fires_on_one_message(synth: Synth) -> None:
     assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert alarm["Threshold"] == 1
     assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarm["AlarmActions"] == [TOPIC]
 
 
 # --- functions -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("handler", ["nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler"])
+@pytest.mark.parametrize("handler", HANDLERS)
 def test_functions_share_runtime_tracing_and_json_logs(synth: Synth, handler: str) -> None:
     _, function = _function(synth, handler)
     assert function["Runtime"] == "python3.11"
@@ -211,51 +314,80 @@ def test_functions_share_runtime_tracing_and_json_logs(synth: Synth, handler: st
     assert synth.resources("AWS::Logs::LogGroup")[log_group]["RetentionInDays"] == 30
 
 
-def test_functions_get_settings_under_the_handlers_env_names(synth: Synth) -> None:
+@pytest.mark.parametrize(
+    ("handler", "expected"),
+    [
+        (
+            RECONCILE,
+            {"NODE_ROLE_ARN", "RECONCILE_MODE", "STATE_TABLE", "TERMINATION_QUEUE_URL",
+             "TERMINATION_REQUEST_STALE_SECONDS"},
+        ),
+        (INTERRUPTION, {"REBALANCE_ACTION", "STATE_TABLE", "TERMINATION_QUEUE_URL", "RECONCILE_FUNCTION"}),
+        (
+            TERMINATION,
+            {"TERMINATION_QUEUE_URL", "EVICTION_WORKERS", "TERMINATION_RETRY_SECONDS",
+             "TERMINATION_RETRY_MAX_SECONDS"},
+        ),
+    ],
+)  # fmt: skip
+def test_each_function_gets_the_settings_it_reads_under_the_handlers_env_names(
+    synth: Synth, handler: str, expected: set[str]
+) -> None:
     from nodesmith.handlers.settings import ENV, load_settings
 
-    names = {value for key, value in vars(ENV).items() if key.isupper()}
-    for handler in ("nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler"):
-        _, function = _function(synth, handler)
-        variables = function["Environment"]["Variables"]
-        ours = {k for k in variables if k.startswith("NODESMITH_")}
-        assert ours <= names, ours - names
-        assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Nodesmith"
-        # The literal values parse with the handlers' own settings model.
-        literal = {k: v for k, v in variables.items() if isinstance(v, str)}
-        settings = load_settings(literal)
-        assert settings.cluster_name == CLUSTER
+    common = {"CLUSTER_NAME", "CLUSTER_ENDPOINT", "KUBE_AUTH"}  # no CA bundle configured: left out
+    _, function = _function(synth, handler)
+    variables = function["Environment"]["Variables"]
+    assert variables["POWERTOOLS_METRICS_NAMESPACE"] == "Nodesmith"
+    ours = {k for k in variables if k.startswith("NODESMITH_")}
+    assert ours == {getattr(ENV, name) for name in common | expected}
+    # The literal values parse with the handlers' own settings model.
+    settings = load_settings({k: v for k, v in variables.items() if isinstance(v, str)})
+    assert settings.cluster_name == CLUSTER
+    assert settings.kube_auth == "eks"
+    if handler == RECONCILE:
         assert settings.node_role_arn == NODE_ROLE
-        assert settings.drain_timeout_seconds < function["Timeout"]
-        assert {ENV.STATE_TABLE} <= set(variables)
+    if handler == TERMINATION:
+        assert (settings.eviction_workers, settings.termination_retry_seconds) == (8, 2)
+        assert settings.termination_retry_max_seconds == 30
+        # its own queue: the backoff is a ChangeMessageVisibility on it
+        queue_id, _ = _termination_queue(synth)
+        assert variables["NODESMITH_TERMINATION_QUEUE_URL"] == {"Ref": queue_id}
 
 
-def test_interruption_function_consumes_the_queue_with_partial_batch_failures(synth: Synth) -> None:
-    queue_id, _ = _interruption_queue(synth)
-    function_id, _ = _function(synth, "nodesmith.handlers.interruption.handler")
-    _, mapping = synth.one("AWS::Lambda::EventSourceMapping", lambda p: True)
+@pytest.mark.parametrize("handler", [INTERRUPTION, TERMINATION])
+def test_queue_functions_consume_with_partial_batch_failures_and_bounded_concurrency(
+    synth: Synth, handler: str
+) -> None:
+    queue_id, _ = (_interruption_queue if handler == INTERRUPTION else _termination_queue)(synth)
+    mapping = _event_source(synth, handler)
     assert mapping["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
-    assert mapping["FunctionName"] == {"Ref": function_id}
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert mapping["BatchSize"] == 10
-    assert 0 < mapping["MaximumBatchingWindowInSeconds"] <= 5
+    assert 0 <= mapping["MaximumBatchingWindowInSeconds"] <= 1
     # a burst fans out to a bounded number of invocations, so the kube-apiserver is not flooded
     assert mapping["ScalingConfig"] == {"MaximumConcurrency": 25}
 
 
-def test_the_interruption_function_has_a_full_vcpu_for_its_replacement_pass(synth: Synth) -> None:
-    # Lambda's CPU grows with memory, one vCPU at 1,769 MB: a CPU-bound replacement pass for a large burst
-    # must end within the 20 s timeout, or it is killed before it launches anything
-    _, function = _function(synth, "nodesmith.handlers.interruption.handler")
-    assert function["MemorySize"] >= 1769
+@pytest.mark.parametrize("handler", [INTERRUPTION, TERMINATION])
+def test_queue_functions_reserve_at_least_their_event_source_s_concurrency(synth: Synth, handler: str) -> None:
+    # never throttled by the account's other functions, and never throttled by their own event source
+    _, function = _function(synth, handler)
+    mapping = _event_source(synth, handler)
+    assert function["ReservedConcurrentExecutions"] >= mapping["ScalingConfig"]["MaximumConcurrency"]
+
+
+def test_the_interruption_function_is_sized_for_verification_not_scheduling(synth: Synth) -> None:
+    _, function = _function(synth, INTERRUPTION)
+    assert function["MemorySize"] <= 1024
     assert function["Timeout"] <= 20
 
 
 def test_the_interruption_function_may_wake_the_reconcile_function_and_no_other(synth: Synth) -> None:
     from nodesmith.handlers.settings import ENV
 
-    reconcile_id, _ = _function(synth, "nodesmith.handlers.reconcile.handler")
-    _, interruption = _function(synth, "nodesmith.handlers.interruption.handler")
+    reconcile_id, _ = _function(synth, RECONCILE)
+    _, interruption = _function(synth, INTERRUPTION)
     assert interruption["Environment"]["Variables"][ENV.RECONCILE_FUNCTION] == {"Ref": reconcile_id}
     scopes = [
         s["Resource"]
@@ -266,7 +398,7 @@ def test_the_interruption_function_may_wake_the_reconcile_function_and_no_other(
 
 
 def test_reconcile_runs_every_minute_one_at_a_time_and_drops_stale_ticks(synth: Synth) -> None:
-    function_id, function = _function(synth, "nodesmith.handlers.reconcile.handler")
+    function_id, function = _function(synth, RECONCILE)
     _, rule = synth.one("AWS::Events::Rule", lambda p: "ScheduleExpression" in p)
     assert rule["ScheduleExpression"] == "rate(1 minute)"
     assert [t["Arn"] for t in rule["Targets"]] == [{"Fn::GetAtt": [function_id, "Arn"]}]
@@ -276,17 +408,33 @@ def test_reconcile_runs_every_minute_one_at_a_time_and_drops_stale_ticks(synth: 
     assert invoke["MaximumRetryAttempts"] == 0
 
 
-def test_state_table_is_on_demand_recoverable_encrypted_with_ttl_and_shared(synth: Synth) -> None:
-    table_id, table = synth.one("AWS::DynamoDB::Table", lambda p: True)
+def test_state_table_is_on_demand_recoverable_encrypted_with_ttl(synth: Synth) -> None:
+    _, table = synth.one("AWS::DynamoDB::Table", lambda p: True)
     assert table["BillingMode"] == "PAY_PER_REQUEST"
     assert table["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
     assert table["SSESpecification"]["SSEEnabled"] is True
     assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
-    for handler in ("nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler"):
-        _, function = _function(synth, handler)
-        statements = _role_policy_statements(synth, _role_of(function))
-        writes = [s for s in statements if "dynamodb:PutItem" in _as_list(s["Action"])]
-        assert [s["Resource"] for s in writes] == [{"Fn::GetAtt": [table_id, "Arn"]}]
+
+
+def test_state_table_access_is_what_each_function_calls(synth: Synth) -> None:
+    table_id, _ = synth.one("AWS::DynamoDB::Table", lambda p: True)
+    table_arn = {"Fn::GetAtt": [table_id, "Arn"]}
+
+    def table_statements(handler: str) -> list[dict[str, Any]]:
+        statements = _role_policy_statements(synth, _role_of(_function(synth, handler)[1]))
+        return [s for s in statements if any(a.startswith("dynamodb:") for a in _as_list(s["Action"]))]
+
+    # the lease (conditional UpdateItem, GetItem, DeleteItem) and the offering marks (PutItem, Query)
+    (reconcile,) = table_statements(RECONCILE)
+    assert set(_as_list(reconcile["Action"])) == {
+        "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query",
+    }  # fmt: skip
+    assert reconcile["Resource"] == table_arn and "Condition" not in reconcile
+    # an interrupted spot offering's mark, and nothing under another partition key (the reconcile lease)
+    (interruption,) = table_statements(INTERRUPTION)
+    assert interruption["Action"] == "dynamodb:PutItem" and interruption["Resource"] == table_arn
+    assert interruption["Condition"] == {"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": ["offering"]}}
+    assert table_statements(TERMINATION) == []
 
 
 def test_no_physical_names(synth: Synth) -> None:
@@ -305,7 +453,66 @@ def test_no_physical_names(synth: Synth) -> None:
             assert prop not in props, f"{logical_id} sets {prop}"
 
 
+def test_outputs_name_the_queues_and_every_role(synth: Synth) -> None:
+    outputs = synth.json["Outputs"]
+    termination_queue_id, _ = _termination_queue(synth)
+    assert outputs["TerminationQueueUrl"]["Value"] == {"Ref": termination_queue_id}
+    for name, handler in (("ReconcileRoleArn", RECONCILE), ("InterruptionRoleArn", INTERRUPTION),
+                          ("TerminationRoleArn", TERMINATION)):  # fmt: skip
+        assert outputs[name]["Value"] == {"Fn::GetAtt": [_role_of(_function(synth, handler)[1]), "Arn"]}
+
+
 # --- IAM -------------------------------------------------------------------------------------
+
+_BASE = {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTelemetryRecords", "xray:PutTraceSegments"}
+_CONSUME = {
+    "sqs:ReceiveMessage",
+    "sqs:DeleteMessage",
+    "sqs:ChangeMessageVisibility",
+    "sqs:GetQueueUrl",
+    "sqs:GetQueueAttributes",
+}
+_ROLE_ACTIONS = {
+    RECONCILE: _BASE
+    | {
+        "ec2:DescribeAvailabilityZones", "ec2:DescribeImages", "ec2:DescribeInstances",
+        "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
+        "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
+        "eks:DescribeCluster", "ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate", "ec2:CreateTags",
+        "ec2:TerminateInstances", "ec2:DeleteLaunchTemplate", "iam:PassRole", "iam:CreateInstanceProfile",
+        "iam:TagInstanceProfile", "iam:GetInstanceProfile", "iam:AddRoleToInstanceProfile",
+        "iam:RemoveRoleFromInstanceProfile", "ssm:GetParameter", "pricing:GetProducts",
+        "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:Query",
+        "sqs:SendMessage",
+    },
+    INTERRUPTION: _BASE
+    | _CONSUME
+    | {"ec2:DescribeInstances", "dynamodb:PutItem", "sqs:SendMessage", "lambda:InvokeFunction"},
+    TERMINATION: _BASE | _CONSUME | {"ec2:DescribeInstances", "ec2:TerminateInstances"},
+}  # fmt: skip
+"""What each function's code calls (its adapters' boto3 calls), and the grants its logs, traces and event
+source need: the role may hold nothing else."""
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_each_role_holds_exactly_the_actions_its_function_calls(synth: Synth, handler: str) -> None:
+    assert _actions_of(synth, handler) == _ROLE_ACTIONS[handler]
+
+
+def test_the_interruption_role_launches_nothing_and_terminates_nothing(synth: Synth) -> None:
+    actions = _actions_of(synth, INTERRUPTION)
+    for forbidden in ("ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate", "ec2:CreateTags",
+                      "ec2:TerminateInstances", "ec2:DeleteLaunchTemplate", "iam:PassRole",
+                      "iam:CreateInstanceProfile", "ssm:GetParameter", "pricing:GetProducts",
+                      "eks:DescribeCluster", "dynamodb:UpdateItem", "dynamodb:DeleteItem"):  # fmt: skip
+        assert forbidden not in actions
+
+
+def test_the_termination_role_only_describes_and_terminates(synth: Synth) -> None:
+    actions = _actions_of(synth, TERMINATION)
+    assert {a for a in actions if a.startswith("ec2:")} == {"ec2:DescribeInstances", "ec2:TerminateInstances"}
+    assert not {a for a in actions if a.split(":")[0] in ("iam", "dynamodb", "lambda", "ssm", "pricing", "eks")}
+    assert "sqs:SendMessage" not in actions
 
 
 def test_no_allow_statement_has_a_wildcard_action(synth: Synth) -> None:
@@ -315,14 +522,47 @@ def test_no_allow_statement_has_a_wildcard_action(synth: Synth) -> None:
             assert "*" not in action, f"{policy}: {action}"
 
 
-def test_terminate_and_delete_only_act_on_resources_tagged_owned_by_the_cluster(synth: Synth) -> None:
-    seen = set()
+def test_terminate_requires_the_owned_cluster_tag_and_a_nodepool(synth: Synth) -> None:
+    terminates = [(p, s) for p, s in _statements(synth) if "ec2:TerminateInstances" in _as_list(s["Action"])]
+    assert len(terminates) == 2  # the reconcile function's (garbage collection, liveness) and the termination's
+    for policy, statement in terminates:
+        assert _as_list(statement["Action"]) == ["ec2:TerminateInstances"], policy
+        assert statement["Condition"] == {
+            "StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": "owned"},
+            "StringLike": {"aws:ResourceTag/karpenter.sh/nodepool": "*"},
+        }, policy
+        assert statement["Resource"]["Fn::Join"][1][-1] == ":instance/*"
+
+
+def test_delete_launch_template_requires_the_owned_cluster_tag_and_an_ec2nodeclass(synth: Synth) -> None:
+    deletes = [(p, s) for p, s in _statements(synth) if "ec2:DeleteLaunchTemplate" in _as_list(s["Action"])]
+    assert len(deletes) == 1
+    ((_, statement),) = deletes
+    assert _as_list(statement["Action"]) == ["ec2:DeleteLaunchTemplate"]
+    assert statement["Condition"] == {
+        "StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": "owned"},
+        "StringLike": {"aws:ResourceTag/karpenter.k8s.aws/ec2nodeclass": "*"},
+    }
+    assert statement["Resource"]["Fn::Join"][1][-1] == ":launch-template/*"
+
+
+def test_the_launch_templates_the_adapter_creates_carry_the_tags_delete_requires() -> None:
+    from nodesmith.adapters.aws.tags import static_tags
+
+    tags = static_tags(cluster_name=CLUSTER, nodeclass_name="default", extra={})
+    assert tags[CLUSTER_TAG] == "owned"
+    assert tags["karpenter.k8s.aws/ec2nodeclass"] == "default"
+
+
+def test_no_statement_tags_existing_instances(synth: Synth) -> None:
+    # Tags are only ever written by the launch calls that create the resources (ec2:CreateAction).
     for policy, statement in _statements(synth):
-        actions = set(_as_list(statement["Action"])) & {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"}
-        if actions:
-            seen |= actions
-            assert statement["Condition"] == {"StringEquals": {f"aws:ResourceTag/{CLUSTER_TAG}": "owned"}}, policy
-    assert seen == {"ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"}
+        if "ec2:CreateTags" not in _as_list(statement["Action"]):
+            continue
+        assert statement["Condition"]["StringEquals"]["ec2:CreateAction"] == [
+            "CreateFleet", "RunInstances", "CreateLaunchTemplate",
+        ], policy  # fmt: skip
+        assert not any("aws:ResourceTag" in key for c in statement["Condition"].values() for key in c), policy
 
 
 def test_launch_creates_only_resources_tagged_owned_by_the_cluster(synth: Synth) -> None:
@@ -343,37 +583,26 @@ def test_launch_creates_only_resources_tagged_owned_by_the_cluster(synth: Synth)
                 assert referenced_only.search(tail), (policy, tail)
 
 
-def test_each_role_may_pass_only_the_node_role_only_to_ec2(synth: Synth) -> None:
-    roles = {
-        _role_of(_function(synth, h)[1])
-        for h in ("nodesmith.handlers.reconcile.handler", "nodesmith.handlers.interruption.handler")
-    }
+def test_only_the_reconcile_role_may_pass_the_node_role_only_to_ec2(synth: Synth) -> None:
     passes = [(p, s) for p, s in _statements(synth) if "iam:PassRole" in _as_list(s["Action"])]
-    assert len(passes) == 2  # the reconcile Lambda's, and the interruption Lambda's for replacements
+    assert len(passes) == 1
     policies = synth.resources("AWS::IAM::Policy")
-    assert {policies[policy]["Roles"][0]["Ref"] for policy, _ in passes} == roles
+    assert [policies[policy]["Roles"][0]["Ref"] for policy, _ in passes] == [_role_of(_function(synth, RECONCILE)[1])]
     for _, statement in passes:
         assert statement["Resource"] == NODE_ROLE
         assert statement["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
 
 
-def test_interruption_role_launches_replacements_but_deletes_no_launch_templates(synth: Synth) -> None:
-    _, interruption = _function(synth, "nodesmith.handlers.interruption.handler")
-    actions = {a for s in _role_policy_statements(synth, _role_of(interruption)) for a in _as_list(s["Action"])}
-    assert {"ec2:TerminateInstances", "ec2:CreateFleet", "iam:PassRole", "sqs:SendMessage"} <= actions
-    assert "ec2:DeleteLaunchTemplate" not in actions
-
-
-def test_interruption_role_may_shorten_the_visibility_of_its_own_queue_s_messages(synth: Synth) -> None:
-    # the handler cuts its records' visibility to its remaining time so a crash is retried within the notice
-    queue_id, _ = _interruption_queue(synth)
-    _, interruption = _function(synth, "nodesmith.handlers.interruption.handler")
+def test_the_termination_role_may_set_the_visibility_of_its_own_queue_s_messages(synth: Synth) -> None:
+    # the handler's backoff between drain rounds: ChangeMessageVisibilityBatch, authorized by this action
+    queue_id, _ = _termination_queue(synth)
+    _, termination = _function(synth, TERMINATION)
     scopes = [
         s["Resource"]
-        for s in _role_policy_statements(synth, _role_of(interruption))
+        for s in _role_policy_statements(synth, _role_of(termination))
         if s["Effect"] == "Allow" and "sqs:ChangeMessageVisibility" in _as_list(s["Action"])
     ]
-    assert {"Fn::GetAtt": [queue_id, "Arn"]} in scopes
+    assert scopes == [{"Fn::GetAtt": [queue_id, "Arn"]}]
 
 
 def test_wildcard_resources_are_only_where_aws_offers_no_resource_scope(synth: Synth) -> None:
@@ -408,15 +637,12 @@ def test_cluster_scoped_reads(synth: Synth) -> None:
 # --- EKS access ------------------------------------------------------------------------------
 
 
-def test_both_lambda_roles_get_an_access_entry_bound_by_the_shipped_rbac(synth: Synth) -> None:
+def test_every_lambda_role_gets_an_access_entry_bound_by_the_shipped_rbac(synth: Synth) -> None:
     from infra.constructs.cluster_access import CLUSTER_ROLE_MANIFEST, KUBERNETES_GROUP
 
     entries = synth.resources("AWS::EKS::AccessEntry").values()
-    roles = {
-        _role_of(_function(synth, h)[1])
-        for h in ("nodesmith.handlers.interruption.handler", "nodesmith.handlers.reconcile.handler")
-    }
-    assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in entries} == roles
+    roles = {_role_of(_function(synth, h)[1]) for h in HANDLERS}
+    assert {e["PrincipalArn"]["Fn::GetAtt"][0] for e in entries} == roles and len(entries) == 3
     assert all(e["ClusterName"] == CLUSTER and e["KubernetesGroups"] == [KUBERNETES_GROUP] for e in entries)
     assert all("AccessPolicies" not in e for e in entries)  # RBAC alone decides what they may do
 
@@ -427,12 +653,6 @@ def test_both_lambda_roles_get_an_access_entry_bound_by_the_shipped_rbac(synth: 
     assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": KUBERNETES_GROUP}]
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
-    grants = {
-        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
-    }
-    assert ("", "pods/eviction", "create") in grants
-    assert ("karpenter.sh", "nodeclaims/status", "patch") in grants
-    assert ("karpenter.sh", "nodepools", "update") not in grants  # users own NodePools
 
 
 # --- dashboard and alarms --------------------------------------------------------------------
@@ -497,7 +717,7 @@ def test_alarms_on_pending_age_reconcile_errors_launch_failures_and_drain_deadli
         MetricName.DRAINS_MISSED_DEADLINE,
     }
     assert queried[MetricName.OLDEST_PENDING_POD_AGE_SECONDS]["Threshold"] == 240
-    assert len(alarms) == 7  # + DLQ not empty, reconcile and interruption function errors
+    assert len(alarms) == 9  # + two DLQs not empty, and the errors of each of the three functions
 
 
 # --- linters ---------------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""The shipped ClusterRole grants exactly the (API group, resource, verb) triples Nodesmith's Kubernetes adapter
+(``lambdas/nodesmith/adapters/kube/``) sends, and the adapter sends nothing outside them.
+
+The verbs follow the HTTP method: GET of one object is ``get``, GET of a collection ``list``, a watch
+``watch``, POST ``create``, PATCH ``patch``, PUT ``update``, DELETE ``delete``. NodeClaim status is written with
+a PUT of the status subresource (``update``); every other write is a PATCH, so neither nodes nor NodeClaims
+need ``update``. Node leases (``coordination.k8s.io``) are never read.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "infra" / "rbac" / "nodesmith-clusterrole.yaml"
+KUBE_ADAPTER = REPO / "lambdas" / "nodesmith" / "adapters" / "kube"
+
+GRANTS = {
+    ("", "pods", "list"),  # the reconcile snapshot; a drain round's pods (fieldSelector spec.nodeName)
+    ("", "pods", "watch"),  # pending pods in watch mode
+    ("", "pods", "delete"),  # a pod past its deadline
+    ("", "pods/eviction", "create"),  # drains, PodDisruptionBudgets honoured
+    ("", "nodes", "get"),  # locate an interrupted or terminating node
+    ("", "nodes", "list"),  # the snapshot; the cordoned nodes (fieldSelector spec.unschedulable)
+    ("", "nodes", "patch"),  # taint and cordon, uncordon, labels and finalizers
+    ("", "nodes", "delete"),  # a terminated node
+    ("", "events", "create"),  # Events on pods, nodes and NodeClaims
+    ("karpenter.sh", "nodepools", "list"),
+    ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
+    ("karpenter.sh", "nodeclaims", "get"),
+    ("karpenter.sh", "nodeclaims", "list"),
+    ("karpenter.sh", "nodeclaims", "create"),
+    ("karpenter.sh", "nodeclaims", "patch"),  # labels, termination annotations, finalizer removal
+    ("karpenter.sh", "nodeclaims", "delete"),  # a termination request
+    ("karpenter.sh", "nodeclaims/status", "update"),  # PUT of the status subresource
+    ("apps", "daemonsets", "list"),
+    ("policy", "poddisruptionbudgets", "list"),
+    ("", "persistentvolumeclaims", "list"),
+    ("", "persistentvolumes", "list"),
+    ("storage.k8s.io", "storageclasses", "list"),
+}
+
+
+def _grants() -> set[tuple[str, str, str]]:
+    role = next(d for d in yaml.safe_load_all(ROLE.read_text()) if d["kind"] == "ClusterRole")
+    return {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
+
+
+def test_the_cluster_role_grants_exactly_what_the_adapter_uses() -> None:
+    assert _grants() == GRANTS
+
+
+def test_the_adapter_sends_no_method_the_cluster_role_would_refuse() -> None:
+    source = "\n".join(p.read_text() for p in sorted(KUBE_ADAPTER.glob("*.py")))
+    methods = set(re.findall(r'"(GET|POST|PUT|PATCH|DELETE)",?\s', source))
+    assert methods == {"GET", "POST", "PUT", "PATCH", "DELETE"}
+    # The only PUT is the NodeClaim status subresource.
+    assert source.count('"PUT"') == 1
+    put = source.index('"PUT"')
+    assert '"status"' in source[put : put + 200]
+    assert "coordination.k8s.io" not in source and "leases" not in source
+
+
+def test_users_keep_their_nodepools_and_ec2nodeclasses() -> None:
+    writes = {"create", "update", "patch", "delete"}
+    owned_by_users = {("karpenter.sh", "nodepools"), ("karpenter.k8s.aws", "ec2nodeclasses")}
+    assert not {(g, r, v) for g, r, v in _grants() if (g, r) in owned_by_users and v in writes}
