@@ -44,7 +44,7 @@ _WRITES = ("put_item", "update_item", "delete_item", "transact_write_items")
 
 def _atomic_writes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make moto's conditional writes atomic, as DynamoDB's are: without this, threads racing for one
-    lease or idempotency record could all pass the condition check before any of them wrote."""
+    lease could all pass the condition check before any of them wrote."""
     import threading
 
     from moto.dynamodb.models import DynamoDBBackend

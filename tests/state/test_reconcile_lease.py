@@ -151,31 +151,6 @@ def test_the_lease_outlives_the_invocation_by_a_margin() -> None:
     assert lease_ttl(None) == 900.0 + LEASE_MARGIN_SECONDS
 
 
-def test_a_pass_requested_during_the_scheduled_pass_runs_before_the_lease_is_released(
-    world: tuple[FakeCluster, SlowCloud, str],
-) -> None:
-    """An interruption batch that cordons while the scheduled pass holds the lease asks it for another
-    pass instead of waiting; the reconcile Lambda provisions again before it lets go of the lease."""
-    import time
-
-    from nodesmith.handlers.reconcile import handler
-
-    cluster, cloud, table = world
-    store = DynamoStateStore(table_name=table, region="us-east-1")
-    results: dict[str, Any] = {}
-    a = threading.Thread(target=lambda: results.update(a=handler({}, Context("req-a"))))
-    a.start()
-    assert cloud.launching.wait(timeout=30)
-    cluster.pods.append(make_pod("moved-0", cpu="2"))  # the pod of a node cordoned meanwhile: needs a new node
-    assert store.request_pass(name=RECONCILE_LEASE, after=time.time(), now=time.time())
-    cloud.release.set()
-    a.join(timeout=60)
-
-    assert results["a"]["nodeclaims_launched"] >= 1
-    assert len(cloud.requests) == 2 and len(cluster.created) == 2  # the second pass launched for moved-0
-    assert store.lease_holder(name=RECONCILE_LEASE, now=time.time()) is None
-
-
 def test_a_wake_from_an_interruption_batch_runs_a_provisioning_pass_at_once_without_disruption(
     world: tuple[FakeCluster, SlowCloud, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -189,8 +164,10 @@ def test_a_wake_from_an_interruption_batch_runs_a_provisioning_pass_at_once_with
     disruptions: list[int] = []
     monkeypatch.setattr(reconcile, "run_disruption", lambda *a, **k: disruptions.append(1))
 
-    out = reconcile.handler(provision_event(time.time()), Context("req-wake"))
+    # 30 s left: all of it the exit margin, so no burst watch follows the pass
+    out = reconcile.handler(provision_event(time.time()), Context("req-wake", remaining_ms=30_000))
 
+    assert out["burst"]["passes"] == 1
     assert out["nodeclaims_launched"] >= 1 and len(cloud.requests) >= 1 and "woken_for" in out
     assert disruptions == []  # the schedule runs disruption, not a wake
     assert (
@@ -232,30 +209,28 @@ def test_a_wake_keeps_provisioning_through_the_window_for_a_pod_left_unschedulab
     assert store.lease_holder(name=RECONCILE_LEASE, now=time.time()) is None
 
 
-def test_a_wake_is_skipped_when_the_lease_holder_began_after_the_cordon_and_asks_an_earlier_one(
-    world: tuple[FakeCluster, SlowCloud, str],
+def test_a_wake_while_another_invocation_holds_the_lease_is_skipped_naming_it(
+    world: tuple[FakeCluster, SlowCloud, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The holder (a scheduled pass, a watcher) provisions for the cordoned nodes itself: the watch's cordons
+    owe it a pass, and a scheduled pass that began after them saw them."""
     import time
 
     from nodesmith.adapters.aws.wake import provision_event
-    from nodesmith.handlers.reconcile import handler
+    from nodesmith.handlers import reconcile
 
+    monkeypatch.setattr(reconcile, "_LAST_PASS_BEGAN", [])  # no pass of this container covers the wake
     _, cloud, table = world
+    cloud.release.set()
     store = DynamoStateStore(table_name=table, region="us-east-1")
     cordoned = time.time()
-    assert store.acquire_lease(name=RECONCILE_LEASE, holder="later-pass", ttl_seconds=60, now=cordoned + 5)
+    assert store.acquire_lease(name=RECONCILE_LEASE, holder="other-pass", ttl_seconds=60, now=cordoned)
 
-    covered = handler(provision_event(cordoned), Context("req-wake-1"))
+    out = reconcile.handler(provision_event(cordoned), Context("req-wake"))
 
-    assert covered["status"].endswith("(its pass covers this work)") and cloud.requests == []
-    assert store.release_lease(name=RECONCILE_LEASE, holder="later-pass")
-    assert store.acquire_lease(name=RECONCILE_LEASE, holder="earlier-pass", ttl_seconds=60, now=cordoned - 5)
-
-    asked = handler(provision_event(cordoned), Context("req-wake-2"))
-
-    assert asked["status"].endswith("(asked it for another pass)") and cloud.requests == []
-    info = store.lease_info(name=RECONCILE_LEASE, now=time.time())
-    assert info is not None and info.requested_at is not None and info.requested_at > cordoned
+    assert out == {"status": "skipped: lease held by other-pass", "lease_holder": "other-pass"}
+    assert cloud.requests == []
+    assert store.lease_holder(name=RECONCILE_LEASE, now=time.time()) == "other-pass"  # not taken or released
 
 
 def test_a_malformed_wake_is_logged_and_dropped_without_a_pass_or_an_error(
