@@ -21,7 +21,7 @@ key                                    meaning                                  
                                        pods for up to ~14 min and hands over through the
                                        lease; timeout 900 s)
 ``reconcileTimeoutSeconds``            reconcile Lambda timeout, 60..900 s                      ``900``
-``interruptionTimeoutSeconds``         interruption Lambda timeout, 5..44 s (see below)         ``20``
+``interruptionTimeoutSeconds``         interruption Lambda timeout, 5..60 s (see below)         ``20``
 ``interruptionMaxConcurrency``         interruption event source ``MaximumConcurrency``,        ``25``
                                        2..1000
 ``interruptionBatchSize``              interruption event source ``BatchSize``, 1..10000        ``10``
@@ -48,16 +48,19 @@ key                                    meaning                                  
 ``logRetentionDays``                   CloudWatch Logs retention of every function              ``30``
 =====================================  ======================================================  ==============
 
-Why the interruption timeout is at most 44 s: the queue keeps messages 300 s (Karpenter's
-interruption queue), and Lambda's SQS guidance asks for a visibility timeout of at least six times
-the function timeout. A message must be retried (or reach the dead-letter queue) before it expires,
-so ``6 x timeout + batching window`` has to fit in the retention period with room to spare.
+Why the interruption timeout is at most 60 s: the queue keeps messages 300 s (Karpenter's
+interruption queue), and a message whose handling failed (a Kubernetes API answering 503, say) comes
+back after the queue's visibility timeout, :func:`queue_visibility_seconds`, just above the function
+timeout. That has to leave a spot interruption's two minutes for the retry, and let a message that keeps
+failing reach the dead-letter queue before it expires. Lambda's SQS guidance asks for six times the
+function timeout so that throttled invocations are retried within the visibility; here the function's
+reserved concurrency is at least the event source's maximum concurrency, so it is never throttled.
 
 The termination queue works the other way round: a request stays on it while its node drains, one
 round per delivery. The termination handler reports a node that still has pods as a batch item
 failure and sets that message's visibility to the backoff itself (``ChangeMessageVisibility``:
 ``terminationRetrySeconds`` doubling per delivery up to ``terminationRetryMaxSeconds``), so the queue's
-own visibility timeout (:func:`termination_visibility_seconds`, just above the function timeout, as
+own visibility timeout (:func:`queue_visibility_seconds`, just above the function timeout, as
 Lambda requires) only applies when an invocation fails or that call is refused. ``maxReceiveCount``
 therefore bounds how long a drain blocked by a PodDisruptionBudget goes on before its request is
 dead-lettered: :func:`termination_patience_seconds` (about 58 minutes with the defaults). The queue keeps
@@ -93,8 +96,8 @@ __all__ = [
     "TERMINATION_QUEUE_RETENTION_SECONDS",
     "ConfigError",
     "NodesmithConfig",
+    "queue_visibility_seconds",
     "termination_patience_seconds",
-    "termination_visibility_seconds",
 ]
 
 CONTEXT_PREFIX = "nodesmith:"
@@ -107,7 +110,7 @@ QUEUE_BATCHING_WINDOW_SECONDS = 1
 TERMINATION_QUEUE_RETENTION_SECONDS = 86_400
 """How long the termination queue keeps a request (1 day): far longer than any drain it may carry."""
 
-_TERMINATION_VISIBILITY_HEADROOM_SECONDS = 9
+_VISIBILITY_HEADROOM_SECONDS = 9
 """Above the function timeout and batching window: Lambda refuses an SQS event source whose queue's
 visibility timeout is below the function timeout (AWS Lambda developer guide, "Using Lambda with Amazon SQS")."""
 
@@ -148,10 +151,11 @@ _REBALANCE_ACTIONS: tuple[str, ...] = get_args(Settings.model_fields["rebalance_
 _RECONCILE_MODES: tuple[str, ...] = get_args(Settings.model_fields["reconcile_mode"].annotation)
 
 
-def termination_visibility_seconds(timeout_seconds: int) -> int:
-    """The termination queue's visibility timeout for a function timeout (seconds): timeout + batching
-    window + 9 s. Only a failed invocation, or a backoff SQS refused, waits this long before a redelivery."""
-    return timeout_seconds + QUEUE_BATCHING_WINDOW_SECONDS + _TERMINATION_VISIBILITY_HEADROOM_SECONDS
+def queue_visibility_seconds(timeout_seconds: int) -> int:
+    """The visibility timeout of a queue a function consumes, for its function timeout (seconds): timeout +
+    batching window + 9 s, the least Lambda accepts with room for the invocation to end. Only a failed
+    invocation or record (or a backoff SQS refused) waits this long before SQS delivers it again."""
+    return timeout_seconds + QUEUE_BATCHING_WINDOW_SECONDS + _VISIBILITY_HEADROOM_SECONDS
 
 
 def termination_patience_seconds(*, max_receive_count: int, retry_seconds: int, retry_max_seconds: int) -> int:
@@ -256,10 +260,10 @@ class NodesmithConfig:
 
     def _check_interruption(self) -> None:
         _check(
-            5 <= self.interruption_timeout_seconds <= 44,
+            5 <= self.interruption_timeout_seconds <= 60,
             "interruptionTimeoutSeconds",
-            f"{self.interruption_timeout_seconds} is outside 5..44 seconds: six times it must fit in the "
-            "queue's 300 s retention so a failed message is retried or dead-lettered before it expires",
+            f"{self.interruption_timeout_seconds} is outside 5..60 seconds: a failed message must come back "
+            "within a spot interruption's two minutes, and be dead-lettered before the queue's 300 s retention",
         )
         _check(
             2 <= self.interruption_max_concurrency <= 1000,
@@ -320,7 +324,7 @@ class NodesmithConfig:
             f"draining node's request is refreshed every {_REQUEST_HEARTBEAT_SECONDS} s plus one backoff "
             "(terminationRetryMaxSeconds), and a shorter staleness would re-send requests for drains under way",
         )
-        visibility = termination_visibility_seconds(self.termination_timeout_seconds)
+        visibility = queue_visibility_seconds(self.termination_timeout_seconds)
         longest = self.termination_max_receive_count * visibility
         _check(
             10 <= self.termination_max_receive_count <= 1000 and longest <= TERMINATION_QUEUE_RETENTION_SECONDS,

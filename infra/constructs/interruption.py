@@ -29,7 +29,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.config import QUEUE_BATCHING_WINDOW_SECONDS
+from infra.config import QUEUE_BATCHING_WINDOW_SECONDS, queue_visibility_seconds
 from infra.constructs.function import NodesmithFunction
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ INTERRUPTION_MEMORY_MIB = 512
 """Memory of the interruption function: a batch is one DescribeInstances and a few Kubernetes calls per
 message, no scheduling (the reconcile function provisions the replacements)."""
 
-_VISIBILITY_MULTIPLIER = 6  # Lambda developer guide: visibility timeout >= 6 x function timeout
 _DLQ_SAFETY_SECONDS = 30  # a failed message must be re-received this long before it would expire
 
 INTERRUPTION_RULES: Mapping[str, Mapping[str, Any]] = {
@@ -78,9 +77,12 @@ class Interruption(Construct):
     ``environment``
         Nodesmith settings (``ENV`` names) for the Lambda.
     ``timeout``
-        Function timeout. The queue's visibility timeout is ``6 x timeout + batching window`` and
-        the DLQ ``maxReceiveCount`` is as large as still lets a failing message reach the DLQ within
-        the 300 s retention; a timeout leaving no such count raises ``ValueError``.
+        Function timeout. The queue's visibility timeout is :func:`~infra.config.queue_visibility_seconds`,
+        just above it, so a message whose handling failed comes back well within a spot interruption's two
+        minutes (Lambda's guidance of six times the timeout guards against throttled invocations, and the
+        function's reserved concurrency rules those out); the DLQ ``maxReceiveCount`` is as large as still lets
+        a failing message reach the DLQ within the 300 s retention; a timeout leaving no such count raises
+        ``ValueError``.
     ``log_retention``
         Retention of the function's log group.
     ``max_concurrency``
@@ -120,7 +122,7 @@ class Interruption(Construct):
         batch_size: int = 10,
     ) -> None:
         super().__init__(scope, construct_id)
-        visibility_seconds = _VISIBILITY_MULTIPLIER * int(timeout.to_seconds()) + QUEUE_BATCHING_WINDOW_SECONDS
+        visibility_seconds = queue_visibility_seconds(int(timeout.to_seconds()))
         max_receive_count = math.floor((QUEUE_RETENTION.to_seconds() - _DLQ_SAFETY_SECONDS) / visibility_seconds)
         if max_receive_count < 1:
             raise ValueError(

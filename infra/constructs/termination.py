@@ -29,7 +29,7 @@ from constructs import Construct
 from infra.config import (
     QUEUE_BATCHING_WINDOW_SECONDS,
     TERMINATION_QUEUE_RETENTION_SECONDS,
-    termination_visibility_seconds,
+    queue_visibility_seconds,
 )
 from infra.constructs.function import NodesmithFunction
 from nodesmith.handlers.settings import ENV
@@ -56,7 +56,7 @@ class Termination(Construct):
         Nodesmith settings (``ENV`` names) for the Lambda; the queue URL is added here (the handler sets its
         own messages' visibility on it).
     ``timeout``
-        Function timeout. The queue's visibility timeout is :func:`~infra.config.termination_visibility_seconds`
+        Function timeout. The queue's visibility timeout is :func:`~infra.config.queue_visibility_seconds`
         (a little above it: Lambda refuses an SQS event source whose visibility timeout is below the function
         timeout). Lambda's guidance of six times the timeout is for throttled invocations; the reserved
         concurrency is at least the event source's maximum concurrency, so there are none, and the handler
@@ -97,7 +97,7 @@ class Termination(Construct):
         batch_size: int = TERMINATION_BATCH_SIZE,
     ) -> None:
         super().__init__(scope, construct_id)
-        visibility_seconds = termination_visibility_seconds(int(timeout.to_seconds()))
+        visibility_seconds = queue_visibility_seconds(int(timeout.to_seconds()))
         if max_receive_count * visibility_seconds > TERMINATION_QUEUE_RETENTION_SECONDS:
             raise ValueError(
                 f"{self.node.path}: {max_receive_count} receives of {visibility_seconds} s exceed the queue's "

@@ -50,7 +50,7 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("nodeRoleArn", "arn:aws:iam::123:role/x", "IAM role ARN"),
         ("reconcileMode", "stream", "supported: poll, watch"),
         ("reconcileTimeoutSeconds", 901, "60..900"),
-        ("interruptionTimeoutSeconds", 45, "retention"),
+        ("interruptionTimeoutSeconds", 61, "two minutes"),
         ("interruptionTimeoutSeconds", "twenty", "integer"),
         ("interruptionMaxConcurrency", 1, "2..1000"),
         ("interruptionMaxConcurrency", 1001, "MaximumConcurrency"),
