@@ -88,7 +88,8 @@ def test_price_table_carries_spot_overrides_per_zone(tmp_path: Path) -> None:
 
 
 def test_interruption_plumbing_routes_the_four_event_kinds_to_the_queue(aws: embedded_aws.EmbeddedAws) -> None:
-    queue_url = embedded_aws.create_interruption_plumbing(cluster_name=CLUSTER)
+    queues = embedded_aws.create_queues(cluster_name=CLUSTER)
+    queue_url = queues.interruption_url
     sqs, events = aws.client("sqs"), aws.client("events")
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])["Attributes"]
     assert attributes["MessageRetentionPeriod"] == "300"
@@ -116,3 +117,6 @@ def test_interruption_plumbing_routes_the_four_event_kinds_to_the_queue(aws: emb
     messages = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
     assert len(messages) == 1
     assert json.loads(messages[0]["Body"])["detail"]["instance-id"] == "i-0abc"
+    # the termination queue is the cluster's too, and no rule feeds it
+    assert queues.termination_url.rsplit("/", 1)[-1] == f"{CLUSTER}-termination"
+    assert sqs.receive_message(QueueUrl=queues.termination_url).get("Messages", []) == []
