@@ -49,7 +49,9 @@ def batch(cluster: Any, cloud: Any, queue: Any, bodies: list[dict[str, Any]], **
         )
         for n, b in enumerate(bodies)
     ]
-    settings = InterruptionSettings(fakes.ACCOUNT, fakes.REGION, kwargs.get("rebalance", "cordon"))
+    settings = InterruptionSettings(
+        fakes.ACCOUNT, fakes.REGION, kwargs.get("rebalance", "cordon"), clock=lambda: fakes.NOW + 0.5
+    )
     out = InterruptionBatch(
         ports=fakes.ports(cluster, cloud, queue, wakes.append), settings=settings, received=received, now=fakes.NOW
     )
@@ -87,9 +89,9 @@ def test_a_burst_is_described_once_cordoned_told_and_handed_to_the_termination_q
     ]
     # nothing drained here: that is the termination function's
     assert cluster.count("evict") == 0 and "default/web" in cluster.pods and cloud.count("terminate") == 0
-    # one offering (m5.large, us-west-2a, spot), marked once; one wake for the batch, at its time
+    # one offering (m5.large, us-west-2a, spot), marked once; one wake for the batch, for a pass after its cordons
     assert [(o.instance_type, o.zone, o.capacity_type) for o in cloud.marked] == [("m5.large", "us-west-2a", "spot")]
-    assert wakes == [fakes.NOW]
+    assert wakes == [fakes.NOW + 0.5]
 
 
 def test_a_repeat_of_a_handled_warning_sends_nothing_more_but_a_redelivery_does() -> None:

@@ -29,6 +29,7 @@ Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmle
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -50,7 +51,7 @@ from nodesmith.services.parallel import map_ordered
 from nodesmith.services.termination.requests import request_termination
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.interruption import InterruptionMessage, RebalanceAction
@@ -90,12 +91,13 @@ class Received:
 @dataclass(frozen=True, slots=True)
 class InterruptionSettings:
     """Who we are and what we do: the AWS ``account`` and ``region`` events must come from, the rebalance
-    recommendation policy, and how many reads of a batch run at once."""
+    recommendation policy, how many reads of a batch run at once, and ``clock`` (epoch seconds) for the wake."""
 
     account: str
     region: str
     rebalance_action: RebalanceAction = "cordon"
     workers: int = 10
+    clock: Callable[[], float] = time.time
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +303,8 @@ class InterruptionBatch:
 
     def finish(self) -> list[str]:
         """Mark the batch's interrupted spot offerings unavailable (once each) and, when a node was cordoned or
-        its termination requested, wake the reconcile function; returns what failed (logged, never raised:
+        its termination requested, wake the reconcile function for a pass beginning after now (after the
+        batch's cordons, which such a pass sees); returns what failed (logged, never raised:
         the scheduled pass provisions within a minute anyway)."""
         problems: list[str] = []
         if self.offerings:
@@ -311,7 +314,7 @@ class InterruptionBatch:
                 problems.append(f"mark offerings unavailable: {exc}")
         if self.acted and self.ports.wake is not None:
             try:
-                self.ports.wake(self.now)
+                self.ports.wake(self.settings.clock())  # a pass begun after this sees every cordon
             except Exception as exc:
                 problems.append(f"wake the reconcile function: {exc}")
         for problem in problems:
