@@ -60,9 +60,14 @@ def watch_with(cordons: dict[str, float]) -> tuple[list[float], list[float], lis
     def provision() -> None:
         passes.append(clock.t)
         holders.append(state.lease_holder(name=LEASE, now=clock.wall()) or "")
+        clock.sleep(0.01)  # a pass takes a moment
+
+    def resync() -> None:
+        full.append(clock.t)
+        clock.sleep(0.01)
 
     run = run_watch(
-        passes=WatchPasses(provision=provision, full=lambda: full.append(clock.t)),
+        passes=WatchPasses(provision=provision, full=resync),
         cluster=cluster,
         remaining_seconds=90.0,  # 90 - 30 s exit margin: 60 s of watching
         request_id="watcher",

@@ -146,16 +146,36 @@ def test_a_newly_cordoned_node_gets_a_pass_at_once_without_pending_pods() -> Non
 
 def test_nodes_already_cordoned_when_a_pass_begins_owe_no_pass() -> None:
     """A node cordoned before the catch-up pass (or, without it, before the caller's pass) is that pass's; one
-    cordoned later still gets its own."""
+    cordoned later still gets its own, and only one."""
+
+    def brief_pass(ft: FakeTime) -> Any:
+        def run_pass() -> None:
+            ft.run_pass()
+            ft.t += 0.01  # a pass takes a moment
+
+        return run_pass
+
     ft = FakeTime({})
     cluster = CordoningCluster(ft, at=[0.0, 0.0])
-
-    run(ft, stop_at=8.0, resync_seconds=99, cordons=CordonWatch(cluster=cluster, clock=ft.clock))
+    run(
+        ft,
+        stop_at=8.0,
+        run_pass=brief_pass(ft),
+        resync_seconds=99,
+        cordons=CordonWatch(cluster=cluster, clock=ft.clock),
+    )
     assert ft.passes == [0.0]
 
     ft = FakeTime({})
     cluster = CordoningCluster(ft, at=[0.0, 3.0])
-    out = run(ft, stop_at=8.0, resync_seconds=99, catch_up=False, cordons=CordonWatch(cluster=cluster, clock=ft.clock))
+    out = run(
+        ft,
+        stop_at=8.0,
+        run_pass=brief_pass(ft),
+        resync_seconds=99,
+        catch_up=False,
+        cordons=CordonWatch(cluster=cluster, clock=ft.clock),
+    )
     assert out.passes == 1 and 3.0 <= ft.passes[0] <= 3.0 + 1.0 + 0.2
 
 
