@@ -109,8 +109,8 @@ def test_a_termination_grace_period_bounds_the_drain_from_the_deletion() -> None
     cluster, cloud = world(pods=[fakes.make_pod("web", grace=30)], claim=claim)
     cluster.pdb_blocks["default/web"] = -1
     out = round_(cluster, cloud)
-    # the deadline (deletion + 1h) is now: the pod is deleted with no grace left and the node goes
-    assert cluster.args("delete_pod") == [("default/web", 0)]
+    # the deadline (deletion + 1h) is now: the pod is deleted with Karpenter's last second of grace, and the node goes
+    assert cluster.args("delete_pod") == [("default/web", 1)]
     assert out.status is Status.TERMINATED and out.missed_deadline
     assert cloud.instances[IID].state == "shutting-down"
 

@@ -140,9 +140,11 @@ def test_without_a_deadline_nothing_is_force_deleted() -> None:
     assert plan.force_delete == ()
 
 
-def test_after_the_deadline_pods_are_deleted_with_no_grace() -> None:
-    plan = plan_drain(node=NODE, pods=[pod("late")], now=NOW + 1, deadline=NOW)
-    assert [(f.pod.name, f.grace_period_seconds) for f in plan.force_delete] == [("late", 0)]
+def test_after_the_deadline_pods_are_deleted_with_a_second_of_grace_as_karpenter_does() -> None:
+    plan = plan_drain(
+        node=NODE, pods=[pod("late"), pod("none", termination_grace_period_seconds=0)], now=NOW + 1, deadline=NOW
+    )
+    assert sorted((f.pod.name, f.grace_period_seconds) for f in plan.force_delete) == [("late", 1), ("none", 0)]
 
 
 def test_terminating_pods_that_would_outlive_the_deadline_are_deleted_again_with_a_shorter_grace() -> None:

@@ -20,7 +20,8 @@ terminator/terminator.go`` and ``[core]:pkg/utils/pod/scheduling.go``):
   ``terminationGracePeriodSeconds`` would run past the deadline, i.e. ``now + grace > deadline``,
   with the grace clamped to the time left (Karpenter deletes at ``deadline - grace`` with the grace
   clamped to the remaining time). Terminating pods whose ``deletionTimestamp`` is after the
-  deadline are deleted again with the clamped grace. Once the deadline has passed the grace is 0.
+  deadline are deleted again with the clamped grace. The grace never drops below 1 s (0 for a pod
+  whose own grace is 0), as in Karpenter.
 
 Pure: times are epoch seconds passed in.
 """
@@ -160,9 +161,11 @@ def do_not_disrupt_until(pod: Pod) -> float | None:
 
 
 def _clamped_grace(pod: Pod, now: float, deadline: float) -> int:
-    """The pod's own grace, clamped to the whole seconds left before ``deadline`` (0 once it has passed)."""
-    left = math.floor(deadline - now)
-    return max(0, min(pod.termination_grace_period_seconds, left))
+    """The pod's own grace, clamped to the whole seconds left before ``deadline``, but at least 1 s for a pod that
+    has a grace period at all: Karpenter's terminator never deletes with 0 (kubernetes-sigs/karpenter#3038), so
+    the kubelet still stops the containers before the API server removes the pod."""
+    grace = pod.termination_grace_period_seconds
+    return max(min(1, grace), min(grace, math.floor(deadline - now)))
 
 
 def _skip_reason(pod: Pod, now: float) -> str | None:
