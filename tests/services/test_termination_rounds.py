@@ -91,8 +91,9 @@ def test_the_deadline_read_from_the_nodeclaim_forces_what_it_must_and_no_sooner(
     cluster.pdb_blocks.update({"default/short": -1, "default/long": -1})
 
     first = round_(cluster, cloud)
-    # the long one cannot finish its grace period by then: deleted now with what is left (100 s)
+    # the long one cannot finish its grace period by then: deleted now with what is left (100 s), and told so
     assert cluster.args("delete_pod") == [("default/long", 100)]
+    assert ("Pod", "long", "Disrupted", "Normal") in cluster.events
     # the short one is asked through the Eviction API, and the next round comes back when it falls due (at 70 s)
     assert first.retry_after == 2 and first.drain is not None and first.drain.next_due == pytest.approx(fakes.NOW + 70)
 

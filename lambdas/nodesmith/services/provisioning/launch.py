@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import InsufficientCapacityError, KubernetesError, LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
+from nodesmith.core.termination import TERMINATION_FINALIZER
 from nodesmith.services.breakdown import Tally, pool_key
 from nodesmith.services.provisioning.capacity import offering_price
 from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
@@ -99,8 +100,12 @@ class Launcher:
         return None
 
     def _delete(self, nodeclaim: NodeClaim) -> None:
+        """Delete a NodeClaim whose launch failed, finalizer and all: it has no node to drain, and an instance
+        that might carry its name anyway is an orphan the garbage collection terminates (Karpenter's termination
+        controller releases a NodeClaim without a providerID at once)."""
         try:
             self.cluster.delete_nodeclaim(name=nodeclaim.name)
+            self.cluster.remove_nodeclaim_finalizer(name=nodeclaim.name, finalizer=TERMINATION_FINALIZER)
         except KubernetesError as exc:
             with self.lock:
                 self.errors.append(f"delete NodeClaim {nodeclaim.name} after a failed launch: {exc}")
