@@ -40,6 +40,7 @@ class Context:
 @pytest.fixture
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[KubeEmulator, Any]]:
     aws = embedded_aws.start()
+    aws.reset()  # moto's backends belong to the process: another test's world may have seeded them already
     emulator = KubeEmulator()
     try:
         embedded_aws.seed(cluster_name=CLUSTER)
