@@ -3,7 +3,8 @@
 ``start()`` runs ``moto.server.ThreadedMotoServer`` on 127.0.0.1 (a free port) and points boto3 at
 it through ``AWS_ENDPOINT_URL`` with fake credentials; the real ``~/.aws`` files are never read
 (``AWS_CONFIG_FILE`` / ``AWS_SHARED_CREDENTIALS_FILE`` point to an empty file). The adapters need no
-special code path: they simply talk to that endpoint.
+special code path: they simply talk to that endpoint. :func:`start_process` does the same with moto in a
+process of its own, so its CPU is not taken from the caller's threads (a benchmark's invocations).
 
 ``seed()`` creates what an EC2NodeClass with ``karpenter.sh/discovery: <cluster>`` selectors and
 ``alias: al2023@latest`` resolves against: a VPC with one subnet per zone (us-east-1a/b/c), a
@@ -11,6 +12,8 @@ security group, AL2023 EKS AMIs for amd64/arm64 (standard, nvidia, neuron) publi
 EKS SSM parameter names (moto has none; they are written into moto's SSM store directly because
 the public API refuses ``/aws/`` names), a node role + instance profile, and an EKS cluster record
 (version, service CIDR) for DescribeCluster.
+
+:func:`create_queues` and :func:`create_state_table` create the queues, rules and table the stack would.
 
 Spot prices cannot be written into moto (its DescribeSpotPriceHistory answers a 0.00001 placeholder
 for everything), so :func:`write_price_table` writes a price table with per-zone ``spot`` overrides
@@ -26,6 +29,7 @@ Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages bef
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -44,10 +48,12 @@ __all__ = [
     "Queues",
     "SeededAws",
     "create_queues",
+    "create_state_table",
     "fix_moto",
     "register_ami",
     "seed",
     "start",
+    "start_process",
     "write_price_table",
 ]
 
@@ -87,11 +93,13 @@ INTERRUPTION_RULES = (
 
 @dataclass
 class EmbeddedAws:
-    """A running embedded AWS: ``endpoint_url``, ``region`` and the environment it set."""
+    """A running embedded AWS: ``endpoint_url``, ``region``, the environment it set, and ``pid``, the process
+    moto runs in when not this one (:func:`start_process`)."""
 
     endpoint_url: str
     region: str
     environ: dict[str, str]
+    pid: int | None = None
     _server: Any = field(repr=False, default=None)
     _saved: dict[str, str | None] = field(repr=False, default_factory=dict)
     _empty_file: str = field(repr=False, default="")
@@ -216,12 +224,93 @@ def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws
     }
     embedded = EmbeddedAws(endpoint_url=endpoint, region=region, environ=environ, _server=server, _empty_file=empty)
     if set_environ:
-        embedded._saved = {key: os.environ.get(key) for key in _ENV_KEYS}
-        os.environ.pop("AWS_PROFILE", None)
-        os.environ.update(environ)
-        _reset_adapter_clients()
+        _point_boto3_at(embedded)
     LOG.info("embedded AWS listening on %s", endpoint)
     return embedded
+
+
+def _point_boto3_at(embedded: EmbeddedAws) -> None:
+    embedded._saved = {key: os.environ.get(key) for key in _ENV_KEYS}
+    os.environ.pop("AWS_PROFILE", None)
+    os.environ.update(embedded.environ)
+    _reset_adapter_clients()
+
+
+@dataclass
+class _MotoProcess:
+    """The process :func:`start_process` started, and the pipe that tells it to stop."""
+
+    process: Any
+    conn: Any
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.conn.send("stop")
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(timeout=10)
+
+
+def _serve(cluster_name: str | None, region: str, conn: Any) -> None:
+    """:func:`start_process`'s child: moto started, reset and seeded; its address sent; serving until told to stop
+    (or until the parent's end of the pipe closes)."""
+    embedded = start(region=region)
+    embedded.reset()
+    if cluster_name:
+        seed(cluster_name=cluster_name, region=region)
+    conn.send((embedded.endpoint_url, embedded.environ))
+    with contextlib.suppress(EOFError, OSError):
+        conn.recv()
+    embedded.stop()
+
+
+def start_process(
+    *, cluster_name: str | None = None, region: str = "us-east-1", set_environ: bool = True, timeout: float = 180.0
+) -> EmbeddedAws:
+    """:func:`start` in a process of its own (``multiprocessing`` spawn), with :func:`fix_moto` applied there, so
+    moto's CPU is not taken from this process's threads; empty, and :func:`seed`-ed for ``cluster_name`` when
+    given (``seed`` writes into moto's memory, so it runs in that process). The returned world's ``pid`` is the
+    moto process's; ``stop()`` ends it. Raises ``RuntimeError`` when moto does not answer within ``timeout`` s.
+    """
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    process = ctx.Process(target=_serve, args=(cluster_name, region, there), name="moto", daemon=True)
+    process.start()
+    if not here.poll(timeout):
+        process.terminate()
+        raise RuntimeError(f"the moto process did not start within {timeout:g} s")
+    endpoint, environ = here.recv()
+    fd, empty = tempfile.mkstemp(prefix="nodesmith-aws-", suffix=".ini")
+    os.close(fd)
+    environ = {**environ, "AWS_CONFIG_FILE": empty, "AWS_SHARED_CREDENTIALS_FILE": empty}
+    embedded = EmbeddedAws(endpoint_url=endpoint, region=region, environ=environ, pid=process.pid,
+                           _server=_MotoProcess(process, here), _empty_file=empty)  # fmt: skip
+    if set_environ:
+        _point_boto3_at(embedded)
+    return embedded
+
+
+def create_state_table(
+    *, name: str = "nodesmith-state", region: str = "us-east-1", endpoint_url: str | None = None
+) -> str:
+    """Create the state table as the stack does (string keys ``pk``/``sk``, on demand;
+    ``infra/constructs/reconcile.py``, read by ``nodesmith.adapters.aws.state``); returns its name.
+    ``endpoint_url`` defaults to ``AWS_ENDPOINT_URL``."""
+    import boto3
+
+    dynamodb = boto3.client(
+        "dynamodb", region_name=region, endpoint_url=endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    )
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in ("pk", "sk")],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
 
 
 @dataclass(frozen=True)

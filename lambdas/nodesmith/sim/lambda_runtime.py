@@ -14,20 +14,31 @@ Lambda ends an invocation at its timeout; Python cannot stop a thread. :func:`in
 every AWS call (botocore) and Kubernetes call (the adapter's ``KubeRest``) of an invocation past its timeout
 raise :class:`LambdaKilled` instead, from its thread or any pool thread it started, so nothing of it reaches
 AWS or the cluster afterwards and none of its records is deleted, as after Lambda ends it.
+:func:`kill_invocation` ends the running invocation the same way at once (a runtime that crashed mid-work).
+
+:class:`AsyncInvocations` runs a function's asynchronous invocations (``InvocationType=Event``) one at a time,
+as Lambda does for a function with reserved concurrency 1 whose throttled events wait and are retried until
+their maximum event age ("Asynchronous invocation", "Reserved concurrency" in the developer guide);
+:func:`route_async_invokes` makes a boto3 Lambda client's ``Invoke(InvocationType=Event)`` of that function
+answer 202 and queue the event for it, so the caller's code path is the one it has in AWS.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import json
 import logging
+import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = [
+    "AsyncInvocations",
     "EventSourceOptions",
     "LambdaContext",
     "LambdaKilled",
@@ -35,6 +46,8 @@ __all__ = [
     "SqsEventSource",
     "Stats",
     "install_function_timeouts",
+    "kill_invocation",
+    "route_async_invokes",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -74,13 +87,40 @@ class LambdaKilled(BaseException):
 _INVOCATION = threading.local()
 _TIMED_OUT: set[int] = set()
 _IDS = itertools.count(1)
+_KILLED: set[int] = set()
 _INSTALLED: list[bool] = []
 
 
 def _check_alive() -> None:
     invocation = getattr(_INVOCATION, "id", None)
     if invocation is not None and invocation in _TIMED_OUT:
-        raise LambdaKilled(f"invocation {invocation} ran past the function timeout")
+        raise LambdaKilled(f"invocation {invocation} ran past the function timeout or was killed")
+
+
+@contextlib.contextmanager
+def _invocation(timeout: float) -> Iterator[int]:
+    """Run the block as one invocation (its id for :func:`_check_alive`), ended after ``timeout`` seconds."""
+    invocation = next(_IDS)
+    timer = threading.Timer(timeout, _TIMED_OUT.add, args=(invocation,))
+    timer.daemon = True
+    timer.start()
+    _INVOCATION.id = invocation
+    try:
+        yield invocation
+    finally:
+        timer.cancel()
+        _INVOCATION.id = None
+
+
+def kill_invocation(reason: str = "killed") -> NoReturn:
+    """End the invocation running in this thread (or in a pool thread it started) now, as Lambda ends one whose
+    runtime crashed: raises :class:`LambdaKilled` here, and every later AWS or Kubernetes call of the invocation
+    raises it too (with :func:`install_function_timeouts` installed). Outside an invocation it only raises."""
+    invocation = getattr(_INVOCATION, "id", None)
+    if invocation is not None:
+        _KILLED.add(invocation)
+        _TIMED_OUT.add(invocation)
+    raise LambdaKilled(f"invocation {invocation}: {reason}")
 
 
 def install_function_timeouts() -> None:
@@ -141,13 +181,17 @@ class Scaling:
 @dataclass(slots=True)
 class Stats:
     """What an event source did: invocations, records handed over, records reported failed, invocations that
-    raised, and those ended at the function timeout."""
+    raised, those ended at the function timeout, those ended by :func:`kill_invocation`, messages it sent
+    again (``duplicate_every``) and events dropped at their maximum age (:class:`AsyncInvocations`)."""
 
     invocations: int = 0
     records: int = 0
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     timed_out: int = 0
+    killed: int = 0
+    duplicated: int = 0
+    dropped: int = 0
 
 
 class SqsEventSource:
@@ -204,6 +248,8 @@ class SqsEventSource:
                 due = self._seen % every == 0
             if due and int(m.get("Attributes", {}).get("ApproximateReceiveCount", "1")) == 1:
                 self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=m["Body"])
+                with self._lock:
+                    self.stats.duplicated += 1
 
     def _record(self, m: dict[str, Any]) -> dict[str, Any]:
         region = self.queue_arn.split(":")[3]
@@ -231,31 +277,27 @@ class SqsEventSource:
     def invoke(self, records: list[dict[str, Any]]) -> set[str]:
         """Invoke the handler with ``records`` as Lambda would; delete those not reported failed. Returns the ids
         of the records left for SQS (reported failed, or all of them when the invocation raised or timed out)."""
-        invocation = next(_IDS)
-        timer = threading.Timer(self.options.function_timeout, _TIMED_OUT.add, args=(invocation,))
-        timer.daemon = True
-        timer.start()
-        _INVOCATION.id = invocation
         started = time.monotonic()
         context = LambdaContext(function_name=self.function_name, timeout_seconds=self.options.function_timeout)
         outcome: dict[str, Any] | BaseException
-        try:
-            outcome = self.handler({"Records": records}, context)
-            if invocation in _TIMED_OUT:
-                raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
-            failed = {f["itemIdentifier"] for f in outcome.get("batchItemFailures", [])}
-        except LambdaKilled as exc:
-            outcome, failed = exc, {r["messageId"] for r in records}
-            with self._lock:
-                self.stats.timed_out += 1
-        except Exception as exc:  # the invocation failed as a whole: SQS delivers every record again
-            LOG.warning("%s invocation failed: %s", self.function_name, exc)
-            outcome, failed = exc, {r["messageId"] for r in records}
-            with self._lock:
-                self.stats.errors.append(f"{type(exc).__name__}: {exc}")
-        finally:
-            timer.cancel()
-            _INVOCATION.id = None
+        with _invocation(self.options.function_timeout) as invocation:
+            try:
+                outcome = self.handler({"Records": records}, context)
+                if invocation in _TIMED_OUT:
+                    raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
+                failed = {f["itemIdentifier"] for f in outcome.get("batchItemFailures", [])}
+            except LambdaKilled as exc:
+                outcome, failed = exc, {r["messageId"] for r in records}
+                with self._lock:
+                    if invocation in _KILLED:
+                        self.stats.killed += 1
+                    else:
+                        self.stats.timed_out += 1
+            except Exception as exc:  # the invocation failed as a whole: SQS delivers every record again
+                LOG.warning("%s invocation failed: %s", self.function_name, exc)
+                outcome, failed = exc, {r["messageId"] for r in records}
+                with self._lock:
+                    self.stats.errors.append(f"{type(exc).__name__}: {exc}")
         done = [r for r in records if r["messageId"] not in failed]
         if done:
             self.sqs.delete_message_batch(
@@ -318,3 +360,91 @@ class EventSourceOptions:
     function_timeout: float = 30.0
     duplicate_every: int = 0
     on_invoke: Callable[[list[dict[str, Any]], Any, float, float], None] | None = None
+
+
+class AsyncInvocations:
+    """A function's asynchronous invocations under reserved concurrency 1 (see the module docstring).
+
+    ``events`` holds ``(epoch seconds queued, event)`` pairs: a ``queue.Queue`` by default, or any object with
+    ``put`` and ``get(timeout=...)`` raising ``queue.Empty`` (a ``multiprocessing`` queue, so that callers in other
+    processes can queue events with :func:`route_async_invokes`). :meth:`serve` invokes ``handler`` with one event
+    after another, each with a :class:`LambdaContext` of ``timeout_seconds`` (ended at it when
+    :func:`install_function_timeouts` is installed); an event that waited longer than ``max_event_age`` seconds
+    (the function's ``MaximumEventAgeInSeconds``) is dropped, as Lambda drops it. ``on_invoke(event,
+    result_or_error, started, ended)`` (monotonic seconds) hears of each invocation; :attr:`stats` counts them.
+    """
+
+    def __init__(
+        self,
+        *,
+        handler: Callable[[dict[str, Any], Any], Any],
+        function_name: str,
+        events: Any | None = None,
+        timeout_seconds: float = 900.0,
+        max_event_age: float = 21600.0,
+        on_invoke: Callable[[dict[str, Any], Any, float, float], None] | None = None,
+    ) -> None:
+        self.handler, self.function_name = handler, function_name
+        self.events: Any = events if events is not None else queue.Queue()
+        self.timeout_seconds, self.max_event_age, self.on_invoke = timeout_seconds, max_event_age, on_invoke
+        self.stats = Stats()
+
+    def invoke(self, event: dict[str, Any]) -> None:
+        """Queue ``event`` (``InvocationType=Event``: Lambda holds it and answers at once)."""
+        self.events.put((time.time(), event))
+
+    def run_next(self, *, wait: float = 0.5) -> bool:
+        """Run (or drop) the next queued event, waiting up to ``wait`` seconds for one; False when none came."""
+        try:
+            queued_at, event = self.events.get(timeout=wait)
+        except queue.Empty:
+            return False
+        if time.time() - queued_at > self.max_event_age:
+            self.stats.dropped += 1
+            return True
+        started = time.monotonic()
+        outcome: Any
+        with _invocation(self.timeout_seconds):
+            try:
+                outcome = self.handler(event, LambdaContext(self.function_name, timeout_seconds=self.timeout_seconds))
+            except LambdaKilled as exc:
+                outcome = exc
+                self.stats.timed_out += 1
+            except Exception as exc:  # not retried (MaximumRetryAttempts 0): the event is done
+                outcome = exc
+                self.stats.errors.append(f"{type(exc).__name__}: {exc}")
+        self.stats.invocations += 1
+        if self.on_invoke is not None:
+            self.on_invoke(event, outcome, started, time.monotonic())
+        return True
+
+    def serve(self, stop: Any) -> None:
+        """Run the queued events one after another until ``stop`` (an event object with ``is_set``) is set."""
+        while not stop.is_set():
+            self.run_next()
+
+
+class _Accepted:
+    """The HTTP response Lambda gives an asynchronous Invoke it queued."""
+
+    status_code = 202
+    headers: dict[str, str] = {}
+    content = b""
+
+
+def route_async_invokes(client: Any, *, function_name: str, events: Any) -> None:
+    """Answer ``client``'s (a boto3 Lambda client) ``Invoke`` of ``function_name`` with ``InvocationType=Event``
+    as Lambda does, 202 with the event held, and put ``(epoch seconds, event)`` on ``events`` (an
+    :class:`AsyncInvocations`' queue) instead of sending the request. Other calls go out unchanged."""
+
+    def answer(params: dict[str, Any], **_: Any) -> tuple[_Accepted, dict[str, Any]] | None:
+        headers = params.get("headers") or {}
+        if headers.get("X-Amz-Invocation-Type") != "Event" or f"/functions/{function_name}/" not in str(
+            params.get("url_path", "")
+        ):
+            return None
+        body = params.get("body") or b"{}"
+        events.put((time.time(), json.loads(body.decode() if isinstance(body, bytes) else body)))
+        return _Accepted(), {"StatusCode": 202, "ResponseMetadata": {"HTTPStatusCode": 202}}
+
+    client.meta.events.register("before-call.lambda.Invoke", answer)

@@ -1,0 +1,95 @@
+"""Lambda as the embedded default runs it (``nodesmith.sim.lambda_runtime``): asynchronous invocations under
+reserved concurrency 1 with their maximum event age, a boto3 ``Invoke(InvocationType=Event)`` answered 202 and
+queued for them, and an invocation killed mid-work leaving its records for SQS."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+
+from nodesmith.adapters.aws.wake import ReconcileWaker, provision_event
+from nodesmith.sim import aws as embedded_aws
+from nodesmith.sim.lambda_runtime import (
+    AsyncInvocations,
+    EventSourceOptions,
+    SqsEventSource,
+    install_function_timeouts,
+    kill_invocation,
+    route_async_invokes,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+def test_async_invocations_run_in_turn_and_drop_events_older_than_their_age() -> None:
+    ran: list[dict[str, Any]] = []
+    function = AsyncInvocations(handler=lambda event, _: ran.append(event) or {}, function_name="f", max_event_age=60)
+    function.events.put((time.time() - 61, {"n": 1}))  # waited past the maximum event age
+    function.invoke({"n": 2})
+    function.invoke({"n": 3})
+
+    while function.run_next(wait=0):
+        pass
+
+    assert ran == [{"n": 2}, {"n": 3}]
+    assert (function.stats.invocations, function.stats.dropped) == (2, 1)
+
+
+def test_an_asynchronous_invoke_is_answered_202_and_queued_for_the_function() -> None:
+    client = boto3.client("lambda", region_name="us-east-1", endpoint_url="http://127.0.0.1:9",
+                          aws_access_key_id="testing", aws_secret_access_key="testing")  # fmt: skip
+    events: queue.Queue[tuple[float, dict[str, Any]]] = queue.Queue()
+    route_async_invokes(client, function_name="nodesmith-reconcile", events=events)
+
+    ReconcileWaker(function_name="nodesmith-reconcile", client=client).wake(1234.5)  # the adapter, unchanged
+
+    queued_at, event = events.get_nowait()
+    assert event == provision_event(1234.5)
+    assert abs(queued_at - time.time()) < 5
+    assert events.empty()
+
+
+@pytest.fixture
+def sqs() -> Iterator[Any]:
+    running = embedded_aws.start()
+    try:
+        running.reset()
+        yield running.client("sqs")
+    finally:
+        running.stop()
+
+
+@pytest.mark.slow
+def test_a_killed_invocation_makes_no_more_calls_and_leaves_its_records(sqs: Any) -> None:
+    install_function_timeouts()
+    url = sqs.create_queue(QueueName="work")["QueueUrl"]
+    for n in range(2):
+        sqs.send_message(QueueUrl=url, MessageBody=str(n))
+    calls: list[str] = []
+
+    def handler(event: dict[str, Any], _: Any) -> dict[str, Any]:
+        calls.append("before")
+        try:
+            kill_invocation("crash")
+        finally:
+            try:
+                sqs.get_queue_url(QueueName="work")  # the runtime is gone: this never reaches AWS
+                calls.append("after")
+            except BaseException:
+                calls.append("refused")
+        return {"batchItemFailures": []}
+
+    source = SqsEventSource(sqs=sqs, queue_url=url, handler=handler, function_name="f",
+                            options=EventSourceOptions(batching_window=0.5, visibility_timeout=1))  # fmt: skip
+    assert source.poll_once(wait=1) == 2
+
+    assert calls == ["before", "refused"]
+    assert (source.stats.killed, source.stats.timed_out) == (1, 0)
+    time.sleep(1.2)
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+    assert sorted(m["Body"] for m in again) == ["0", "1"]
