@@ -87,13 +87,15 @@ class SimKubelet:
 
     def step(self, now: float) -> None:
         """Register, advance and remove Nodes as of ``now`` (epoch seconds)."""
-        claims = {c["metadata"]["name"]: c for c in self.store.objects(_CLAIMS)}
-        live = {i.provider_id: i for i in self.instances() if i.state == "running"}
+        # The Nodes are read before the instances: a Node deleted after its instance was terminated (as a
+        # termination does) is then never registered again from an instance list read before the termination.
         managed = {
             str((n.get("spec") or {}).get("providerID", "")): n
             for n in self.store.objects(_NODES)
             if MANAGED_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
         }
+        claims = {c["metadata"]["name"]: c for c in self.store.objects(_CLAIMS)}
+        live = {i.provider_id: i for i in self.instances() if i.state == "running"}
         for provider_id, inst in sorted(live.items()):
             claim = claims.get(inst.tags.get("karpenter.sh/nodeclaim", ""))
             node = managed.get(provider_id)
