@@ -1,75 +1,10 @@
-"""N simultaneous spot interruptions in the embedded environment: how fast every node is cordoned,
-replacements are launched and the pods run again, and whether any pod or PodDisruptionBudget suffered.
+"""N simultaneous spot interruptions through the real handlers in the embedded environment: how fast every node is
+cordoned, its replacement launched and its pods run again, and whether any pod or PodDisruptionBudget suffered.
 
-World (:mod:`interruptions_world`): the embedded AWS (``nodesmith.sim.aws``: moto server with EC2,
-SQS, EventBridge, DynamoDB) in a process of its own, and in this process the Kubernetes API emulator
-(``nodesmith.sim.kube``), the simulated kube-scheduler, kubelet and Deployment/ReplicaSet controllers
-(``nodesmith.sim``). The
-Lambda side (:mod:`interruptions_lambda`): the real interruption handler, adapters and services,
-invoked by the SQS event source mapping's pollers in ``--processes`` processes of their own, and the
-reconcile function the batches wake in one more, all warmed up (handlers imported, clients and
-instance-type catalogue cached; the reconcile function has run the schedule's last pass, with its garbage
-collection, as a container the 1-minute schedule keeps warm has) before the clock starts. Setup,
-not timed:
-
-* ``--nodes`` spot ``m5.large`` instances (moto ``RunInstances``) tagged as Nodesmith launched them,
-  one NodeClaim each, labelled with its instance as a launch labels it; the simulated kubelet registers
-  their Nodes;
-* Deployments of 20 replicas filling every node with ``--pods-per-node`` pods (450m CPU each);
-  every ``--pdb-every``-th Deployment has a PodDisruptionBudget ``maxUnavailable: 1``;
-* the state table in DynamoDB and the interruption queue fed by the EventBridge rules.
-
-Timed run, from ``t0`` = the moment the bench starts putting the events on EventBridge:
-
-* one real-format ``EC2 Spot Instance Interruption Warning`` per node goes to the default event bus
-  (``PutEvents``, 10 entries a call); the rule delivers it to the SQS queue;
-* poller threads do what the Lambda SQS event source mapping does: receive up to ``--batch-size``
-  messages (filling the batch for up to the stack's 1 s batching window), invoke the interruption
-  handler, delete what it did not report as failed; 5 pollers at first and 5 more each second up
-  to ``--concurrency`` (the stack's ``MaximumConcurrency``, 25), as Lambda scales an SQS event source. Every
-  ``--duplicate-every``-th message is delivered twice (SQS is at-least-once);
-* the reconcile handler runs every 60 s from ``t0 + 60`` (the EventBridge schedule), and when a batch
-  wakes it (``InvocationType=Event``), one invocation at a time in its own process (reserved
-  concurrency 1: a tick waits while a woken invocation runs, and is dropped after the stack's 60 s
-  event age; ``--no-reconcile-wake``: never woken);
-* at each event's deadline (event time + 120 s) EC2 reclaims its instance if it is still running
-  (the bench terminates it; pods still on the node are lost).
-
-Measured (seconds from ``t0``): ``cordoned_seconds`` when every interrupted node is tainted
-``karpenter.sh/disrupted`` and unschedulable; ``replacements_launched_seconds`` when the last NodeClaim
-created after ``t0`` was launched; ``pods_running_again_seconds`` when every Deployment pod is
-Running and Ready on a node that was not interrupted (null if that never happened before
-``--timeout``). ``pods_lost`` = pods still on a node when EC2 reclaimed it + pods deleted
-directly (force-deleted for the deadline, bypassing PodDisruptionBudgets). ``pdb_violations``
-counts times a budgeted Deployment had fewer healthy pods than the budget allows.
-With ``--preload`` every warning is delivered before ``t0`` (the consumers start at ``t0``; each
-deadline still counts from its warning's delivery), which takes the emulator's delivery cost out of
-the cordon figure without giving the drains more time.
-``drains_per_event`` is how many times a drain actually ran per (event, instance) on its first
-attempt -- the original message, or its hand-off continuation in a burst -- (target exactly 1,
-duplicates included); continuations of long drains are counted apart. Its ``max_fresh`` leaves out the
-runs that resumed a run whose invocation was ended at the function timeout (``resumed_after_timeout``:
-the record came back and the drain went on from its stored progress), so a ``max_fresh`` above 1 is a
-drain done twice. ``pods_lost`` also counts
-Ready pods removed with their node (the pod garbage collector), never evicted.
-``--crash-every n`` kills the invocation draining every n-th instance once, right after its first
-evictions' progress was stored (a ``BaseException``, as if Lambda timed out): nothing of that
-invocation is acknowledged, and its records come back when the visibility the handler gave them on
-start (its remaining time + 5 s, ``ChangeMessageVisibilityBatch`` in moto) ends, not after the
-queue's 121 s; ``crash_resume`` reports how many drains resumed from the progress in DynamoDB.
-
-Every invocation ends at the stack's function timeout, as Lambda ends it: from then on each AWS and
-Kubernetes call made for it (from its thread or its pool threads) raises, so nothing more of it reaches
-AWS or the cluster, and none of its records is acknowledged (``invocations_timed_out``);
-``--no-function-timeout`` lets them run on instead, as this bench did before.
-
-Caveats, also in the output: every "Lambda invocation" is a thread of one of ``--processes``
-processes, sharing its GIL and its Kubernetes client and caches, and all of them share the
-machine's cores with moto and the emulator; real invocations each have their own CPU, and the
-control plane and AWS are not on ours (``machine_cpu_share`` says how busy the cores were).
-Where moto or the simulation is quadratic in the number of nodes, pods or messages, the bench
-takes a shortcut with the same answers and lists it in ``emulator_shortcuts``; the handlers,
-services and adapters run unchanged.
+The world (moto in a process of its own; the Kubernetes API emulator and the simulated cluster here; a fleet built
+by ``nodesmith.sim.fleet``), the Lambda processes (:mod:`interruptions_lambda`: the SQS event sources with Lambda's
+scaling and function timeout, the reconcile function with reserved concurrency 1), the burst, EC2's reclaim at
+each warning's deadline and what each JSON key means are described in ``bench/README.md``.
 
     python bench/interruptions.py --nodes 100 --json
 """
@@ -77,387 +12,323 @@ services and adapters run unchanged.
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import json
+import multiprocessing
 import os
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from interruptions_counters import Counters, merge
-from interruptions_lambda import (
-    BATCH_SIZE,
-    ESM_INITIAL_POLLERS,
-    ESM_POLLERS_PER_SECOND,
-    INVOCATION_PROCESSES,
-    MAX_CONCURRENCY,
-    TICK,
-    VISIBILITY_TIMEOUT_SECONDS,
-    _warm_up,
-    invocations_process,
-    reconcile_process,
-)
-from interruptions_monitor import Monitor
-from interruptions_report import Run, calibrate, report
-from interruptions_world import (
-    KUBELET_INSTANCE_CACHE_SECONDS,
-    SCHEDULE_SECONDS,
-    TERMINATED,
-    _conditions,
-    _create_table,
-    _deploy,
-    _launch_nodes,
-    _nodepool_docs,
-    _put_events,
-    _running,
-    _send_events,
-    _world_class,
-    process_cpu_seconds,
-)
+from interruptions_lambda import INTERRUPTION, RECONCILE, TERMINATION, Spec, invocations_process, reconcile_process
+from interruptions_monitor import Monitor, conditions
+
+from infra.config import NodesmithConfig
+from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
+from nodesmith.sim import aws as sim_aws
+from nodesmith.sim import fleet as sim_fleet
+
+NOTICE_SECONDS = 120.0
+SCHEDULE_SECONDS = 60.0
 
 
-def _reclaim(
-    world: Any, launched: list[dict[str, Any]], deadlines: dict[str, float], stop: threading.Event
-) -> set[str]:
-    """EC2 takes back every interrupted instance still running at its deadline; returns the pods lost with them."""
-    ec2 = world.client("ec2")
-    by_id = {i["InstanceId"]: i for i in launched}
-    lost: set[str] = set()
-    pending = dict(deadlines)
-    while pending and not stop.is_set():
-        now = time.monotonic()
-        due = [iid for iid, at in pending.items() if at <= now]
-        if due:
-            running = {
-                i["InstanceId"]
-                for r in ec2.describe_instances(InstanceIds=due)["Reservations"]
-                for i in r["Instances"]
-                if i["State"]["Name"] in ("pending", "running")
-            }
-            names = {by_id[iid]["PrivateDnsName"] for iid in running}
-            lost |= {
-                f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
-                for p in world.store.objects("pods")
-                if (p.get("spec") or {}).get("nodeName") in names and (p["metadata"].get("labels") or {}).get("app")
-            }
+def calibrate() -> float:
+    """Seconds one thread takes for 10 million additions in a pure-Python loop: how fast the machine is now."""
+    began, total = time.perf_counter(), 0
+    for i in range(10_000_000):
+        total += i
+    return round(time.perf_counter() - began, 3)
+
+
+class BenchWorld(EmbeddedWorld):
+    """The demo's world, with moto in a process of its own and the kubelet reading EC2 through
+    :class:`~nodesmith.sim.fleet.KubeletInstances`; the simulated components step at most every half second."""
+
+    instances: sim_fleet.KubeletInstances
+
+    def _start_aws(self) -> sim_aws.EmbeddedAws:
+        return sim_aws.start_process(cluster_name=self.cluster_name)
+
+    def _start_components(self) -> None:
+        from nodesmith.sim.controllers import SimControllers
+        from nodesmith.sim.kube_scheduler import SimScheduler
+        from nodesmith.sim.kubelet import SimKubelet
+        from nodesmith.sim.runner import Runner
+
+        self.instances = sim_fleet.KubeletInstances(ec2=self.client("ec2"), store=self.store, resync_seconds=5.0)
+        parts = (SimControllers(store=self.store), SimScheduler(store=self.store),
+                 SimKubelet(store=self.store, instances=self.instances, ready_delay=self.ready_delay))  # fmt: skip
+        self._runners = [Runner(p, interval=0.5, min_step_seconds=0.5).start() for p in parts]  # type: ignore[arg-type]
+
+
+def _nodepool_docs() -> list[dict[str, Any]]:
+    """The demo's NodePool and EC2NodeClass, without the NodePool's CPU limit and with consolidation off."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d]
+    pool = next(d["spec"] for d in docs if d["kind"] == "NodePool")
+    pool.pop("limits", None)
+    pool["disruption"] = {"consolidationPolicy": "WhenEmpty", "consolidateAfter": "Never"}
+    return docs
+
+
+class Bench:
+    """One run: :meth:`set_up` the world and the Lambda processes, then :meth:`burst` (see the module docstring).
+    The processes' reports (tuples, see :mod:`interruptions_lambda`) are collected in a thread into ``events``."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args, self.world, self.processes = args, BenchWorld(ready_delay=1.0), list[Any]()
+        self.stop, self.lock = threading.Event(), threading.Lock()
+        self.events: list[tuple[Any, ...]] = []
+        self.sent: dict[str, float] = {}  # instance id -> its first warning's SentTimestamp
+        self.lost: dict[str, str] = {}  # pod -> node, of the instances EC2 took back
+
+    def set_up(self) -> None:
+        args, world = self.args, self.world.start()
+        os.environ["NODESMITH_STATE_TABLE"] = sim_aws.create_state_table()
+        for doc in _nodepool_docs():
+            world.store.apply(doc)
+        self.fleet = sim_fleet.launch_fleet(ec2=world.client("ec2"), store=world.store,
+                                            cluster_name=world.cluster_name, count=args.nodes)  # fmt: skip
+        if not world.wait_for(lambda: sim_fleet.register_nodes(world.store, self.fleet) == args.nodes, timeout=900):
+            raise RuntimeError("the simulated kubelet did not register every node")
+        self.total = args.nodes * args.pods_per_node
+        budgeted = sim_fleet.deploy(world.store, pods=self.total, pdb_every=args.pdb_every)
+        if not world.wait_for(lambda: self._running() >= self.total, timeout=900, every=0.5):
+            raise RuntimeError(f"only {self._running()} of {self.total} pods started")
+        self.node_of = {n.instance_id: n.node_name for n in self.fleet}
+        targets = self.fleet[:: args.crash_every] if args.crash_every else []
+        urls = {INTERRUPTION: world.queue_url, TERMINATION: world.termination_queue_url}
+        self.spec = Spec(args=args, urls=urls, crash_targets=frozenset(n.node_name for n in targets))
+        ctx, n = multiprocessing.get_context("spawn"), max(1, args.processes)
+        channels = (ctx.Event(), ctx.Event(), ctx.Queue(), ctx.Queue(), ctx.Queue())
+        self.go, self.stop_all, ready, self.reports, self.wakes = channels
+        parts = [*((invocations_process, dataclasses.replace(self.spec, share=(k, n))) for k in range(n)),
+                 (reconcile_process, self.spec)]  # fmt: skip
+        self.processes = [ctx.Process(target=t, args=(s, channels), daemon=True) for t, s in parts]
+        for process in self.processes:
+            process.start()
+        for _ in self.processes:  # each says when warm: handlers imported, clients and catalogue cached
+            ready.get(timeout=900)
+        threading.Thread(target=self._collect, name="collect", daemon=True).start()
+        self.monitor = Monitor(store=world.store, nodes=set(self.node_of.values()), budgeted=budgeted)
+
+    def _running(self) -> int:
+        return sum(1 for p in self.world.store.objects("pods") if conditions(p).get("Ready") == "True")
+
+    def _collect(self) -> None:
+        while True:
+            event = self.reports.get()
+            with self.lock:
+                self.events.append(event)
+                for _, body, attributes in event[2] if event[:2] == ("records", INTERRUPTION) else ():
+                    if attributes.get("ApproximateReceiveCount") == "1":  # a warning's first delivery
+                        iid, sent = json.loads(body)["detail"]["instance-id"], int(attributes["SentTimestamp"]) / 1000
+                        self.sent[iid] = min(sent, self.sent.get(iid, sent))
+
+    def of(self, kind: str) -> list[tuple[Any, ...]]:
+        """The reports of ``kind``, without it."""
+        with self.lock:
+            return [e[1:] for e in self.events if e[0] == kind]
+
+    def _reclaim(self, put: dict[str, float]) -> None:
+        """EC2 takes back each interrupted instance still running at its deadline; its pods go into ``lost``."""
+        ec2, pending = self.world.client("ec2"), set(put)
+        while pending and not self.stop.wait(0.5):
+            with self.lock:
+                due = sorted(i for i in pending if time.time() >= self.sent.get(i, put[i]) + NOTICE_SECONDS)
+            pending -= set(due)
+            reservations = ec2.describe_instances(InstanceIds=due)["Reservations"] if due else []
+            running = [i["InstanceId"] for r in reservations for i in r["Instances"] if i["State"]["Name"] == "running"]
+            gone = {self.node_of[i] for i in running}
+            with self.monitor.lock:  # pods still on a reclaimed node (not terminating) are lost with it
+                self.lost.update({k: n for k, (_, n, ok) in self.monitor.pods.items() if ok and n in gone})
             if running:
-                TERMINATED.update(running)
-                ec2.terminate_instances(InstanceIds=sorted(running))
-            for iid in due:
-                pending.pop(iid)
-        stop.wait(0.5)
-    return lost
+                ec2.terminate_instances(InstanceIds=running)
+                self.world.instances.refresh(running)
 
+    def _schedule(self) -> None:
+        """The reconcile function's EventBridge schedule: a tick every 60 s from 60 s after ``t0``."""
+        while not self.stop.wait(SCHEDULE_SECONDS):
+            self.wakes.put((time.time(), {}))
 
-def _schedule(events: Any, t0: float, stop: threading.Event, sent: list[float]) -> None:
-    """The reconcile Lambda's EventBridge schedule: a tick every 60 s from t0 + 60, put on the reconcile
-    function's queue of asynchronous invocations (:class:`interruptions_lambda.AsyncReconcile` runs it);
-    each one's monotonic time goes on ``sent``."""
-    tick = t0 + SCHEDULE_SECONDS
-    while not stop.wait(max(0.0, tick - time.monotonic())):
-        sent.append(time.monotonic())
-        events.put((TICK, sent[-1]))
-        tick += SCHEDULE_SECONDS
+    def _deliver(self) -> dict[str, float]:
+        ids = [n.instance_id for n in self.fleet]
+        if self.args.deliver == "sqs":
+            return sim_fleet.send_spot_warnings(self.world.client("sqs"), self.world.queue_url, ids)
+        return sim_fleet.put_spot_warnings(self.world.client("events"), ids)
+
+    def _cpu(self) -> dict[str, float]:
+        """CPU seconds (user + system, from ``/proc``) so far: this process (the emulator, the simulated cluster,
+        the bench), moto, the invocation processes and the reconcile function's."""
+        moto = self.world.aws.pid if self.world.aws and self.world.aws.pid else os.getpid()
+        parts = {"moto": [moto], "reconcile": [self.processes[-1].pid],
+                 "invocations": [p.pid for p in self.processes[:-1]]}  # fmt: skip
+        stat = {p: Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split() for v in parts.values() for p in v}
+        ticks = {p: (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK") for p, f in stat.items()}
+        return {"world": time.process_time()} | {k: sum(ticks[p] for p in v) for k, v in parts.items()}
+
+    def _finished(self) -> bool:
+        with self.monitor.lock:
+            return self.monitor.all_running_at is not None and self.monitor.nodes <= self.monitor.removed.keys()
+
+    def burst(self) -> dict[str, Any]:
+        """Put the warnings, follow the run to its end and return the figures."""
+        args, monitor = self.args, self.monitor
+        put = self._deliver() if args.preload else {}
+        calibration = {"before": calibrate()}
+        cpu0, t0 = self._cpu(), time.monotonic()
+        monitor.start(t0, self.total)
+        self.go.set()
+        put = put or self._deliver()
+        events_put = time.monotonic() - t0
+        threading.Thread(target=self._reclaim, args=(put,), daemon=True).start()
+        threading.Thread(target=self._schedule, daemon=True).start()
+        while not self._finished() and time.monotonic() - t0 < args.timeout:
+            time.sleep(1.0)
+            if args.verbose:
+                with monitor.lock:
+                    print(f"t={time.monotonic() - t0:6.1f}s cordoned={len(monitor.cordoned)} launched="
+                          f"{len(monitor.launched)} safe={monitor.safe}/{self.total} removed={len(monitor.removed)} "
+                          f"lost={len(self.lost)} errors={monitor.errors[:2]}", file=sys.stderr,
+                          flush=True)  # fmt: skip
+        end, done, cpu1 = time.monotonic() - t0, self._finished(), self._cpu()
+        self.stop.set()
+        self.stop_all.set()
+        deadline = time.monotonic() + 120  # each invocation process reports its event sources' stats
+        while len(self.of("stats")) < 2 * max(1, args.processes) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        monitor.stop.set()
+        self.processes[-1].terminate()  # the reconcile function may still be watching the burst
+        for process in self.processes:
+            process.join(timeout=60)  # the exits' CPU must not slow the calibration
+        calibration["after"] = calibrate()
+        cpu = {k: round(cpu1[k] - cpu0[k], 1) for k in cpu0}
+        share = round(sum(cpu.values()) / max(end, 1e-9) / len(os.sched_getaffinity(0)), 2)
+        return report(self) | {"run_seconds": round(end, 2), "timed_out": not done, "cpu_seconds": cpu,
+                               "machine_cpu_share": share, "events_put_seconds": round(events_put, 2),
+                               "calibration_loop_seconds": calibration}  # fmt: skip
+
+    def close(self) -> None:
+        for process in self.processes:
+            process.terminate()
+        self.world.stop()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    os.environ.update(
-        {
-            "POWERTOOLS_LOG_LEVEL": os.environ.get("POWERTOOLS_LOG_LEVEL", "ERROR"),
-            "POWERTOOLS_METRICS_DISABLED": "true",
-            "NODESMITH_DISRUPTION": "false",
-            "NODESMITH_DRAIN_TIMEOUT_SECONDS": "15",  # the stack's min(drainTimeoutSeconds, timeout - 5) at 20 s
-        }
-    )
-    KUBELET_INSTANCE_CACHE_SECONDS["seconds"] = max(1.0, args.nodes / 1000)
-    counters = Counters()
-    counters.install()
-    started = time.monotonic()
-    world = _world_class()(ready_delay=1.0).start()
+    """Set the world up, run the burst and return the figures."""
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    os.environ["NODESMITH_DISRUPTION"] = "false"
+    if not args.no_reconcile_wake:
+        os.environ["NODESMITH_RECONCILE_FUNCTION"] = RECONCILE
+    began, bench = time.monotonic(), Bench(args)
     try:
-        from nodesmith.handlers import wiring
-
-        table = _create_table(world)
-        os.environ["NODESMITH_STATE_TABLE"] = table
-        wiring.reset()
-        for doc in _nodepool_docs():
-            world.store.apply(doc)
-        launched = _launch_nodes(world, args.nodes)
-        names = {i["PrivateDnsName"] for i in launched}
-        if args.crash_every:
-            counters.crash_targets = {i["InstanceId"] for i in launched[:: args.crash_every]}
-
-        def ready() -> int:
-            nodes = world.store.objects("nodes")
-            return sum(1 for n in nodes if n["metadata"]["name"] in names and _conditions(n).get("Ready") == "True")
-
-        _say(args, f"{len(launched)} instances launched; waiting for their nodes")
-        if not world.wait_for(lambda: ready() >= len(names), timeout=600):
-            raise RuntimeError("the simulated kubelet did not register every node")
-        total_pods = args.nodes * args.pods_per_node
-        budgeted = _deploy(world.store, total_pods, args.pdb_every)
-        _say(args, f"{len(names)} nodes ready; waiting for {total_pods} pods")
-        if not world.wait_for(lambda: _running(world.store) >= total_pods, timeout=900, every=0.5):
-            raise RuntimeError(f"only {_running(world.store)} of {total_pods} pods started")
-        _warm_up()
-        setup_seconds = time.monotonic() - started
-        monitor = Monitor(
-            store=world.store,
-            nodes=names,
-            initial_claims={c["metadata"]["name"] for c in world.store.objects("nodeclaims.karpenter.sh")},
-            pdb_apps=budgeted,
-        )
-
-        stop = threading.Event()
-        processes, go, stop_all, results, terminated, reconcile_events = _start_invocations(args, world, counters)
-        monitor.cpu_probe = cpu_by_part(world.moto.pid, [p.pid for p in processes[:-1]], processes[-1].pid)
-        threading.Thread(target=_note_terminations, args=(terminated, stop), name="terminated", daemon=True).start()
-        deliver = _send_events if args.deliver == "sqs" else _put_events
-        if args.preload:  # every warning waits in the queue before the clock starts (deadlines run already)
-            put_started = time.monotonic()
-            deadlines = deliver(world, launched)
-            events_put = time.monotonic() - put_started
-        world.freeze_heaps()  # set up: full garbage collections skip the world from now on
-        calibration = {"before": calibrate()}  # the invocation processes are warm and waiting for go
-        t0 = time.monotonic()
-        cpu0 = time.process_time()
-        children_cpu0 = _children_cpu()
-        moto_cpu0 = process_cpu_seconds(world.moto.pid)
-        monitor.start(t0, total_pods)
-        go.set()  # the invocation processes start polling
-        if not args.preload:
-            deadlines = deliver(world, launched)
-            events_put = time.monotonic() - t0
-        lost_box: list[set[str]] = []
-        reclaimer = threading.Thread(
-            target=lambda: lost_box.append(_reclaim(world, launched, deadlines, stop)), name="reclaim", daemon=True
-        )
-        reclaimer.start()
-        ticks_sent: list[float] = []
-        scheduler = threading.Thread(
-            target=_schedule, args=(reconcile_events, t0, stop, ticks_sent), name="schedule", daemon=True
-        )
-        scheduler.start()
-
-        def finished() -> bool:
-            with monitor.lock:
-                return monitor.all_running_at is not None and names <= monitor.removed_nodes
-
-        deadline = time.monotonic() + args.timeout
-        while not finished() and time.monotonic() < deadline:
-            time.sleep(1.0)
-            with monitor.lock:
-                pending = sum(1 for _, node, _ in monitor.pods.values() if not node)
-                interrupted = sum(1 for _, node, _ in monitor.pods.values() if node in monitor.nodes)
-                _say(args, f"t={time.monotonic() - t0:6.1f}s cordoned={len(monitor.cordoned)} "
-                     f"launched={len(monitor.launched)} safe={monitor.safe}/{total_pods} "
-                     f"pending={pending} on_interrupted={interrupted} "
-                     f"removed={len(names & monitor.removed_nodes)} errors={monitor.errors[:2]}")  # fmt: skip
-        moto_cpu = process_cpu_seconds(world.moto.pid) - moto_cpu0
-        stop.set()
-        stop_all.set()
-        killed, duplicated = 0, set()
-        for _ in processes:
-            part_killed, part_duplicated = merge(counters, results.get(timeout=180))
-            killed += part_killed
-            duplicated |= part_duplicated
-        for proc in processes:
-            proc.join(timeout=30)
-        for t in (reclaimer, scheduler):
-            t.join(timeout=120)
-        monitor.stop.set()
-        end = time.monotonic() - t0
-        cpu = time.process_time() - cpu0
-        invocations_cpu = _children_cpu() - children_cpu0
-        done = finished()
-        calibration["after"] = calibrate()
-        return report(
-            Run(
-                args=args,
-                counters=counters,
-                monitor=monitor,
-                names=names,
-                total_pods=total_pods,
-                budgeted=budgeted,
-                reclaimed=lost_box[0] if lost_box else set(),
-                t0=t0,
-                end=end,
-                cpu=cpu,
-                invocations_cpu=invocations_cpu,
-                moto_cpu=moto_cpu,
-                events_put=events_put,
-                ticks_sent=ticks_sent,
-                killed=killed,
-                duplicated=duplicated,
-                setup_seconds=setup_seconds,
-                done=done,
-                calibration=calibration,
-            )
-        )
+        bench.set_up()
+        return {"setup_seconds": round(time.monotonic() - began, 1)} | bench.burst()
     finally:
-        world.stop()
+        bench.close()
 
 
-def _start_invocations(
-    args: argparse.Namespace, world: Any, counters: Counters
-) -> tuple[list[Any], Any, Any, Any, Any, Any]:
-    """Start ``--processes`` processes of "Lambda invocations" (:func:`interruptions_lambda.invocations_process`)
-    sharing Lambda's SQS scaling between them, and one more for the reconcile function, which their batches wake
-    (unless ``--no-reconcile-wake``) and the schedule ticks (:func:`interruptions_lambda.reconcile_process`);
-    returns (processes, go, stop, results, terminated, reconcile events: the queue wakes and ticks go on) once
-    every process is warm (handlers imported, clients and catalogue cached), so the clock starts on warm
-    containers. Every process puts one summary on ``results``."""
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    go, stop, ready = ctx.Event(), ctx.Event(), ctx.Queue()
-    results, terminated, wakes = ctx.Queue(), ctx.Queue(), ctx.Queue()
-    n = max(1, args.processes)
-    spec = {
-        "queue_url": world.queue_url,
-        "crash_targets": sorted(counters.crash_targets),
-        "function_timeout": not args.no_function_timeout,
-        "reconcile_wake": not args.no_reconcile_wake,
-        "duplicate_every": args.duplicate_every,
-        "visibility_timeout": args.visibility_timeout,
-        "batch_size": args.batch_size,
-        "initial": ESM_INITIAL_POLLERS,
-        "per_second": ESM_POLLERS_PER_SECOND,
-        "most": args.concurrency,
-    }
-    specs = [{**spec, "share": (k, n)} for k in range(n)]  # the k-th process starts pollers k, k + n, ...
-    channels = (go, stop, results, terminated, ready, wakes)
-    targets = [*((invocations_process, s) for s in specs), (reconcile_process, spec)]
-    processes = [ctx.Process(target=target, args=(s, channels), daemon=True) for target, s in targets]
-    for proc in processes:
-        proc.start()
-    for _ in processes:
-        ready.get(timeout=300)
-    return processes, go, stop, results, terminated, wakes
+def _spread(values: list[float]) -> dict[str, float] | None:
+    """``{min, p50, max}`` of ``values`` (rounded), or None when there are none."""
+    v = sorted(round(x, 2) for x in values)
+    return {"min": v[0], "p50": v[len(v) // 2], "max": v[-1]} if v else None
 
 
-def _note_terminations(terminated: Any, stop: threading.Event) -> None:
-    """Instance ids the handlers (in the invocation processes) terminated, into :data:`TERMINATED`."""
-    import queue
+def _merged(stats: list[tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
+    """The event sources' :class:`~nodesmith.sim.lambda_runtime.Stats` summed over the processes, per function."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, part in stats:
+        into = out.setdefault(name, {})
+        for key, value in part.items():
+            into[key] = (into.get(key, []) + value)[:5] if isinstance(value, list) else into.get(key, 0) + value
+    return out
 
-    while not stop.is_set():
-        try:
-            TERMINATED.update(terminated.get(timeout=0.5))
-        except queue.Empty:
-            continue
 
-
-def cpu_by_part(moto_pid: int, invocation_pids: list[int], reconcile_pid: int) -> Callable[[], dict[str, float]]:
-    """A probe of the CPU seconds (user + system, so far) of each part of the bench: ``world`` (this process: the
-    API emulator, the simulated scheduler, kubelet and controllers, the event putter and the monitor), ``moto``,
-    ``invocations`` (the invocation processes together) and ``reconcile`` (the reconcile function's process)."""
-
-    def probe() -> dict[str, float]:
+def report(bench: Bench) -> dict[str, Any]:
+    """The figures of one run (seconds from ``t0``; ``bench/README.md`` says what each means)."""
+    args, monitor, lost = bench.args, bench.monitor, bench.lost
+    forced = dict(bench.of("forced"))  # pod -> node
+    rounds = bench.of("round")  # (NodeClaim, status, detail)
+    queued = sorted({m: (int(a["SentTimestamp"]) / 1000, int(a["ApproximateFirstReceiveTimestamp"]) / 1000)
+                     for function, records in bench.of("records") if function == TERMINATION
+                     for m, _, a in records}.values())  # (sent, first received) per message  # fmt: skip
+    invocations = _merged(bench.of("stats"))
+    with monitor.lock:
+        nodes = monitor.nodes
+        fresh = Counter(node for node, attempt in bench.of("drain") if attempt == 1 and node in nodes)
+        lost_pods = set(lost) | set(monitor.lost_with_node) | set(forced)
+        crash = None
+        if args.crash_every:
+            killed = {n for (n,) in bench.of("killed")}
+            claims = {n.nodeclaim: n.node_name for n in bench.fleet}
+            ended = {claims.get(c): d for c, status, d in rounds if status == "terminated" and claims.get(c) in killed}
+            crash = {"targets": len(bench.spec.crash_targets), "invocations_killed": len(killed),
+                     "terminated_after": len(ended), "drained_after": sum(d == "drained" for d in ended.values()),
+                     "pods_lost": sum(1 for p in lost_pods if (lost | forced).get(p) in killed)}  # fmt: skip
         return {
-            "world": time.process_time(),
-            "moto": process_cpu_seconds(moto_pid),
-            "invocations": sum(process_cpu_seconds(pid) for pid in invocation_pids),
-            "reconcile": process_cpu_seconds(reconcile_pid),
-        }
-
-    return probe
-
-
-def _children_cpu() -> float:
-    """CPU seconds (user + system) of this process's finished children."""
-    times = os.times()
-    return times.children_user + times.children_system
-
-
-def _say(args: argparse.Namespace, text: str) -> None:
-    if args.verbose:
-        print(text, file=sys.stderr, flush=True)
+            "command": vars(args), "cpus": len(os.sched_getaffinity(0)), "nodes": args.nodes, "pods": bench.total,
+            "pods_behind_pdbs": sum(monitor.budgeted.values()),
+            "cordoned_seconds": round(max(monitor.cordoned.values()), 2) if monitor.cordoned.keys() >= nodes else None,
+            "nodes_cordoned": len(monitor.cordoned),
+            "cordons_seconds": _spread(list(monitor.cordoned.values())),
+            "replacements_launched_seconds": round(max(monitor.launched.values()), 2) if monitor.launched else None,
+            "replacement_nodeclaims": len(monitor.launched),
+            "pods_running_again_seconds": None if monitor.all_running_at is None else round(monitor.all_running_at, 2),
+            "nodes_removed": len(nodes & monitor.removed.keys()),
+            "pods_lost": len(lost_pods), "pods_lost_to_reclaim": len(lost), "pods_force_deleted": len(forced),
+            "pods_lost_with_their_node": len(set(monitor.lost_with_node) - set(lost) - set(forced)),
+            "pdb_violations": monitor.violations, "pdb_violation_details": monitor.violation_details,
+            "drains_per_event": {"max_fresh": max(fresh.values(), default=0),
+                                 "nodes_drained_twice": sorted(n for n, c in fresh.items() if c > 1)[:5],
+                                 "duplicated_deliveries": invocations.get(INTERRUPTION, {}).get("duplicated", 0)},
+            "termination_rounds": dict(Counter(f"{s}: {d.split(' ', 1)[-1] if d[:1].isdigit() else d}"
+                                               for _, s, d in rounds)),
+            "termination_queue_age_seconds": None if not queued else {"messages": len(queued),
+                "max": round(max(f - s for s, f in queued), 2), "last": round(queued[-1][1] - queued[-1][0], 2)},
+            "crash_resume": crash,
+            "invocations": invocations,
+            "reconcile_invocations": dict(Counter(f"{kind} {status}" for kind, status in bench.of("reconcile"))),
+            "monitor_errors": monitor.errors[:5],
+        }  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--pods-per-node", type=int, default=4)
-    parser.add_argument("--pdb-every", type=int, default=4, help="every n-th Deployment gets a PDB (0: none)")
-    parser.add_argument(
-        "--concurrency",
-        type=int,
-        default=MAX_CONCURRENCY,
-        help="most concurrent invocations: the stack's MaximumConcurrency (pollers scale up to it)",
-    )
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="messages per invocation at most")
-    parser.add_argument(
-        "--processes", type=int, default=INVOCATION_PROCESSES, help="processes the concurrent invocations run in"
-    )
-    parser.add_argument("--duplicate-every", type=int, default=10, help="deliver every n-th message twice (0: never)")
-    parser.add_argument(
-        "--crash-every",
-        type=int,
-        default=0,
-        help="kill the invocation draining every n-th instance once, after its first eviction (0: never)",
-    )
-    parser.add_argument(
-        "--visibility-timeout",
-        type=int,
-        default=VISIBILITY_TIMEOUT_SECONDS,
-        help="seconds a received message stays invisible until the handler shortens it (default: the stack's)",
-    )
-    parser.add_argument(
-        "--deliver",
-        choices=["eventbridge", "sqs"],
-        default="eventbridge",
-        help="put the warnings on EventBridge (its rule feeds the queue) or straight on the queue",
-    )
-    parser.add_argument(
-        "--preload",
-        action="store_true",
-        help="deliver every warning before the clock starts (their 2 minutes run from delivery)",
-    )
-    parser.add_argument(
-        "--no-function-timeout",
-        action="store_true",
-        help="let invocations run past the function timeout (Lambda would end them; the figures before it did)",
-    )
-    parser.add_argument(
-        "--no-reconcile-wake",
-        action="store_true",
-        help="batches that find the reconcile lease free run the replacement pass themselves instead of waking "
-        "the reconcile function (the stack without NODESMITH_RECONCILE_FUNCTION)",
-    )
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
-    parser.add_argument(
-        "--cpus",
-        type=int,
-        default=0,
-        help="run the bench and every process it starts on this many of the machine's CPUs (0: all); "
-        "--cpus 1 on a 2-core machine is a machine half as fast",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON line")
-    parser.add_argument("--verbose", action="store_true", help="progress on stderr")
+    """Parse the command line, run, print one JSON line (``--json``) or one figure per line."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    add = parser.add_argument
+    add("--nodes", type=int, default=100)
+    add("--pods-per-node", type=int, default=4)
+    add("--pdb-every", type=int, default=4, help="every n-th Deployment gets a PDB (0: none)")
+    add("--concurrency", type=int, default=NodesmithConfig.interruption_max_concurrency, help="invocations at most")
+    add("--batch-size", type=int, default=NodesmithConfig.interruption_batch_size, help="records per invocation")
+    add("--processes", type=int, default=4, help="processes the concurrent invocations run in")
+    add("--duplicate-every", type=int, default=10, help="deliver every n-th warning twice (0: never)")
+    add("--crash-every", type=int, default=0, help="kill every n-th node's first drain round (0: never)")
+    add("--deliver", choices=["eventbridge", "sqs"], default="eventbridge", help="where the warnings are put")
+    add("--preload", action="store_true", help="deliver every warning before the clock starts")
+    add("--no-function-timeout", action="store_true", help="let invocations run past the function timeout")
+    add("--no-reconcile-wake", action="store_true", help="no wakes: the schedule's next tick provisions")
+    add("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
+    add("--cpus", type=int, default=0, help="run everything on this many of the machine's CPUs (0: all)")
+    add("--json", action="store_true", help="print one JSON line")
+    add("--verbose", action="store_true", help="progress and the handlers' logs on stderr")
     args = parser.parse_args()
     if args.cpus:
         available = sorted(os.sched_getaffinity(0))
         if not 0 < args.cpus <= len(available):
             parser.error(f"--cpus {args.cpus}: this machine offers 1..{len(available)}")
         os.sched_setaffinity(0, available[: args.cpus])  # inherited by the processes started from here
-    real_stdout = sys.stdout
-    # What the handlers print (their CloudWatch Logs) goes to stderr with --verbose, else nowhere.
-    with Path(os.devnull).open("w") as sink, contextlib.redirect_stdout(sys.stderr if args.verbose else sink):
-        result = run(args)
-    if args.json:
-        print(json.dumps(result, sort_keys=True), file=real_stdout)
-    else:
-        for key, value in sorted(result.items()):
-            print(f"{key:32} {value}", file=real_stdout)
+    result = run(args)
+    lines = [json.dumps(result, sort_keys=True)] if args.json else [f"{k:32} {v}" for k, v in sorted(result.items())]
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":
