@@ -80,8 +80,7 @@ class SimKubelet:
         self._settled: dict[str, tuple[Mapping[str, Any], Mapping[str, Any] | None]] = {}
         """Node name -> the (Node, NodeClaim) snapshots last found with nothing left to do: Ready, and no startup
         taint left. The store replaces a snapshot on every write, so while both are the same objects the Node
-        needs nothing (at 1,000 Nodes, looking at each every half second was a quarter of this kubelet's
-        CPU samples)."""
+        needs nothing and is not looked at again."""
 
     # -- one step ------------------------------------------------------------------------------
 

@@ -3,9 +3,8 @@
 The emulator's store hands out shared snapshots (``Store.objects``) that are replaced, never
 mutated, on every write; so a snapshot parsed once (a :class:`~nodesmith.core.model.Pod` or
 :class:`~nodesmith.core.model.Node`) stays valid as long as the store returns that same dict.
-The simulated scheduler re-reads every pod and node on each step; with thousands of pods a
-fresh parse per step made it the busiest thread of a 1,000-node burst. Only snapshots written
-since the last step are parsed again.
+The simulated scheduler re-reads every pod and node on each step; parsing them afresh each time
+costs in proportion to the cluster. Only snapshots written since the last step are parsed again.
 """
 
 from __future__ import annotations
