@@ -97,17 +97,18 @@ def _instrument(spec: Spec, report: Any) -> None:
 @contextlib.contextmanager
 def _warm(spec: Spec) -> Iterator[None]:
     """A warm container: function timeouts enforced, handlers imported, clients built, the instance-type catalogue
-    cached; the handlers' log lines (their CloudWatch Logs) go to stderr with ``--verbose``, else nowhere."""
+    cached; the handlers' log lines (their CloudWatch Logs) go to stderr with ``--verbose``, else nowhere (the
+    handlers are imported after the redirection: powertools' logger keeps the stdout it finds at import)."""
     import warnings
-
-    import nodesmith.handlers.interruption
-    import nodesmith.handlers.reconcile
-    import nodesmith.handlers.termination  # noqa: F401
-    from nodesmith.handlers import wiring
-    from nodesmith.sim.lambda_runtime import install_function_timeouts
 
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     with Path(os.devnull).open("w") as sink, contextlib.redirect_stdout(sys.stderr if spec.args.verbose else sink):
+        import nodesmith.handlers.interruption
+        import nodesmith.handlers.reconcile
+        import nodesmith.handlers.termination  # noqa: F401
+        from nodesmith.handlers import wiring
+        from nodesmith.sim.lambda_runtime import install_function_timeouts
+
         install_function_timeouts()
         ports = wiring.ports(wiring.get_settings())
         for nodeclass in ports.cluster.list_ec2nodeclasses():
@@ -136,12 +137,12 @@ def invocations_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) ->
     """One process of concurrent invocations (a ``multiprocessing`` target): warm up, say so on ``ready``, wait for
     ``go``, run the pollers k, k + n, ... of both event sources until ``stop``, then report their stats. With
     wakes on, the interruption function's asynchronous Invoke of the reconcile function goes on ``wakes``."""
-    from nodesmith.adapters.aws import clients
-    from nodesmith.handlers import interruption, termination, wiring
-    from nodesmith.sim.lambda_runtime import Scaling, route_async_invokes
-
     go, stop, ready, report, wakes = channels
     with _warm(spec):
+        from nodesmith.adapters.aws import clients
+        from nodesmith.handlers import interruption, termination, wiring
+        from nodesmith.sim.lambda_runtime import Scaling, route_async_invokes
+
         _instrument(spec, report)
         if not spec.args.no_reconcile_wake:
             route_async_invokes(clients.client("lambda", region=wiring.region()), function_name=RECONCILE, events=wakes)
@@ -163,23 +164,23 @@ def reconcile_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) -> N
     """The reconcile function (a ``multiprocessing`` target): one scheduled pass before the clock starts (the
     container the 1-minute schedule keeps warm has run one, with its garbage collection), then the wakes and the
     schedule's ticks queued on ``wakes``, one at a time, until ``stop``."""
-    from nodesmith.handlers.reconcile import handler
-    from nodesmith.sim.lambda_runtime import AsyncInvocations, LambdaContext
-
     go, stop, ready, report, wakes = channels
-
-    def reconcile(event: dict[str, Any], context: Any) -> Any:
-        kind, status = "wake" if event else "tick", "failed"
-        report.put(("reconcile", kind, "began"))
-        try:
-            out = handler(event, context)
-            status = str(out.get("status") or "ran").split(":")[0]
-            return out
-        finally:
-            report.put(("reconcile", kind, status))
-
     with _warm(spec):
-        handler({}, LambdaContext(RECONCILE, timeout_seconds=TIMEOUT_SECONDS[RECONCILE]))
+        from nodesmith.handlers.reconcile import handler
+        from nodesmith.sim.lambda_runtime import AsyncInvocations, LambdaContext
+
+        def reconcile(event: dict[str, Any], context: Any) -> Any:
+            kind, status = "wake" if event else "tick", "failed"
+            report.put(("reconcile", kind, "began"))
+            try:
+                out = handler(event, context)
+                status = str(out.get("status") or "ran").split(":")[0]
+                return out
+            finally:
+                report.put(("reconcile", kind, status))
+
+        with contextlib.suppress(Exception):  # a failed pass still leaves a warm container
+            handler({}, LambdaContext(RECONCILE, timeout_seconds=TIMEOUT_SECONDS[RECONCILE]))
         function = AsyncInvocations(handler=reconcile, function_name=RECONCILE, events=wakes,
                                     timeout_seconds=TIMEOUT_SECONDS[RECONCILE],
                                     max_event_age=RECONCILE_MAX_EVENT_AGE_SECONDS)  # fmt: skip
