@@ -33,10 +33,10 @@ key                                    meaning                                  
                                        2..1000
 ``terminationReservedConcurrency``     reserved concurrency of the termination Lambda, at       as max
                                        least ``terminationMaxConcurrency`` (unset: equal)       concurrency
-``terminationMaxReceiveCount``         drain rounds of one request before it is dead-lettered   ``120``
+``terminationMaxReceiveCount``         drain rounds of one request before it is dead-lettered   ``360``
                                        (the termination queue's ``maxReceiveCount``, see below)
 ``terminationRetrySeconds``            first wait between drain rounds (s), 1..60               ``2``
-``terminationRetryMaxSeconds``         cap of the doubling wait between rounds (s), 1..900      ``30``
+``terminationRetryMaxSeconds``         cap of the doubling wait between rounds (s), 1..900      ``10``
 ``terminationRequestStaleSeconds``     the reconcile pass re-sends a deleting NodeClaim's       ``300``
                                        request not worked on for this long (s), 60..3600
 ``evictionWorkers``                    evictions in flight per drain round, 1..64               ``8``
@@ -63,7 +63,7 @@ failure and sets that message's visibility to the backoff itself (``ChangeMessag
 own visibility timeout (:func:`queue_visibility_seconds`, just above the function timeout, as
 Lambda requires) only applies when an invocation fails or that call is refused. ``maxReceiveCount``
 therefore bounds how long a drain blocked by a PodDisruptionBudget goes on before its request is
-dead-lettered: :func:`termination_patience_seconds` (about 58 minutes with the defaults). The queue keeps
+dead-lettered: :func:`termination_patience_seconds` (about an hour with the defaults). The queue keeps
 messages :data:`TERMINATION_QUEUE_RETENTION_SECONDS` (1 day), and a request must reach the dead-letter
 queue before it expires even if every delivery waited the full visibility timeout, so
 ``terminationMaxReceiveCount x visibility`` must fit in it. A dead-lettered request is not lost work: the
@@ -190,9 +190,9 @@ class NodesmithConfig:
     termination_timeout_seconds: int = 60
     termination_max_concurrency: int = 25
     termination_reserved_concurrency: int = 25
-    termination_max_receive_count: int = 120
+    termination_max_receive_count: int = 360
     termination_retry_seconds: int = 2
-    termination_retry_max_seconds: int = 30
+    termination_retry_max_seconds: int = 10
     termination_request_stale_seconds: int = 300
     eviction_workers: int = 8
     price_table: str = ""

@@ -66,7 +66,7 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("terminationMaxReceiveCount", 1300, "retention"),
         ("terminationRetrySeconds", 0, "1..60"),
         ("terminationRetryMaxSeconds", 901, "terminationRetrySeconds..900"),
-        ("terminationRequestStaleSeconds", 90, "drains under way"),
+        ("terminationRequestStaleSeconds", 65, "drains under way"),
         ("terminationRequestStaleSeconds", 3601, "3600"),
         ("evictionWorkers", 0, "1..64"),
         ("evictionWorkers", 65, "1..64"),
@@ -125,7 +125,7 @@ def test_the_defaults_dead_letter_a_blocked_drain_after_about_an_hour() -> None:
     assert 45 * 60 <= config.termination_patience_seconds <= 75 * 60
     # fewer receives, or a lower cap on the backoff, give up sooner
     assert _config(terminationMaxReceiveCount="30").termination_patience_seconds < 20 * 60
-    assert _config(terminationRetryMaxSeconds="10").termination_patience_seconds < config.termination_patience_seconds
+    assert _config(terminationRetryMaxSeconds="5").termination_patience_seconds < config.termination_patience_seconds
 
 
 def test_termination_tuning_reaches_the_termination_function_and_parses_with_the_handlers_settings() -> None:

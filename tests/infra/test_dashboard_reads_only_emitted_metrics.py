@@ -382,7 +382,7 @@ class World:
         claim = self.claims.get(name)
         return None if claim is None else claim.model_copy(deep=True)
 
-    def annotate_nodeclaim(self, *, name: str, annotations: Any) -> None:
+    def annotate_nodeclaim(self, *, name: str, annotations: Any, resource_version: str | None = None) -> None:
         from nodesmith.core.errors import NotFoundError
 
         if name not in self.claims:

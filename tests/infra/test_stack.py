@@ -351,7 +351,7 @@ def test_each_function_gets_the_settings_it_reads_under_the_handlers_env_names(
         assert settings.node_role_arn == NODE_ROLE
     if handler == TERMINATION:
         assert (settings.eviction_workers, settings.termination_retry_seconds) == (8, 2)
-        assert settings.termination_retry_max_seconds == 30
+        assert settings.termination_retry_max_seconds == 10  # Karpenter's eviction backoff cap
         # its own queue: the backoff is a ChangeMessageVisibility on it
         queue_id, _ = _termination_queue(synth)
         assert variables["NODESMITH_TERMINATION_QUEUE_URL"] == {"Ref": queue_id}

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.errors import ConflictError
 from nodesmith.core.model import Node, Pod, Taint
 from nodesmith.core.ports import Instance, ObjectRef
 from nodesmith.core.termination import TERMINATION_FINALIZER
@@ -139,6 +140,7 @@ def make_claim(
         spec["terminationGracePeriod"] = grace
     meta: dict[str, Any] = {
         "name": name,
+        "resourceVersion": "1",
         "uid": f"uid-{name}",
         "labels": {"karpenter.sh/nodepool": "default"},
         "annotations": dict(annotations or {}),
@@ -248,10 +250,18 @@ class FakeCluster:
         return {n.name for n in self.nodes.values() if n.unschedulable}
 
     # -- NodeClaims
-    def annotate_nodeclaim(self, *, name: str, annotations: dict[str, str]) -> None:
+    def _written(self, claim: NodeClaim) -> None:
+        claim.metadata.resource_version = str(int(claim.metadata.resource_version or "0") + 1)
+
+    def annotate_nodeclaim(
+        self, *, name: str, annotations: dict[str, str], resource_version: str | None = None
+    ) -> None:
         self.calls.append(("annotate_nodeclaim", (name, dict(annotations))))
         claim = self.nodeclaims[name]
+        if resource_version is not None and resource_version != claim.metadata.resource_version:
+            raise ConflictError(f"nodeclaim {name}: the object has been modified", status=409)
         claim.metadata.annotations.update(annotations)
+        self._written(claim)
 
     def delete_nodeclaim(self, *, name: str) -> None:
         self.calls.append(("delete_nodeclaim", name))
@@ -262,6 +272,7 @@ class FakeCluster:
             del self.nodeclaims[name]
         elif claim.metadata.deletion_timestamp is None:
             claim.metadata.deletion_timestamp = to_rfc3339(self.clock())
+            self._written(claim)
 
     def remove_nodeclaim_finalizer(self, *, name: str, finalizer: str) -> None:
         self.calls.append(("remove_nodeclaim_finalizer", name))
@@ -269,6 +280,7 @@ class FakeCluster:
         if claim is None or finalizer not in claim.metadata.finalizers:
             return
         claim.metadata.finalizers.remove(finalizer)
+        self._written(claim)
         if not claim.metadata.finalizers and claim.metadata.deletion_timestamp is not None:
             del self.nodeclaims[name]
 

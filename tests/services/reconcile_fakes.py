@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodepool import NodePool
-from nodesmith.core.errors import InsufficientCapacityError, NotFoundError, UnavailableOffering
+from nodesmith.core.errors import ConflictError, InsufficientCapacityError, NotFoundError, UnavailableOffering
 from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
 from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
 from nodesmith.core.resources import parse_quantity
@@ -190,8 +190,6 @@ class FakeCluster:
         return self.volumes
 
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
-        from nodesmith.core.errors import ConflictError
-
         if nodeclaim.name in self.nodeclaims:
             raise ConflictError(f"nodeclaim {nodeclaim.name} exists", status=409)
         stored = nodeclaim.model_copy(deep=True)
@@ -212,10 +210,15 @@ class FakeCluster:
             raise NotFoundError(f"nodeclaim {name} not found", status=404)
         self.nodeclaims[name].metadata.labels.update(labels)
 
-    def annotate_nodeclaim(self, *, name: str, annotations: Mapping[str, str]) -> None:
+    def annotate_nodeclaim(
+        self, *, name: str, annotations: Mapping[str, str], resource_version: str | None = None
+    ) -> None:
         if name not in self.nodeclaims:
             raise NotFoundError(f"nodeclaim {name} not found", status=404)
-        self.nodeclaims[name].metadata.annotations.update(annotations)
+        claim = self.nodeclaims[name]
+        if resource_version is not None and resource_version != claim.metadata.resource_version:
+            raise ConflictError(f"nodeclaim {name}: the object has been modified", status=409)
+        claim.metadata.annotations.update(annotations)
 
     def delete_nodeclaim(self, *, name: str) -> None:
         """DELETE: a NodeClaim with finalizers is only marked (``deletionTimestamp``), one without goes."""

@@ -64,7 +64,6 @@ def test_a_burst_is_described_once_cordoned_told_and_handed_to_the_termination_q
     wakes: list[float] = []
     work = batch(cluster, cloud, queue, [fakes.event(A), fakes.event(B)], wakes=wakes)
     outcomes = [work.handle("m-0"), work.handle("m-1")]
-    work.finish()
 
     assert cloud.calls[0] == ("get_instances", (A, B)) and cloud.count("get_instances") == 1
     assert all(o.instances[0].cordoned and o.instances[0].requested for o in outcomes)
@@ -192,5 +191,40 @@ def test_a_batch_that_changed_nothing_wakes_nothing_and_marks_nothing() -> None:
     wakes: list[float] = []
     work = batch(cluster, cloud, queue, [fakes.event(A, account="999999999999")], wakes=wakes)
     assert work.handle("m-0").ignored == "foreign_account"
-    work.finish()
     assert wakes == [] and cloud.calls == [] and cluster.calls == []
+
+
+def test_of_two_copies_handled_at_once_exactly_one_requests_the_termination() -> None:
+    # Given two invocations that read the same NodeClaim before either acted (SQS delivered a warning twice)
+    cluster, cloud, queue = two_nodes()
+    first = batch(cluster, cloud, queue, [fakes.event(A)])
+    second = batch(cluster, cloud, queue, [fakes.event(A, event_id="evt-copy")])
+    # When both act: the second's guarded request is refused, and it finds the first's on reading again
+    assert first.handle("m-0").instances[0].requested
+    outcome = second.handle("m-0").instances[0]
+    assert outcome.duplicate and not outcome.requested
+    assert [r.nodeclaim for r in queue.sent] == ["claim-a"]
+    assert cluster.reasons().count("SpotInterrupted") == 1
+
+
+def test_the_reconcile_function_is_woken_at_the_first_cordon_even_if_the_batch_then_fails() -> None:
+    cluster, cloud, queue = two_nodes()
+    order: list[str] = []
+    marked = cloud.mark_unavailable
+    cloud.mark_unavailable = lambda **kwargs: (order.append("mark"), marked(**kwargs))[-1]
+
+    class Wakes(list[float]):
+        def append(self, at: float) -> None:
+            order.append("wake")
+            super().append(at)
+
+    wakes = Wakes()
+    work = batch(cluster, cloud, queue, [fakes.event(A), fakes.event(B)], wakes=wakes)
+    assert work.handle("m-0").instances[0].cordoned
+    assert wakes == [fakes.NOW + 0.5]  # at once, not when the batch ends
+    queue.refuse = True
+    with pytest.raises(Exception, match="not sent"):
+        work.handle("m-1")
+    assert wakes == [fakes.NOW + 0.5]  # once per batch
+    # the interrupted offering (both nodes share it) was marked once, before the wake
+    assert order == ["mark", "wake"]

@@ -20,7 +20,7 @@ from nodesmith.core.timestamps import to_rfc3339
 from nodesmith.services.termination.service import Status, TerminationSettings, run_round
 
 IID = "i-1234567890abcdef0"
-SETTINGS = TerminationSettings(retry_initial_seconds=2.0, retry_max_seconds=30.0, heartbeat_seconds=60.0)
+SETTINGS = TerminationSettings(retry_initial_seconds=2.0, retry_max_seconds=10.0, heartbeat_seconds=60.0)
 
 
 def world(*, pods: list[Any] | None = None, claim: Any = None, instance: Any = None) -> tuple[Any, Any]:
@@ -72,11 +72,19 @@ def test_a_node_drains_tier_by_tier_then_goes_with_its_finalizers_last() -> None
     assert done.seconds_since_deletion == pytest.approx(10 + 10 + 30)
 
 
+def test_a_round_that_moved_the_drain_comes_back_soon_however_many_came_before() -> None:
+    cluster, cloud = world(pods=[fakes.make_pod("a", grace=0), fakes.make_pod("b", grace=0)])
+    cluster.pdb_blocks["default/b"] = 1  # its budget lets it go on the second ask
+    assert round_(cluster, cloud, attempt=9).retry_after == 2  # a evicted: progress
+    assert round_(cluster, cloud, attempt=10).retry_after == 2  # b evicted now
+    assert round_(cluster, cloud, attempt=11).status is Status.TERMINATED
+
+
 def test_a_pod_behind_a_budget_is_asked_again_after_a_growing_backoff() -> None:
     cluster, cloud = world(pods=[fakes.make_pod("web")])
     cluster.pdb_blocks["default/web"] = -1
     waits = [round_(cluster, cloud, attempt=n).retry_after for n in range(1, 7)]
-    assert waits == [2, 4, 8, 16, 30, 30]
+    assert waits == [2, 4, 8, 10, 10, 10]
     assert cluster.count("delete_pod") == 0 and "default/web" in cluster.pods
     assert cloud.count("terminate") == 0
 

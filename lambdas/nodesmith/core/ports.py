@@ -251,10 +251,14 @@ class Cluster(Protocol):
         """
         ...
 
-    def annotate_nodeclaim(self, *, name: str, annotations: Mapping[str, str]) -> None:
-        """Merge ``annotations`` into the NodeClaim's annotations (a merge patch).
+    def annotate_nodeclaim(
+        self, *, name: str, annotations: Mapping[str, str], resource_version: str | None = None
+    ) -> None:
+        """Merge ``annotations`` into the NodeClaim's annotations (a merge patch), only if it is still at
+        ``resource_version`` when one is given.
 
-        Raises ``NotFoundError`` if it is gone, ``KubernetesError`` on other failures.
+        Raises ``NotFoundError`` if it is gone, ``ConflictError`` if it changed since ``resource_version``,
+        ``KubernetesError`` on other failures.
         """
         ...
 

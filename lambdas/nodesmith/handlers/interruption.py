@@ -67,13 +67,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
     def record_handler(record: SQSRecord) -> None:
         if record.message_id in batch.received:
-            reporting.report_message(batch.handle(record.message_id), queue_age_seconds=now - batch.received[
-                record.message_id].received_at)  # fmt: skip
+            received = batch.received[record.message_id]
+            reporting.report_message(batch.handle(record.message_id), queue_age_seconds=now - received.received_at)
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
-    batch.finish()
     reporting.acknowledged(len(records) - len(response.get("batchItemFailures") or []))
     return dict(response)

@@ -92,7 +92,7 @@ class Settings(BaseModel):
     node_role_arn: str = ""
     eviction_workers: Annotated[int, Field(ge=1, le=64)] = 8
     termination_retry_seconds: Annotated[float, Field(ge=0.5, le=60)] = 2.0
-    termination_retry_max_seconds: Annotated[float, Field(ge=1, le=900)] = 30.0
+    termination_retry_max_seconds: Annotated[float, Field(ge=1, le=900)] = 10.0
     termination_request_stale_seconds: Annotated[float, Field(ge=60, le=3600)] = 300.0
     disruption: bool = True
     disruption_validation_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 15.0

@@ -130,12 +130,19 @@ class KarpenterObjects:
             what=f"label nodeclaim {name}",
         )
 
-    def annotate_nodeclaim(self, *, name: str, annotations: Mapping[str, str]) -> None:
-        """Merge ``annotations`` into the NodeClaim's annotations; ``NotFoundError`` if it is gone."""
+    def annotate_nodeclaim(
+        self, *, name: str, annotations: Mapping[str, str], resource_version: str | None = None
+    ) -> None:
+        """Merge ``annotations`` into the NodeClaim's annotations; with ``resource_version`` the patch carries it,
+        so the API server refuses it (``ConflictError``) when the NodeClaim changed since. ``NotFoundError`` if it
+        is gone."""
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if resource_version:
+            meta["resourceVersion"] = resource_version
         self.rest.request(
             "PATCH",
             _crd(KARPENTER_GROUP, "nodeclaims", name),
-            body={"metadata": {"annotations": dict(annotations)}},
+            body={"metadata": meta},
             content_type=MERGE_PATCH,
             what=f"annotate nodeclaim {name}",
         )

@@ -3,7 +3,7 @@ cordon, mark, tell, and hand each node to the termination queue.
 
 Karpenter's interruption controller (``[aws]:pkg/controllers/interruption/controller.go``, ``karpenter-v1.md``
 §4.3) parses a message, marks a spot offering unavailable, posts the Event and deletes the NodeClaim; its
-termination controller drains. Here, per batch (:class:`InterruptionBatch`):
+termination controller drains. Here, per batch (:class:`InterruptionBatch`), in two steps:
 
 1. :meth:`~InterruptionBatch.prepare`: each message is judged on its own first
    (:func:`~nodesmith.core.interruption.judge_message`: our account and region, a kind we act on); the
@@ -17,11 +17,12 @@ termination controller drains. Here, per batch (:class:`InterruptionBatch`):
    kinds that end the instance, request its termination
    (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
    warning's deadline, counted from when our queue received it, delete the NodeClaim) and send the request
-   to the termination queue. A message that repeats one already being handled (its NodeClaim is deleting
-   for the same reason, and SQS had not delivered it before) only moves the deadline earlier, if it does.
-3. :meth:`~InterruptionBatch.finish`: mark the interrupted spot offerings unavailable (once each) and wake
-   the reconcile function for a provisioning pass, whose snapshot treats the pods of cordoned nodes as
-   pending, so replacement capacity launches while the nodes drain.
+   to the termination queue. A message that repeats one already handled (its NodeClaim's termination was
+   requested for the same reason, and SQS had not delivered it before) only moves the deadline earlier, if it
+   does; of two copies handled at once, the guarded request lets exactly one through.
+   Each interrupted spot offering is marked unavailable (once per batch), and the reconcile function is woken
+   as soon as the batch cordons its first node, for a provisioning pass whose snapshot treats the pods of
+   cordoned nodes as pending, so replacement capacity launches while the nodes drain.
 
 Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmless.
 """
@@ -34,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT
-from nodesmith.core.errors import QueueError, UnavailableOffering
+from nodesmith.core.errors import ConflictError, QueueError, UnavailableOffering
 from nodesmith.core.interruption import (
     EVENT_REASONS,
     Action,
@@ -149,7 +150,7 @@ class InterruptionBatch:
 
     ``now`` is the batch's wall time (epoch seconds). Raises :class:`~nodesmith.core.errors.KubernetesError` or
     the cloud provider's errors from :meth:`prepare` (the whole batch is delivered again) and from
-    :meth:`handle` (that message is); :meth:`finish` never raises.
+    :meth:`handle` (that message is).
     """
 
     def __init__(
@@ -237,38 +238,72 @@ class InterruptionBatch:
         if verdict.ignored or claim is None or instance is None:
             return result
         if received.message.kind is MessageKind.SPOT_INTERRUPTED and instance.capacity_type == CAPACITY_TYPE_SPOT:
-            self.offerings[(instance.instance_type, instance.zone)] = UnavailableOffering(
-                instance_type=instance.instance_type, zone=instance.zone, capacity_type=CAPACITY_TYPE_SPOT,
-                code="SpotInterruption",
-            )  # fmt: skip
-        annotations = claim.metadata.annotations
-        if (
-            verdict.removing
-            and claim.metadata.deletion_timestamp is not None
-            and REQUESTED_AT_ANNOTATION in annotations
-            and annotations.get(TERMINATION_REASON_ANNOTATION) == verdict.reason
-            and not received.redelivered
-        ):
-            if verdict.deadline is not None:  # a repeat: it may only bring the deadline forward
-                request_termination(
-                    cluster=self.ports.cluster, nodeclaim=claim, reason=verdict.reason, now=self.now,
-                    deadline=verdict.deadline,
-                )  # fmt: skip
+            self._mark(instance)
+        if verdict.removing and self._repeat(received, verdict, claim):
             return replace(result, duplicate=True)
         cordoned = False
         if verdict.action in (Action.CORDON, Action.CORDON_AND_DRAIN) and node is not None:
             cordoned = self.ports.cluster.taint_and_cordon(node_name=node.name, taint=DISRUPTED_TAINT)
             node = node if cordoned else None  # deleted meanwhile
-        posted = self._post_events(received.message, verdict, instance_id, claim, node)
-        requested = False
+            self._wake_once(cordoned)
+        request = None
         if verdict.removing:
-            request = request_termination(
+            request = self._request(received, verdict, claim)
+            if request is None:
+                return replace(result, cordoned=cordoned, duplicate=True)
+        posted = self._post_events(received.message, verdict, instance_id, claim, node)
+        requested = request is not None and self._send(request)
+        self._wake_once(requested)
+        return replace(result, cordoned=cordoned, requested=requested, events=posted)
+
+    def _repeat(self, received: Received, verdict: Verdict, claim: NodeClaim) -> bool:
+        """Whether ``claim``'s termination was already requested for this reason by a delivery before this one (a
+        duplicate of the message: it only brings the deadline forward, if it does). A redelivery is never a repeat:
+        the delivery before it may have died before it sent the request."""
+        annotations = claim.metadata.annotations
+        repeat = (
+            not received.redelivered
+            and REQUESTED_AT_ANNOTATION in annotations
+            and annotations.get(TERMINATION_REASON_ANNOTATION) == verdict.reason
+        )
+        if repeat and verdict.deadline is not None:
+            request_termination(
                 cluster=self.ports.cluster, nodeclaim=claim, reason=verdict.reason, now=self.now,
                 deadline=verdict.deadline,
             )  # fmt: skip
-            requested = self._send(request)
-        self.acted = self.acted or cordoned or requested
-        return replace(result, cordoned=cordoned, requested=requested, events=posted)
+        return repeat
+
+    def _request(self, received: Received, verdict: Verdict, claim: NodeClaim) -> TerminationRequest | None:
+        """Request ``claim``'s termination, guarded by the ``resourceVersion`` read in :meth:`prepare`, so of two
+        invocations handling copies of one message at once exactly one requests it; the other, refused (409),
+        reads the NodeClaim again and finds a repeat (None)."""
+        cluster = self.ports.cluster
+        try:
+            return request_termination(
+                cluster=cluster, nodeclaim=claim, reason=verdict.reason, now=self.now, deadline=verdict.deadline,
+                guarded=True,
+            )  # fmt: skip
+        except ConflictError:
+            fresh = cluster.get_nodeclaim(name=claim.name)
+            if fresh is None or self._repeat(received, verdict, fresh):
+                return None
+            return request_termination(
+                cluster=cluster, nodeclaim=fresh, reason=verdict.reason, now=self.now, deadline=verdict.deadline
+            )
+
+    def _wake_once(self, acted: bool) -> None:
+        """Wake the reconcile function as soon as the batch cordons its first node or requests its first
+        termination, once: an invocation that ends at its timeout still woke it. Its pass, and the passes it runs
+        as more nodes are cordoned, provision for these pods; a failure is logged (the schedule's next pass does)."""
+        if not acted or self.acted:
+            return
+        self.acted = True
+        if self.ports.wake is None:
+            return
+        try:
+            self.ports.wake(self.settings.clock())
+        except Exception as exc:
+            LOG.warning("interruption batch: wake the reconcile function: %s", exc)
 
     def _send(self, request: TerminationRequest) -> bool:
         """Send ``request``; False without a termination queue. Raises :class:`QueueError` when SQS refuses it."""
@@ -301,25 +336,22 @@ class InterruptionBatch:
             self.ports.cluster.record_event(ref=ref, reason=what, message=text, type_=kind)
         return tuple(p[0] for p in posted)
 
-    def finish(self) -> list[str]:
-        """Mark the batch's interrupted spot offerings unavailable (once each) and, when a node was cordoned or
-        its termination requested, wake the reconcile function for a pass beginning after now (after the
-        batch's cordons, which such a pass sees); returns what failed (logged, never raised:
-        the scheduled pass provisions within a minute anyway)."""
-        problems: list[str] = []
-        if self.offerings:
-            try:
-                self.ports.cloud.mark_unavailable(offerings=list(self.offerings.values()))
-            except Exception as exc:  # an optimisation of the next plan: never fail the batch for it
-                problems.append(f"mark offerings unavailable: {exc}")
-        if self.acted and self.ports.wake is not None:
-            try:
-                self.ports.wake(self.settings.clock())  # a pass begun after this sees every cordon
-            except Exception as exc:
-                problems.append(f"wake the reconcile function: {exc}")
-        for problem in problems:
-            LOG.warning("interruption batch: %s", problem)
-        return problems
+    def _mark(self, instance: Instance) -> None:
+        """Mark an interrupted spot instance's offering unavailable (Karpenter's unavailable-offerings cache), once
+        per batch, before the wake, so the pass it asks for does not launch into it; a failure is logged only (the
+        mark improves the next plans, it decides nothing)."""
+        key = (instance.instance_type, instance.zone)
+        if key in self.offerings:
+            return
+        offering = UnavailableOffering(
+            instance_type=instance.instance_type, zone=instance.zone, capacity_type=CAPACITY_TYPE_SPOT,
+            code="SpotInterruption",
+        )  # fmt: skip
+        self.offerings[key] = offering
+        try:
+            self.ports.cloud.mark_unavailable(offerings=[offering])
+        except Exception as exc:
+            LOG.warning("interruption batch: mark offering %s/%s unavailable: %s", *key, exc)
 
 
 def _describe(message: InterruptionMessage, instance_id: str) -> str:

@@ -46,19 +46,28 @@ REASON_DELETED = "Deleted"
 
 
 def request_termination(
-    *, cluster: Cluster, nodeclaim: NodeClaim, reason: str, now: float, deadline: float | None = None
+    *,
+    cluster: Cluster,
+    nodeclaim: NodeClaim,
+    reason: str,
+    now: float,
+    deadline: float | None = None,
+    guarded: bool = False,
 ) -> TerminationRequest:
     """Annotate ``nodeclaim`` (``reason``, a Karpenter reason; ``deadline``, epoch seconds, kept when earlier
     than one it has; ``now`` as the request time) and DELETE it; returns the request to send.
 
-    Idempotent: a NodeClaim already deleting keeps its first reason and its earliest deadline. Raises
-    :class:`~nodesmith.core.errors.KubernetesError` (``NotFoundError`` when the NodeClaim is gone) before
-    the delete when the annotation cannot be written, so nothing is deleted without it.
+    Idempotent: a NodeClaim already deleting keeps its first reason and its earliest deadline. ``guarded``
+    makes the annotation conditional on ``nodeclaim``'s ``resourceVersion``, so of two callers that read the
+    same NodeClaim exactly one writes it. Raises :class:`~nodesmith.core.errors.KubernetesError`
+    (``NotFoundError`` when the NodeClaim is gone, ``ConflictError`` when guarded and it changed) before the
+    delete when the annotation cannot be written, so nothing is deleted without it.
     """
     annotations = request_annotations(
         reason=reason, now=now, deadline=deadline, current=dict(nodeclaim.metadata.annotations)
     )
-    cluster.annotate_nodeclaim(name=nodeclaim.name, annotations=annotations)
+    version = nodeclaim.metadata.resource_version if guarded else None
+    cluster.annotate_nodeclaim(name=nodeclaim.name, annotations=annotations, resource_version=version)
     if nodeclaim.metadata.deletion_timestamp is None:
         cluster.delete_nodeclaim(name=nodeclaim.name)
     return TerminationRequest(

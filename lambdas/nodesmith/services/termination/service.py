@@ -15,7 +15,9 @@ acted on is read again here (Karpenter's termination controller, ``karpenter-v1.
    shutting down or terminated is not drained: its pods are gone with it, and removing the node lets their
    controllers replace them at once (Karpenter removes the finalizer when the instance is gone).
 4. Pods left and the deadline not reached: ``DRAINING``, with the seconds to wait before the next round
-   (:func:`~nodesmith.core.termination.retry_after_seconds`); the request's
+   (:func:`~nodesmith.core.termination.retry_after_seconds`: the first wait after a round that evicted or
+   deleted a pod, growing with the deliveries while nothing moves, as a PodDisruptionBudget lets one replica
+   go at a time); the request's
    :data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION` is refreshed once per ``heartbeat_seconds``,
    with a ``FailedDraining`` Event naming what holds the node. Otherwise the instance is terminated and the
    Node and NodeClaim go (:func:`~.requests.finish_termination`): ``TERMINATED``.
@@ -60,11 +62,12 @@ GONE_STATES = frozenset({"shutting-down", "terminated"})
 @dataclass(frozen=True, slots=True)
 class TerminationSettings:
     """Tuning of the rounds (``Settings`` fields): evictions at once per round, the backoff between rounds
-    (seconds: first wait, cap) and how often a draining node's request is refreshed (seconds)."""
+    (seconds: first wait, cap; Karpenter's eviction queue backs off to 10 s) and how often a draining node's
+    request is refreshed (seconds)."""
 
     eviction_workers: int = 8
     retry_initial_seconds: float = 2.0
-    retry_max_seconds: float = 30.0
+    retry_max_seconds: float = 10.0
     heartbeat_seconds: float = 60.0
 
 
@@ -172,8 +175,9 @@ def run_round(
         drain = drain_round(cluster=cluster, node=node, now=now, deadline=deadline, workers=settings.eviction_workers)
         if not drain.drained and (deadline is None or now < deadline):
             _heartbeat(cluster, claim, node, drain, now=now, every=settings.heartbeat_seconds)
+            progressed = drain.evicted + drain.force_deleted > 0
             wait = retry_after_seconds(
-                attempt=attempt,
+                attempt=1 if progressed else attempt,  # a drain that moves is looked at again soon
                 now=now,
                 next_due=drain.next_due,
                 initial_seconds=settings.retry_initial_seconds,
