@@ -7,8 +7,10 @@ handler with the SQS event (records with ``eventSourceARN``, ``SentTimestamp`` a
 ``ApproximateReceiveCount``), and deletes the records the handler did not report in ``batchItemFailures``
 (``ReportBatchItemFailures``); a handler that raises leaves every record of its batch for SQS to deliver
 again. :meth:`SqsEventSource.drain` does it in the calling thread until the queue is empty (the demo, tests);
-:meth:`SqsEventSource.run` runs pollers in threads the way Lambda scales them: 5 concurrent invocations at
-first and 5 more each second, up to ``MaximumConcurrency`` ("Scaling behavior for SQS event source mappings").
+:meth:`SqsEventSource.run` runs pollers in threads the way Lambda scales them ("Configuring scaling behavior
+for SQS event source mappings"): pollers long-poll the queue (20 s) until it becomes active; when messages are
+available, 5 concurrent invocations, then 5 more each second while messages are still available (300 a minute),
+up to ``MaximumConcurrency``; when a long poll finds nothing, it scales back towards 5.
 
 Lambda ends an invocation at its timeout; Python cannot stop a thread. :func:`install_function_timeouts` makes
 every AWS call (botocore) and Kubernetes call (the adapter's ``KubeRest``) of an invocation past its timeout
@@ -170,12 +172,14 @@ def install_function_timeouts() -> None:
 
 @dataclass(frozen=True, slots=True)
 class Scaling:
-    """Lambda's SQS scaling: ``initial`` concurrent invocations, ``per_second`` more each second, at most
-    ``most`` (the event source's ``MaximumConcurrency``)."""
+    """Lambda's SQS scaling: ``initial`` concurrent invocations, ``per_second`` more each second while messages
+    are available, at most ``most`` (the event source's ``MaximumConcurrency``); every poller long-polls for
+    ``long_poll_seconds`` (SQS's longest wait, which Lambda uses)."""
 
     initial: int = 5
     per_second: int = 5
     most: int = 25
+    long_poll_seconds: int = 20
 
 
 @dataclass(slots=True)
@@ -265,11 +269,14 @@ class SqsEventSource:
             "awsRegion": region,
         }
 
-    def poll_once(self, *, wait: int = 1) -> int:
-        """Receive one batch, invoke the handler with it and delete its successes; returns how many records."""
+    def poll_once(self, *, wait: int = 1, received: threading.Event | None = None) -> int:
+        """Receive one batch, invoke the handler with it and delete its successes; returns how many records.
+        ``received`` is set as soon as the receive returns messages."""
         messages = self._batch(wait)
         if not messages:
             return 0
+        if received is not None:
+            received.set()
         self._duplicate(messages)
         self.invoke([self._record(m) for m in messages])
         return len(messages)
@@ -324,25 +331,44 @@ class SqsEventSource:
 
     def run(self, stop: threading.Event, *, scaling: Scaling | None = None, share: tuple[int, int] = (0, 1)) -> None:
         """Poll with Lambda's scaling until ``stop`` is set (blocks; start it in a thread). ``share`` = (k, n): this
-        process is the k-th of n running pollers of one mapping, and starts pollers k, k + n, ... of it."""
+        process is the k-th of n running pollers of one mapping, and runs pollers k, k + n, ... of it. A poller
+        busy in a long poll when ``stop`` is set ends when that poll does."""
         scaling = scaling or Scaling()
         k, n = share
-        workers: list[threading.Thread] = []
-        wanted = scaling.initial
+        lock, active, workers = threading.Lock(), threading.Event(), list[threading.Thread]()
+        state = {"wanted": scaling.initial, "running": 0}
+
+        def mine(total: int) -> int:
+            return len(range(k, min(total, scaling.most), n))
 
         def poll() -> None:
-            while not stop.is_set():
-                self.poll_once(wait=1)
+            try:
+                while not stop.is_set():
+                    if self.poll_once(wait=scaling.long_poll_seconds, received=active):
+                        continue
+                    with lock:  # the queue is quiet: scale back towards the initial pollers
+                        if state["running"] > mine(scaling.initial):
+                            state["wanted"] = max(scaling.initial, state["wanted"] - n)
+                            return
+            finally:
+                with lock:
+                    state["running"] -= 1
 
         while not stop.is_set():
-            while len(workers) < len(range(k, min(wanted, scaling.most), n)):
+            with lock:
+                start = mine(state["wanted"]) - state["running"]
+                state["running"] += max(0, start)
+            for _ in range(start):
                 worker = threading.Thread(target=poll, name=f"{self.function_name}-{len(workers)}", daemon=True)
                 workers.append(worker)
                 worker.start()
-            wanted += scaling.per_second
             stop.wait(1.0)
+            if active.is_set():  # messages were available this second: 5 more concurrent invocations
+                active.clear()
+                with lock:
+                    state["wanted"] = min(scaling.most, state["wanted"] + scaling.per_second)
         for worker in workers:
-            worker.join(timeout=self.options.function_timeout + 5)
+            worker.join(timeout=self.options.function_timeout + scaling.long_poll_seconds + 5)
 
 
 @dataclass(frozen=True, slots=True)
