@@ -3,16 +3,18 @@
 Parses each record strictly (:func:`~nodesmith.core.interruption.parse_message`; malformed: logged, counted,
 acknowledged), runs the batch (:class:`~nodesmith.services.interruption.service.InterruptionBatch`: one
 ``DescribeInstances``, then per message against what EC2 and the cluster say) and reports it. Our account and
-region are those of the queue the records came from (their ``eventSourceARN``). Powertools' ``BatchProcessor``
-gives partial batch responses: a record whose work raised is retried by SQS, every other one is deleted.
+region are those of the queue the records came from (their ``eventSourceARN``). Powertools'
+``AsyncBatchProcessor`` handles the records at once (each in a worker thread) and gives partial batch
+responses: a record whose work raised is retried by SQS, every other one is deleted.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from nodesmith.core.interruption import MalformedEventError, parse_message
@@ -65,13 +67,14 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     batch.prepare()
 
-    def record_handler(record: SQSRecord) -> None:
+    async def record_handler(record: SQSRecord) -> None:
         if record.message_id in batch.received:
-            received = batch.received[record.message_id]
-            reporting.report_message(batch.handle(record.message_id), queue_age_seconds=now - received.received_at)
+            outcome = await asyncio.to_thread(batch.handle, record.message_id)
+            age = now - batch.received[record.message_id].received_at
+            reporting.report_message(outcome, queue_age_seconds=age)
 
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    response = process_partial_response(
+    processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    response = async_process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
     reporting.acknowledged(len(records) - len(response.get("batchItemFailures") or []))

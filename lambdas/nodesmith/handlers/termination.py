@@ -1,7 +1,9 @@
 """Termination Lambda: the termination queue -> one drain round per request -> the node terminated when empty.
 
 Each record is one :class:`~nodesmith.core.termination.TerminationRequest` (ids only; malformed: logged,
-counted, acknowledged). :func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, its
+counted, acknowledged); powertools' ``AsyncBatchProcessor`` works the records of a batch at once, each in a
+worker thread, as Karpenter's termination controller reconciles many nodes at once.
+:func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, its
 instance and node and works one round. A node that still has pods is reported as a batch item failure and
 its message made visible again after the round's backoff (``ChangeMessageVisibility``), so SQS delivers it
 for the next round; the queue's ``maxReceiveCount`` and dead-letter queue bound how long that goes on.
@@ -9,10 +11,11 @@ for the next round; the queue's ``maxReceiveCount`` and dead-letter queue bound 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
+from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
 
 from nodesmith.core.termination import MalformedRequestError, parse_request
 from nodesmith.handlers import reporting, wiring
@@ -48,7 +51,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     backoff: list[tuple[str, int]] = []
 
-    def record_handler(record: SQSRecord) -> None:
+    async def record_handler(record: SQSRecord) -> None:
         try:
             request = parse_request(record.body)
         except MalformedRequestError as exc:
@@ -56,14 +59,16 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
                                        reason=exc.reason)  # fmt: skip
             return
         attempt = int(record.attributes.approximate_receive_count or 1)
-        outcome = run_round(ports=ports, settings=tuning, request=request, now=time.time(), attempt=attempt)
+        outcome = await asyncio.to_thread(
+            run_round, ports=ports, settings=tuning, request=request, now=time.time(), attempt=attempt
+        )
         reporting.report_termination(outcome, request)
         if outcome.status is Status.DRAINING and outcome.retry_after is not None:
             backoff.append((record.receipt_handle, outcome.retry_after))
             raise StillDraining(outcome.retry_after)
 
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    response = process_partial_response(
+    processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    response = async_process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
     retry_after = wiring.build_retry_after(settings)

@@ -10,19 +10,21 @@ termination controller drains. Here, per batch (:class:`InterruptionBatch`), in 
    instances of the rest are described in one ``DescribeInstances``, and each one tagged as ours has its
    NodeClaim read (named by its ``karpenter.sh/nodeclaim`` tag; its providerID must name the instance) and
    its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; providerID again).
-2. :meth:`~InterruptionBatch.handle`, per message: each instance is judged on what was just read
-   (:func:`~nodesmith.core.interruption.judge_instance`), never on what the message says about it. For one
-   that is ours: taint ``karpenter.sh/disrupted:NoSchedule`` and cordon the node; post Karpenter's Event
-   (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the
-   kinds that end the instance, request its termination
-   (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
-   warning's deadline, counted from when our queue received it, delete the NodeClaim) and send the request
-   to the termination queue. A message that repeats one already handled (its NodeClaim's termination was
-   requested for the same reason, and SQS had not delivered it before) only moves the deadline earlier, if it
-   does; of two copies handled at once, the guarded request lets exactly one through.
-   Each interrupted spot offering is marked unavailable (once per batch), and the reconcile function is woken
-   as soon as the batch cordons its first node, for a provisioning pass whose snapshot treats the pods of
-   cordoned nodes as pending, so replacement capacity launches while the nodes drain.
+   Each instance is then judged on what was just read (:func:`~nodesmith.core.interruption.judge_instance`),
+   never on what the message says about it, and the spot offerings of the interrupted instances that are ours
+   are marked unavailable in one call (Karpenter's unavailable-offerings cache), before any pass is asked for.
+2. :meth:`~InterruptionBatch.handle`, per message; the messages of a batch may be handled at once (Karpenter
+   handles a receive's messages ten at a time). For each instance that is ours: taint
+   ``karpenter.sh/disrupted:NoSchedule`` and cordon the node; post Karpenter's Event (``SpotInterrupted``,
+   ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the kinds that end the
+   instance, request its termination (:func:`~nodesmith.services.termination.requests.request_termination`:
+   annotate the reason and a spot warning's deadline, counted from when our queue received it, delete the
+   NodeClaim) and send the request to the termination queue. A message that repeats one already handled (its
+   NodeClaim's termination was requested for the same reason, and SQS had not delivered it before) only moves
+   the deadline earlier, if it does; of two copies handled at once, the guarded request lets exactly one
+   through. The reconcile function is woken as soon as the batch cordons its first node, for a provisioning
+   pass whose snapshot treats the pods of cordoned nodes as pending, so replacement capacity launches while
+   the nodes drain.
 
 Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmless.
 """
@@ -30,6 +32,7 @@ Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmle
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -145,8 +148,12 @@ class _Found:
     node: Node | None
 
 
+_NOT_FOUND = _Found(nodeclaim=None, node=None)
+
+
 class InterruptionBatch:
-    """One batch of received messages, worked in three steps (see the module docstring).
+    """One batch of received messages, worked in two steps (see the module docstring): :meth:`prepare` once,
+    then :meth:`handle` per message, from any number of threads at once.
 
     ``now`` is the batch's wall time (epoch seconds). Raises :class:`~nodesmith.core.errors.KubernetesError` or
     the cloud provider's errors from :meth:`prepare` (the whole batch is delivered again) and from
@@ -169,11 +176,13 @@ class InterruptionBatch:
         }
         self.instances: dict[str, Instance | None] = {}
         self.found: dict[str, _Found] = {}
-        self.offerings: dict[tuple[str, str], UnavailableOffering] = {}
+        self.judged: dict[tuple[str, str], Verdict] = {}
         self.acted = False
+        self._wake_lock = threading.Lock()
 
     def prepare(self) -> None:
-        """Describe the acted-on messages' instances in one call, then read each owned one's NodeClaim and node."""
+        """Describe the acted-on messages' instances in one call, read each owned one's NodeClaim and node,
+        judge every instance and mark the interrupted spot offerings unavailable."""
         ids = list(
             dict.fromkeys(
                 iid
@@ -189,6 +198,17 @@ class InterruptionBatch:
         owned = [i for i in self.instances.values() if i is not None and not not_ours(i.tags, self.ports.cluster_name)]
         found = map_ordered(self._find, owned, workers=self.settings.workers, name="locate")
         self.found = {i.instance_id: f for i, f in zip(owned, found, strict=True)}
+        for mid, received in self.received.items():
+            for iid in () if self.verdicts[mid].ignored else received.message.instance_ids:
+                self.judged[mid, iid] = judge_instance(
+                    self.verdicts[mid],
+                    received.message,
+                    instance=self.instances.get(iid),
+                    has_nodeclaim=self.found.get(iid, _NOT_FOUND).nodeclaim is not None,
+                    cluster_name=self.ports.cluster_name,
+                    received_at=received.received_at,
+                )
+        self._mark()
 
     def _find(self, instance: Instance) -> _Found:
         cluster = self.ports.cluster
@@ -210,18 +230,10 @@ class InterruptionBatch:
         outcome = MessageOutcome(message_id=message_id, event_id=message.event_id, kind=message.kind, verdict=verdict)
         if verdict.ignored:
             return outcome
-        results = []
-        for iid in message.instance_ids:
-            found = self.found.get(iid, _Found(nodeclaim=None, node=None))
-            judged = judge_instance(
-                verdict,
-                message,
-                instance=self.instances.get(iid),
-                has_nodeclaim=found.nodeclaim is not None,
-                cluster_name=self.ports.cluster_name,
-                received_at=received.received_at,
-            )
-            results.append(self._act(received, judged, iid, found))
+        results = [
+            self._act(received, self.judged[message_id, iid], iid, self.found.get(iid, _NOT_FOUND))
+            for iid in message.instance_ids
+        ]
         return replace(outcome, instances=tuple(results))
 
     def _act(self, received: Received, verdict: Verdict, instance_id: str, found: _Found) -> InstanceOutcome:
@@ -237,8 +249,6 @@ class InterruptionBatch:
         )
         if verdict.ignored or claim is None or instance is None:
             return result
-        if received.message.kind is MessageKind.SPOT_INTERRUPTED and instance.capacity_type == CAPACITY_TYPE_SPOT:
-            self._mark(instance)
         if verdict.removing and self._repeat(received, verdict, claim):
             return replace(result, duplicate=True)
         cordoned = False
@@ -295,9 +305,10 @@ class InterruptionBatch:
         """Wake the reconcile function as soon as the batch cordons its first node or requests its first
         termination, once: an invocation that ends at its timeout still woke it. Its pass, and the passes it runs
         as more nodes are cordoned, provision for these pods; a failure is logged (the schedule's next pass does)."""
-        if not acted or self.acted:
-            return
-        self.acted = True
+        with self._wake_lock:
+            if not acted or self.acted:
+                return
+            self.acted = True
         if self.ports.wake is None:
             return
         try:
@@ -336,22 +347,30 @@ class InterruptionBatch:
             self.ports.cluster.record_event(ref=ref, reason=what, message=text, type_=kind)
         return tuple(p[0] for p in posted)
 
-    def _mark(self, instance: Instance) -> None:
-        """Mark an interrupted spot instance's offering unavailable (Karpenter's unavailable-offerings cache), once
-        per batch, before the wake, so the pass it asks for does not launch into it; a failure is logged only (the
-        mark improves the next plans, it decides nothing)."""
-        key = (instance.instance_type, instance.zone)
-        if key in self.offerings:
+    def _mark(self) -> None:
+        """Mark the offerings of the interrupted spot instances that are ours unavailable, in one call, before
+        any wake, so the pass it asks for does not launch into them; a failure is logged only (the marks improve
+        the next plans, they decide nothing)."""
+        offerings: dict[tuple[str, str], UnavailableOffering] = {}
+        for (mid, iid), verdict in self.judged.items():
+            instance = self.instances.get(iid)
+            if (
+                verdict.ignored
+                or instance is None
+                or self.received[mid].message.kind is not MessageKind.SPOT_INTERRUPTED
+                or instance.capacity_type != CAPACITY_TYPE_SPOT
+            ):
+                continue
+            offerings.setdefault((instance.instance_type, instance.zone), UnavailableOffering(
+                instance_type=instance.instance_type, zone=instance.zone, capacity_type=CAPACITY_TYPE_SPOT,
+                code="SpotInterruption",
+            ))  # fmt: skip
+        if not offerings:
             return
-        offering = UnavailableOffering(
-            instance_type=instance.instance_type, zone=instance.zone, capacity_type=CAPACITY_TYPE_SPOT,
-            code="SpotInterruption",
-        )  # fmt: skip
-        self.offerings[key] = offering
         try:
-            self.ports.cloud.mark_unavailable(offerings=[offering])
+            self.ports.cloud.mark_unavailable(offerings=list(offerings.values()))
         except Exception as exc:
-            LOG.warning("interruption batch: mark offering %s/%s unavailable: %s", *key, exc)
+            LOG.warning("interruption batch: mark %d offering(s) unavailable: %s", len(offerings), exc)
 
 
 def _describe(message: InterruptionMessage, instance_id: str) -> str:
