@@ -3,10 +3,9 @@
 The API server gives every write of an object a new ``metadata.resourceVersion``, so an object listed again
 with the same uid and version is the same object, and its parse (an immutable
 :class:`~nodesmith.core.model.Pod` or :class:`~nodesmith.core.model.Node`) is still right. A reconcile pass
-lists every pod, Node and NodeClaim; at 1,000 nodes and 4,000 pods, parsing the pods and Nodes again was a
-fifth of the reconcile function's CPU samples in ``bench/interruptions.py``, for objects that had mostly not
-changed since the pass before (a warm container keeps the cache between invocations). Mutable parses
-(pydantic models such as NodeClaim) are not cached.
+lists every pod, Node and NodeClaim, most of them unchanged since the pass before, so a warm container keeps
+the cache between invocations and parses only what changed. Mutable parses (pydantic models such as
+NodeClaim) are not cached.
 """
 
 from __future__ import annotations
