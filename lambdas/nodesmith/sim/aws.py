@@ -24,10 +24,10 @@ delivered to an SQS target carries its ``account`` (moto's default input templat
 DynamoDB conditional write checks and writes atomically, and a Query or Scan reads under the same lock
 (moto's server threads could otherwise both pass the condition of one lease, or change a table while a
 Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages before reading their groups
-(another 500 when a thread changed the set mid-iteration); and a receive checks each message's retention
-against the queue's retention period alone, where moto computed every attribute of the queue for it, its
-``ApproximateNumberOfMessages`` by scanning every message: a receive's cost grew with the square of the
-queue's depth, which SQS's does not, and a burst's backlog made the emulator, not the design, the measure.
+(another 500 when a thread changed the set mid-iteration); and whether an SQS message is visible or delayed
+is read from the clock directly: moto scans every message of a queue for each message sent or received (its
+approximate counts) and converted the time through ``datetime`` at every look, so a send or receive cost
+grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def fix_moto() -> None:
 
     from moto.dynamodb.models import DynamoDBBackend
     from moto.events.utils import EventTemplateParser
-    from moto.sqs.models import Queue, SQSBackend
+    from moto.sqs.models import Message, Queue
 
     template = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE
     if '"account"' not in template:
@@ -192,11 +192,8 @@ def fix_moto() -> None:
 
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
 
-    def retained(self: SQSBackend, queue_name: str, message: Any) -> bool:
-        period = int(self.get_queue(queue_name).message_retention_period)  # type: ignore[attr-defined]
-        return bool(period + message.sent_timestamp / 1000 > time.time())
-
-    SQSBackend.is_message_valid_based_on_retention_period = retained  # type: ignore[method-assign]
+    Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
+    Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)
 
 
