@@ -139,3 +139,29 @@ def test_after_the_first_step_pods_are_read_again_only_at_the_resync() -> None:
     scheduler.step(10.0)
     assert reads == ["pods", "pods"]
     assert {p["spec"].get("nodeName") for p in store.objects("pods")} == {"n1"}
+
+
+def _allocatable_cpu(cpu: str) -> Callable[[dict[str, Any]], None]:
+    return lambda n: n["status"]["allocatable"].update(cpu=cpu)
+
+
+def test_a_pod_that_fits_nowhere_waits_its_backoff_unless_a_schedulable_node_appears() -> None:
+    store = Store(seed=4)
+    _node(store, "n1", cpu="1")
+    _pod(store, "big", cpu="2")
+    scheduler = SimScheduler(store=store)
+    assert scheduler.step(0.0) == 0  # unschedulable: next attempt in 1 s
+    _edit(store, "nodes", "n1", _allocatable_cpu("4"))  # room, through no event that requeues it
+    assert scheduler.step(0.5) == 0
+    assert scheduler.step(1.0) == 1
+
+    _pod(store, "huge", cpu="10")
+    assert scheduler.step(2.0) == scheduler.step(3.0) == 0  # waits 1 s, then 2 s
+    _edit(store, "nodes", "n1", _allocatable_cpu("20"))
+    assert scheduler.step(4.0) == 0
+    assert scheduler.step(5.0) == 1
+
+    _pod(store, "late", cpu="30")
+    assert scheduler.step(6.0) == 0
+    _node(store, "n2", cpu="40")  # a new schedulable Node: tried at once
+    assert scheduler.step(6.1) == 1

@@ -11,9 +11,13 @@ Filters, as the default scheduler profile's plugins do (``NodeUnschedulable``, `
   allocatable minus what bound, non-terminal pods request.
 
 Pods are taken by priority (desc), then creation time, then name; Nodes are tried by name and the
-first that fits wins. A bound pod is then marked ``Running`` and ``Ready`` straight away (the images
-are assumed pulled). Not simulated: pod (anti-)affinity, topology spread, host ports, volumes,
-preemption; the unschedulable message mirrors kube-scheduler's ``0/N nodes are available: ...``.
+first that fits wins. A pod that fits no Node waits before it is tried again, as in kube-scheduler's
+backoff queue (1 s, doubling with each failed attempt, at most 10 s: ``podInitialBackoffSeconds`` and
+``podMaxBackoffSeconds``), unless a schedulable Node appears (added, Ready or uncordoned) or a pod bound
+to a schedulable Node goes, the cluster events that move kube-scheduler's unschedulable pods back to its
+queue. A bound pod is then marked ``Running`` and ``Ready`` straight away (the images are assumed
+pulled). Not simulated: pod (anti-)affinity, topology spread, host ports, volumes, preemption; the
+unschedulable message mirrors kube-scheduler's ``0/N nodes are available: ...``.
 
 Like kube-scheduler, whose informers keep its cache of pods and nodes current from watch events, a step
 after the first updates its view of the pods from the store's events since the previous step (pods waiting
@@ -51,6 +55,8 @@ LOG = logging.getLogger(__name__)
 
 _DEFAULT_SCHEDULER = "default-scheduler"
 _CORDONED = "node(s) were unschedulable"
+_BACKOFF_INITIAL_SECONDS, _BACKOFF_MAX_SECONDS = 1.0, 10.0
+"""kube-scheduler's ``podInitialBackoffSeconds`` and ``podMaxBackoffSeconds`` defaults."""
 
 
 def _term_matches(term: NodeSelectorTerm, labels: Mapping[str, str]) -> bool:
@@ -176,6 +182,9 @@ class SimScheduler:
         self._nodes: ParseCache[Node] = ParseCache(node_from_dict)
         self._changes = ChangeFeed(store, self.watch, resync_seconds=resync_seconds)
         self._view = _PodView()
+        self._waits: dict[PodKey, tuple[float, int]] = {}  # unschedulable pod -> (next attempt at, attempts)
+        self._open: set[str] = set()  # the schedulable Nodes of the step before
+        self._freed = False  # a pod bound to one of them went since
 
     def _ready_nodes(self) -> list[Node]:
         nodes: list[Node] = []
@@ -208,6 +217,11 @@ class SimScheduler:
         for event in events:
             if event.resource != "pods":
                 continue
+            spec, status = event.object.get("spec") or {}, event.object.get("status") or {}
+            if spec.get("nodeName") in self._open and (
+                event.type == "DELETED" or status.get("phase") in ("Succeeded", "Failed")
+            ):
+                self._freed = True
             if event.type == "DELETED":
                 self._view.remove(_pod_key(event.object))
             else:
@@ -247,7 +261,15 @@ class SimScheduler:
         # a cordoned Node fits no pod, for the same reason (why_not's first check): counted, not tried per pod
         open_nodes = [n for n in nodes if not n.unschedulable]
         cordoned = len(nodes) - len(open_nodes)
+        names = {n.name for n in open_nodes}
+        if self._freed or names - self._open:  # room may have appeared: every waiting pod is tried again
+            self._waits.clear()
+        self._open, self._freed = names, False
+        self._waits = {k: w for k, w in self._waits.items() if k in self._view.pending}
         for pod, raw in pending:
+            key = _pod_key(raw)
+            if self._waits.get(key, (0.0, 0))[0] > now:
+                continue
             reasons: Counter[str] = Counter({_CORDONED: cordoned} if cordoned else {})
             target: Node | None = None
             for node in open_nodes:
@@ -258,6 +280,9 @@ class SimScheduler:
                 reasons[reason] += 1
             if target is None:
                 self._unschedulable(raw, len(nodes), reasons, now)
+                attempts = self._waits.get(key, (0.0, 0))[1] + 1
+                wait = min(_BACKOFF_MAX_SECONDS, _BACKOFF_INITIAL_SECONDS * 2 ** (attempts - 1))
+                self._waits[key] = (now + wait, attempts)
                 continue
             try:
                 self.store.bind(pod.name, namespace=pod.namespace, node_name=target.name)
