@@ -83,3 +83,5 @@ def test_a_draining_node_comes_back_after_its_backoff_and_an_empty_one_goes(worl
     assert points(docs, "TerminationRequestsMalformed") == [(1.0, {})]
     rounds = [d for d in docs if d.get("message") == "termination round"]
     assert {(d["nodeclaim"], d["status"]) for d in rounds} == {("claim-a", "terminated"), ("claim-b", "draining")}
+    # one DescribeInstances for the batch's rounds (EC2 throttles them per account), never one per record
+    assert [c for c in world["cloud"].calls if c[0].startswith("get_instance")] == [("get_instances", (A, B))]

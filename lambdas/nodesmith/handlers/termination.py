@@ -16,14 +16,14 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from nodesmith.core.termination import MalformedRequestError, parse_request
+from nodesmith.core.termination import MalformedRequestError, TerminationRequest, parse_request
 from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import logger, metrics, tracer
-from nodesmith.services.termination.service import Status, TerminationSettings, run_round
+from nodesmith.services.termination.service import Status, describe, run_round
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
 __all__ = ["StillDraining", "handler"]
@@ -37,6 +37,16 @@ class StillDraining(Exception):
         self.retry_after = retry_after
 
 
+def _parse(record: SQSRecord) -> TerminationRequest | None:
+    """The record's request, or None when malformed (logged, counted, acknowledged)."""
+    try:
+        return parse_request(record.body)
+    except MalformedRequestError as exc:
+        reporting.report_malformed(metric="TerminationRequestsMalformed", message_id=record.message_id,
+                                   reason=exc.reason)  # fmt: skip
+        return None
+
+
 @logger.inject_lambda_context(clear_state=True)
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
@@ -44,24 +54,18 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Lambda entry point (``nodesmith.handlers.termination.handler``): returns ``batchItemFailures``."""
     settings = wiring.get_settings()
     ports = wiring.ports(settings)
-    tuning = TerminationSettings(
-        eviction_workers=settings.eviction_workers,
-        retry_initial_seconds=settings.termination_retry_seconds,
-        retry_max_seconds=settings.termination_retry_max_seconds,
-    )
+    tuning = wiring.termination_settings(settings)
     backoff: list[tuple[str, int]] = []
+    requests = {r.message_id: _parse(r) for r in (SQSRecord(raw) for raw in event.get("Records") or [])}
+    described = describe(ports, [r for r in requests.values() if r is not None])
 
     async def record_handler(record: SQSRecord) -> None:
-        try:
-            request = parse_request(record.body)
-        except MalformedRequestError as exc:
-            reporting.report_malformed(metric="TerminationRequestsMalformed", message_id=record.message_id,
-                                       reason=exc.reason)  # fmt: skip
+        request = requests.get(record.message_id)
+        if request is None:
             return
         attempt = int(record.attributes.approximate_receive_count or 1)
-        outcome = await asyncio.to_thread(
-            run_round, ports=ports, settings=tuning, request=request, now=time.time(), attempt=attempt
-        )
+        outcome = await asyncio.to_thread(run_round, ports=ports, settings=tuning, request=request, now=time.time(),
+                                          attempt=attempt, described=described)  # fmt: skip
         reporting.report_termination(outcome, request)
         if outcome.status is Status.DRAINING and outcome.retry_after is not None:
             backoff.append((record.receipt_handle, outcome.retry_after))

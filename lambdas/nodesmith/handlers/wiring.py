@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.ports import CloudProvider, Cluster, StateStore, TerminationQueue
     from nodesmith.services.ports import Ports
+    from nodesmith.services.termination.service import TerminationSettings
 
 __all__ = [
     "KUBE_POOL_MAXSIZE",
@@ -36,11 +37,13 @@ __all__ = [
     "region",
     "reset",
     "set_ports",
+    "termination_settings",
 ]
 
-KUBE_POOL_MAXSIZE = 32
-"""Connections the Kubernetes client may keep open: a batch's reads and a drain round's evictions run
-up to ``eviction_workers`` (8) and ten reads at a time, sharing one ``ApiClient`` (urllib3 pool)."""
+KUBE_POOL_MAXSIZE = 100
+"""Connections the Kubernetes client may keep open: the records of a batch (up to ten) run at once, each
+drain round's evictions up to ``eviction_workers`` (8) at a time, all sharing one ``ApiClient`` (urllib3
+pool)."""
 
 _UNSET: Any = object()
 
@@ -173,6 +176,17 @@ def ports(settings: Settings) -> Ports:
         cluster_name=settings.cluster_name,
         queue=build_termination_queue(settings),
         wake=build_waker(settings),
+    )
+
+
+def termination_settings(settings: Settings) -> TerminationSettings:
+    """The termination rounds' tuning from ``settings``."""
+    from nodesmith.services.termination.service import TerminationSettings
+
+    return TerminationSettings(
+        eviction_workers=settings.eviction_workers,
+        retry_initial_seconds=settings.termination_retry_seconds,
+        retry_max_seconds=settings.termination_retry_max_seconds,
     )
 
 

@@ -6,8 +6,9 @@ acted on is read again here (Karpenter's termination controller, ``karpenter-v1.
 1. The NodeClaim must exist, be deleting (``deletionTimestamp``) and carry ``karpenter.sh/termination``; its
    ``status.providerID`` must name the request's instance. Otherwise nothing is done (``IGNORED`` with a
    reason): a stale or forged request cannot start a termination, only nudge one the cluster already asked for.
-2. The instance, described now, must be ours (:func:`~nodesmith.core.interruption.not_ours`: the cluster tag
-   ``owned`` and ``karpenter.sh/nodepool``), or already gone from EC2.
+2. The instance, described now (once for the batch of rounds, :func:`describe`), must be ours
+   (:func:`~nodesmith.core.interruption.not_ours`: the cluster tag ``owned`` and ``karpenter.sh/nodepool``), or
+   already gone from EC2.
 3. Its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; its providerID must
    match) is tainted ``karpenter.sh/disrupted:NoSchedule`` and cordoned, and one drain round runs
    (:func:`~.drain.drain_round`) against the deadline read from the NodeClaim
@@ -47,13 +48,15 @@ from nodesmith.services.termination.drain import DrainRound, cordon_node, drain_
 from nodesmith.services.termination.requests import finish_termination
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.model import Node
     from nodesmith.core.ports import Cluster, Instance
     from nodesmith.core.termination import TerminationRequest
     from nodesmith.services.ports import Ports
 
-__all__ = ["GONE_STATES", "Status", "TerminationOutcome", "TerminationSettings", "run_round"]
+__all__ = ["GONE_STATES", "Status", "TerminationOutcome", "TerminationSettings", "describe", "run_round"]
 
 GONE_STATES = frozenset({"shutting-down", "terminated"})
 """EC2 states in which an instance is gone with its pods."""
@@ -138,20 +141,42 @@ def _node(cluster: Cluster, claim: NodeClaim, instance: Instance | None) -> Node
     return next((n for n in cluster.list_nodes() if n.provider_id == claim.status.provider_id), None)
 
 
+def describe(ports: Ports, requests: Sequence[TerminationRequest]) -> dict[str, Instance]:
+    """The instances ``requests`` name, in one ``DescribeInstances`` for a batch of rounds (Karpenter batches
+    its DescribeInstances calls too: EC2 throttles them per account); ids EC2 does not know are left out.
+    Raises the cloud provider's errors (the batch is delivered again)."""
+    ids = sorted({r.instance_id for r in requests if r.instance_id})
+    return ports.cloud.get_instances(instance_ids=ids) if ids else {}
+
+
 def run_round(
-    *, ports: Ports, settings: TerminationSettings, request: TerminationRequest, now: float, attempt: int
+    *,
+    ports: Ports,
+    settings: TerminationSettings,
+    request: TerminationRequest,
+    now: float,
+    attempt: int,
+    described: Mapping[str, Instance] | None = None,
 ) -> TerminationOutcome:
     """One round of ``request``'s termination at ``now`` (epoch seconds), its ``attempt``-th delivery (1-based).
 
-    See the module docstring. Raises :class:`~nodesmith.core.errors.KubernetesError` or the cloud provider's
-    errors when a read or a write that must succeed fails (the request is delivered again).
+    ``described`` is what :func:`describe` just read for the round's batch (its instance absent: gone from
+    EC2); without it the instance is described here. See the module docstring. Raises
+    :class:`~nodesmith.core.errors.KubernetesError` or the cloud provider's errors when a read or a write that
+    must succeed fails (the request is delivered again).
     """
     cluster, cloud = ports.cluster, ports.cloud
     claim = cluster.get_nodeclaim(name=request.nodeclaim)
     why = _check(claim, request)
     if why or claim is None:
         return _ignored(why)
-    instance = cloud.get_instance(instance_id=request.instance_id) if request.instance_id else None
+    instance = None
+    if request.instance_id:
+        instance = (
+            described.get(request.instance_id)
+            if described is not None
+            else cloud.get_instance(instance_id=request.instance_id)
+        )
     if instance is not None and (why := not_ours(instance.tags, ports.cluster_name)):
         return _ignored(why)
     gone = instance is None or instance.state in GONE_STATES
