@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 INTERRUPTION, TERMINATION, RECONCILE = "nodesmith-interruption", "nodesmith-termination", "nodesmith-reconcile"
-TIMEOUT_SECONDS = {INTERRUPTION: float(NodesmithConfig.interruption_timeout_seconds), TERMINATION: 60.0,
+TIMEOUT_SECONDS = {INTERRUPTION: float(NodesmithConfig.interruption_timeout_seconds),
+                   TERMINATION: float(NodesmithConfig.termination_timeout_seconds),
                    RECONCILE: float(NodesmithConfig.reconcile_timeout_seconds)}  # fmt: skip
-"""The functions' timeouts: the stack's, and 60 s for the termination function, which the stack does not set yet."""
+"""The functions' timeouts: the stack's defaults."""
 RECONCILE_MAX_EVENT_AGE_SECONDS = 60.0
 """The reconcile function's asynchronous ``max_event_age`` (``infra/constructs/reconcile.py``)."""
 
