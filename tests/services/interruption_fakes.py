@@ -290,7 +290,7 @@ class FakeCluster:
         node = self.nodes.get(node_name)
         if node is None:
             return False
-        taints = node.taints if taint in node.taints else (*node.taints, taint)
+        taints = node.taints if taint is None or taint in node.taints else (*node.taints, taint)
         self.nodes[node_name] = replace(node, taints=taints, unschedulable=True)
         return True
 

@@ -11,6 +11,7 @@ from typing import Any
 import interruption_fakes as fakes
 import pytest
 
+from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.core.interruption import parse_message
 from nodesmith.core.termination import (
     REQUESTED_AT_ANNOTATION,
@@ -119,21 +120,25 @@ def test_a_later_repeat_never_moves_the_deadline_later_and_an_earlier_one_moves_
 
 
 @pytest.mark.parametrize(
-    ("setting", "cordoned", "requested", "events"),
+    ("setting", "cordoned", "tainted", "requested", "events"),
     [
-        ("ignore", False, False, []),
-        ("event", False, False, ["SpotRebalanceRecommendation"]),
-        ("cordon", True, False, ["SpotRebalanceRecommendation"]),
-        ("drain", True, True, ["SpotRebalanceRecommendation", "TerminatingOnInterruption"]),
+        ("ignore", False, False, False, []),
+        ("event", False, False, False, ["SpotRebalanceRecommendation"]),
+        ("cordon", True, False, False, ["SpotRebalanceRecommendation"]),
+        ("drain", True, True, True, ["SpotRebalanceRecommendation", "TerminatingOnInterruption"]),
     ],
 )
 def test_a_rebalance_recommendation_follows_the_setting(
-    setting: str, cordoned: bool, requested: bool, events: list[str]
+    setting: str, cordoned: bool, tainted: bool, requested: bool, events: list[str]
 ) -> None:
+    """``cordon`` only cordons: the ``karpenter.sh/disrupted`` taint says the node is being disrupted, and would
+    keep consolidation, drift and expiration away from a node nobody drains."""
     cluster, cloud, queue = two_nodes()
     work = batch(cluster, cloud, queue, [fakes.event(A, kind="rebalance")], rebalance=setting)
     work.handle("m-0")
     assert cluster.nodes["node-a"].unschedulable is cordoned
+    assert (DISRUPTED_TAINT in cluster.nodes["node-a"].taints) is tainted
+    assert work.acted is tainted  # the reconcile function is woken only for pods that must move
     assert (len(queue.sent) == 1) is requested
     assert (cluster.nodeclaims["claim-a"].metadata.deletion_timestamp is not None) is requested
     assert cluster.reasons() == events

@@ -278,8 +278,9 @@ class Cluster(Protocol):
         """One node by name, or None."""
         ...
 
-    def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
-        """Add ``taint`` and set ``spec.unschedulable``; idempotent. Returns False if the node is gone."""
+    def taint_and_cordon(self, *, node_name: str, taint: Taint | None) -> bool:
+        """Add ``taint`` (None: none, a plain cordon) and set ``spec.unschedulable``; idempotent. Returns False if
+        the node is gone."""
         ...
 
     def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:

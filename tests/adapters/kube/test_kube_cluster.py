@@ -153,6 +153,14 @@ def test_taint_and_cordon_is_idempotent_and_keeps_other_taints(cluster: KubeClus
     assert cluster.taint_and_cordon(node_name="gone", taint=DISRUPTED) is False
 
 
+def test_a_plain_cordon_adds_no_taint(cluster: KubeCluster, store: Store) -> None:
+    add_node(store, "n1", taints=[{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}])
+    assert cluster.taint_and_cordon(node_name="n1", taint=None) is True
+    node = store.get("nodes", "n1")
+    assert node["spec"]["unschedulable"] is True
+    assert [t["key"] for t in node["spec"]["taints"]] == ["dedicated"]
+
+
 def test_taint_and_cordon_retries_instead_of_overwriting_a_concurrent_taint(cluster: KubeCluster, store: Store) -> None:
     add_node(store, "n1")
     real_request = cluster.rest.request

@@ -171,8 +171,9 @@ class KubeCluster(KarpenterObjects):
                 return read[1]
         return self._node_json(name)
 
-    def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
-        """Add ``taint`` (once: same key and effect) and set ``spec.unschedulable``; False if the node is gone.
+    def taint_and_cordon(self, *, node_name: str, taint: Taint | None) -> bool:
+        """Add ``taint`` (once: same key and effect; None: no taint, a plain cordon) and set ``spec.unschedulable``;
+        False if the node is gone.
 
         The taints list is replaced by a merge patch guarded by the node's ``resourceVersion``, so
         a concurrent change is retried instead of overwritten. Raises ``ConflictError`` after
@@ -184,10 +185,10 @@ class KubeCluster(KarpenterObjects):
                 return False
             spec = doc.get("spec") or {}
             taints = list(spec.get("taints") or [])
-            present = any(t.get("key") == taint.key and t.get("effect") == taint.effect for t in taints)
+            present = taint is None or any((t.get("key"), t.get("effect")) == (taint.key, taint.effect) for t in taints)
             if present and spec.get("unschedulable") is True:
                 return True
-            if not present:
+            if taint is not None and not present:
                 taints.append(_taint_dict(taint))
             patch = {
                 "metadata": {"resourceVersion": (doc.get("metadata") or {}).get("resourceVersion")},

@@ -15,16 +15,18 @@ termination controller drains. Here, per batch (:class:`InterruptionBatch`), in 
    are marked unavailable in one call (Karpenter's unavailable-offerings cache), before any pass is asked for.
 2. :meth:`~InterruptionBatch.handle`, per message; the messages of a batch may be handled at once (Karpenter
    handles a receive's messages ten at a time). For each instance that is ours: taint
-   ``karpenter.sh/disrupted:NoSchedule`` and cordon the node; post Karpenter's Event (``SpotInterrupted``,
-   ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the kinds that end the
-   instance, request its termination (:func:`~nodesmith.services.termination.requests.request_termination`:
-   annotate the reason and a spot warning's deadline, counted from when our queue received it, delete the
-   NodeClaim) and send the request to the termination queue. A message that repeats one already handled (its
-   NodeClaim's termination was requested for the same reason, and SQS had not delivered it before) only moves
-   the deadline earlier, if it does; of two copies handled at once, the guarded request lets exactly one
-   through. The reconcile function is woken as soon as the batch cordons its first node, for a provisioning
-   pass whose snapshot treats the pods of cordoned nodes as pending, so replacement capacity launches while
-   the nodes drain.
+   ``karpenter.sh/disrupted:NoSchedule`` and cordon the node when it will be drained, only cordon it for a
+   rebalance recommendation set to ``cordon`` (its pods stay; the taint would mean Karpenter is disrupting the
+   node, and keep consolidation, drift and expiration away from it for good); post Karpenter's Event
+   (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the
+   kinds that end the instance, request its termination
+   (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
+   warning's deadline, counted from when our queue received it, delete the NodeClaim) and send the request to the
+   termination queue. A message that repeats one already handled (its NodeClaim's termination was requested for
+   the same reason, and SQS had not delivered it before) only moves the deadline earlier, if it does; of two
+   copies handled at once, the guarded request lets exactly one through. The reconcile function is woken as soon
+   as the batch cordons its first node to drain, for a provisioning pass whose snapshot treats the pods of
+   cordoned nodes as pending, so replacement capacity launches while the nodes drain.
 
 Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmless.
 """
@@ -253,9 +255,11 @@ class InterruptionBatch:
             return replace(result, duplicate=True)
         cordoned = False
         if verdict.action in (Action.CORDON, Action.CORDON_AND_DRAIN) and node is not None:
-            cordoned = self.ports.cluster.taint_and_cordon(node_name=node.name, taint=DISRUPTED_TAINT)
+            draining = verdict.action is Action.CORDON_AND_DRAIN
+            taint = DISRUPTED_TAINT if draining else None
+            cordoned = self.ports.cluster.taint_and_cordon(node_name=node.name, taint=taint)
             node = node if cordoned else None  # deleted meanwhile
-            self._wake_once(cordoned)
+            self._wake_once(cordoned and draining)
         request = None
         if verdict.removing:
             request = self._request(received, verdict, claim)
