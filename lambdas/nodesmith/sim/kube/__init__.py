@@ -8,6 +8,7 @@ simulated controllers (kubelet, kube-scheduler, ReplicaSets).
 
 from nodesmith.sim.kube.emulator import KubeEmulator
 from nodesmith.sim.kube.errors import ApiError
+from nodesmith.sim.kube.faults import KubeFaults
 from nodesmith.sim.kube.registry import DEFAULT_RESOURCES, Registry, ResourceType
 from nodesmith.sim.kube.store import ListResult, Store, Subscription, WatchEvent
 
@@ -15,6 +16,7 @@ __all__ = [
     "DEFAULT_RESOURCES",
     "ApiError",
     "KubeEmulator",
+    "KubeFaults",
     "ListResult",
     "Registry",
     "ResourceType",

@@ -12,9 +12,13 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from typing import TYPE_CHECKING
 
 from nodesmith.sim.kube.server import EmulatorServer
 from nodesmith.sim.kube.store import Store, Subscription
+
+if TYPE_CHECKING:
+    from nodesmith.sim.kube.faults import KubeFaults
 
 __all__ = ["KubeEmulator"]
 
@@ -24,9 +28,11 @@ class KubeEmulator:
 
     ``store`` holds the objects (a fresh :class:`Store` unless given; reach it as
     ``emulator.store`` for in-process controllers). ``token``: require ``Authorization: Bearer
-    <token>`` (401 otherwise); None accepts any request. ``start()`` returns the endpoint
-    (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()`` ends watches and closes
-    connections. Usable as a context manager (starts on enter).
+    <token>`` (401 otherwise); None accepts any request. ``faults``: injected failures
+    (:class:`~nodesmith.sim.kube.faults.KubeFaults`; None, the default, serves every request); the
+    attribute can be set or cleared while the emulator runs and applies from the next request.
+    ``start()`` returns the endpoint (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()``
+    ends watches and closes connections. Usable as a context manager (starts on enter).
     """
 
     def __init__(
@@ -37,11 +43,13 @@ class KubeEmulator:
         port: int = 0,
         token: str | None = None,
         version: str = "v1.33.0",
+        faults: KubeFaults | None = None,
     ) -> None:
         self.store = store if store is not None else Store()
         self.host, self.port = host, port
         self.token = token
         self.version = version
+        self.faults = faults
         self.requests = 0
         self.last_authorization: str | None = None
         self.stopping = False

@@ -16,6 +16,7 @@ __all__ = [
     "bad_request",
     "conflict",
     "expired",
+    "internal_error",
     "invalid",
     "not_found",
     "status_body",
@@ -105,9 +106,23 @@ def expired(message: str = "too old resource version") -> ApiError:
     return ApiError(410, "Expired", message)
 
 
-def too_many_requests(message: str, *, causes: list[dict[str, str]] | None = None) -> ApiError:
-    """429 TooManyRequests, as the Eviction API answers when a PodDisruptionBudget forbids it."""
-    return ApiError(429, "TooManyRequests", message, details={"causes": causes} if causes else None)
+def too_many_requests(
+    message: str, *, causes: list[dict[str, str]] | None = None, retry_after_seconds: int = 0
+) -> ApiError:
+    """429 TooManyRequests, as the Eviction API answers when a PodDisruptionBudget forbids it (``causes``) or
+    API Priority and Fairness rejects a request (``retry_after_seconds``: ``details.retryAfterSeconds``, which the
+    HTTP layer also sends as the ``Retry-After`` header, as the API server's response writers do)."""
+    details: dict[str, Any] = {}
+    if causes:
+        details["causes"] = causes
+    if retry_after_seconds > 0:
+        details["retryAfterSeconds"] = retry_after_seconds
+    return ApiError(429, "TooManyRequests", message, details=details)
+
+
+def internal_error(message: str) -> ApiError:
+    """500 InternalError."""
+    return ApiError(500, "InternalError", message)
 
 
 def unsupported_media_type(content_type: str, accepted: str) -> ApiError:

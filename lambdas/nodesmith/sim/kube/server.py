@@ -11,7 +11,9 @@ chunked watch streams) over a :class:`~nodesmith.sim.kube.store.Store`. Routes:
 * verbs GET (one, list, ``watch=true``), POST, PUT, PATCH (merge, strategic merge, JSON patch),
   DELETE (one or collection).
 
-Errors are ``meta/v1 Status`` bodies. Start it with :class:`KubeEmulator`::
+Errors are ``meta/v1 Status`` bodies (a 429 with ``details.retryAfterSeconds`` also has the ``Retry-After``
+header). With ``emulator.faults`` set, each resource request first meets the fault it draws
+(:mod:`nodesmith.sim.kube.faults`). Start it with :class:`KubeEmulator`::
 
     with KubeEmulator() as kube:
         api = build_api_client(endpoint=kube.endpoint, auth="none")
@@ -31,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from nodesmith.sim.kube import errors, scale
 from nodesmith.sim.kube.errors import ApiError, status_body
+from nodesmith.sim.kube.faults import Fault, request_of
 from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
 
 if TYPE_CHECKING:
@@ -69,6 +72,10 @@ class EmulatorServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
+class _Cut(Exception):
+    """A ``cut`` fault: the watch stream is to end without its terminator."""
+
+
 class _Route:
     __slots__ = ("name", "namespace", "rt", "sub")
 
@@ -79,6 +86,7 @@ class _Route:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: EmulatorServer
+    fault: Fault | None = None
 
     # -------------------------------------------------------------- plumbing
     def setup(self) -> None:
@@ -96,16 +104,20 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silence per-request logging."""
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self, code: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(code)
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Audit-Id", "nodesmith-emulator")
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, code: int, obj: Any) -> None:
-        self._send(code, json.dumps(obj, separators=(",", ":")).encode())
+    def _json(self, code: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(code, json.dumps(obj, separators=(",", ":")).encode(), headers=headers)
 
     def _body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
@@ -152,13 +164,38 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "GET" and self._discovery(path):
                 return
             route = self._route(path)
+            self.fault = None
+            if emulator.faults is not None:
+                self._meet_fault(method, route, query, body)
             self._serve(method, route, query, body)
         except ApiError as exc:
-            self._json(exc.code, exc.status())
+            retry_after = exc.details.get("retryAfterSeconds")
+            self._json(exc.code, exc.status(), {"Retry-After": str(retry_after)} if retry_after else None)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # an emulator bug must answer 500, not hang the client
             self._json(500, status_body(code=500, reason="InternalError", message=f"emulator error: {exc!r}"))
+
+    def _meet_fault(self, method: str, route: _Route, query: dict[str, str], body: Any) -> None:
+        """Draw this request's fault: raise the refusals, wait out a slow answer, keep a watch's for the stream."""
+        faults = self.server.emulator.faults
+        if faults is None:
+            return
+        request = request_of(method, plural=route.rt.plural, name=route.name, sub=route.sub, query=query, body=body)
+        fault = faults.draw(request)
+        if fault is None:
+            return
+        if fault.kind == "throttle":
+            raise errors.too_many_requests(
+                "Too many requests, please try again later.", retry_after_seconds=fault.retry_after
+            )
+        if fault.kind == "error":
+            raise errors.internal_error(f"injected fault: {request.operation} failed")
+        if fault.kind == "conflict":
+            raise errors.conflict(route.rt.plural, route.name or "", route.rt.group)
+        if fault.kind == "slow":
+            time.sleep(fault.delay)
+        self.fault = fault
 
     def _discovery(self, path: str) -> bool:
         registry = self.server.emulator.store.registry
@@ -322,6 +359,8 @@ class _Handler(BaseHTTPRequestHandler):
         rv = query.get("resourceVersion", "")
         if rv in ("", "0") or query.get("sendInitialEvents") == "true":
             return store.subscribe(resources=[rt.key], initial=True)
+        if self.fault is not None and self.fault.kind == "expired":
+            return errors.expired(f"too old resource version: {rv} ({store.resource_version})")
         try:
             since = int(rv)
         except ValueError:
@@ -350,6 +389,11 @@ class _Handler(BaseHTTPRequestHandler):
         emulator.track(opened)
         try:
             self._stream(rt, opened, query, lambda e: self._translate(e, ns, labels_ok, fields))
+        except _Cut:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+            return
         except OSError:  # the client went away
             self.close_connection = True
             return
@@ -371,6 +415,7 @@ class _Handler(BaseHTTPRequestHandler):
         deadline = None if timeout is None else time.monotonic() + timeout
         bookmark = query.get("sendInitialEvents") == "true" and query.get("allowWatchBookmarks") == "true"
         initial_left = len(sub.queue)
+        cut_after = self.fault.cut_after if self.fault is not None and self.fault.kind == "cut" else None
         while not emulator.stopping:
             if bookmark and initial_left == 0:
                 bookmark = False
@@ -388,6 +433,10 @@ class _Handler(BaseHTTPRequestHandler):
             out = translate(event)
             if out is not None:
                 self._chunk(out)
+                if cut_after is not None:
+                    cut_after -= 1
+                    if cut_after <= 0:
+                        raise _Cut
 
     @staticmethod
     def _translate(event: WatchEvent, ns: str | None, labels_ok: Any, fields: Any) -> dict[str, Any] | None:
