@@ -41,7 +41,13 @@ def test_the_same_seed_draws_the_same_faults_and_another_seed_others() -> None:
 
     assert run(7) == run(7)
     assert run(7) != run(8)
-    assert {k for k in run(7) if k} == {"throttle", "error", "slow", "conflict"}  # what a guarded patch can meet
+    assert {k for k in run(7) if k} == {
+        "throttle",
+        "error",
+        "slow",
+        "lost",
+        "conflict",
+    }  # what a guarded patch can meet
 
 
 def test_the_most_specific_operation_rate_wins() -> None:
@@ -147,6 +153,17 @@ def test_a_slow_answer_is_still_served(kube: KubeEmulator, http: urllib3.PoolMan
     answer = http.request("GET", kube.endpoint + "/api/v1/nodes/n1")
     assert answer.status == 200 and json.loads(answer.data)["metadata"]["name"] == "n1"
     assert kube.faults.counts()["slow"] == 1
+
+
+def test_a_lost_answer_was_served_but_never_answered(kube: KubeEmulator, http: urllib3.PoolManager) -> None:
+    kube.faults = KubeFaults(seed=1, rates={"patch nodes": {"lost": 1.0}})
+    headers = {"Content-Type": "application/merge-patch+json"}
+    patch = json.dumps({"metadata": {"labels": {"a": "b"}}})
+    with pytest.raises(urllib3.exceptions.ProtocolError):
+        http.request("PATCH", kube.endpoint + "/api/v1/nodes/n1", body=patch, headers=headers)
+    assert kube.store.get("nodes", "n1")["metadata"]["labels"] == {"a": "b"}
+    assert http.request("GET", kube.endpoint + "/api/v1/nodes/n1").status == 200  # a new connection is served
+    assert kube.faults.counts()["lost"] == 1
 
 
 def test_a_cut_watch_ends_without_its_terminator_after_some_events(

@@ -13,6 +13,8 @@ the default, turns faults off and costs one attribute read per request). Kinds (
   "Resource versions"); an unconditional write never conflicts (the API server retries those
   itself). Nothing is written.
 * ``slow``: the answer comes after ``delay_seconds``, then the request is served.
+* ``lost``: the request is served, then the connection closes without an answer (a write happened
+  but its client cannot know: a timeout after the commit, a broken connection).
 * ``cut``: a watch stream is closed after 1 to ``cut_after_events`` events, without the chunked
   terminator (a connection lost mid-stream).
 * ``expired``: a watch that resumes from a ``resourceVersion`` gets the ``ERROR`` event with a 410
@@ -36,7 +38,7 @@ from typing import Any, Literal, get_args
 
 __all__ = ["FAULT_KINDS", "Fault", "FaultKind", "KubeFaults", "Request", "request_of"]
 
-FaultKind = Literal["throttle", "error", "conflict", "slow", "cut", "expired"]
+FaultKind = Literal["throttle", "error", "conflict", "slow", "lost", "cut", "expired"]
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
 _ANY_REQUEST: tuple[FaultKind, ...] = ("throttle", "error", "slow")
@@ -63,7 +65,9 @@ class Request:
         out = list(_ANY_REQUEST)
         if self.verb in ("update", "patch") and self.guarded:
             out.append("conflict")
-        if self.verb == "watch":
+        if self.verb != "watch":
+            out.append("lost")
+        else:
             out.append("cut")
             if self.resumes:
                 out.append("expired")

@@ -22,6 +22,7 @@ header). With ``emulator.faults`` set, each resource request first meets the fau
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import socket
 import sys
@@ -167,6 +168,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.fault = None
             if emulator.faults is not None:
                 self._meet_fault(method, route, query, body)
+                if self.fault is not None and self.fault.kind == "lost":
+                    self._serve_unanswered(method, route, query, body)
+                    return
             self._serve(method, route, query, body)
         except ApiError as exc:
             retry_after = exc.details.get("retryAfterSeconds")
@@ -196,6 +200,18 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind == "slow":
             time.sleep(fault.delay)
         self.fault = fault
+
+    def _serve_unanswered(self, method: str, route: _Route, query: dict[str, str], body: Any) -> None:
+        """A ``lost`` fault: serve the request, write its answer nowhere and close the connection."""
+        wire, self.wfile = self.wfile, io.BytesIO()
+        try:
+            with contextlib.suppress(ApiError):
+                self._serve(method, route, query, body)
+        finally:
+            self.wfile = wire
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
 
     def _discovery(self, path: str) -> bool:
         registry = self.server.emulator.store.registry
