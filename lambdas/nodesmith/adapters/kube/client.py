@@ -14,8 +14,9 @@ Authentication modes (``Settings.kube_auth``):
 ``kubernetes`` is imported inside the functions: importing its API classes is slow, which a Lambda
 cold start should pay only when it talks to the cluster. The official client has no
 client-side rate limiter (client-go's QPS/burst); bursts are bounded by the connection pool
-(``pool_maxsize``: a drain round evicts several pods in parallel) and the API
-server's priority and fairness (429 with Retry-After, surfaced as ``KubernetesError``).
+(``pool_maxsize``: a drain round evicts several pods in parallel) and the API server's priority and
+fairness (429 with Retry-After, retried by :class:`~nodesmith.adapters.kube.calls.KubeRest` within its
+:class:`~nodesmith.adapters.kube.retry.RetryPolicy`).
 """
 
 from __future__ import annotations
@@ -175,15 +176,21 @@ def build_api_client(
     fields through. ``cluster_ca_data`` is base64 PEM (EKS ``certificateAuthority.data``); empty
     means the system trust store. ``kube_auth`` is ``eks`` (needs ``cluster_name``; ``session`` /
     ``region`` pick the AWS credentials), ``token`` (needs ``kube_token``) or ``none``.
-    ``pool_maxsize`` bounds concurrent connections; ``retries`` covers connection errors only.
+    ``pool_maxsize`` bounds concurrent connections; ``retries`` is how often urllib3 retries a connection
+    that could not be made (nothing was sent, so any request is safe to repeat). urllib3 retries nothing
+    else: not a lost answer, not a 429 or 503 with ``Retry-After`` (its default would sleep as long as the
+    header says, uncapped) — :class:`~nodesmith.adapters.kube.calls.KubeRest` decides those.
 
     Raises ``KubernetesError`` for inconsistent settings (missing token, bad CA data).
     """
     from kubernetes.client import ApiClient, Configuration
+    from urllib3.util.retry import Retry
 
     config = Configuration(host=cluster_endpoint.rstrip("/"))
     config.connection_pool_maxsize = pool_maxsize
-    config.retries = retries
+    config.retries = Retry(
+        total=retries, connect=retries, read=False, status=0, other=0, respect_retry_after_header=False
+    )
     if cluster_ca_data:
         config.ca_cert_data = _ca_pem(cluster_ca_data)
     if kube_auth == "eks":

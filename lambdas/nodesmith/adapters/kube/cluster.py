@@ -15,19 +15,20 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.adapters.kube.calls import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeRest, path
-from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
+from nodesmith.adapters.kube.calls import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeRest, may_have_applied, path
 from nodesmith.adapters.kube.parsed import ParsedObjects
+from nodesmith.adapters.kube.watches import PodWatches
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.objects import daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from kubernetes.client import ApiClient
 
+    from nodesmith.adapters.kube.retry import RetryPolicy
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget, Taint
-    from nodesmith.core.ports import EvictionOutcome, ObjectRef, PodEvent
+    from nodesmith.core.ports import EvictionOutcome, ObjectRef
     from nodesmith.core.scheduling.volumes import VolumeContext
 
 __all__ = ["KubeCluster"]
@@ -50,12 +51,14 @@ _READ_REUSE_MAX = 4096
 """Node documents kept for reuse at most (a warm container's cache is cleared past this)."""
 
 
-class KubeCluster(KarpenterObjects):
+class KubeCluster(PodWatches):
     """The Kubernetes side of Nodesmith (implements :class:`nodesmith.core.ports.Cluster`).
 
     ``api_client`` comes from :func:`nodesmith.adapters.kube.client.build_api_client`.
     ``request_timeout`` is (connect, read) seconds per call; ``page_size`` bounds list pages;
-    ``component`` is the Event source; ``clock`` gives epoch seconds for Event timestamps.
+    ``component`` is the Event source; ``clock`` gives epoch seconds for Event timestamps; ``retry`` bounds
+    the retries of refused requests and the re-reads of guarded writes
+    (:class:`~nodesmith.adapters.kube.retry.RetryPolicy`, its defaults when None).
     All methods take keyword arguments and raise :mod:`nodesmith.core.errors` types.
     """
 
@@ -67,8 +70,9 @@ class KubeCluster(KarpenterObjects):
         page_size: int = 500,
         component: str = "nodesmith",
         clock: Callable[[], float] = time.time,
+        retry: RetryPolicy | None = None,
     ) -> None:
-        self.rest = KubeRest(api_client, timeout=request_timeout)
+        self.rest = KubeRest(api_client, timeout=request_timeout, retry=retry)
         self.page_size = page_size
         self.component = component
         self.clock = clock
@@ -176,10 +180,11 @@ class KubeCluster(KarpenterObjects):
         False if the node is gone.
 
         The taints list is replaced by a merge patch guarded by the node's ``resourceVersion``, so
-        a concurrent change is retried instead of overwritten. Raises ``ConflictError`` after
-        repeated conflicts.
+        a concurrent change is retried instead of overwritten: a 409, or a patch that may not have landed (no
+        answer, 5xx), reads the node again (which says whether it is still to do), up to
+        ``RetryPolicy.conflict_attempts`` rounds. Raises ``ConflictError`` after repeated conflicts.
         """
-        for attempt in range(5):
+        for attempt in range(self.rest.retry.conflict_attempts):
             doc = self._node_for_write(node_name, first=attempt == 0)
             if doc is None:
                 return False
@@ -207,15 +212,19 @@ class KubeCluster(KarpenterObjects):
                 return False
             except ConflictError:
                 continue
+            except KubernetesError as exc:
+                if not may_have_applied(exc):
+                    raise
         raise ConflictError(f"taint and cordon node {node_name}: kept conflicting", status=409)
 
     def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
         """Remove the taints keyed ``taint_key`` and clear ``spec.unschedulable``; False if the node is gone.
 
-        Same ``resourceVersion``-guarded merge patch as :meth:`taint_and_cordon` (conflicts are
-        retried, ``ConflictError`` after repeated ones). Nothing is written when there is nothing to undo.
+        Same ``resourceVersion``-guarded merge patch as :meth:`taint_and_cordon` (conflicts and doubtful
+        writes are read again and retried, ``ConflictError`` after repeated ones). Nothing is written when there
+        is nothing to undo.
         """
-        for attempt in range(5):
+        for attempt in range(self.rest.retry.conflict_attempts):
             doc = self._node_for_write(node_name, first=attempt == 0)
             if doc is None:
                 return False
@@ -241,6 +250,9 @@ class KubeCluster(KarpenterObjects):
                 return False
             except ConflictError:
                 continue
+            except KubernetesError as exc:
+                if not may_have_applied(exc):
+                    raise
         raise ConflictError(f"untaint and uncordon node {node_name}: kept conflicting", status=409)
 
     def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
@@ -281,8 +293,10 @@ class KubeCluster(KarpenterObjects):
     def evict(self, *, pod: Pod, grace_period_seconds: int | None = None) -> EvictionOutcome:
         """Evict through ``policy/v1`` Eviction: 'evicted', 'blocked' (429, a PodDisruptionBudget), 'gone' (404).
 
-        The pod's uid is a precondition, so a same-named replacement (409) also counts as 'gone'.
-        Other failures (500 when several budgets select the pod) raise ``KubernetesError``.
+        The pod's uid is a precondition, so a same-named replacement (409) also counts as 'gone'. An eviction
+        is safe to send again (a repeat of one that landed finds the pod gone or terminating), so throttling,
+        server errors and lost answers are retried; a budget's 429 is not. Other failures (500 when several
+        budgets select the pod, after its retries) raise ``KubernetesError``.
         """
         body = {
             "apiVersion": "policy/v1",
@@ -296,6 +310,7 @@ class KubeCluster(KarpenterObjects):
                 path("api", "v1", "namespaces", pod.namespace, "pods", pod.name, "eviction"),
                 body=body,
                 what=f"evict pod {pod.key}",
+                repeatable=True,
             )
         except (NotFoundError, ConflictError):
             return "gone"
@@ -316,73 +331,6 @@ class KubeCluster(KarpenterObjects):
             )
         except (NotFoundError, ConflictError):
             return
-
-    # ----------------------------------------------------------------- watch
-    def watch_pods(
-        self, *, resource_version: str = "", unscheduled_only: bool = True, timeout_seconds: int = 60
-    ) -> Iterator[PodEvent]:
-        """Pod changes through ``kubernetes.watch.Watch`` (see :meth:`nodesmith.core.ports.Cluster.watch_pods`).
-
-        ``unscheduled_only`` selects ``spec.nodeName=`` (list and watch), so a pod that gets bound
-        arrives as DELETED. Without ``resource_version`` a list comes first (``SYNCED``). The watch
-        asks the server to end after ``timeout_seconds``; the read timeout is that plus 10 s.
-        BOOKMARK events only move the resume point. A 410 (version too old) raises
-        ``KubernetesError`` with status 410 instead of the client's silent retry.
-        """
-        from nodesmith.core.ports import PodEvent
-
-        selector = "spec.nodeName=" if unscheduled_only else None
-        url = path("api", "v1", "pods")
-        if not resource_version:
-            doc = self.rest.request("GET", url, what="list pods", query={"fieldSelector": selector}) or {}
-            pods = tuple(self._parse(pod_from_dict, i, "pod") for i in doc.get("items") or [])
-            resource_version = str((doc.get("metadata") or {}).get("resourceVersion") or "")
-            yield PodEvent(type="SYNCED", pods=pods, resource_version=resource_version)
-        yield from self._pod_stream(url, selector, resource_version, timeout_seconds)
-
-    def _pod_stream(self, url: str, selector: str | None, since: str, timeout_seconds: int) -> Iterator[PodEvent]:
-        from kubernetes.client.exceptions import ApiException
-        from kubernetes.watch import Watch
-        from urllib3.exceptions import HTTPError
-
-        from nodesmith.adapters.kube.calls import JSON, error_for
-        from nodesmith.core.ports import PodEvent
-
-        rest = self.rest
-
-        def open_watch(**kwargs: Any) -> Any:
-            """GET ``url?watch=1``: the raw urllib3 response ``Watch.stream`` reads lines from."""
-            query = [("watch", "true"), ("allowWatchBookmarks", "true")]
-            query += [("resourceVersion", kwargs["resource_version"]), ("timeoutSeconds", kwargs["timeout_seconds"])]
-            if selector:
-                query.append(("fieldSelector", selector))
-            _, full, headers, _, _ = rest.api_client.param_serialize(
-                "GET", url, query_params=query, header_params={"Accept": JSON}, auth_settings=["BearerToken"]
-            )
-            timeout = (rest.timeout[0], float(timeout_seconds) + 10.0)
-            response = rest.api_client.call_api("GET", full, header_params=headers, _request_timeout=timeout).response
-            if not 200 <= response.status <= 299:
-                data = response.read()
-                response.release_conn()
-                raise error_for(response.status, data, "watch pods", str(response.reason or ""))
-            return response
-
-        watcher = Watch()  # type: ignore[no-untyped-call]
-        try:
-            stream = watcher.stream(open_watch, resource_version=since, timeout_seconds=timeout_seconds)  # type: ignore[no-untyped-call]
-            for event in stream:
-                kind, obj = event.get("type"), event.get("raw_object") or {}
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or since)
-                if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    pod = self._parse(pod_from_dict, obj, "pod")
-                    yield PodEvent(type=kind, pods=(pod,), resource_version=version)
-                since = version
-        except ApiException as exc:  # an ERROR event (410 Gone when the version is too old)
-            raise KubernetesError(f"watch pods: HTTP {exc.status}: {exc.reason}", status=int(exc.status or 0)) from exc
-        except (HTTPError, OSError) as exc:
-            raise KubernetesError(f"watch pods: connection lost: {exc}", status=0) from exc
-        finally:
-            watcher.stop()  # type: ignore[no-untyped-call]
 
     # ----------------------------------------------------------------- events
     def record_event(self, *, ref: ObjectRef, reason: str, message: str, type_: str = "Normal") -> None:
@@ -413,11 +361,11 @@ class KubeCluster(KarpenterObjects):
             "count": 1,
         }
         try:
-            self.rest.request(
-                "POST",
+            self.rest.create(
                 path("api", "v1", "namespaces", namespace, "events"),
                 body=body,
                 what=f"record event {reason} on {ref.kind} {ref.name}",
+                same=lambda sent, found: found.get("involvedObject") == sent["involvedObject"],
             )
         except KubernetesError as exc:
             log.warning("event not recorded: %s", exc)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
 
-from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, path
+from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, may_have_applied, path
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.api.nodepool import NodePool
@@ -36,6 +36,22 @@ _SERVER_SET_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTime
 
 def _crd(group: str, plural: str, *rest: str) -> str:
     return path("apis", group, CRD_VERSION, plural, *rest)
+
+
+def _contains(found: Any, sent: Any) -> bool:
+    """Whether the mapping ``found`` holds every key of ``sent`` with the same value."""
+    return isinstance(found, dict) and isinstance(sent, dict) and all(found.get(k) == v for k, v in sent.items())
+
+
+def same_nodeclaim(sent: dict[str, Any], found: dict[str, Any]) -> bool:
+    """Whether the NodeClaim ``found`` is the one whose create sent ``sent``: its labels, annotations and spec
+    fields as sent (the API server may add defaults, never change what was sent)."""
+    meta, found_meta = sent.get("metadata") or {}, found.get("metadata") or {}
+    return (
+        _contains(found_meta.get("labels") or {}, meta.get("labels") or {})
+        and _contains(found_meta.get("annotations") or {}, meta.get("annotations") or {})
+        and _contains(found.get("spec"), sent.get("spec") or {})
+    )
 
 
 class KarpenterObjects:
@@ -95,14 +111,20 @@ class KarpenterObjects:
         return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
 
     def create_nodeclaim(self, *, nodeclaim: NodeClaim) -> NodeClaim:
-        """Create ``nodeclaim`` (the API server drops its status); ``ConflictError`` if it exists."""
+        """Create ``nodeclaim`` (the API server drops its status); ``ConflictError`` if it exists.
+
+        A create whose answer was lost (no answer, 5xx) is sent again, and one that the retry finds already
+        created by this call (:func:`same_nodeclaim`) is returned as created (:meth:`KubeRest.create`)."""
         body = nodeclaim.model_dump_k8s()
         meta = body.setdefault("metadata", {})
         for key in _SERVER_SET_META:
             meta.pop(key, None)
         body.pop("status", None)
-        doc = self.rest.request(
-            "POST", _crd(KARPENTER_GROUP, "nodeclaims"), body=body, what=f"create nodeclaim {nodeclaim.name}"
+        doc = self.rest.create(
+            _crd(KARPENTER_GROUP, "nodeclaims"),
+            body=body,
+            what=f"create nodeclaim {nodeclaim.name}",
+            same=same_nodeclaim,
         )
         return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
 
@@ -161,9 +183,10 @@ class KarpenterObjects:
     def remove_finalizer(self, url_path: str, *, finalizer: str, what: str) -> None:
         """Remove ``finalizer`` from the object at ``url_path``: a merge patch of the rest of its finalizers, guarded
         by the ``resourceVersion`` read just before (JSON merge patch replaces the whole list, and another
-        controller's finalizer must survive). Gone or without it: nothing to do. ``ConflictError`` after
-        repeated conflicts."""
-        for _ in range(5):
+        controller's finalizer must survive). Gone or without it: nothing to do. A conflict, or a patch that may
+        not have landed (no answer, 5xx), is read again and retried (the read says whether it is still to do), up
+        to ``RetryPolicy.conflict_attempts`` rounds; ``ConflictError`` after repeated conflicts."""
+        for _ in range(self.rest.retry.conflict_attempts):
             try:
                 doc = self.rest.request("GET", url_path, what=f"get {what}") or {}
             except NotFoundError:
@@ -183,4 +206,7 @@ class KarpenterObjects:
                 return
             except ConflictError:
                 continue
+            except KubernetesError as exc:
+                if not may_have_applied(exc):
+                    raise
         raise ConflictError(f"remove {finalizer} from {what}: kept conflicting", status=409)
