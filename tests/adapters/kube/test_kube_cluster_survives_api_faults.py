@@ -246,3 +246,13 @@ def test_a_slow_answer_past_the_read_timeout_is_sent_again(kube: KubeEmulator, w
         cluster.label_node(node_name="n1", labels={f"k{i}": "v"})
     assert faults.counts()["slow"] >= 1 and len(waits) == faults.counts()["slow"]
     assert kube.store.get("nodes", "n1")["metadata"]["labels"] == {f"k{i}": "v" for i in range(4)}
+
+
+def test_a_watch_that_keeps_failing_gives_up_after_the_policys_attempts(kube: KubeEmulator, waits: list[float]) -> None:
+    cluster = make_cluster(kube, waits, attempts=3)
+    kube.faults = KubeFaults(seed=1, rates={"watch pods": {"error": 1.0}})
+    events = cluster.watch_pods(timeout_seconds=20)
+    assert next(events).type == "SYNCED"
+    with pytest.raises(KubernetesError) as err:
+        next(events)
+    assert err.value.status == 500 and len(waits) == 2 and kube.faults.counts()["error"] == 3

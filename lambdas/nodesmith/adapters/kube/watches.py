@@ -78,10 +78,11 @@ class PodWatches(KarpenterObjects):
                 return  # the server ended the stream at its timeout
             except KubernetesError as exc:
                 failures += 1
-                if exc.status == 410 and cursor.own:
-                    cursor.version = ""  # too old: list again
-                elif not retryable(exc.status, None, repeatable=True) or failures >= policy.attempts:
+                relist = exc.status == 410 and cursor.own
+                if failures >= policy.attempts or not (relist or retryable(exc.status, None, repeatable=True)):
                     raise
+                if relist:
+                    cursor.version = ""  # too old: list again
             policy.sleep(min(policy.wait(failures, None), max(deadline - time.monotonic(), 0.0)))
 
     def _list_pods_event(self, url: str, selector: str | None) -> PodEvent:
