@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.adapters.kube.retry import RetryPolicy
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.model import Taint
@@ -28,7 +29,8 @@ def store(kube: KubeEmulator) -> Store:
 
 @pytest.fixture
 def cluster(kube: KubeEmulator) -> KubeCluster:
-    return KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"), page_size=2)
+    api = build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none")
+    return KubeCluster(api_client=api, page_size=2, retry=RetryPolicy(sleep=lambda _: None))  # retries never wait
 
 
 def add_node(store: Store, name: str, *, instance: str = "i-1", taints: list[dict[str, str]] | None = None) -> None:
@@ -318,11 +320,13 @@ def test_unreachable_api_server_is_a_kubernetes_error_with_status_zero() -> None
     with KubeEmulator() as kube:
         endpoint = kube.endpoint
     cluster = KubeCluster(
-        api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", retries=0), request_timeout=(1.0, 1.0)
+        api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", retries=0),
+        request_timeout=(1.0, 1.0),
+        retry=RetryPolicy(sleep=lambda _: None),
     )
     with pytest.raises(KubernetesError) as err:
         cluster.list_nodes()
-    assert err.value.status == 0
+    assert err.value.status == 0 and cluster.rest.retries == RetryPolicy().attempts - 1
 
 
 def test_a_success_whose_body_is_not_json_is_a_kubernetes_error_naming_the_call() -> None:
