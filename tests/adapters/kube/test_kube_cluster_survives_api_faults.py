@@ -256,3 +256,20 @@ def test_a_watch_that_keeps_failing_gives_up_after_the_policys_attempts(kube: Ku
     with pytest.raises(KubernetesError) as err:
         next(events)
     assert err.value.status == 500 and len(waits) == 2 and kube.faults.counts()["error"] == 3
+
+
+def test_a_throttled_watch_waits_its_retry_after_and_goes_on(kube: KubeEmulator, waits: list[float]) -> None:
+    faults = KubeFaults(seed=1, rates={"watch pods": {"throttle": 1.0}}, retry_after_seconds=4)
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        kube.faults = None  # APF lets the next one through
+
+    retry = RetryPolicy(sleep=sleep, jitter=lambda: 0.0)
+    cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"), retry=retry)
+    kube.faults = faults
+    events = cluster.watch_pods(timeout_seconds=20)
+    assert next(events).type == "SYNCED"
+    add_pod(kube.store, "new")
+    assert next(events).pods[0].name == "new"
+    assert faults.counts()["throttle"] == 1 and waits == [4.0]

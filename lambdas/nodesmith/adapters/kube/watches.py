@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.kube.calls import JSON, error_for, path
 from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
-from nodesmith.adapters.kube.retry import retryable
+from nodesmith.adapters.kube.retry import retry_after_seconds, retryable
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.objects import pod_from_dict
 
@@ -33,10 +33,12 @@ _READ_MARGIN_SECONDS = 10.0
 
 @dataclass(slots=True)
 class _Cursor:
-    """Where a watch resumes: the last ``resourceVersion`` seen, and whether this call reached it itself."""
+    """Where a watch resumes: the last ``resourceVersion`` seen, whether this call reached it itself, and the
+    ``Retry-After`` (seconds) of the last refused watch request."""
 
     version: str
     own: bool
+    retry_after: float | None = None
 
 
 class PodWatches(KarpenterObjects):
@@ -53,7 +55,8 @@ class PodWatches(KarpenterObjects):
         BOOKMARK events only move the resume point. Within that time a stream that breaks (connection lost,
         429 or 5xx) is resumed from the last version seen, and a 410 (version too old) for a version this
         call listed or reached is answered by listing again: a new ``SYNCED`` event, then changes from it.
-        Failures in a row without an event are bounded by ``RetryPolicy.attempts``, with its backoff. A 410
+        Failures in a row without an event are bounded by ``RetryPolicy.attempts``, with its backoff (at least
+        the ``Retry-After`` of a refused watch request, capped). A 410
         for the caller's own ``resource_version`` raises ``KubernetesError`` with status 410 (list again);
         any other failure, or one that keeps repeating, raises ``KubernetesError``.
         """
@@ -83,7 +86,9 @@ class PodWatches(KarpenterObjects):
                     raise
                 if relist:
                     cursor.version = ""  # too old: list again
-            policy.sleep(min(policy.wait(failures, None), max(deadline - time.monotonic(), 0.0)))
+            pause = policy.wait(failures, cursor.retry_after)
+            cursor.retry_after = None
+            policy.sleep(min(pause, max(deadline - time.monotonic(), 0.0)))
 
     def _list_pods_event(self, url: str, selector: str | None) -> PodEvent:
         """One list of the pods as a ``SYNCED`` event at the list's ``resourceVersion``."""
@@ -109,6 +114,7 @@ class PodWatches(KarpenterObjects):
         if not 200 <= response.status <= 299:
             data = response.read()
             response.release_conn()
+            cursor.retry_after = retry_after_seconds(response.headers.get("Retry-After"))
             raise error_for(response.status, data, "watch pods", str(response.reason or ""))
         return response
 
