@@ -91,7 +91,7 @@ def _repeatable(method: str, body: Any, content_type: str) -> bool:
     change). Never a POST or a JSON patch."""
     if method in ("GET", "HEAD", "DELETE"):
         return True
-    if method not in ("PUT", "PATCH") or content_type == JSON_PATCH:
+    if method == "POST" or content_type == JSON_PATCH:
         return False
     meta = body.get("metadata") if isinstance(body, dict) else None
     return not (isinstance(meta, dict) and meta.get("resourceVersion"))
@@ -211,14 +211,21 @@ class KubeRest:
             raise KubernetesError(f"{what}: the API server's answer is not JSON: {exc}", status=status) from exc
 
     def create(
-        self, url_path: str, *, body: dict[str, Any], what: str, same: Callable[[dict[str, Any], dict[str, Any]], bool]
+        self,
+        url_path: str,
+        *,
+        body: dict[str, Any],
+        what: str,
+        same: Callable[[dict[str, Any], dict[str, Any]], bool] | None,
     ) -> Any:
         """POST ``body`` (an object with ``metadata.name``) to the collection ``url_path``; the created object.
 
         Unlike :meth:`request`, a POST that got no answer or a 5xx is sent again: if the first try did create
-        the object, the retry is answered 409 AlreadyExists, and then the object is read back and returned when
-        ``same(body, found)`` says it is the one sent. A 409 with no earlier doubtful try, or for an object that
-        is not the one sent, raises ``ConflictError`` (someone else's object has the name).
+        the object, the retry is answered 409 AlreadyExists. Then the object is read back (a ``get``) and
+        returned when ``same(body, found)`` says it is the one sent; with ``same`` None the name is this call's
+        alone (a random suffix), so the object is taken as created without reading it, and None is returned. A
+        409 with no earlier doubtful try, or for an object that is not the one sent, raises ``ConflictError``
+        (someone else's object has the name).
         """
         call = Call("POST", url_path, what, body=body, repeatable=True)
         try:
@@ -226,6 +233,8 @@ class KubeRest:
         except ConflictError:
             if not any(s == 0 or s >= 500 for s in call.failures):
                 raise
+            if same is None:
+                return None
             name = str((body.get("metadata") or {}).get("name") or "")
             found = self.request("GET", f"{url_path}/{quote(name, safe='')}", what=f"{what} (read back)")
             if isinstance(found, dict) and same(body, found):

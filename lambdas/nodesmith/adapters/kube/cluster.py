@@ -365,7 +365,7 @@ class KubeCluster(PodWatches):
                 path("api", "v1", "namespaces", namespace, "events"),
                 body=body,
                 what=f"record event {reason} on {ref.kind} {ref.name}",
-                same=lambda sent, found: found.get("involvedObject") == sent["involvedObject"],
+                same=None,  # the name's random suffix is this Event's alone
             )
         except KubernetesError as exc:
             log.warning("event not recorded: %s", exc)
