@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodesmith.core.drain import do_not_disrupt_until, plan_drain
+from nodesmith.core.drain import plan_drain
 from nodesmith.core.model import Node, Pod, Toleration
 
 NODE = Node(name="node-a", provider_id="aws:///us-west-2a/i-1234567890abcdef0")
@@ -154,31 +153,28 @@ def test_terminating_pods_that_would_outlive_the_deadline_are_deleted_again_with
     assert plan.terminating == ()
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("true", math.inf),
-        ("True", math.inf),
-        ("false", None),
-        ("10m", 1000.0 + 600),
-        ("1h30m", 1000.0 + 5400),
-        ("1.5s", 1000.0 + 1.5),
-        ("soon", math.inf),  # not a duration: protect, as the safer reading
-    ],
-)
-def test_do_not_disrupt_values(value: str, expected: float | None) -> None:
-    assert (
-        do_not_disrupt_until(pod("x", annotations={"karpenter.sh/do-not-disrupt": value}, creation_timestamp=1000.0))
-        == expected
-    )
-
-
 def test_do_not_disrupt_duration_protects_only_until_it_expires() -> None:
-    young = pod("young", annotations={"karpenter.sh/do-not-disrupt": "5m"}, creation_timestamp=NOW - 60)
-    old = pod("old", annotations={"karpenter.sh/do-not-disrupt": "5m"}, creation_timestamp=NOW - 600)
+    young = pod("young", annotations={"karpenter.sh/do-not-disrupt": "5m"}, start_time=NOW - 60)
+    old = pod("old", annotations={"karpenter.sh/do-not-disrupt": "5m"}, start_time=NOW - 600)
     plan = plan_drain(node=NODE, pods=[young, old], now=NOW, deadline=None)
     assert [(w.pod.name, w.until) for w in plan.waiting] == [("young", NOW + 240)]
     assert names(plan.evict) == ["old"]
+
+
+def test_do_not_disrupt_duration_counts_from_the_start_not_the_creation() -> None:
+    late_start = pod(
+        "late", annotations={"karpenter.sh/do-not-disrupt": "5m"}, creation_timestamp=NOW - 3600, start_time=NOW - 60
+    )
+    plan = plan_drain(node=NODE, pods=[late_start], now=NOW, deadline=None)
+    assert [(w.pod.name, w.until) for w in plan.waiting] == [("late", NOW + 240)]
+
+
+def test_an_invalid_do_not_disrupt_value_is_evicted_and_reported() -> None:
+    odd = pod("odd", annotations={"karpenter.sh/do-not-disrupt": "forever"}, start_time=NOW - 60)
+    plan = plan_drain(node=NODE, pods=[odd], now=NOW, deadline=None)
+    assert names(plan.evict) == ["odd"] and plan.waiting == ()
+    ((flagged, verdict),) = plan.invalid_annotations
+    assert flagged.name == "odd" and verdict.value == "forever"
 
 
 _pods = st.builds(

@@ -13,8 +13,11 @@ terminator/terminator.go`` and ``[core]:pkg/utils/pod/scheduling.go``):
   (``priorityClassName`` ``system-cluster-critical`` or ``system-node-critical``). A tier is
   evicted only once every earlier tier has left the node, so cluster services (CoreDNS, ...) keep
   serving the pods that are still shutting down.
-* ``karpenter.sh/do-not-disrupt`` pods (``"true"``, or a Go duration counted from the pod's
-  creation, Karpenter v1.12+) are never evicted; they wait (``waiting``) and block the drain.
+* ``karpenter.sh/do-not-disrupt`` pods whose protection is active
+  (:func:`~nodesmith.core.do_not_disrupt.do_not_disrupt`: ``"true"``, or a Go duration counted from the
+  pod's ``status.startTime``) are never evicted; they wait (``waiting``) and block the drain. A pod whose
+  value is invalid is evicted as if it had none, and the plan lists it in ``invalid_annotations`` so the
+  caller can say so on the node.
 * Deadline (``terminationGracePeriod`` in Karpenter; the spot interruption time here): a pod is
   force-deleted (bypassing PodDisruptionBudgets and do-not-disrupt) once its own
   ``terminationGracePeriodSeconds`` would run past the deadline, i.e. ``now + grace > deadline``,
@@ -29,10 +32,10 @@ Pure: times are epoch seconds passed in.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nodesmith.core.do_not_disrupt import DO_NOT_DISRUPT_ANNOTATION, DoNotDisrupt, do_not_disrupt
 from nodesmith.core.model import Taint
 
 if TYPE_CHECKING:
@@ -49,20 +52,15 @@ __all__ = [
     "ForceDeletion",
     "SkippedPod",
     "WaitingPod",
-    "do_not_disrupt_until",
     "plan_drain",
 ]
 
 DISRUPTED_TAINT = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
 """Karpenter v1's disruption taint, put on a node before it is drained (``[core]:pkg/apis/v1/taints.go``)."""
 
-DO_NOT_DISRUPT_ANNOTATION = "karpenter.sh/do-not-disrupt"
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 STUCK_TERMINATING_SECONDS = 60.0
 """A pod still present this long after its ``deletionTimestamp`` is stuck; the drain stops waiting for it."""
-
-_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +101,8 @@ class DrainPlan:
     ``later`` holds the evictable pods of later tiers, evicted once ``evict`` and ``terminating``
     are empty. ``force_delete`` are due now. ``waiting`` are do-not-disrupt pods, ``terminating``
     pods already being deleted, ``skipped`` pods the drain ignores. Every pod on the node is in
-    exactly one of these.
+    exactly one of these. ``invalid_annotations`` pairs each pod to evict (or force-delete) whose
+    do-not-disrupt value was ignored with how it read.
     """
 
     node_name: str
@@ -113,6 +112,7 @@ class DrainPlan:
     waiting: tuple[WaitingPod, ...] = ()
     terminating: tuple[Pod, ...] = ()
     skipped: tuple[SkippedPod, ...] = ()
+    invalid_annotations: tuple[tuple[Pod, DoNotDisrupt], ...] = ()
 
     @property
     def drained(self) -> bool:
@@ -123,41 +123,6 @@ class DrainPlan:
     def remaining(self) -> int:
         """Pods that still have to leave the node: to evict, to force-delete, waiting or terminating."""
         return len(self.evict) + len(self.later) + len(self.force_delete) + len(self.waiting) + len(self.terminating)
-
-
-def _parse_go_duration(text: str) -> float | None:
-    """Seconds in a Go ``time.ParseDuration`` string (``90s``, ``1h30m``), or None when it is not one."""
-    text = text.strip()
-    if not text:
-        return None
-    pos = 0
-    total = 0.0
-    for match in _GO_DURATION_PART.finditer(text):
-        if match.start() != pos:
-            return None
-        total += float(match.group(1)) * _GO_UNITS[match.group(2)]
-        pos = match.end()
-    if pos != len(text):
-        return None
-    return total
-
-
-def do_not_disrupt_until(pod: Pod) -> float | None:
-    """When the pod's ``karpenter.sh/do-not-disrupt`` protection ends, in epoch seconds.
-
-    Returns ``math.inf`` for ``"true"`` (and, conservatively, for a value that is neither ``"true"``
-    nor a Go duration), ``creation_timestamp + duration`` for a duration (Karpenter v1.12+), and
-    None when the annotation is absent or ``"false"``.
-    """
-    value = pod.annotations.get(DO_NOT_DISRUPT_ANNOTATION)
-    if value is None or value.strip().lower() == "false":
-        return None
-    if value.strip().lower() == "true":
-        return math.inf
-    seconds = _parse_go_duration(value)
-    if seconds is None:
-        return math.inf
-    return pod.creation_timestamp + seconds
 
 
 def _clamped_grace(pod: Pod, now: float, deadline: float) -> int:
@@ -195,6 +160,7 @@ def plan_drain(*, node: Node, pods: Sequence[Pod], now: float, deadline: float |
     waiting: list[WaitingPod] = []
     terminating: list[Pod] = []
     skipped: list[SkippedPod] = []
+    invalid: list[tuple[Pod, DoNotDisrupt]] = []
 
     for pod in sorted(pods, key=lambda p: (p.namespace, p.name, p.uid)):
         if pod.node_name is not None and pod.node_name != node.name:
@@ -204,6 +170,9 @@ def plan_drain(*, node: Node, pods: Sequence[Pod], now: float, deadline: float |
             skipped.append(SkippedPod(pod=pod, reason=reason))
             continue
         overruns = deadline is not None and now + pod.termination_grace_period_seconds > deadline
+        verdict = do_not_disrupt(pod, now=now)
+        if verdict.invalid is not None and pod.deletion_timestamp is None:
+            invalid.append((pod, verdict))
         if pod.deletion_timestamp is not None:
             if deadline is not None and pod.deletion_timestamp > deadline:
                 force.append(
@@ -225,10 +194,9 @@ def plan_drain(*, node: Node, pods: Sequence[Pod], now: float, deadline: float |
                 )
             )
             continue
-        protected_until = do_not_disrupt_until(pod)
-        if protected_until is not None and protected_until > now:
+        if verdict.active:
             force_at = None if deadline is None else deadline - pod.termination_grace_period_seconds
-            ends = [t for t in (protected_until, force_at) if t is not None and t != math.inf]
+            ends = [t for t in (verdict.until, force_at) if t is not None]
             waiting.append(
                 WaitingPod(pod=pod, until=min(ends) if ends else None, reason=f"{DO_NOT_DISRUPT_ANNOTATION} is set")
             )
@@ -253,4 +221,5 @@ def plan_drain(*, node: Node, pods: Sequence[Pod], now: float, deadline: float |
         waiting=tuple(waiting),
         terminating=tuple(terminating),
         skipped=tuple(skipped),
+        invalid_annotations=tuple(invalid),
     )

@@ -192,7 +192,8 @@ class Pod:
     sidecars, largest init container) + ``spec.overhead``, plus ``pods: 1``. ``unschedulable`` is
     True when kube-scheduler set ``PodScheduled=False, reason=Unschedulable``.
     ``owner_kind`` is the controller owner's kind (``ReplicaSet``, ``DaemonSet``, ``Node`` for
-    static pods, ...) or None. ``creation_timestamp`` and ``deletion_timestamp`` are epoch seconds.
+    static pods, ...) or None. ``creation_timestamp``, ``start_time`` (``status.startTime``: when the
+    kubelet accepted the pod; None until then) and ``deletion_timestamp`` are epoch seconds.
     """
 
     namespace: str
@@ -224,6 +225,7 @@ class Pod:
     creation_timestamp: float = 0.0
     deletion_timestamp: float | None = None
     termination_grace_period_seconds: int = 30
+    start_time: float | None = None
 
     @property
     def key(self) -> str:

@@ -193,9 +193,11 @@ def make_pod(
     annotations: dict[str, str] | None = None,
     owner_kind: str | None = "ReplicaSet",
     created: float = NOW - DAY,
+    started: float | None = None,
     **kwargs: Any,
 ) -> Pod:
-    """A Running pod bound to ``node`` (or a pending, Unschedulable one when ``node`` is None)."""
+    """A Running pod bound to ``node`` (or a pending, Unschedulable one when ``node`` is None); a bound pod
+    started when it was ``created`` unless ``started`` says otherwise."""
     n = next(_pod_counter)
     name = name or f"pod-{n:05d}"
     requests = {
@@ -214,6 +216,7 @@ def make_pod(
         owner_kind=owner_kind,
         owner_name=f"{name}-owner" if owner_kind else None,
         creation_timestamp=created,
+        start_time=started if started is not None else (created if node else None),
         **{"phase": "Running" if node else "Pending", "unschedulable": node is None, **kwargs},
     )
 

@@ -11,10 +11,10 @@ The filter (:func:`select_candidates`) follows ``state/statenode.go``
   not deleting or marked for deletion (``deletionTimestamp``, the ``karpenter.sh/disrupted``
   taint, or already chosen by an earlier command), and has no ``karpenter.sh/do-not-disrupt: "true"``
   annotation;
-* no active pod on it has an active ``karpenter.sh/do-not-disrupt`` (``"true"``, or a Go duration
-  not yet elapsed since the pod's creation — an unknown creation time keeps it active, Karpenter's
-  fail-safe; any other value is treated as ``"true"``, more conservative than Karpenter which
-  ignores it), and no evictable pod is blocked by a PodDisruptionBudget (:mod:`.pdb`).
+* no active pod on it has an active ``karpenter.sh/do-not-disrupt``
+  (:func:`~nodesmith.core.do_not_disrupt.do_not_disrupt`: ``"true"``, or a Go duration not yet elapsed
+  since the pod's ``status.startTime``; an invalid value is ignored, as Karpenter ignores it), and no
+  evictable pod is blocked by a PodDisruptionBudget (:mod:`.pdb`).
 
 Pod blocks are kept on the candidate (``pod_block``) rather than dropping it, because drift
 of a NodeClaim with ``terminationGracePeriod`` proceeds despite them (Karpenter's *eventual*
@@ -34,7 +34,8 @@ from nodesmith.core.api.common import parse_duration
 from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED
 from nodesmith.core.disruption.pdb import PdbLimits
 from nodesmith.core.disruption.types import Rejection
-from nodesmith.core.drain import DISRUPTED_TAINT, DO_NOT_DISRUPT_ANNOTATION, do_not_disrupt_until
+from nodesmith.core.do_not_disrupt import DO_NOT_DISRUPT_ANNOTATION, do_not_disrupt, node_blocks_disruption
+from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.core.objects import parse_timestamp
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
@@ -185,19 +186,14 @@ def node_facts(cn: ClusterNode, *, catalogue: Mapping[str, InstanceType], deleti
 
 
 def is_do_not_disrupt_active(pod: Pod, *, now: float) -> bool:
-    """True while the pod's ``karpenter.sh/do-not-disrupt`` protects it (``IsDoNotDisruptActive``).
+    """True while the pod's ``karpenter.sh/do-not-disrupt`` protects it at ``now`` (epoch seconds).
 
-    Terminal and terminating pods are never protected (``IsDisruptable``). A duration counts from
-    the pod's creation; an unknown creation time (0) keeps the protection (Karpenter's fail-safe).
+    Terminal and terminating pods are never protected (``IsDisruptable``); otherwise
+    :func:`~nodesmith.core.do_not_disrupt.do_not_disrupt` decides (``IsDoNotDisruptActive``).
     """
     if pod.is_terminal or pod.deletion_timestamp is not None:
         return False
-    until = do_not_disrupt_until(pod)
-    if until is None:
-        return False
-    if until == math.inf or pod.creation_timestamp <= 0:
-        return True
-    return now < until
+    return do_not_disrupt(pod, now=now).active
 
 
 def is_reschedulable(pod: Pod) -> bool:
@@ -317,7 +313,7 @@ def _node_block(facts: NodeFacts, cn: ClusterNode, pools: Mapping[str, NodePool]
         return "node is deleting or already being disrupted"
     if facts.terminating:
         return "instance is terminating"
-    if cn.node.annotations.get(DO_NOT_DISRUPT_ANNOTATION) == "true":
+    if node_blocks_disruption(cn.node.annotations):
         return f'node has "{DO_NOT_DISRUPT_ANNOTATION}: true"'
     return None
 

@@ -334,4 +334,5 @@ def pod_from_dict(obj: Mapping[str, Any]) -> Pod:
         creation_timestamp=parse_timestamp(meta.get("creationTimestamp"), field="metadata.creationTimestamp") or 0.0,
         deletion_timestamp=parse_timestamp(meta.get("deletionTimestamp"), field="metadata.deletionTimestamp"),
         termination_grace_period_seconds=_int(spec, "terminationGracePeriodSeconds", "spec", 30),
+        start_time=parse_timestamp(status.get("startTime"), field="status.startTime"),
     )

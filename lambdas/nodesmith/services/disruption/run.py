@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nodesmith.core.do_not_disrupt import INVALID_ANNOTATION_REASON, do_not_disrupt, invalid_annotation_message
 from nodesmith.core.errors import KubernetesError, NodeClassNotReadyError
+from nodesmith.core.labels import LABEL_NODEPOOL
 from nodesmith.core.ports import ObjectRef
 from nodesmith.services.breakdown import disruption_reason
 from nodesmith.services.disruption.outcome import DisruptionOutcome
@@ -111,6 +113,21 @@ class DisruptionPass:
             self.out.errors.append(f"list PersistentVolumeClaims, PersistentVolumes and StorageClasses: {exc}")
             context = None
         return disruption_volume_topology(pods=self.pods, nodes=self.nodes, context=context)
+
+    def report_invalid_annotations(self) -> None:
+        """Post ``InvalidDoNotDisruptAnnotation`` (Warning, deduplicated) on each managed node for each running pod
+        on it whose ``karpenter.sh/do-not-disrupt`` value is ignored (neither ``"true"`` nor a positive Go
+        duration), naming the pod and the value: the pod no longer protects the node, as in Karpenter."""
+        for view in self.views:
+            if LABEL_NODEPOOL not in view.node.labels:
+                continue
+            for pod in view.pods:
+                if pod.is_terminal or pod.deletion_timestamp is not None:
+                    continue
+                verdict = do_not_disrupt(pod, now=self.now)
+                if verdict.invalid is not None:
+                    message = invalid_annotation_message(pod, verdict)
+                    self.event(view.name, INVALID_ANNOTATION_REASON, message, warning=True, dedupe=True)
 
     # -- shared node actions -----------------------------------------------------------------------
 

@@ -93,6 +93,7 @@ def disrupt(
         recent_events=recent_events if recent_events is not None else {},
     )
     run.snapshot()
+    run.report_invalid_annotations()
     going = advance_in_flight(run)
     views = [v for v in run.views if v.name not in set(run.out.nodes_terminated)]
     plan = decide(

@@ -10,7 +10,8 @@ the pod is gone or replaced: done. Evictions and deletions of one round go out i
 ``workers`` at a time.
 
 Events (:mod:`nodesmith.services.termination.events`, Karpenter's reasons): ``Evicted`` on each pod whose eviction was
-accepted, ``Disrupted`` on each pod deleted for the deadline.
+accepted, ``Disrupted`` on each pod deleted for the deadline, ``InvalidDoNotDisruptAnnotation`` on the node for each
+pod evicted or deleted this round whose ``karpenter.sh/do-not-disrupt`` value was ignored.
 """
 
 from __future__ import annotations
@@ -113,6 +114,10 @@ def drain_round(*, cluster: Cluster, node: Node, now: float, deadline: float | N
     remaining += sorted(f.pod.key for f in plan.force_delete) + sorted(w.pod.key for w in plan.waiting)
     if plan.drained:
         return DrainRound(drained=True)
+    leaving = {p.uid or p.key for p in (*plan.evict, *(f.pod for f in plan.force_delete))}
+    for pod, verdict in plan.invalid_annotations:
+        if (pod.uid or pod.key) in leaving:
+            events.node_invalid_do_not_disrupt(cluster, node.name, pod, verdict)
     deleted = map_ordered(lambda f: _force_delete(cluster, f), plan.force_delete, workers=workers, name="delete")
     answers = map_ordered(lambda p: _evict(cluster, p), plan.evict, workers=workers, name="evict")
     failures = [a for a in (*deleted, *answers) if a not in ("deleted", "evicted", "blocked", "gone")]

@@ -6,7 +6,11 @@ reasons in ``[core]:pkg/events/reason.go``, ``karpenter-v1.md`` §5) posts:
 * ``Evicted`` (Normal) on a pod whose eviction the API server accepted: ``Evicted pod: <why>``;
 * ``Disrupted`` (Normal) on a pod deleted directly because the node's deadline left no time for
   its grace period (this bypasses its PodDisruptionBudget and ``karpenter.sh/do-not-disrupt``);
-* ``FailedDraining`` (Warning) on a node whose drain could not finish: ``Failed to drain node, ...``.
+* ``FailedDraining`` (Warning) on a node whose drain could not finish: ``Failed to drain node, ...``;
+* ``InvalidDoNotDisruptAnnotation`` (Warning) on the node of a pod evicted although it carries a
+  ``karpenter.sh/do-not-disrupt`` value Karpenter ignores (``[core]:pkg/utils/pod/events.go`` posts it on
+  the pod; here the node's Events name the pod and the value, so ``kubectl describe node`` says why it
+  went).
 
 Events are best effort: the port already promises not to raise, and a
 :class:`~nodesmith.core.errors.KubernetesError` that escapes anyway is swallowed here, because an
@@ -18,12 +22,14 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
+from nodesmith.core.do_not_disrupt import INVALID_ANNOTATION_REASON, invalid_annotation_message
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.ports import ObjectRef
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from nodesmith.core.do_not_disrupt import DoNotDisrupt
     from nodesmith.core.model import Pod
     from nodesmith.core.ports import Cluster
 
@@ -32,6 +38,7 @@ __all__ = [
     "EVICTED",
     "FAILED_DRAINING",
     "node_failed_to_drain",
+    "node_invalid_do_not_disrupt",
     "pod_evicted",
     "pod_force_deleted",
     "pod_ref",
@@ -84,3 +91,14 @@ def node_failed_to_drain(cluster: Cluster, node_name: str, *, remaining: int, bl
         named = ", ".join(blocked[:_MAX_NAMED]) + (", ..." if len(blocked) > _MAX_NAMED else "")
         message += f" (blocked by a PodDisruptionBudget: {named})"
     _post(cluster, ref=ObjectRef(kind="Node", name=node_name), reason=FAILED_DRAINING, message=message, type_="Warning")
+
+
+def node_invalid_do_not_disrupt(cluster: Cluster, node_name: str, pod: Pod, verdict: DoNotDisrupt) -> None:
+    """``InvalidDoNotDisruptAnnotation`` (Warning) on the node: ``pod``'s do-not-disrupt value was ignored."""
+    _post(
+        cluster,
+        ref=ObjectRef(kind="Node", name=node_name),
+        reason=INVALID_ANNOTATION_REASON,
+        message=invalid_annotation_message(pod, verdict),
+        type_="Warning",
+    )
