@@ -25,6 +25,7 @@ __all__ = [
     "LabelSelector",
     "LabelSelectorRequirement",
     "Node",
+    "NodeCondition",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "Offering",
@@ -281,12 +282,23 @@ def instance_id_of(provider_id: str | None) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """One of a Node's ``status.conditions``: ``type`` (``Ready``, ``KernelReady``, ...), ``status``
+    (``True``, ``False``, ``Unknown``) and ``last_transition_time`` (epoch seconds; None when not reported)."""
+
+    type: str
+    status: str
+    last_transition_time: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     """A Kubernetes Node as the core sees it.
 
     ``provider_id`` is ``aws:///<zone>/<instance-id>``. ``allocatable`` is what the kubelet
-    reports. ``ready`` mirrors the ``Ready`` condition; ``unschedulable`` is ``spec.unschedulable``
-    (cordoned). ``finalizers`` are ``metadata.finalizers``; times are epoch seconds.
+    reports. ``ready`` mirrors the ``Ready`` condition; ``conditions`` are all of
+    ``status.conditions``; ``unschedulable`` is ``spec.unschedulable`` (cordoned). ``finalizers``
+    are ``metadata.finalizers``; times are epoch seconds.
     """
 
     name: str
@@ -301,6 +313,11 @@ class Node:
     creation_timestamp: float = 0.0
     deletion_timestamp: float | None = None
     finalizers: tuple[str, ...] = ()
+    conditions: tuple[NodeCondition, ...] = ()
+
+    def condition(self, type_: str) -> NodeCondition | None:
+        """The condition of ``type_``, or None when the node does not report it."""
+        return next((c for c in self.conditions if c.type == type_), None)
 
     @property
     def instance_id(self) -> str | None:

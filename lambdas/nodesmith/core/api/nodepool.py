@@ -129,7 +129,7 @@ class NodeClaimTemplate(SpecModel):
     spec: NodeClaimTemplateSpec
 
 
-DisruptionReason = Literal["Underutilized", "Empty", "Drifted"]
+DisruptionReason = Literal["Underutilized", "Empty", "Drifted", "Unhealthy"]
 
 
 class Budget(SpecModel):

@@ -37,6 +37,7 @@ __all__ = [
     "REASON_DRIFTED",
     "REASON_EMPTY",
     "REASON_UNDERUTILIZED",
+    "REASON_UNHEALTHY",
     "UNBOUNDED",
     "AllowedDisruptions",
     "BudgetError",
@@ -49,11 +50,13 @@ __all__ = [
     "budget_mapping",
 ]
 
-DisruptionReason = Literal["Empty", "Drifted", "Underutilized"]
+DisruptionReason = Literal["Empty", "Drifted", "Underutilized", "Unhealthy"]
 REASON_EMPTY: Final = "Empty"
 REASON_DRIFTED: Final = "Drifted"
 REASON_UNDERUTILIZED: Final = "Underutilized"
-REASONS: Final = (REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED)
+REASON_UNHEALTHY: Final = "Unhealthy"
+"""Node repair's reason (Karpenter v1.15 ``DisruptionReasonUnhealthy``): budgets may name it in ``reasons``."""
+REASONS: Final = (REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED, REASON_UNHEALTHY)
 
 UNBOUNDED: Final = 2**31 - 1
 """What an inactive budget allows (Karpenter's ``math.MaxInt32``)."""

@@ -286,11 +286,15 @@ class Candidate:
 @dataclass(frozen=True, slots=True)
 class CandidateSelection:
     """The result of :func:`select_candidates`: candidates (pod-blocked ones included, see
-    ``Candidate.pod_block``), rejected nodes with why, and the facts of every node by name."""
+    ``Candidate.pod_block``), rejected nodes with why, and the facts of every node by name.
+    ``node_do_not_disrupt`` are the nodes that would be candidates but for their own
+    ``karpenter.sh/do-not-disrupt: "true"`` (rejected for every method but node repair, which that
+    annotation does not block in Karpenter v1.15)."""
 
     candidates: tuple[Candidate, ...]
     rejected: tuple[Rejection, ...]
     facts: Mapping[str, NodeFacts]
+    node_do_not_disrupt: tuple[Candidate, ...] = ()
 
 
 def _pod_block(pods: Sequence[Pod], limits: PdbLimits, now: float) -> str | None:
@@ -304,7 +308,7 @@ def _pod_block(pods: Sequence[Pod], limits: PdbLimits, now: float) -> str | None
     return None
 
 
-def _node_block(facts: NodeFacts, cn: ClusterNode, pools: Mapping[str, NodePool]) -> str | None:
+def _node_block(facts: NodeFacts, pools: Mapping[str, NodePool]) -> str | None:
     if facts.nodepool not in pools:
         return f'NodePool "{facts.nodepool}" not found'
     if not facts.initialized:
@@ -313,8 +317,6 @@ def _node_block(facts: NodeFacts, cn: ClusterNode, pools: Mapping[str, NodePool]
         return "node is deleting or already being disrupted"
     if facts.terminating:
         return "instance is terminating"
-    if node_blocks_disruption(cn.node.annotations):
-        return f'node has "{DO_NOT_DISRUPT_ANNOTATION}: true"'
     return None
 
 
@@ -341,13 +343,14 @@ def select_candidates(
     limits = PdbLimits(pdbs, all_pods)
     facts: dict[str, NodeFacts] = {}
     candidates: list[Candidate] = []
+    vetoed: list[Candidate] = []
     rejected: list[Rejection] = []
     for cn in sorted(nodes, key=lambda n: n.name):
         f = node_facts(cn, catalogue=catalogue, deleting=deleting)
         facts[f.name] = f
         if f.nodepool is None:
             continue
-        why = _node_block(f, cn, pools)
+        why = _node_block(f, pools)
         if why is not None:
             rejected.append(Rejection(node=f.name, reason=why))
             continue
@@ -370,6 +373,10 @@ def select_candidates(
             disruption_cost=cost,
             pod_block=block,
         )
+        if node_blocks_disruption(cn.node.annotations):
+            rejected.append(Rejection(node=f.name, reason=f'node has "{DO_NOT_DISRUPT_ANNOTATION}: true"'))
+            vetoed.append(candidate)
+            continue
         candidates.append(candidate)
         if block is not None:
             note = (
@@ -378,4 +385,6 @@ def select_candidates(
                 else ""
             )
             rejected.append(Rejection(node=f.name, reason=block + note))
-    return CandidateSelection(candidates=tuple(candidates), rejected=tuple(rejected), facts=facts)
+    return CandidateSelection(
+        candidates=tuple(candidates), rejected=tuple(rejected), facts=facts, node_do_not_disrupt=tuple(vetoed)
+    )

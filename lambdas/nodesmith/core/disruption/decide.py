@@ -1,6 +1,7 @@
 """One pass of voluntary disruption: which nodes to disrupt now, by which method, and why not the others.
 
-:func:`decide` runs Karpenter v1.5+'s methods in order — Emptiness, Drift, MultiNodeConsolidation,
+:func:`decide` runs Karpenter's methods in order — Repair (v1.15, only with
+``DisruptionSettings.node_repair``: :mod:`.repair`), Emptiness, Drift, MultiNodeConsolidation,
 SingleNodeConsolidation (``[core]:pkg/controllers/disruption/controller.go NewMethods``) — and
 returns the first command one of them produces (Karpenter executes at most one method per pass),
 together with Expiration, which is not a method in v1 and ignores budgets
@@ -11,7 +12,7 @@ With ``DisruptionSettings.policy="nodesmith"`` the two consolidation methods are
 Nodesmith policy (:mod:`.repack`): one set of wasteful nodes out, their pods re-packed at the lowest
 cost, under the same candidate filter, budgets and PDBs.
 
-Every budget is computed per NodePool and reason (``Empty``, ``Drifted``, ``Underutilized``) by
+Every budget is computed per NodePool and reason (``Unhealthy``, ``Empty``, ``Drifted``, ``Underutilized``) by
 :mod:`.budgets`; candidates come from :mod:`.candidates`; every node a method turned down is in
 ``rejected`` with the reason. Pure and deterministic; times are epoch seconds, prices USD/hour.
 
@@ -28,6 +29,7 @@ from nodesmith.core.disruption.budgets import (
     REASON_DRIFTED,
     REASON_EMPTY,
     REASON_UNDERUTILIZED,
+    REASON_UNHEALTHY,
     BudgetNode,
     PoolBudget,
     budget_mapping,
@@ -43,6 +45,7 @@ from nodesmith.core.disruption.emptiness import emptiness_command
 from nodesmith.core.disruption.expiration import expiration_decisions, expired_nodes
 from nodesmith.core.disruption.pdb import PdbLimits
 from nodesmith.core.disruption.repack import repack_consolidation
+from nodesmith.core.disruption.repair import repair_command
 from nodesmith.core.disruption.simulation import build_context
 from nodesmith.core.disruption.types import DisruptionSettings, Rejection
 
@@ -101,7 +104,7 @@ def _budgets(
     ]
     return {
         reason: budget_mapping(nodepools=nodepools, nodes=nodes, now=now, reason=reason)
-        for reason in (REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED)
+        for reason in (REASON_EMPTY, REASON_DRIFTED, REASON_UNDERUTILIZED, REASON_UNHEALTHY)
     }
 
 
@@ -230,6 +233,18 @@ def decide(
             rejected=tuple(rejected),
             budgets=budgets,
         )
+
+    if cfg.node_repair:
+        repair, why = repair_command(
+            ctx,
+            [*candidates, *selection.node_do_not_disrupt],
+            nodes=[cn.node for cn in nodes],
+            budgets=_allowed(budgets[REASON_UNHEALTHY]),
+            now=now,
+        )
+        rejected.extend(why)
+        if repair is not None:
+            return done(repair)
 
     empty, why = emptiness_command(candidates, budgets=_allowed(budgets[REASON_EMPTY]), now=now)
     rejected.extend(why)

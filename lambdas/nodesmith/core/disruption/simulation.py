@@ -225,6 +225,7 @@ def simulate(
     consolidation: bool,
     packing: Packing = "karpenter",
     skip_uninitialized: bool = False,
+    keep_candidate_usage: bool = False,
 ) -> Simulation:
     """Simulate removing ``candidates`` (see the module docstring); pure and deterministic.
 
@@ -233,6 +234,8 @@ def simulate(
     re-packing the Nodesmith consolidation policy plans with). ``skip_uninitialized`` makes
     uninitialized nodes no destination for any pod (the Nodesmith policy plans around capacity
     that is not there yet instead of giving up, as Karpenter does, when a pod would land on it).
+    ``keep_candidate_usage`` keeps the candidates' capacity counted against their NodePools' limits (a
+    replacement launched while they still run: node repair asks whether the pool can hold one).
     """
     names = {c.name for c in candidates}
     existing = [
@@ -248,7 +251,7 @@ def simulate(
     must_place = set(moved_keys) | {p.key for p in ctx.deleting_pods}
     usage: dict[str, Resources] = {}
     for name, (pool, cap) in ctx.capacity.items():
-        if name not in names:
+        if keep_candidate_usage or name not in names:
             usage[pool] = add(usage.get(pool, {}), cap)
     result = solve(
         SchedulingInput(

@@ -19,6 +19,7 @@ __all__ = [
     "METHOD_EMPTINESS",
     "METHOD_EXPIRATION",
     "METHOD_MULTI_NODE",
+    "METHOD_REPAIR",
     "METHOD_SINGLE_NODE",
     "POLICIES",
     "ClusterNode",
@@ -29,14 +30,16 @@ __all__ = [
     "Rejection",
 ]
 
-Method = Literal["emptiness", "drift", "expiration", "multi-node-consolidation", "single-node-consolidation"]
+Method = Literal["repair", "emptiness", "drift", "expiration", "multi-node-consolidation", "single-node-consolidation"]
+METHOD_REPAIR: Final = "repair"
 METHOD_EMPTINESS: Final = "emptiness"
 METHOD_DRIFT: Final = "drift"
 METHOD_EXPIRATION: Final = "expiration"
 METHOD_MULTI_NODE: Final = "multi-node-consolidation"
 METHOD_SINGLE_NODE: Final = "single-node-consolidation"
-METHODS: Final = (METHOD_EMPTINESS, METHOD_DRIFT, METHOD_MULTI_NODE, METHOD_SINGLE_NODE)
-"""The budgeted (graceful) methods in Karpenter v1.5+ order (``controller.go NewMethods``)."""
+METHODS: Final = (METHOD_REPAIR, METHOD_EMPTINESS, METHOD_DRIFT, METHOD_MULTI_NODE, METHOD_SINGLE_NODE)
+"""The budgeted (graceful) methods in Karpenter order (``controller.go NewMethods``); repair (v1.15, gate
+``NodeRepair``) runs first when enabled."""
 
 Policy = Literal["karpenter", "nodesmith"]
 POLICIES: Final = ("karpenter", "nodesmith")
@@ -74,11 +77,13 @@ class ClusterNode:
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """Why a node was not disrupted: ``method`` is the method that looked at it, or None when the
-    candidate filter excluded it from every voluntary method."""
+    candidate filter excluded it from every voluntary method. ``event`` is the Event reason to post on
+    the node when it is not the default for the method (node repair's ``NodeRepairBlocked``)."""
 
     node: str
     reason: str
     method: str | None = None
+    event: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +100,9 @@ class Decision:
     ``pods`` are the pods that will be evicted (``namespace/name``); ``placements`` pairs each
     with where the simulation put it (a node name, or ``new:<i>`` for ``replacements[i]``).
     ``rejected`` lists the
-    candidates the method looked at and turned down, with why.
+    candidates the method looked at and turned down, with why. ``drain_bound`` (seconds, repair only)
+    bounds the nodes' drain from when their termination is requested; None leaves it to the NodeClaim's
+    ``terminationGracePeriod``.
     """
 
     method: Method
@@ -109,6 +116,7 @@ class Decision:
     pods: tuple[str, ...] = ()
     placements: tuple[tuple[str, str], ...] = ()
     rejected: tuple[Rejection, ...] = ()
+    drain_bound: float | None = None
 
     @property
     def replacement(self) -> NodeClaimPlan | None:
@@ -145,6 +153,9 @@ class DisruptionSettings:
     more valuable disruptions and stops once what is left would save less.
     ``min_savings_per_evicted_pod`` (USD/hour, ``nodesmith`` policy only, default 0): the same per
     evicted pod, for clusters where evictions matter more than node count.
+
+    ``node_repair`` enables node repair (Karpenter's alpha feature gate ``NodeRepair``, off by default
+    there and here): :mod:`nodesmith.core.disruption.repair`.
     """
 
     min_savings_per_hour: float = 0.0
@@ -155,3 +166,4 @@ class DisruptionSettings:
     policy: Policy = "karpenter"
     min_savings_per_disrupted_node: float = 0.05
     min_savings_per_evicted_pod: float = 0.0
+    node_repair: bool = False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.core.model import Node, Taint
+from nodesmith.core.model import Node, NodeCondition, Taint
 from nodesmith.core.objects.common import (
     ObjectParseError,
     _item_map,
@@ -25,7 +25,8 @@ __all__ = ["node_from_dict"]
 def node_from_dict(obj: Mapping[str, Any]) -> Node:
     """A ``v1 Node`` object -> :class:`~nodesmith.core.model.Node`.
 
-    ``ready`` is the ``Ready`` condition being "True"; ``unschedulable`` is ``spec.unschedulable``;
+    ``ready`` is the ``Ready`` condition being "True", ``conditions`` every condition with its
+    ``lastTransitionTime``; ``unschedulable`` is ``spec.unschedulable``;
     allocatable/capacity are parsed to integers. Raises :class:`ObjectParseError`.
     """
     obj = _item_map(obj, "")
@@ -44,10 +45,19 @@ def node_from_dict(obj: Mapping[str, Any]) -> Node:
             raise ObjectParseError(f"{p}.effect", f"{effect!r} is not NoSchedule, PreferNoSchedule or NoExecute")
         taints.append(Taint(key=_str(item, "key", p), effect=effect, value=_str(item, "value", p)))
     ready = False
+    conditions: list[NodeCondition] = []
     for i, raw in enumerate(_list(status, "conditions", "status")):
-        cond = _item_map(raw, f"status.conditions[{i}]")
+        p = f"status.conditions[{i}]"
+        cond = _item_map(raw, p)
         if cond.get("type") == "Ready":
             ready = cond.get("status") == "True"
+        conditions.append(
+            NodeCondition(
+                type=_str(cond, "type", p),
+                status=_str(cond, "status", p),
+                last_transition_time=parse_timestamp(cond.get("lastTransitionTime"), field=f"{p}.lastTransitionTime"),
+            )
+        )
     unschedulable = spec.get("unschedulable", False)
     return Node(
         name=name,
@@ -62,4 +72,5 @@ def node_from_dict(obj: Mapping[str, Any]) -> Node:
         creation_timestamp=parse_timestamp(meta.get("creationTimestamp"), field="metadata.creationTimestamp") or 0.0,
         deletion_timestamp=parse_timestamp(meta.get("deletionTimestamp"), field="metadata.deletionTimestamp"),
         finalizers=tuple(str(f) for f in _list(meta, "finalizers", "metadata")),
+        conditions=tuple(conditions),
     )
