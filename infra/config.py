@@ -46,6 +46,10 @@ key                                    meaning                                  
 ``alarmTopicArn``                      SNS topic for alarm and OK actions (empty: none)         ``""``
 ``pendingPodAgeAlarmSeconds``          alarm when the oldest pending pod is older than this     ``300``
 ``logRetentionDays``                   CloudWatch Logs retention of every function              ``30``
+``featureGates``                       Karpenter's ``--feature-gates`` for the reconcile        ``""``
+                                       function (``NodeRepair=true`` turns node repair on;
+                                       Karpenter's other gate names are accepted and change
+                                       nothing)
 =====================================  ======================================================  ==============
 
 Why the interruption timeout is at most 60 s: the queue keeps messages 300 s (Karpenter's
@@ -83,7 +87,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, get_args
 
-from nodesmith.handlers.settings import Settings
+from nodesmith.handlers.settings import Settings, parse_feature_gates
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -200,6 +204,7 @@ class NodesmithConfig:
     alarm_topic_arn: str | None = None
     pending_pod_age_alarm_seconds: int = 300
     log_retention_days: int = 30
+    feature_gates: str = ""
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`ConfigError` naming the context key on the first bad one."""
@@ -257,6 +262,10 @@ class NodesmithConfig:
             f"{self.log_retention_days} is not a CloudWatch Logs retention "
             f"({', '.join(map(str, sorted(LOG_RETENTION_NAMES)))})",
         )
+        try:
+            parse_feature_gates(self.feature_gates)
+        except ValueError as exc:
+            raise ConfigError(f"CDK context {CONTEXT_PREFIX}featureGates: {exc}") from None
 
     def _check_interruption(self) -> None:
         _check(
@@ -390,6 +399,7 @@ class NodesmithConfig:
             alarm_topic_arn=_text(get, "alarmTopicArn", "") or None,
             pending_pod_age_alarm_seconds=_int(get, "pendingPodAgeAlarmSeconds", d.pending_pod_age_alarm_seconds),
             log_retention_days=_int(get, "logRetentionDays", d.log_retention_days),
+            feature_gates=_text(get, "featureGates", d.feature_gates),
         )
 
 

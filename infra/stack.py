@@ -213,6 +213,7 @@ def reconcile_environment(config: NodesmithConfig, *, node_role_arn: str) -> dic
             ENV.PRICE_TABLE: config.price_table,
             ENV.RECONCILE_MODE: config.reconcile_mode,
             ENV.TERMINATION_REQUEST_STALE_SECONDS: str(config.termination_request_stale_seconds),
+            ENV.FEATURE_GATES: config.feature_gates,
         }
     )
 

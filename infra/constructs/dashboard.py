@@ -67,6 +67,22 @@ def search_each(
     return cloudwatch.MathExpression(expression=search, label=label, period=_PERIOD)
 
 
+def search_where(
+    name: MetricName,
+    *,
+    dimensions: Sequence[Dimension],
+    where: Mapping[Dimension, str],
+    statistic: str,
+    label: str,
+) -> cloudwatch.MathExpression:
+    """:func:`search_each` limited to the series whose dimensions have the values in ``where``
+    (``Reason="Unhealthy"``, say): one line per remaining breakdown."""
+    schema = ",".join([NAMESPACE, *sorted(str(d) for d in dimensions), SERVICE_DIMENSION])
+    terms = " ".join(f'{d}="{v}"' for d, v in sorted(where.items()))
+    search = f"SEARCH('{{{schema}}} MetricName=\"{name}\" {terms}', '{statistic}', {int(_PERIOD.to_seconds())})"
+    return cloudwatch.MathExpression(expression=search, label=label, period=_PERIOD)
+
+
 def insights_query(name: MetricName, *, function: str, period: Duration) -> cloudwatch.MathExpression:
     """A Metrics Insights query returning one series: ``function`` (SUM, MAX, ...) of ``name`` per period."""
     return cloudwatch.MathExpression(
@@ -127,6 +143,33 @@ def _breakdown(
         [search_each(name, dimensions=sorted(BREAKDOWNS[name]), statistic=statistic, label=label)],
         width=width,
         left_label=unit,
+    )
+
+
+def _node_repair_widget() -> cloudwatch.GraphWidget:
+    """Node repair (feature gate ``NodeRepair``): repair commands started, and the unhealthy NodeClaims
+    terminated (reason ``Unhealthy``, Karpenter's ``nodeclaims_disrupted_total{reason="unhealthy"}``) per
+    NodePool and capacity type."""
+    return _graph(
+        "Node repair: commands and unhealthy NodeClaims terminated",
+        [
+            search_where(
+                M.DISRUPTION_DECISIONS,
+                dimensions=sorted(BREAKDOWNS[M.DISRUPTION_DECISIONS]),
+                where={Dimension.METHOD: "repair"},
+                statistic="Sum",
+                label="repair commands",
+            ),
+            search_where(
+                M.NODECLAIMS_TERMINATED,
+                dimensions=sorted(BREAKDOWNS[M.NODECLAIMS_TERMINATED]),
+                where={Dimension.REASON: "Unhealthy"},
+                statistic="Sum",
+                label="terminated Unhealthy ${PROP('Dim.NodePool')} ${PROP('Dim.CapacityType')}",
+            ),
+        ],
+        width=_FULL_WIDTH,
+        left_label="count",
     )
 
 
@@ -374,6 +417,7 @@ class NodesmithMonitoring(Construct):
                 unit="USD/hour",
             ),
         )
+        add(_node_repair_widget())
         add(_header("## Controller health\nReconcile passes, Lambda errors and throttles, and every alarm."))
         add(
             _durations("Reconcile duration (seconds)", M.RECONCILE_DURATION_SECONDS, width=6),

@@ -152,3 +152,22 @@ def test_every_default_parses_with_the_handlers_settings() -> None:
         termination_environment(config),
     ):
         load_settings(env)
+
+
+def test_feature_gates_reach_the_reconcile_function_and_turn_node_repair_on() -> None:
+    from infra.stack import interruption_environment, reconcile_environment
+    from nodesmith.handlers.settings import load_settings
+
+    config = _config(featureGates="NodeRepair=true,SpotToSpotConsolidation=false")
+    env = reconcile_environment(config, node_role_arn="arn:aws:iam::123456789012:role/n")
+    assert env["NODESMITH_FEATURE_GATES"] == "NodeRepair=true,SpotToSpotConsolidation=false"
+    assert load_settings(env).node_repair
+    assert "NODESMITH_FEATURE_GATES" not in interruption_environment(config)
+    off = reconcile_environment(NodesmithConfig(), node_role_arn="arn:aws:iam::123456789012:role/n")
+    assert not load_settings(off).node_repair  # Karpenter's default: the gate is off
+
+
+@pytest.mark.parametrize(("value", "says"), [("NodeRepair", "Name=true|false"), ("Repair=true", "unknown feature")])
+def test_a_bad_feature_gate_fails_synth(value: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=f"featureGates: .*{says}"):
+        _config(featureGates=value)

@@ -63,6 +63,7 @@ class Read:
     name: str
     dims: Dims | None
     where: str
+    filters: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass
@@ -73,6 +74,7 @@ class Emitted:
     units: dict[str, set[str]] = field(default_factory=dict)
     multi_set_documents: list[str] = field(default_factory=list)
     values: dict[str, set[str]] = field(default_factory=dict)  # name -> its Reason values
+    dim_values: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (name, dimension) -> values
 
     def add_stdout(self, out: str) -> None:
         for line in out.splitlines():
@@ -94,12 +96,15 @@ class Emitted:
                         self.units.setdefault(metric["Name"], set()).add(metric.get("Unit", ""))
                         if "Reason" in dims:
                             self.values.setdefault(metric["Name"], set()).add(str(doc.get("Reason")))
+                        for dim in dims - {SERVICE}:
+                            self.dim_values.setdefault((metric["Name"], dim), set()).add(str(doc.get(dim)))
 
 
 # --- the read side: the synthesized dashboard and alarms ----------------------------------------------
 
 _FREE_SEARCH = re.compile(r"""SEARCH\('Namespace=\\?"(\w+)\\?" MetricName=\\?"(\w+)\\?"'""")
-_SCHEMA_SEARCH = re.compile(r"""SEARCH\('\{([\w,]+)\} MetricName=\\?"(\w+)\\?"'""")
+_SCHEMA_SEARCH = re.compile(r"""SEARCH\('\{([\w,]+)\} MetricName=\\?"(\w+)\\?"((?: \w+=\\?"\w+\\?")*)'""")
+_FILTER = re.compile(r'(\w+)=\\?"(\w+)\\?"')
 _SELECT = re.compile(r"SELECT \w+\((\w+)\) FROM (?:SCHEMA\(([\w, ]+)\)|(\w+))")
 
 
@@ -108,10 +113,10 @@ def _reads_in(expression: str, where: str) -> list[Read]:
     for namespace, name in _FREE_SEARCH.findall(expression):
         assert namespace == NAMESPACE, expression
         reads.append(Read(name, None, where))
-    for schema, name in _SCHEMA_SEARCH.findall(expression):
+    for schema, name, terms in _SCHEMA_SEARCH.findall(expression):
         namespace, *dims = schema.split(",")
         assert namespace == NAMESPACE, expression
-        reads.append(Read(name, frozenset(dims), where))
+        reads.append(Read(name, frozenset(dims), where, frozenset(_FILTER.findall(terms))))
     for name, schema, plain in _SELECT.findall(expression):
         if schema:
             namespace, *dims = [p.strip() for p in schema.split(",")]
@@ -320,7 +325,53 @@ def _disruption_scenario(emitted: Emitted) -> bool:
             with contextlib.suppress(AttributeError):
                 getattr(reconcile_handler, state).clear()
         wiring.reset()
+    _repair_scenario(emitted, DrainableCluster)
     return True
+
+
+def _repair_scenario(emitted: Emitted, cluster_type: type[Any]) -> None:
+    """Node repair (``NodeRepair=true``): a node NotReady for 31 minutes is repaired (its pods fit elsewhere: a
+    delete-only command) and the termination handler removes it, counted terminated for reason Unhealthy."""
+    from reconcile_fakes import FakeCloud, FakeQueue, make_nodeclass, make_nodepool, make_pod, node_for
+
+    from nodesmith.core.api.nodepool import Budget
+    from nodesmith.core.model import NodeCondition
+    from nodesmith.handlers import reconcile as reconcile_handler
+    from nodesmith.handlers import termination, wiring
+    from nodesmith.handlers.observability import metrics
+    from nodesmith.handlers.settings import Settings
+
+    pool = make_nodepool()
+    budgets = pool.spec.disruption.model_copy(update={"budgets": [Budget(nodes="5")]})
+    pool = pool.model_copy(update={"spec": pool.spec.model_copy(update={"disruption": budgets})})
+    cluster = cluster_type(nodepools=[pool], nodeclasses=[make_nodeclass()])
+    cluster.pods = [make_pod("inflate-0")]
+    cloud, queue = FakeCloud(), FakeQueue()
+    settings = Settings(cluster_name="test", cluster_endpoint="http://k", feature_gates="NodeRepair=true")
+    wiring.reset()
+    wiring.set_ports(cluster=cluster, cloud=cloud, queue=queue, settings=settings)
+    try:
+        reconcile_handler.run_pass(now=1000.0)
+        for claim in cluster.nodeclaims.values():
+            instance = next(i for i in cloud.instances.values() if i.provider_id == claim.status.provider_id)
+            cluster.nodes.append(node_for(instance, claim, ready=True))
+        cluster.now = cloud.now = 1001.0
+        reconcile_handler.run_pass(now=1001.0)
+        cluster.pods = []
+        sick = NodeCondition("Ready", "Unknown", 1001.0)
+        cluster.nodes = [replace(n, ready=False, conditions=(sick,)) for n in cluster.nodes]
+        for now in (1001.0 + 31 * 60, 1001.0 + 31 * 60 + 16):  # found, then found again after the validation delay
+            cluster.now = cloud.now = now
+            _captured(lambda now=now: reconcile_handler.run_disruption(now=now), emitted)  # type: ignore[misc]
+            _captured(metrics.flush_metrics, emitted)
+        assert [r.reason for r in queue.sent] == ["Unhealthy"], queue.sent
+        records = [_sqs_record(r.body(), f"sick-{n}", queue="termination") for n, r in enumerate(queue.sent)]
+        _captured(lambda: termination.handler({"Records": records}, Context("nodesmith-termination")), emitted)
+    finally:
+        for state in ("_PENDING", "_RECENT_EVENTS"):
+            with contextlib.suppress(AttributeError):
+                getattr(reconcile_handler, state).clear()
+        wiring.reset()
 
 
 # --- interruption and termination: the world as the two handlers see it ------------------------------
@@ -655,9 +706,18 @@ def test_a_broken_down_metric_is_emitted_under_its_breakdown_only(name: str, emi
     assert emitted == {frozenset({*BREAKDOWNS[MetricName(name)], SERVICE})}
 
 
+def test_a_filtered_graph_reads_values_the_code_emits(reads: list[Read], emit_side: EmitSide) -> None:
+    # A graph limited to Reason="Unhealthy" (node repair) stays empty if no code path emits that value.
+    filtered = [r for r in reads if r.filters]
+    assert filtered, "the node repair graph's filtered searches were not found"
+    values = emit_side.emitted.dim_values
+    missing = [(r.name, d, v, r.where) for r in filtered for d, v in r.filters if v not in values.get((r.name, d), ())]
+    assert missing == []
+
+
 def test_terminations_carry_the_real_reason(emit_side: EmitSide) -> None:
     # The termination function removes the node the disruption pass found empty (Empty) and the one a spot warning
     # named (SpotInterrupted).
     reasons = emit_side.emitted.values.get(MetricName.NODECLAIMS_TERMINATED.value, set())
-    assert {"Empty", "SpotInterrupted"} <= reasons
+    assert {"Empty", "SpotInterrupted", "Unhealthy"} <= reasons
     assert "GarbageCollected" not in reasons  # nothing in the scenarios lost its instance

@@ -133,7 +133,8 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
 
 
 def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
-    """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off).
+    """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off); node repair runs in
+    it when ``NODESMITH_FEATURE_GATES`` turns ``NodeRepair`` on.
 
     Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
     with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``; the nodes it
@@ -149,7 +150,9 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
         ports=wiring.ports(settings),
         now=time.time() if now is None else now,
         settings=DisruptionSettings(
-            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour, policy=settings.disruption_policy
+            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour,
+            policy=settings.disruption_policy,
+            node_repair=settings.node_repair,
         ),
         pending=_PENDING,
         recent_events=_RECENT_EVENTS,

@@ -10,16 +10,18 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
     "ENV",
+    "KARPENTER_FEATURE_GATES",
     "Settings",
     "SettingsError",
     "load_settings",
+    "parse_feature_gates",
 ]
 
 
@@ -46,6 +48,47 @@ class ENV:
     DISRUPTION_POLICY = "NODESMITH_DISRUPTION_POLICY"
     RECONCILE_MODE = "NODESMITH_RECONCILE_MODE"
     RECONCILE_FUNCTION = "NODESMITH_RECONCILE_FUNCTION"
+    FEATURE_GATES = "NODESMITH_FEATURE_GATES"
+
+
+KARPENTER_FEATURE_GATES = (
+    "NodeRepair",
+    "ReservedCapacity",
+    "SpotToSpotConsolidation",
+    "NodeOverlay",
+    "StaticCapacity",
+    "CapacityBuffer",
+    "TerminateFirstDrift",
+    "TerminateFirstRepair",
+    "PodDeletionCostManagement",
+)
+"""Karpenter's feature gate names (``--feature-gates``, ``[core]:pkg/operator/options/options.go``; v1.15 adds
+the last three). Nodesmith reads only ``NodeRepair`` (default off, alpha in Karpenter); the others are accepted,
+so a Karpenter setting can be copied as is, and change nothing."""
+
+_BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
+          "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """Karpenter's ``--feature-gates`` syntax, ``Name=bool,Name=bool``, into a mapping (empty text: none set).
+
+    Booleans are Go's ``strconv.ParseBool`` spellings (``true``, ``false``, ``1``, ``0``, ``t``, ``F``, ...), as
+    Kubernetes' feature gate library reads them. Raises ``ValueError`` naming the first unknown gate (not in
+    :data:`KARPENTER_FEATURE_GATES`) or malformed entry.
+    """
+    gates: dict[str, bool] = {}
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, value = (part.strip() for part in entry.partition("="))
+        if not sep or value not in _BOOLS:
+            raise ValueError(f"{entry!r} is not Name=true|false")
+        if name not in KARPENTER_FEATURE_GATES:
+            raise ValueError(f"unknown feature gate {name!r} (known: {', '.join(KARPENTER_FEATURE_GATES)})")
+        gates[name] = _BOOLS[value]
+    return gates
 
 
 NonEmpty = Annotated[str, Field(min_length=1)]
@@ -76,6 +119,8 @@ class Settings(BaseModel):
     ``reconcile_function`` (the interruption function's) is the reconcile function's name: a batch that
     cordoned nodes wakes it for a provisioning pass (:mod:`nodesmith.adapters.aws.wake`); empty, the next
     scheduled pass provisions for their pods.
+    ``feature_gates`` (the reconcile function's) is Karpenter's ``--feature-gates`` string
+    (:func:`parse_feature_gates`); ``NodeRepair=true`` turns node repair on (:attr:`node_repair`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -100,6 +145,18 @@ class Settings(BaseModel):
     disruption_policy: Literal["karpenter", "nodesmith"] = "nodesmith"
     reconcile_mode: Literal["poll", "watch"] = "poll"
     reconcile_function: str = ""
+    feature_gates: str = ""
+
+    @field_validator("feature_gates")
+    @classmethod
+    def _known_gates(cls, value: str) -> str:
+        parse_feature_gates(value)
+        return value
+
+    @property
+    def node_repair(self) -> bool:
+        """True when the feature gate ``NodeRepair`` is on (Karpenter's default: off)."""
+        return parse_feature_gates(self.feature_gates).get("NodeRepair", False)
 
 
 class SettingsError(ValueError):
@@ -127,6 +184,7 @@ _FIELDS = {
     "disruption_policy": ENV.DISRUPTION_POLICY,
     "reconcile_mode": ENV.RECONCILE_MODE,
     "reconcile_function": ENV.RECONCILE_FUNCTION,
+    "feature_gates": ENV.FEATURE_GATES,
 }
 
 

@@ -6,7 +6,8 @@ The handlers turn these into metric dimensions (``NodePool``, ``CapacityType``, 
 
 Termination reasons are Karpenter's where it has one (``[core]:pkg/controllers/nodeclaim``:
 garbage collection, liveness' launch and registration timeouts; the disruption reasons of
-``[core]:pkg/apis/v1`` ``Empty``, ``Drifted``, ``Underutilized``, ``Expired``), spelled in
+``[core]:pkg/apis/v1`` ``Empty``, ``Drifted``, ``Underutilized``, ``Expired``, and node repair's
+``Unhealthy``), spelled in
 CloudWatch's CamelCase. Interruptions use Karpenter's interruption event reason
 (``SpotInterrupted``, ``InstanceTerminating``, ...; :mod:`nodesmith.services.interrupt`).
 """
@@ -46,6 +47,7 @@ REASON_REGISTRATION_TIMEOUT = "RegistrationTimeout"
 """Launched but not Registered within the registration TTL (liveness)."""
 
 DISRUPTION_REASONS: Mapping[str, str] = {
+    "repair": "Unhealthy",
     "emptiness": "Empty",
     "drift": "Drifted",
     "expiration": "Expired",

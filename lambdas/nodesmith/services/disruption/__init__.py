@@ -1,4 +1,5 @@
-"""Disruption: expiration, drift, emptiness and consolidation, carried out across reconcile passes.
+"""Disruption: node repair (feature gate ``NodeRepair``), expiration, drift, emptiness and consolidation,
+carried out across reconcile passes.
 
 Owns the disruption pass (:mod:`.service`): the snapshot it decides on and the node actions its steps share
 (:mod:`.run`), the commands already started (:mod:`.inflight`), expirations and the new command

@@ -130,10 +130,10 @@ def _explain_rejections(run: DisruptionPass, plan: DisruptionPlan) -> None:
         if rej.reason.startswith(_QUIET_REJECTIONS):
             continue  # transient states Karpenter does not report either
         reason = "DisruptionBlocked" if rej.method is None else "Unconsolidatable"
-        if rej.method == "drift":
+        if rej.method in ("drift", "repair"):
             reason = "DisruptionBlocked"
         before = len(run.recent_events)
-        run.event(rej.node, reason, rej.reason, dedupe=True)
+        run.event(rej.node, rej.event or reason, rej.reason, dedupe=True, warning=rej.event is not None)
         sent += len(run.recent_events) > before
     run.out.rejected = len(plan.rejected)
 
@@ -147,6 +147,7 @@ def _start(run: DisruptionPass, dec: Decision, replacements: tuple[str, ...] = (
         replacements=replacements,
         cost_before=dec.cost_before,
         cost_after=dec.cost_after,
+        drain_bound=dec.drain_bound,
     )
     for node in dec.nodes:
         try:
@@ -178,7 +179,7 @@ def _execute(run: DisruptionPass, cmd: Decision) -> None:
         )
     if not cmd.replacements:
         for node in cmd.nodes:
-            run.terminate(node, why=f"{cmd.method} ({cmd.cause})", method=cmd.method)
+            run.terminate(node, why=f"{cmd.method} ({cmd.cause})", method=cmd.method, drain_bound=cmd.drain_bound)
 
 
 def _launch(run: DisruptionPass, cmd: Decision) -> tuple[str, ...] | None:

@@ -81,7 +81,7 @@ def advance_in_flight(run: DisruptionPass) -> set[str]:
                 )
             continue
         for node in rec.nodes:
-            run.terminate(node, why=f"{rec.method} ({rec.cause})", method=rec.method)
+            run.terminate(node, why=f"{rec.method} ({rec.cause})", method=rec.method, drain_bound=rec.drain_bound)
     return going
 
 

@@ -177,11 +177,13 @@ class DisruptionPass:
                 ref=nodeclaim_ref(claim), reason=reason, message=message, type_="Warning" if warning else "Normal"
             )
 
-    def terminate(self, node_name: str, *, why: str, method: str) -> bool:
+    def terminate(self, node_name: str, *, why: str, method: str, drain_bound: float | None = None) -> bool:
         """Request the termination of ``node_name`` (already tainted): its NodeClaim is annotated with Karpenter's
-        reason for ``method`` (``Empty``, ``Drifted``, ``Underutilized``, ``Expired``) and deleted, and the request
-        sent to the termination queue, which drains the node through the Eviction API and terminates it. True when
-        requested now or before (the NodeClaim was already deleting); a failure goes to ``out.errors``.
+        reason for ``method`` (``Unhealthy``, ``Empty``, ``Drifted``, ``Underutilized``, ``Expired``) and deleted,
+        and the request sent to the termination queue, which drains the node through the Eviction API and terminates
+        it. ``drain_bound`` (seconds from now) sets the NodeClaim's termination timestamp, the drain's deadline (the
+        earlier of it and deletion + ``terminationGracePeriod`` holds). True when requested now or before (the
+        NodeClaim was already deleting); a failure goes to ``out.errors``.
         """
         claim = self.claim_of(node_name)
         if claim is None:
@@ -192,7 +194,11 @@ class DisruptionPass:
         self.event(node_name, "DisruptionTerminating", f"Disrupting Node: {why}")
         try:
             request = request_termination(
-                cluster=self.cluster, nodeclaim=claim, reason=disruption_reason(method), now=self.now
+                cluster=self.cluster,
+                nodeclaim=claim,
+                reason=disruption_reason(method),
+                now=self.now,
+                deadline=None if drain_bound is None else self.now + drain_bound,
             )
         except KubernetesError as exc:
             self.out.errors.append(f"terminate {node_name}: {exc}")

@@ -16,8 +16,11 @@ stay alive between steps:
 2. **Expirations** (forceful, not budgeted, no pre-spun replacement; Karpenter's expiration
    controller): tainted and their termination requested at once; their pods are re-provisioned by the
    next provisioning pass.
-3. **One command** from :func:`~nodesmith.core.disruption.decide` (Emptiness, Drift, Multi-, then
-   Single-node consolidation, budgets applied). A new command is only *recorded* as a candidate
+3. **One command** from :func:`~nodesmith.core.disruption.decide` (node Repair when the ``NodeRepair``
+   gate is on, Emptiness, Drift, Multi-, then Single-node consolidation, budgets applied). A repair is
+   replaced like a drift (replacement Initialized first, then the drain, reason ``Unhealthy``), or
+   terminated at once when its NodePool cannot hold a replacement; its blocked candidates get
+   ``NodeRepairBlocked`` or ``DisruptionBlocked`` Events. A new command is only *recorded* as a candidate
    (``nodesmith.io/DisruptionCandidate``). When a pass at least ``validation_delay`` seconds later
    (Karpenter's ``commandValidationDelay``, 15 s) finds the same command again — and, when the
    in-memory ``pending`` map still has the first decision, :func:`~nodesmith.core.disruption.still_valid`

@@ -12,7 +12,8 @@ written to the NodeClaims' ``status.conditions`` (the status subresource; no new
   ``{"method", "nodes", "since"}``.
 * ``DisruptionReason`` (Karpenter's condition, reason = the cause such as ``Empty`` or ``AMIDrift``):
   a validated command being carried out; the message is JSON ``{"method", "nodes", "replacements",
-  "started", "cost_before", "cost_after"}``. Its nodes carry the ``karpenter.sh/disrupted`` taint.
+  "started", "cost_before", "cost_after"}`` and, for a node repair with a bounded drain, ``"drain_bound"``
+  (seconds). Its nodes carry the ``karpenter.sh/disrupted`` taint.
 
 This module builds the :class:`~nodesmith.core.disruption.ClusterNode` views the pure core decides
 on (pods, NodeClaim, the instance's AMI/subnet/security groups, ``last_pod_event_time``) and reads
@@ -57,7 +58,8 @@ class CommandRecord:
     """A disruption command as stored in a NodeClaim condition (see the module docstring).
 
     ``since`` is when the pass that found it ran (candidates) or when it started (in flight);
-    ``replacements`` are NodeClaim names; costs are USD/hour.
+    ``replacements`` are NodeClaim names; costs are USD/hour; ``drain_bound`` (seconds) bounds the nodes'
+    drain from their termination request (None: the NodeClaims' own ``terminationGracePeriod``).
     """
 
     method: str
@@ -67,11 +69,14 @@ class CommandRecord:
     replacements: tuple[str, ...] = ()
     cost_before: float = 0.0
     cost_after: float = 0.0
+    drain_bound: float | None = None
 
     def message(self) -> str:
         """The JSON stored as the condition message."""
+        bound = {} if self.drain_bound is None else {"drain_bound": self.drain_bound}
         return json.dumps(
             {
+                **bound,
                 "method": self.method,
                 "nodes": list(self.nodes),
                 "since": self.since,
@@ -99,6 +104,7 @@ def read_record(nodeclaim: NodeClaim, condition: str) -> CommandRecord | None:
             replacements=tuple(str(n) for n in doc.get("replacements", ())),
             cost_before=float(doc.get("cost_before", 0.0)),
             cost_after=float(doc.get("cost_after", 0.0)),
+            drain_bound=float(doc["drain_bound"]) if doc.get("drain_bound") is not None else None,
         )
     except (ValueError, KeyError, TypeError):
         return None
