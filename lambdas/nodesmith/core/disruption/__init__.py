@@ -1,5 +1,6 @@
-"""Voluntary disruption decisions (Karpenter v1 semantics), pure: expiration, drift, emptiness,
-multi- and single-node consolidation, disruption budgets, and why every other node stays.
+"""Voluntary disruption decisions (Karpenter v1 semantics), pure: node repair (v1.15, feature gate
+``NodeRepair``: :mod:`.repair`), expiration, drift, emptiness, multi- and single-node consolidation,
+disruption budgets, and why every other node stays.
 
 Entry points: :func:`decide` (one pass: expirations + at most one command, Karpenter's loop) and
 :func:`plan_disruptions` (every command the loop would start back to back on a snapshot). The
