@@ -1,0 +1,266 @@
+"""The demo's cluster driven through scale-ups and downs, spot interruptions, rebalance recommendations, an AMI drift
+and consolidation for ``--minutes``, through the real handlers on the embedded AWS and Kubernetes; then it settles
+and the invariants are counted. What it does and what each JSON key means: ``bench/README.md``.
+
+    python bench/chaos.py --seed 1 --minutes 3 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chaos_monitor import Monitor, end_state
+
+from infra.config import NodesmithConfig
+from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
+from nodesmith.sim import fleet as sim_fleet
+from nodesmith.sim.lambda_runtime import EventSourceOptions, SqsEventSource
+
+NOTICE_SECONDS = 120.0
+"""EC2 reclaims a spot instance two minutes after its interruption warning."""
+TIMEOUTS = {"nodesmith-interruption": float(NodesmithConfig.interruption_timeout_seconds),
+            "nodesmith-termination": float(NodesmithConfig.termination_timeout_seconds)}  # fmt: skip
+BUDGETED_REPLICAS = 4
+
+
+class ChaosWorld(EmbeddedWorld):
+    """The demo's world whose SQS event sources end invocations at the stack's function timeouts."""
+
+    def _source(self, queue_url: str, handler: Any, function_name: str) -> SqsEventSource:
+        if function_name not in self._sources:
+            options = EventSourceOptions(batching_window=0.0, function_timeout=TIMEOUTS[function_name])
+            self._sources[function_name] = SqsEventSource(
+                sqs=self.client("sqs"), queue_url=queue_url, handler=handler, function_name=function_name,
+                options=options,
+            )  # fmt: skip
+        return self._sources[function_name]
+
+    def start_chaos(self) -> ChaosWorld:
+        """Start the world (:meth:`EmbeddedWorld.start`); returns it."""
+        self.start()
+        return self
+
+    def put_ec2_event(self, *, detail_type: str, instance_id: str, zone: str) -> None:
+        """Put an ``aws.ec2`` event about ``instance_id`` on the default bus, in the EC2 documentation's shape."""
+        detail: dict[str, Any] = {"instance-id": instance_id}
+        if detail_type == "EC2 Spot Instance Interruption Warning":
+            detail["instance-action"] = "terminate"
+        self.client("events").put_events(Entries=[{
+            "Source": "aws.ec2", "DetailType": detail_type, "Detail": json.dumps(detail),
+            "Resources": [f"arn:aws:ec2:{zone}:instance/{instance_id}"],
+        }])  # fmt: skip
+
+
+class Chaos:
+    """One run: the world, the seeded random actions, EC2's reclaims and the counts (see the module docstring)."""
+
+    def __init__(self, world: ChaosWorld, args: argparse.Namespace) -> None:
+        self.world, self.args, self.rng = world, args, random.Random(args.seed)
+        self.actions: Counter[str] = Counter()
+        self.exceptions: list[str] = []
+        self.reclaims: dict[str, float] = {}  # instance id -> when EC2 takes it back (monotonic)
+        self.lost_to_reclaim = 0
+        self.last_pass: dict[str, Any] = {}
+        world.apply_file(MANIFESTS / "nodepool.yaml")
+        world.apply_file(MANIFESTS / "inflate.yaml")
+        budgeted = sim_fleet.deploy(world.store, pods=2 * BUDGETED_REPLICAS, replicas=BUDGETED_REPLICAS, pdb_every=1,
+                                    cpu="500m", grace_seconds=5)  # fmt: skip
+        self.monitor = Monitor(store=world.store, budgeted=budgeted)
+        self._instrument()
+
+    def _instrument(self) -> None:
+        """Record the pods the termination function deletes directly (its deadline passed)."""
+        from nodesmith.adapters.kube.cluster import KubeCluster
+
+        delete_pod, monitor = KubeCluster.delete_pod, self.monitor
+
+        def counted(cluster: Any, **kwargs: Any) -> None:
+            delete_pod(cluster, **kwargs)
+            monitor.forced(kwargs["pod"].key)
+
+        KubeCluster.delete_pod = counted  # type: ignore[method-assign,assignment]
+
+    # -- the run ---------------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Bring the budgeted Deployments up, drive the cluster for ``--minutes``, settle for up to ``--settle``
+        seconds, count."""
+        if not self._settle(time.monotonic() + self.args.settle):
+            raise RuntimeError(f"the budgeted Deployments did not run within {self.args.settle:.0f} s")
+        self.monitor.start()
+        began = time.monotonic()
+        end = began + 60.0 * self.args.minutes
+        next_action, drift_at, drifted = began + 5.0, began + 0.4 * (end - began), False
+        while time.monotonic() < end:
+            now = time.monotonic()
+            if now >= next_action:
+                self._act()
+                next_action = now + self.rng.uniform(4.0, 12.0)
+            if not drifted and now >= drift_at:
+                drifted = self._drift()
+            self._tick()
+        self.world.scale(deployment="inflate", replicas=self.rng.randint(1, 6))
+        settled = self._settle(time.monotonic() + self.args.settle)
+        self.monitor.stop()
+        return self._report(began, settled)
+
+    def _tick(self) -> None:
+        """One second of the functions: reconcile (the schedule), interruptions and terminations (their queues)."""
+        for name, call in (("reconcile", self._reconcile),
+                           ("interruption", lambda: list(self.world.deliver_interruptions(wait_seconds=0))),
+                           ("termination", self.world.deliver_terminations)):  # fmt: skip
+            try:
+                call()
+            except Exception:  # an unhandled exception ends the invocation: counted, the run goes on
+                self.exceptions.append(f"{name}: {traceback.format_exc(limit=3)}")
+        self._reclaim()
+        time.sleep(0.2)
+
+    def _reconcile(self) -> None:
+        self.last_pass = self.world.reconcile()
+
+    def _settle(self, deadline: float) -> bool:
+        """Tick until nothing is pending, draining or in flight, or ``deadline``; whether it settled."""
+        while time.monotonic() < deadline:
+            self._tick()
+            if self._quiet():
+                return True
+        return False
+
+    def _quiet(self) -> bool:
+        store = self.world.store
+        pods = [p for p in store.objects("pods") if (p["metadata"].get("labels") or {}).get("app")]
+        claims = store.objects("nodeclaims.karpenter.sh")
+        return (
+            all((p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+                for p in pods)
+            and not any(c["metadata"].get("deletionTimestamp") for c in claims)
+            and not any(t.get("key") == "karpenter.sh/disrupted"
+                        for n in store.objects("nodes") for t in (n.get("spec") or {}).get("taints") or [])
+            and not self.reclaims
+            and len(store.objects("nodes")) == len({(p.get("spec") or {}).get("nodeName") for p in pods})
+        )  # fmt: skip
+
+    # -- what happens to the cluster -------------------------------------------------------------------
+
+    def _act(self) -> None:
+        kind = self.rng.choices(["scale", "spot", "rebalance"], weights=[3, 2, 1])[0]
+        if kind == "scale":
+            self.world.scale(deployment="inflate", replicas=self.rng.randint(0, 12))
+        else:
+            nodes = sorted(n["spec"]["providerID"] for n in self.world.store.objects("nodes")
+                           if not (n.get("spec") or {}).get("unschedulable"))  # fmt: skip
+            if not nodes:
+                return
+            zone, instance_id = self.rng.choice(nodes).split("/")[-2:]
+            detail_type = ("EC2 Spot Instance Interruption Warning" if kind == "spot"
+                           else "EC2 Instance Rebalance Recommendation")  # fmt: skip
+            self.world.put_ec2_event(detail_type=detail_type, instance_id=instance_id, zone=zone)
+            if kind == "spot":
+                self.reclaims.setdefault(instance_id, time.monotonic() + NOTICE_SECONDS)
+        self.actions[kind] += 1
+
+    def _drift(self) -> bool:
+        """Point the EC2NodeClass at another AMI: every node drifts (``AMIDrift``)."""
+        ami = self.world.register_ami(name="amazon-eks-node-al2023-x86_64-standard-1.31-v20260301")
+        terms = {"amiFamily": "AL2023", "amiSelectorTerms": [{"id": ami}]}  # an AMI id needs its family
+        self.world.store.mutate("ec2nodeclasses.karpenter.k8s.aws", "default", lambda nc: nc["spec"].update(terms))
+        self.actions["drift"] += 1
+        return True
+
+    def _reclaim(self) -> None:
+        """EC2 takes back a warned spot instance at its deadline if it still runs: Ready pods on it are lost."""
+        now = time.monotonic()
+        for instance_id, at in list(self.reclaims.items()):
+            if now < at:
+                continue
+            del self.reclaims[instance_id]
+            ec2 = self.world.client("ec2")
+            state = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]
+            if state["Name"] not in ("pending", "running"):
+                continue
+            node = next((n for n in self.world.store.objects("nodes")
+                         if n["spec"].get("providerID", "").endswith("/" + instance_id)), None)  # fmt: skip
+            if node is not None:
+                self.lost_to_reclaim += sum(
+                    1
+                    for p in self.world.store.pods_on(node["metadata"]["name"])
+                    if (p["metadata"].get("labels") or {}).get("app")
+                    and (p.get("status") or {}).get("phase") == "Running"
+                )
+            ec2.terminate_instances(InstanceIds=[instance_id])
+
+    # -- the counts -------------------------------------------------------------------------------------
+
+    def _report(self, began: float, settled: bool) -> dict[str, Any]:
+        world, monitor = self.world, self.monitor
+        stats = {name: source.stats for name, source in world._sources.items()}
+        invariants = {
+            "pods_lost_to_interruptions": self.lost_to_reclaim + len(monitor.forced_pods) + len(monitor.lost_with_node),
+            "pdb_violations": monitor.violations,
+            **end_state(store=world.store, ec2=world.client("ec2"), cluster_name=world.cluster_name),
+            "invocations_past_timeout": sum(s.timed_out for s in stats.values()),
+            "unhandled_exceptions": len(self.exceptions) + sum(len(s.errors) for s in stats.values()),
+        }
+        return {
+            "command": vars(self.args),
+            "invariants": invariants,
+            "ok": not any(invariants.values()) and settled,
+            "settled": settled,
+            "actions": dict(self.actions),
+            "faults_injected": {},
+            "invocations": {
+                name: {"invocations": s.invocations, "records": s.records, "failed": s.failed, "timed_out": s.timed_out}
+                for name, s in stats.items()
+            },
+            "exceptions": self.exceptions[:3] + [e for s in stats.values() for e in s.errors][:3],
+            "monitor_errors": monitor.errors[:3],
+            "pdb_violation_details": monitor.details,
+            "last_pass_unschedulable": self.last_pass.get("unschedulable"),
+            "pending_at_end": [
+                {
+                    "pod": p["metadata"]["name"],
+                    "node": p["spec"].get("nodeName"),
+                    "phase": p["status"].get("phase"),
+                    "why": [
+                        c.get("message", "") for c in p["status"].get("conditions") or [] if c.get("status") != "True"
+                    ],
+                }
+                for p in world.store.objects("pods")
+                if (p["metadata"].get("labels") or {}).get("app") and p["status"].get("phase") != "Running"
+            ][:5],
+            "seconds": round(time.monotonic() - began, 1),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run once; print the result (one JSON line with ``--json``); exit 1 when an invariant is broken."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--minutes", type=float, default=3.0, help="how long the actions go on")
+    parser.add_argument("--settle", type=float, default=180.0, help="seconds allowed to settle afterwards")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+    world = ChaosWorld()
+    try:
+        result = Chaos(world.start_chaos(), args).run()
+    finally:
+        world.stop()
+    print(json.dumps(result, sort_keys=True) if args.json else json.dumps(result, indent=1, sort_keys=True))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
