@@ -15,8 +15,10 @@ from nodesmith.adapters.aws.wake import ReconcileWaker, provision_event
 from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.lambda_runtime import (
     AsyncInvocations,
+    Crashes,
     EventSourceOptions,
     SqsEventSource,
+    inject_crashes,
     install_function_timeouts,
     kill_invocation,
     route_async_invokes,
@@ -93,3 +95,36 @@ def test_a_killed_invocation_makes_no_more_calls_and_leaves_its_records(sqs: Any
     time.sleep(1.2)
     again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
     assert sorted(m["Body"] for m in again) == ["0", "1"]
+
+
+@pytest.mark.slow
+def test_injected_crashes_end_invocations_at_a_call_and_leave_their_records(sqs: Any) -> None:
+    install_function_timeouts()
+    url = sqs.create_queue(QueueName="crashing")["QueueUrl"]
+    for n in range(10):
+        sqs.send_message(QueueUrl=url, MessageBody=str(n))
+    reached: list[int] = []
+
+    def handler(event: dict[str, Any], _: Any) -> dict[str, Any]:
+        for step in range(5):  # five AWS calls: each may be the one the runtime dies at
+            sqs.get_queue_url(QueueName="crashing")
+            reached.append(step)
+        return {"batchItemFailures": []}
+
+    crashes = Crashes(rate=0.5, seed=7)
+    inject_crashes(crashes)
+    try:
+        options = EventSourceOptions(batch_size=1, batching_window=0, visibility_timeout=30)
+        source = SqsEventSource(sqs=sqs, queue_url=url, handler=handler, function_name="f", options=options)
+        for _ in range(10):
+            source.poll_once(wait=0)
+    finally:
+        inject_crashes(None)
+
+    assert crashes.injected == source.stats.killed > 0  # every crash ended its invocation, counted as killed
+    assert reached.count(4) == source.stats.invocations - source.stats.killed  # only the others got to the end
+    left = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
+    assert int(left["Attributes"]["ApproximateNumberOfMessagesNotVisible"]) == crashes.injected  # kept for SQS
+    assert Crashes(rate=0.5, seed=7).draw() == Crashes(rate=0.5, seed=7).draw()  # seeded
+    with pytest.raises(ValueError, match="crash rate"):
+        Crashes(rate=1.5)

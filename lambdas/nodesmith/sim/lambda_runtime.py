@@ -16,7 +16,8 @@ Lambda ends an invocation at its timeout; Python cannot stop a thread. :func:`in
 every AWS call (botocore) and Kubernetes call (the adapter's ``KubeRest``) of an invocation past its timeout
 raise :class:`LambdaKilled` instead, from its thread or any pool thread it started, so nothing of it reaches
 AWS or the cluster afterwards and none of its records is deleted, as after Lambda ends it.
-:func:`kill_invocation` ends the running invocation the same way at once (a runtime that crashed mid-work).
+:func:`kill_invocation` ends the running invocation the same way at once (a runtime that crashed mid-work);
+:func:`inject_crashes` makes invocations crash so at random calls (:class:`Crashes`).
 
 :class:`AsyncInvocations` runs a function's asynchronous invocations (``InvocationType=Event``) one at a time,
 as Lambda does for a function with reserved concurrency 1 whose throttled events wait and are retried until
@@ -32,6 +33,7 @@ import itertools
 import json
 import logging
 import queue
+import random
 import threading
 import time
 import uuid
@@ -41,12 +43,14 @@ from typing import Any, NoReturn
 
 __all__ = [
     "AsyncInvocations",
+    "Crashes",
     "EventSourceOptions",
     "LambdaContext",
     "LambdaKilled",
     "Scaling",
     "SqsEventSource",
     "Stats",
+    "inject_crashes",
     "install_function_timeouts",
     "kill_invocation",
     "route_async_invokes",
@@ -93,10 +97,42 @@ _KILLED: set[int] = set()
 _INSTALLED: list[bool] = []
 
 
+class Crashes:
+    """Invocations that crash at a random point: with :func:`install_function_timeouts` installed, each AWS or
+    Kubernetes call an invocation makes ends it first (:func:`kill_invocation`, as a runtime that died mid-work:
+    out of memory, a segfault in a native library) with chance ``rate``, drawn from ``random.Random(seed)``.
+    Thread-safe; :attr:`injected` counts the crashes."""
+
+    def __init__(self, *, rate: float, seed: int = 0) -> None:
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"crash rate {rate} is outside 0..1")
+        self.rate, self._rng, self._lock, self.injected = rate, random.Random(seed), threading.Lock(), 0
+
+    def draw(self) -> bool:
+        """Whether this call crashes its invocation (counted when it does)."""
+        with self._lock:
+            crash = self._rng.random() < self.rate
+            self.injected += crash
+        return crash
+
+
+_CRASHES: list[Crashes] = []
+
+
+def inject_crashes(crashes: Crashes | None) -> None:
+    """Crash invocations of every event source in this process as ``crashes`` says (None: never)."""
+    _CRASHES[:] = [crashes] if crashes is not None else []
+
+
 def _check_alive() -> None:
     invocation = getattr(_INVOCATION, "id", None)
-    if invocation is not None and invocation in _TIMED_OUT:
+    if invocation is None:
+        return
+    if invocation in _TIMED_OUT:
         raise LambdaKilled(f"invocation {invocation} ran past the function timeout or was killed")
+    crashes = _CRASHES[0] if _CRASHES else None
+    if crashes is not None and crashes.draw():
+        kill_invocation("crash injected")
 
 
 @contextlib.contextmanager
