@@ -26,7 +26,14 @@ from chaos_monitor import Monitor, end_state
 from infra.config import NodesmithConfig
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
 from nodesmith.sim import fleet as sim_fleet
-from nodesmith.sim.lambda_runtime import EventSourceOptions, SqsEventSource
+from nodesmith.sim.kube.faults import KubeFaults
+from nodesmith.sim.lambda_runtime import (
+    Crashes,
+    EventSourceOptions,
+    SqsEventSource,
+    inject_crashes,
+    install_function_timeouts,
+)
 
 NOTICE_SECONDS = 120.0
 """EC2 reclaims a spot instance two minutes after its interruption warning."""
@@ -63,6 +70,36 @@ class ChaosWorld(EmbeddedWorld):
         }])  # fmt: skip
 
 
+class Faults:
+    """The faults of a run at ``rate`` (0: none), seeded by ``seed``: the Kubernetes API emulator answers that
+    share of our functions' requests with a fault (429 with Retry-After, 500, 409 on guarded writes, slow or lost
+    answers, cut or expired watches), and each AWS or Kubernetes call of an invocation crashes it with a tenth of
+    that chance. The simulated cluster components read the store directly and meet none."""
+
+    def __init__(self, world: ChaosWorld, *, rate: float, seed: int) -> None:
+        self.world, self.rate = world, rate
+        self.kube = KubeFaults(seed=seed, rates={"*": rate}) if rate else None
+        self.crashes = Crashes(rate=rate / 10, seed=seed) if rate else None
+
+    def on(self) -> None:
+        """Start injecting."""
+        if self.world.kube is not None:
+            self.world.kube.faults = self.kube
+        inject_crashes(self.crashes)
+
+    def off(self) -> None:
+        """Stop injecting (the bench's own end-of-run reads are not Nodesmith's)."""
+        if self.world.kube is not None:
+            self.world.kube.faults = None
+        inject_crashes(None)
+
+    def injected(self) -> dict[str, int]:
+        """Faults injected so far, by kind."""
+        counts = {f"kube_{k}": n for k, n in (self.kube.counts() if self.kube else {}).items()}
+        counts["lambda_crash"] = self.crashes.injected if self.crashes else 0
+        return counts
+
+
 class Chaos:
     """One run: the world, the seeded random actions, EC2's reclaims and the counts (see the module docstring)."""
 
@@ -78,6 +115,7 @@ class Chaos:
         budgeted = sim_fleet.deploy(world.store, pods=2 * BUDGETED_REPLICAS, replicas=BUDGETED_REPLICAS, pdb_every=1,
                                     cpu="500m", grace_seconds=5)  # fmt: skip
         self.monitor = Monitor(store=world.store, budgeted=budgeted)
+        self.faults = Faults(world, rate=args.fault_rate, seed=args.seed)
         self._instrument()
 
     def _instrument(self) -> None:
@@ -100,6 +138,7 @@ class Chaos:
         if not self._settle(time.monotonic() + self.args.settle):
             raise RuntimeError(f"the budgeted Deployments did not run within {self.args.settle:.0f} s")
         self.monitor.start()
+        self.faults.on()
         began = time.monotonic()
         end = began + 60.0 * self.args.minutes
         next_action, drift_at, drifted = began + 5.0, began + 0.4 * (end - began), False
@@ -113,6 +152,7 @@ class Chaos:
             self._tick()
         self.world.scale(deployment="inflate", replicas=self.rng.randint(1, 6))
         settled = self._settle(time.monotonic() + self.args.settle)
+        self.faults.off()
         self.monitor.stop()
         return self._report(began, settled)
 
@@ -220,7 +260,7 @@ class Chaos:
             "ok": not any(invariants.values()) and settled,
             "settled": settled,
             "actions": dict(self.actions),
-            "faults_injected": {},
+            "faults_injected": self.faults.injected(),
             "invocations": {
                 name: {"invocations": s.invocations, "records": s.records, "failed": s.failed, "timed_out": s.timed_out}
                 for name, s in stats.items()
@@ -251,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=3.0, help="how long the actions go on")
     parser.add_argument("--settle", type=float, default=180.0, help="seconds allowed to settle afterwards")
+    parser.add_argument("--fault-rate", type=float, default=0.0, help="share of calls that meet a fault (0..1)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
+    install_function_timeouts()
     world = ChaosWorld()
     try:
         result = Chaos(world.start_chaos(), args).run()
