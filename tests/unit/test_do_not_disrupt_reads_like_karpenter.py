@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nodesmith.core.do_not_disrupt import do_not_disrupt, node_blocks_disruption, parse_go_duration
+from nodesmith.core.do_not_disrupt import do_not_disrupt, node_blocks_disruption
+from nodesmith.core.durations import parse_go_duration
 from nodesmith.core.model import Pod
 
 NOW = 100_000.0

@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from nodesmith.core import model as core_model
+from nodesmith.core.durations import parse_go_duration
 from nodesmith.core.resources import QuantityError, parse_quantity
 
 __all__ = [
@@ -130,8 +131,6 @@ QUALIFIED_NAME_RE = re.compile(
 LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 _NON_NEGATIVE_INT = re.compile(r"^[0-9]+$")
-_GO_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+|[0-9]+\.)(ns|us|µs|μs|ms|s|m|h)")
-_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_duration(value: str) -> float | None:
@@ -148,23 +147,10 @@ def parse_duration(value: str) -> float | None:
     text = value.strip()
     if text == "Never":
         return None
-    sign = 1.0
-    if text[:1] in ("+", "-"):
-        sign = -1.0 if text[0] == "-" else 1.0
-        text = text[1:]
-    if text == "0":
-        return 0.0
-    if not text:
-        raise ValueError(f"{value!r} is not a duration (expected e.g. 720h, 1h30m, 30s or Never)")
-    pos = 0
-    seconds = 0.0
-    while pos < len(text):
-        match = _GO_DURATION_PART.match(text, pos)
-        if not match:
-            raise ValueError(f"{value!r} is not a duration (expected e.g. 720h, 1h30m, 30s or Never)")
-        seconds += float(match.group(1)) * _GO_UNITS[match.group(2)]
-        pos = match.end()
-    return sign * seconds
+    try:
+        return parse_go_duration(text)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a duration (expected e.g. 720h, 1h30m, 30s or Never)") from None
 
 
 def format_loc(loc: tuple[int | str, ...]) -> str:
