@@ -1,7 +1,8 @@
 """The embedded AWS: a moto server in this process, seeded like an EKS cluster's VPC for Karpenter.
 
-``start()`` runs ``moto.server.ThreadedMotoServer`` on 127.0.0.1 (a free port) and points boto3 at
-it through ``AWS_ENDPOINT_URL`` with fake credentials; the real ``~/.aws`` files are never read
+``start()`` runs ``moto.server.ThreadedMotoServer`` on 127.0.0.1 (a free port), behind the fault layer of
+:mod:`nodesmith.sim.aws_fault_server` (off until a plan is set: :func:`nodesmith.sim.aws_faults.set_faults`), and
+points boto3 at it through ``AWS_ENDPOINT_URL`` with fake credentials; the real ``~/.aws`` files are never read
 (``AWS_CONFIG_FILE`` / ``AWS_SHARED_CREDENTIALS_FILE`` point to an empty file). The adapters need no
 special code path: they simply talk to that endpoint. :func:`start_process` does the same with moto in a
 process of its own, so its CPU is not taken from the caller's threads (a benchmark's invocations).
@@ -203,11 +204,11 @@ def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws
     Takes well under 2 s (moto import + server thread). Call ``stop()`` (or use ``with``) to end it
     and restore the environment.
     """
-    from moto.server import ThreadedMotoServer
+    from nodesmith.sim.aws_fault_server import FaultyMotoServer
 
     fix_moto()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one access-log line per AWS call otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = FaultyMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
