@@ -136,23 +136,24 @@ def test_more_pods_than_the_inflight_nodeclaim_holds_launch_only_the_difference(
     assert (out.pods_awaiting_capacity, out.pods_scheduled) == (2, 3)
 
 
-def test_spot_capacity_error_falls_back_to_on_demand_within_one_call(world: World) -> None:
+def test_spot_capacity_error_falls_back_to_on_demand_within_one_nodeclaim(world: World) -> None:
     cluster, cloud = world
     cloud.ice = {(it.name, o.zone, "spot") for it in cloud.types for o in it.offerings}
 
-    # Karpenter's grouping: one c5.xlarge NodeClaim. (The nodesmith packing would first try three
-    # cheaper c5.large spot NodeClaims once c5.xlarge spot fails, one more capacity error.)
+    # Karpenter's grouping: one c5.xlarge NodeClaim. Its spot CreateFleet fails everywhere; the same NodeClaim is
+    # launched again on what is left (on-demand) in the same pass, before it would be given up.
     out = run(cluster, cloud, 1000.0, packing="karpenter")
 
-    assert out.solve_attempts == 2
-    assert out.launch_failures == {"InsufficientInstanceCapacity": 1}
-    assert (out.nodeclaims_created, out.nodeclaims_launched) == (2, 1)
+    assert out.solve_attempts == 1
+    assert out.launch_failures == {}
+    assert (out.nodeclaims_created, out.nodeclaims_launched) == (1, 1)
+    assert [sorted(r.capacity_types) for r in cloud.requests] == [["on-demand", "spot"], ["on-demand"]]
     claim = live_claim(cluster)
-    assert len(failed_launches(cluster)) == 1  # the spot NodeClaim, deleted
+    assert failed_launches(cluster) == []
     instance = cloud.instances[claim.status.provider_id.rsplit("/", 1)[-1]]
     assert instance.capacity_type == "on-demand"
     assert out.unschedulable == {}
-    assert "InsufficientCapacityError" in cluster.reasons("NodeClaim")
+    assert out.offerings_marked_unavailable == len(cloud.marked) > 0  # the spot offerings its first answer named
 
 
 def test_capacity_error_in_the_heavier_pool_falls_back_to_the_next_nodepool(
@@ -173,11 +174,11 @@ def test_capacity_error_in_the_heavier_pool_falls_back_to_the_next_nodepool(
     claim = live_claim(cluster)
     assert claim.nodepool_name == "general"
     assert out.pods_scheduled == 3 and out.unschedulable == {}
-    # c5.xlarge spot, c5.xlarge on-demand, c5.large spot, c5.large on-demand: one CreateFleet each.
-    assert out.launch_failures == {"InsufficientInstanceCapacity": 4}
+    # c5.xlarge spot then on-demand (one NodeClaim), c5.large spot then on-demand (another): one CreateFleet each.
+    assert out.launch_failures == {"InsufficientInstanceCapacity": 2}
     assert len(cloud.requests) == 5
     failed = failed_launches(cluster)
-    assert len(failed) == 4 and all(name.startswith("compute-") for name in failed)
+    assert len(failed) == 2 and all(name.startswith("compute-") for name in failed)
 
 
 def test_capacity_errors_everywhere_leave_the_pods_unschedulable_after_bounded_attempts(

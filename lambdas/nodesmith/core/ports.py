@@ -69,7 +69,12 @@ class LaunchRequest:
 
 @dataclass(frozen=True, slots=True)
 class LaunchResult:
-    """The instance CreateFleet started: id, type, zone, capacity type, AMI and its price (USD/hour)."""
+    """The instance CreateFleet started: id, type, zone, capacity type, AMI and its price (USD/hour).
+
+    ``capacity_errors`` are the offerings the same CreateFleet answered a capacity error for while it launched
+    this one (its ``Errors``): the provider has marked them unavailable, and the caller's pass should plan
+    around them too.
+    """
 
     instance_id: str
     instance_type: str
@@ -78,6 +83,7 @@ class LaunchResult:
     image_id: str
     price: float
     launch_template_name: str = ""
+    capacity_errors: tuple[UnavailableOffering, ...] = ()
 
     @property
     def provider_id(self) -> str:

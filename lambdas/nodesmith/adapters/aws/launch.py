@@ -171,6 +171,7 @@ class FleetLauncher:
             image_id=launched.image_id,
             price=price,
             launch_template_name=templates.get(launched.image_id, ""),
+            capacity_errors=launched.capacity_errors,
         )
 
     def _ensure_template(

@@ -7,9 +7,12 @@ Follows Karpenter's launch lifecycle (``[core]:pkg/controllers/nodeclaim/lifecyc
 * success -> ``status.providerID/imageID/capacity/allocatable`` and ``Launched=True``, then the
   instance's type, zone, capacity type and id as labels (merge patch, :func:`.nodeclaims.launched_labels`),
   a ``Launched`` Event on the NodeClaim;
-* :class:`~nodesmith.core.errors.InsufficientCapacityError` -> the failed offerings are remembered
-  for the rest of the pass (the provider also caches them for 3 minutes), the NodeClaim is deleted
-  and the caller re-solves its pods;
+* capacity errors, those of a CreateFleet that launched nothing and those listed beside a launched instance
+  (``LaunchResult.capacity_errors``), are remembered for the rest of the pass (the provider also caches them for
+  3 minutes); a CreateFleet that launched nothing is tried once more on the NodeClaim's offerings left
+  (:data:`MAX_LAUNCH_ATTEMPTS`);
+* :class:`~nodesmith.core.errors.InsufficientCapacityError` after that -> the NodeClaim is deleted and the caller
+  re-solves its pods;
 * any other launch error (``LaunchError``, ``NodeClassNotReadyError``) -> the NodeClaim is deleted
   and its pods are reported unschedulable with the error.
 """
@@ -30,13 +33,20 @@ from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
 from nodesmith.services.provisioning.nodeclaims import TAG_NODECLAIM, launch_request, launched_labels, mark_launched
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import InstanceType
 
-__all__ = ["LaunchOutcome", "Launcher"]
+__all__ = ["MAX_LAUNCH_ATTEMPTS", "LaunchOutcome", "Launcher"]
+
+MAX_LAUNCH_ATTEMPTS = 2
+"""CreateFleet calls for one NodeClaim in a pass: the first, and one more on the offerings its capacity errors
+left. Karpenter marks the offerings of a capacity error unavailable and launches again on the others (its
+unavailable-offerings cache, ``[aws]:pkg/cache/unavailableofferings.go``, and the launch's retry); a Lambda pass
+may be a minute from the next, so the retry happens in the same pass, before the NodeClaim is given up."""
 
 INSUFFICIENT_CAPACITY = "InsufficientCapacity"
 """Failure code when a capacity error names no offering (or no offering was left to try)."""
@@ -122,6 +132,41 @@ class Launcher:
         self._delete(nodeclaim)
         return LaunchOutcome(nodeclaim=None, capacity_error=capacity, message=message)
 
+    def _learn(self, offerings: Sequence[UnavailableOffering]) -> None:
+        with self.lock:
+            self.unavailable.update((off.instance_type, off.zone, off.capacity_type) for off in offerings)
+
+    def _create(
+        self, nodeclaim: NodeClaim, nodeclass: EC2NodeClass, catalogue: Mapping[str, InstanceType]
+    ) -> LaunchResult:
+        """CreateFleet for ``nodeclaim`` on the offerings not failed in this pass, once more on those left when its
+        capacity errors named offerings (:data:`MAX_LAUNCH_ATTEMPTS`). Every capacity error an answer carries,
+        with an instance or without, is added to :attr:`unavailable`. Raises ``InsufficientCapacityError`` naming
+        the offerings of every attempt when no attempt launched, ``NodeClassNotReadyError`` or ``LaunchError``.
+        """
+        failed: list[UnavailableOffering] = []
+        for attempt in range(1, MAX_LAUNCH_ATTEMPTS + 1):
+            with self.lock:
+                unavailable = set(self.unavailable)
+            try:
+                request = launch_request(
+                    nodeclaim=nodeclaim,
+                    nodeclass=nodeclass,
+                    catalogue=catalogue,
+                    cluster_name=self.cluster_name,
+                    unavailable=unavailable,
+                )
+                result = self.cloud.create(request=request)
+            except InsufficientCapacityError as exc:
+                self._learn(exc.offerings)
+                failed.extend(exc.offerings)
+                if attempt == MAX_LAUNCH_ATTEMPTS or not exc.offerings:
+                    raise InsufficientCapacityError(str(exc), offerings=tuple(failed)) from exc
+                continue
+            self._learn(result.capacity_errors)
+            return result
+        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
     def launch(self, nodeclaim: NodeClaim) -> LaunchOutcome:
         """Launch (or adopt) the instance of ``nodeclaim`` and write its status; never raises for launch errors."""
         nodeclass_name = nodeclaim.spec.node_class_ref.name
@@ -137,19 +182,8 @@ class Launcher:
         result = self._adoptable(nodeclaim)
         if result is None:
             try:
-                with self.lock:
-                    unavailable = set(self.unavailable)
-                request = launch_request(
-                    nodeclaim=nodeclaim,
-                    nodeclass=nodeclass,
-                    catalogue=catalogue,
-                    cluster_name=self.cluster_name,
-                    unavailable=unavailable,
-                )
-                result = self.cloud.create(request=request)
+                result = self._create(nodeclaim, nodeclass, catalogue)
             except InsufficientCapacityError as exc:
-                with self.lock:
-                    self.unavailable.update((off.instance_type, off.zone, off.capacity_type) for off in exc.offerings)
                 codes = Counter(off.code for off in exc.offerings if off.code)
                 code = codes.most_common(1)[0][0] if codes else INSUFFICIENT_CAPACITY
                 return self._fail(nodeclaim, code, f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=True)
