@@ -161,6 +161,7 @@ def test_the_adapters_clients_retry_through_a_burst_of_throttles_and_the_layer_c
     faults: embedded_aws.EmbeddedAws, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("botocore.retries.standard.ExponentialBackoff.delay_amount", lambda *_: 0.0)
+    monkeypatch.setattr("botocore.retries.adaptive.ClientRateLimiter.on_sending_request", lambda *_, **__: None)
     clients.reset_clients()
     set_faults(faults, FaultPlan(throttle={"ec2:DescribeSubnets": 1.0}, limits={"throttle": 5}))
     answer = clients.client("ec2", region=faults.region).describe_subnets()

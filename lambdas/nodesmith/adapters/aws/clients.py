@@ -1,7 +1,9 @@
 """boto3 clients for the EC2 side, created lazily and cached per process (one per service x region).
 
 Every client shares one botocore ``Config``: adaptive retry mode (client-side rate limiting on
-throttles, up to 8 attempts), 5 s connect / 30 s read timeouts, and a ``nodesmith`` user agent.
+throttles; throttling codes, 5xx and connection errors retried up to 8 times after the first attempt: botocore's
+``max_attempts`` in a retries config counts the retries, so a call makes at most 9 requests), 5 s connect / 30 s
+read timeouts, and a ``nodesmith`` user agent.
 ``AWS_ENDPOINT_URL`` / ``AWS_ENDPOINT_URL_<SERVICE>`` are honoured by botocore itself, which is
 how the embedded AWS (moto server) is reached without any code path of its own.
 
