@@ -105,3 +105,18 @@ def test_our_account_is_the_queues(world: dict[str, Any]) -> None:
     assert response == {"batchItemFailures": []}
     assert (1.0, {"Reason": "foreign_account"}) in points(docs, "InterruptionMessagesIgnored")
     assert world["queue"].sent == [] and world["cloud"].calls == []
+
+
+def test_two_copies_of_a_message_in_one_batch_are_handled_once(world: dict[str, Any]) -> None:
+    # SQS delivers at least once and Lambda's batching window gathers several receives: a message and a copy of it
+    # that SQS counts as received again land in one batch
+    records = [
+        fakes.sqs_record(fakes.event(A), message_id="m-a"),
+        fakes.sqs_record(fakes.event(A), message_id="m-a", receive_count=2),
+    ]
+    response, docs = invoke(world, records)
+
+    assert response == {"batchItemFailures": []}
+    assert [r.nodeclaim for r in world["queue"].sent] == ["claim-a"]  # one termination request
+    assert world["cluster"].reasons().count("SpotInterrupted") == 1
+    assert points(docs, "InterruptionMessagesAcknowledged") == [(2.0, {})]

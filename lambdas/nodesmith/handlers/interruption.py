@@ -5,7 +5,8 @@ acknowledged), runs the batch (:class:`~nodesmith.services.interruption.service.
 ``DescribeInstances``, then per message against what EC2 and the cluster say) and reports it. Our account and
 region are those of the queue the records came from (their ``eventSourceARN``). Powertools'
 ``AsyncBatchProcessor`` handles the records at once (each in a worker thread) and gives partial batch
-responses: a record whose work raised is retried by SQS, every other one is deleted.
+responses: a record whose work raised is retried by SQS, every other one is deleted. Records of one message id
+(copies SQS delivered twice into one batch) are handled once.
 """
 
 from __future__ import annotations
@@ -67,8 +68,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     )
     batch.prepare()
 
+    handled: set[str] = set()  # read and written on the event loop's thread only
+
     async def record_handler(record: SQSRecord) -> None:
-        if record.message_id in batch.received:
+        # a second copy of a message in this batch (SQS delivers at least once) is acknowledged with the first
+        if record.message_id in batch.received and record.message_id not in handled:
+            handled.add(record.message_id)
             outcome = await asyncio.to_thread(batch.handle, record.message_id)
             age = now - batch.received[record.message_id].received_at
             reporting.report_message(outcome, queue_age_seconds=age)

@@ -22,8 +22,10 @@ services Nodesmith calls and to the failures AWS documents as normal behaviour:
 * ``describe_not_found`` / ``describe_hidden``: DescribeInstances not seeing an instance launched less than
   ``plan.describe_lag_seconds`` ago, as EC2's eventual consistency does (EC2 API reference, "Eventual consistency
   in the Amazon EC2 API"): ``InvalidInstanceID.NotFound`` when it is asked for by id, absent from a filtered list;
-* ``sqs_duplicate``: a received message delivered once more later, same ``MessageId`` and body, a new receipt
-  handle (standard queues deliver at least once); ``sqs_delayed``: a sent message visible only after
+* ``sqs_duplicate``: a received message delivered once more later, same ``MessageId``, body and attributes, a new
+  receipt handle (standard queues deliver at least once: "a copy of the message isn't deleted on that unavailable
+  server", Amazon SQS developer guide, "At-least-once delivery"); a redelivery after a visibility timeout, which
+  counts one more receive, is not this fault; ``sqs_delayed``: a sent message visible only after
   ``plan.sqs.delay_seconds``.
 
 Rates are probabilities per call (per message, per override for SQS and CreateFleet shares), looked up by operation
@@ -321,7 +323,9 @@ class FaultInjector:
                     self._duplicates.setdefault(queue_url, []).append((due, dict(message)))
 
     def take_duplicates(self, queue_url: str, room: int) -> list[dict[str, Any]]:
-        """Up to ``room`` copies due on ``queue_url``, each with a new receipt handle and one more receive (counted)."""
+        """Up to ``room`` copies due on ``queue_url``, each with a new receipt handle (counted). A copy keeps the
+        attributes of the delivery it copies, ``ApproximateReceiveCount`` included: SQS's extra copy is one a storage
+        server kept because it missed the receive and the delete, so it has not counted that receive either."""
         if room <= 0:
             return []
         now = self._clock()
@@ -337,10 +341,6 @@ class FaultInjector:
                 handle = f"nodesmith-duplicate-{self._random.getrandbits(64):016x}"
                 self._handles.add(handle)
                 copy["ReceiptHandle"] = handle
-                attributes = dict(copy.get("Attributes") or {})
-                if "ApproximateReceiveCount" in attributes:
-                    attributes["ApproximateReceiveCount"] = str(int(attributes["ApproximateReceiveCount"]) + 1)
-                    copy["Attributes"] = attributes
                 out.append(copy)
                 self._count("sqs_duplicate", "sqs:ReceiveMessage")
             self._duplicates[queue_url] = keep

@@ -157,16 +157,22 @@ class InterruptionBatch:
     """One batch of received messages, worked in two steps (see the module docstring): :meth:`prepare` once,
     then :meth:`handle` per message, from any number of threads at once.
 
-    ``now`` is the batch's wall time (epoch seconds). Raises :class:`~nodesmith.core.errors.KubernetesError` or
-    the cloud provider's errors from :meth:`prepare` (the whole batch is delivered again) and from
-    :meth:`handle` (that message is).
+    Records with the same ``message_id`` are copies of one message (SQS delivers at least once, and Lambda's
+    batching window gathers several receives into a batch): they are one message, a first delivery when any copy
+    is, and the caller handles it once. ``now`` is the batch's wall time (epoch seconds). Raises
+    :class:`~nodesmith.core.errors.KubernetesError` or the cloud provider's errors from :meth:`prepare` (the whole
+    batch is delivered again) and from :meth:`handle` (that message is).
     """
 
     def __init__(
         self, *, ports: Ports, settings: InterruptionSettings, received: Sequence[Received], now: float
     ) -> None:
         self.ports, self.settings, self.now = ports, settings, now
-        self.received = {r.message_id: r for r in received}
+        self.received: dict[str, Received] = {}
+        for r in received:  # copies of one message: the first delivery among them is the message
+            kept = self.received.get(r.message_id)
+            if kept is None or (kept.redelivered and not r.redelivered):
+                self.received[r.message_id] = r
         self.verdicts = {
             r.message_id: judge_message(
                 r.message,
