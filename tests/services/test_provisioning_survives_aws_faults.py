@@ -9,7 +9,7 @@ service tests; every EC2 call goes over HTTP to moto through the fault layer, wi
 * Throttling: a burst longer than botocore's default attempts is retried through; one that never ends fails the
   launch cleanly (reported by its code, no NodeClaim or instance left).
 * DescribeInstances not seeing a fresh instance yet does not make garbage collection delete its NodeClaim or the
-  next pass launch a second one.
+  next pass launch a second one, nor a termination finish without terminating it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import pytest
 from reconcile_fakes import FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
+from nodesmith.core.termination import TerminationRequest
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import ReconcileOutcome, reconcile
+from nodesmith.services.termination.service import Status, TerminationSettings, run_round
 from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.aws_faults import FaultPlan, FleetFaults, fault_counts, set_faults
 
@@ -107,7 +109,8 @@ def test_a_fleet_that_launches_nothing_is_tried_again_for_the_same_nodeclaim_on_
 
     out = run(cluster, cloud, time.time())
 
-    assert (out.nodeclaims_created, out.nodeclaims_launched, out.launch_failures) == (1, 1, {})
+    assert (out.nodeclaims_created, out.nodeclaims_launched) == (1, 1)
+    assert out.launch_failures == {"InsufficientInstanceCapacity": 1}  # the CreateFleet that launched nothing
     assert cluster.deleted_nodeclaims == [] and out.unschedulable == {}
     [instance] = cloud.list_instances()
     assert instance.capacity_type == "on-demand"  # every spot override failed: the retry left spot out
@@ -124,7 +127,7 @@ def test_capacity_errors_everywhere_give_the_nodeclaim_up_and_report_its_pods(
     out = run(cluster, cloud, time.time())
 
     assert fault_counts(aws).by_kind["fleet_capacity_total"] == 2  # spot, then on-demand, for the one NodeClaim
-    assert out.nodeclaims_launched == 0 and sum(out.launch_failures.values()) == 1
+    assert out.nodeclaims_launched == 0 and sum(out.launch_failures.values()) == 2  # one per CreateFleet
     assert cluster.nodeclaims == {} and cloud.list_instances() == []
     assert set(out.unschedulable) == {"default/inflate-0"}
 
@@ -185,3 +188,27 @@ def test_a_fresh_instance_describe_does_not_see_yet_is_neither_collected_nor_lau
     assert second.nodeclaims_created == 0 and second.nodeclaims_terminated == 0
     set_faults(aws, None)
     assert [i.state for i in cloud.list_instances()] == ["running"]
+
+
+def test_a_termination_right_after_launch_waits_for_ec2_to_describe_the_instance(
+    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+) -> None:
+    cluster, cloud = world
+    set_faults(aws, FaultPlan(describe_lag_seconds=600))
+    start = time.time()
+    assert run(cluster, cloud, start).nodeclaims_launched == 1
+    [claim] = cluster.nodeclaims.values()
+    instance_id = claim.status.provider_id.rsplit("/", 1)[-1]
+    cluster.delete_nodeclaim(name=claim.name)  # kept by its finalizer: a user's kubectl delete, moments after launch
+    request = TerminationRequest(nodeclaim=claim.name, instance_id=instance_id, reason="Deleted")
+    ports = Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER)
+
+    early = run_round(ports=ports, settings=TerminationSettings(), request=request, now=start + 3, attempt=1)
+
+    assert (early.status, early.retry_after) == (Status.DRAINING, 7)  # tried again once 10 s have passed
+    assert claim.name in cluster.nodeclaims and fault_counts(aws).by_kind["describe_not_found"] == 1
+    set_faults(aws, None)
+    later = run_round(ports=ports, settings=TerminationSettings(), request=request, now=start + 11, attempt=2)
+    assert (later.status, later.instance_terminated) == (Status.TERMINATED, True)
+    assert claim.name not in cluster.nodeclaims
+    assert [i.state for i in cloud.list_instances()] in ([], ["shutting-down"])

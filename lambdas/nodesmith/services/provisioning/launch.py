@@ -141,10 +141,12 @@ class Launcher:
     ) -> LaunchResult:
         """CreateFleet for ``nodeclaim`` on the offerings not failed in this pass, once more on those left when its
         capacity errors named offerings (:data:`MAX_LAUNCH_ATTEMPTS`). Every capacity error an answer carries,
-        with an instance or without, is added to :attr:`unavailable`. Raises ``InsufficientCapacityError`` naming
-        the offerings of every attempt when no attempt launched, ``NodeClassNotReadyError`` or ``LaunchError``.
+        with an instance or without, is added to :attr:`unavailable`; a CreateFleet that launched nothing and was
+        followed by another is counted in :attr:`failures`. Raises the last CreateFleet's
+        ``InsufficientCapacityError`` when none launched (or ``launch_request``'s, when no offering was left to
+        try at all), ``NodeClassNotReadyError`` or ``LaunchError``.
         """
-        failed: list[UnavailableOffering] = []
+        failed: InsufficientCapacityError | None = None
         for attempt in range(1, MAX_LAUNCH_ATTEMPTS + 1):
             with self.lock:
                 unavailable = set(self.unavailable)
@@ -156,12 +158,20 @@ class Launcher:
                     cluster_name=self.cluster_name,
                     unavailable=unavailable,
                 )
+            except InsufficientCapacityError:
+                if failed is None:
+                    raise
+                raise failed from None  # nothing left to try: the last CreateFleet's errors are the NodeClaim's
+            if failed is not None:
+                with self.lock:  # it failed, and this is another try
+                    self.failures[_capacity_code(failed.offerings)] += 1
+            try:
                 result = self.cloud.create(request=request)
             except InsufficientCapacityError as exc:
                 self._learn(exc.offerings)
-                failed.extend(exc.offerings)
                 if attempt == MAX_LAUNCH_ATTEMPTS or not exc.offerings:
-                    raise InsufficientCapacityError(str(exc), offerings=tuple(failed)) from exc
+                    raise
+                failed = exc
                 continue
             self._learn(result.capacity_errors)
             return result
@@ -184,8 +194,7 @@ class Launcher:
             try:
                 result = self._create(nodeclaim, nodeclass, catalogue)
             except InsufficientCapacityError as exc:
-                codes = Counter(off.code for off in exc.offerings if off.code)
-                code = codes.most_common(1)[0][0] if codes else INSUFFICIENT_CAPACITY
+                code = _capacity_code(exc.offerings)
                 return self._fail(nodeclaim, code, f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=True)
             except NodeClassNotReadyError as exc:
                 return self._fail(
@@ -223,3 +232,9 @@ class Launcher:
             ),
         )
         return LaunchOutcome(nodeclaim=updated, result=result)
+
+
+def _capacity_code(offerings: Sequence[UnavailableOffering]) -> str:
+    """The most common EC2 error code of ``offerings`` (:data:`INSUFFICIENT_CAPACITY` when they name none)."""
+    codes = Counter(off.code for off in offerings if off.code)
+    return codes.most_common(1)[0][0] if codes else INSUFFICIENT_CAPACITY
