@@ -23,7 +23,8 @@ from reconcile_fakes import FakeCluster, make_nodeclass, make_nodepool, make_pod
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.termination import TerminationRequest
 from nodesmith.services.ports import Ports
-from nodesmith.services.provisioning.reconcile import ReconcileOutcome, reconcile
+from nodesmith.services.provisioning.capacity import to_rfc3339
+from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
 from nodesmith.services.termination.service import Status, TerminationSettings, run_round
 from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.aws_faults import FaultPlan, FleetFaults, fault_counts, set_faults
@@ -212,3 +213,24 @@ def test_a_termination_right_after_launch_waits_for_ec2_to_describe_the_instance
     assert (later.status, later.instance_terminated) == (Status.TERMINATED, True)
     assert claim.name not in cluster.nodeclaims
     assert [i.state for i in cloud.list_instances()] in ([], ["shutting-down"])
+
+
+def test_a_launch_that_answers_late_in_its_pass_is_stamped_when_it_answered(
+    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+) -> None:
+    cluster, cloud = world
+    set_faults(aws, FaultPlan(describe_lag_seconds=600))
+    start = time.time()
+    ticks = iter([0.0])  # the pass's clock: it began at 0, and everything after (CreateFleet included) at 8 s
+    slow = ReconcileOptions(clock=lambda: next(ticks, 8.0))
+    cluster.now = start
+    first = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER), now=start, options=slow)
+    assert first.nodeclaims_launched == 1
+    [claim] = cluster.nodeclaims.values()
+    launched = next(c for c in claim.status.conditions if c.type == "Launched")
+    assert launched.last_transition_time == to_rfc3339(start + 8)
+
+    second = run(cluster, cloud, start + 12)  # 12 s after the pass began, 4 s after EC2 answered
+
+    assert second.nodeclaims_terminated == 0 and cluster.deleted_nodeclaims == []
+    assert claim.name in cluster.nodeclaims

@@ -33,7 +33,7 @@ from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
 from nodesmith.services.provisioning.nodeclaims import TAG_NODECLAIM, launch_request, launched_labels, mark_launched
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -74,7 +74,11 @@ class Launcher:
     instances by id (to adopt an instance launched by an interrupted pass). ``unavailable`` collects
     ``(instance type, zone, capacity type)`` that hit capacity errors; ``failures`` counts failed
     launches by EC2 error code; ``launched_by`` counts launches by (NodePool, capacity type of the
-    instance). :meth:`launch` may be called from several threads at once (a pass launches its
+    instance). ``elapsed()`` is the seconds since ``now`` (epoch seconds, the pass's time): a NodeClaim's
+    ``Launched`` transition is stamped ``now + elapsed()`` as its launch returns, because garbage collection and
+    termination give EC2 10 s from that moment to describe the instance, and a pass's CreateFleet can answer
+    seconds after the pass began (throttled and retried, or behind other launches). :meth:`launch` may be called
+    from several threads at once (a pass launches its
     NodeClaims in parallel); the tallies are updated under ``lock``.
     """
 
@@ -85,6 +89,7 @@ class Launcher:
     nodeclasses: Mapping[str, EC2NodeClass]
     catalogues: Mapping[str, Mapping[str, InstanceType]]
     instances: Mapping[str, Instance]
+    elapsed: Callable[[], float] = lambda: 0.0
     unavailable: set[tuple[str, str, str]] = field(default_factory=set)
     failures: Counter[str] = field(default_factory=Counter)
     launched: int = 0
@@ -204,7 +209,8 @@ class Launcher:
                 return self._fail(
                     nodeclaim, exc.code or "LaunchError", f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=False
                 )
-        updated = mark_launched(nodeclaim=nodeclaim, result=result, catalogue=catalogue, now=self.now)
+        launched_at = self.now + max(0.0, self.elapsed())  # when CreateFleet answered, not when the pass began
+        updated = mark_launched(nodeclaim=nodeclaim, result=result, catalogue=catalogue, now=launched_at)
         try:
             updated = self.cluster.update_nodeclaim_status(nodeclaim=updated)
         except KubernetesError as exc:

@@ -88,6 +88,7 @@ class _Pass:
         self.options = options
         self.solver = options.solver
         self.clock = options.clock
+        self.started = self.clock()
         self.out = ReconcileOutcome()
         self.lock = threading.Lock()  # the pass's tallies, written by parallel launches
         self.snap = take_snapshot(cluster=self.cluster, cloud=self.cloud, every_instance=every_instance)
@@ -160,6 +161,7 @@ class _Pass:
             nodeclasses=snap.nodeclasses,
             catalogues=self.catalogues,
             instances=snap.instances,
+            elapsed=lambda: self.clock() - self.started,
         )
 
     def launch_leftovers(self) -> None:
@@ -375,7 +377,8 @@ class ReconcileOptions:
     lifecycle; ``collect_garbage`` False (it ran less than
     :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` ago) does not list the fleet.
     ``max_solve_attempts`` bounds the solves per pass (re-solves after capacity errors), ``max_pod_events`` the
-    pod Events; ``solver`` is the scheduler and ``clock`` (seconds) times it. A deleting NodeClaim whose
+    pod Events; ``solver`` is the scheduler and ``clock`` (seconds, any origin) times it and the launches (a
+    NodeClaim's ``Launched`` time is ``now`` plus the clock's seconds since the pass began). A deleting NodeClaim whose
     termination request is older than ``request_stale_seconds`` gets another (:func:`~.termination.requests.
     sweep_deletions`).
     """
