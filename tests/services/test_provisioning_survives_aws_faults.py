@@ -234,3 +234,42 @@ def test_a_launch_that_answers_late_in_its_pass_is_stamped_when_it_answered(
 
     assert second.nodeclaims_terminated == 0 and cluster.deleted_nodeclaims == []
     assert claim.name in cluster.nodeclaims
+
+
+def test_a_nodeclaim_whose_instance_ec2_still_does_not_show_goes_with_its_instance(
+    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+) -> None:
+    cluster, cloud = world
+    set_faults(aws, FaultPlan(describe_lag_seconds=600))
+    start = time.time()
+    assert run(cluster, cloud, start).nodeclaims_launched == 1
+    [claim] = cluster.nodeclaims.values()
+
+    later = run(cluster, cloud, start + 30)  # past the 10 s wait, and EC2 still answers NotFound
+
+    assert later.nodeclaims_terminated == 1 and claim.name not in cluster.nodeclaims
+    set_faults(aws, None)
+    instance = cloud.get_instance(instance_id=claim.status.provider_id.rsplit("/", 1)[-1])
+    assert instance is not None and instance.state in {"shutting-down", "terminated"}  # terminated by id, not leaked
+
+
+def test_a_termination_whose_instance_ec2_still_does_not_show_terminates_it_by_id(
+    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+) -> None:
+    cluster, cloud = world
+    set_faults(aws, FaultPlan(describe_lag_seconds=600))
+    start = time.time()
+    assert run(cluster, cloud, start).nodeclaims_launched == 1
+    [claim] = cluster.nodeclaims.values()
+    cluster.delete_nodeclaim(name=claim.name)
+    request = TerminationRequest(
+        nodeclaim=claim.name, instance_id=claim.status.provider_id.rsplit("/", 1)[-1], reason="Deleted"
+    )
+    ports = Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER)
+
+    done = run_round(ports=ports, settings=TerminationSettings(), request=request, now=start + 30, attempt=3)
+
+    assert done.status is Status.TERMINATED and claim.name not in cluster.nodeclaims
+    set_faults(aws, None)
+    instance = cloud.get_instance(instance_id=request.instance_id)
+    assert instance is not None and instance.state in {"shutting-down", "terminated"}

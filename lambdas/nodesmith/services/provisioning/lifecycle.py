@@ -16,7 +16,9 @@ schedules, so the capacity it plans against is current:
   minutes of the ``Registered`` condition's last transition (creation before launch) -> delete the
   NodeClaim and terminate its instance;
 * **instance gone** (``[core]:pkg/controllers/nodeclaim/garbagecollection``): a launched NodeClaim
-  whose instance no longer exists (or is shutting down / terminated) is deleted with its Node;
+  whose instance no longer exists (or is shutting down / terminated) is deleted with its Node, and an
+  instance EC2 does not describe at all is terminated by id anyway (as Karpenter's cloud provider ``Delete``
+  does), in case it is one EC2 does not show yet;
 * **orphans** (``[aws]:pkg/controllers/nodeclaim/garbagecollection/controller.go``): our instances
   that no NodeClaim claims, launched more than 30 seconds ago, are terminated.
 
@@ -354,7 +356,9 @@ def collect_garbage(
                 _Deletion(
                     nodeclaim=nc,
                     node_name=node_name,
-                    instance_ids=(),
+                    # by id all the same when EC2 describes nothing (an unknown id is no error): an instance it does
+                    # not show yet must not run on without its NodeClaim
+                    instance_ids=(iid,) if inst is None else (),
                     reason="InstanceTerminated",
                     message=f"Instance {iid} is {state}; deleting NodeClaim",
                     cause=REASON_GARBAGE_COLLECTED,

@@ -238,7 +238,10 @@ def run_round(
                 max_seconds=settings.retry_max_seconds,
             )
             return replace(base, drain=drain, retry_after=wait, detail=f"{drain.remaining} pod(s) left")
-    terminate = [request.instance_id] if not gone else []
+    # an instance EC2 does not describe is terminated by id all the same (an unknown id is no error): one it
+    # still does not show after the wait above must not run on without its NodeClaim (Karpenter's Delete calls
+    # TerminateInstances whatever it last described)
+    terminate = [request.instance_id] if request.instance_id and (instance is None or not gone) else []
     finish_termination(
         cluster=cluster,
         cloud=cloud,
@@ -251,7 +254,7 @@ def run_round(
         status=Status.TERMINATED,
         detail="instance already gone" if gone else "drained" if drain is None or drain.drained else "deadline passed",
         drain=drain,
-        instance_terminated=bool(terminate),
+        instance_terminated=bool(terminate) and not gone,
         missed_deadline=drain is not None and not drain.drained,
         seconds_since_deletion=None if deleted_at is None else max(0.0, now - deleted_at),
     )
