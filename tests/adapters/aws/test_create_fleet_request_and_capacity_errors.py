@@ -402,3 +402,18 @@ def test_client_token_is_stable_for_the_same_request_and_fresh_for_a_different_o
     assert client_token(base="nc-1", choice=a) == client_token(base="nc-1", choice=a)
     assert client_token(base="nc-1", choice=a) != client_token(base="nc-1", choice=b)
     assert len(client_token(base="x" * 200, choice=a)) <= 64
+
+
+def test_spot_left_only_above_the_cheapest_on_demand_launches_on_demand() -> None:
+    # c5.large's spot offerings hit capacity errors; the spot left (r5.large, 0.200) costs more than on-demand
+    # c5.large (0.085): Karpenter filters such spot out before it picks the capacity type, so it launches on-demand
+    choice = choose_offerings(
+        instance_types=[C5, R5],
+        capacity_types=frozenset({"spot", "on-demand"}),
+        zones=frozenset(ZONES),
+        subnets=SUBNETS,
+        image_for=lambda _it: "ami-amd",
+        unavailable=lambda t, _z, c: t == "c5.large" and c == "spot",
+    )
+    assert choice is not None and choice.capacity_type == "on-demand"
+    assert choice.overrides[0] == Override("c5.large", "us-east-1a", "subnet-aaa", "ami-amd", 0.085)

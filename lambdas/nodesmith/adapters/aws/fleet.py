@@ -2,8 +2,9 @@
 
 Follows Karpenter ``pkg/providers/instance/instance.go`` and ``types.go``:
 
-* capacity type: ``spot`` when spot is allowed and some candidate has an available spot offering,
-  else ``on-demand`` (``getCapacityType``);
+* capacity type: ``spot`` when spot is allowed and some candidate has an available spot offering no
+  pricier than the cheapest on-demand one (when on-demand is allowed), else ``on-demand``
+  (``getCapacityType`` after ``filterUnwantedSpot``);
 * filters (``filter/filter.go``): exotic types (GPUs, accelerators, ``metal``) are dropped when any
   other type remains; spot offerings pricier than the cheapest on-demand offering are dropped when
   on-demand is allowed;
@@ -143,12 +144,20 @@ def choose_offerings(
             candidates.append((it, image, offerings))
     if any(not _exotic(it) for it, _, _ in candidates):  # exotic types only when nothing else fits
         candidates = [c for c in candidates if not _exotic(c[0])]
-    spot = [o for _, _, offs in candidates for o in offs if o.capacity_type == CAPACITY_TYPE_SPOT]
-    capacity_type = CAPACITY_TYPE_SPOT if spot else CAPACITY_TYPE_ON_DEMAND
     on_demand_prices = [
         o.price for _, _, offs in candidates for o in offs if o.capacity_type == CAPACITY_TYPE_ON_DEMAND
     ]
-    ceiling = min(on_demand_prices) if capacity_type == CAPACITY_TYPE_SPOT and on_demand_prices else None
+    cheapest_on_demand = min(on_demand_prices) if on_demand_prices else None
+    # spot counts only where it is no pricier than on-demand (Karpenter filters the rest before getCapacityType):
+    # once capacity errors took the cheap spot offerings, what spot is left must not keep on-demand from launching
+    spot = [
+        o
+        for _, _, offs in candidates
+        for o in offs
+        if o.capacity_type == CAPACITY_TYPE_SPOT and (cheapest_on_demand is None or o.price <= cheapest_on_demand)
+    ]
+    capacity_type = CAPACITY_TYPE_SPOT if spot else CAPACITY_TYPE_ON_DEMAND
+    ceiling = cheapest_on_demand if capacity_type == CAPACITY_TYPE_SPOT else None
     ranked: list[tuple[float, str, list[Override]]] = []
     for it, image, offerings in candidates:
         chosen = [o for o in offerings if o.capacity_type == capacity_type and (ceiling is None or o.price <= ceiling)]
