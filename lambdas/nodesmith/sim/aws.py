@@ -110,8 +110,12 @@ class EmbeddedAws:
     _empty_file: str = field(repr=False, default="")
 
     def client(self, service: str) -> Any:
-        """A boto3 client for ``service`` against this endpoint (fake credentials)."""
+        """A boto3 client for ``service`` against this endpoint (fake credentials), retrying as the adapters' do
+        (``clients.DEFAULT_CONFIG``): Lambda's SQS event source rides out a fault plan's throttles and 5xx too."""
         import boto3
+        from botocore.config import Config
+
+        from nodesmith.adapters.aws.clients import DEFAULT_CONFIG
 
         return boto3.client(
             service,
@@ -119,6 +123,7 @@ class EmbeddedAws:
             endpoint_url=self.endpoint_url,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
+            config=Config(**DEFAULT_CONFIG),
         )
 
     def reset(self) -> None:
