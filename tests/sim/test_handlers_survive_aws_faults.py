@@ -1,17 +1,21 @@
 """The interruption and termination handlers on the embedded AWS with its fault layer on (issue 36): SQS delivering
-every message a second time (same ``MessageId`` and ``SentTimestamp``, a new receipt handle), and EC2 throttling and
-failing calls, change neither what is done nor how often -- one termination request, one drain, one termination per
-interrupted node, no pod evicted twice -- through the real handlers and Lambda's SQS event source."""
+every message a second time (same ``MessageId`` and ``SentTimestamp``, a new receipt handle) or late, and EC2
+throttling and failing calls, change neither what is done nor how often -- one termination request, one drain, one
+termination per interrupted node, no pod evicted twice, a spot warning's deadline two minutes from when our queue
+received it -- through the real handlers and Lambda's SQS event source."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
 import pytest
-from embedded_world import deliver, event_body, exists, ours, put_event, running, state, until
+from embedded_world import deliver, event_body, exists, ours, put_event, running, send, state, until
 
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
+from nodesmith.core.termination import TERMINATION_TIMESTAMP_ANNOTATION
+from nodesmith.core.timestamps import from_rfc3339
 from nodesmith.sim.aws_faults import FaultPlan, SqsFaults, fault_counts, set_faults
 
 if TYPE_CHECKING:
@@ -107,3 +111,23 @@ def test_throttled_and_failing_ec2_calls_do_not_stop_an_interruption(faulty: Emb
     assert (records, failures) == (1, 0)
     counts = fault_counts(faulty.aws).by_kind
     assert counts.get("throttle", 0) + counts.get("internal_error", 0) + counts.get("unavailable", 0) > 0
+
+
+def test_a_late_spot_warning_keeps_the_deadline_of_when_the_queue_received_it(faulty: EmbeddedWorld) -> None:
+    assert faulty.aws is not None
+    node, iid, claim = ours(faulty)
+    set_faults(faulty.aws, FaultPlan(sqs=SqsFaults(delay=1.0, delay_seconds=3)))
+    sent = time.time()
+    send(faulty, faulty.queue_url, event_body("spot_interruption_warning.json", {DOC: iid}))  # as EventBridge does
+
+    assert faulty.wait_for(lambda: deliver(faulty)[0] == 1, timeout=30), "the warning was never delivered"
+
+    assert fault_counts(faulty.aws).by_kind["sqs_delayed"] >= 1  # the warning (the termination request may be too)
+    annotations = faulty.store.get("nodeclaims.karpenter.sh", claim)["metadata"]["annotations"]
+    deadline = from_rfc3339(annotations[TERMINATION_TIMESTAMP_ANNOTATION])
+    # two minutes from our queue's receipt (SentTimestamp, the annotation in whole seconds), not from the delivery
+    # three seconds later
+    assert deadline is not None and sent + 115 <= deadline < sent + 122.5
+    set_faults(faulty.aws, None)
+    assert until(faulty, lambda: not exists(faulty, "nodes", node), timeout=120), "the node was never removed"
+    assert until(faulty, lambda: running(faulty) == 2, timeout=120), "the evicted pods never ran again"
