@@ -214,7 +214,7 @@ def test_sqs_holds_a_delayed_message_back(faults: embedded_aws.EmbeddedAws) -> N
     assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"])
     assert attributes["Attributes"]["ApproximateNumberOfMessagesDelayed"] == "1"
-    assert fault_counts(faults).by_kind == {"sqs_delayed": 1}
+    assert fault_counts(faults).by_operation == {"sqs_delayed sqs:SendMessageBatch": 1}
 
 
 def test_no_plan_leaves_every_answer_to_moto(faults: embedded_aws.EmbeddedAws) -> None:

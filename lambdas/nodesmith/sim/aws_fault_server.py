@@ -254,9 +254,9 @@ class FaultMiddleware:
         changed = False
         if "Entries" in request:
             for entry in request["Entries"]:
-                if "DelaySeconds" not in entry and self.injector.delay_message():
+                if "DelaySeconds" not in entry and self.injector.delay_message(call.name):
                     entry["DelaySeconds"], changed = delay, True
-        elif "DelaySeconds" not in request and self.injector.delay_message():
+        elif "DelaySeconds" not in request and self.injector.delay_message(call.name):
             request["DelaySeconds"], changed = delay, True
         return self._forward(call, json.dumps(request).encode() if changed else call.body)
 

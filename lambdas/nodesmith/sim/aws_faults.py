@@ -299,12 +299,12 @@ class FaultInjector:
         with self._lock:
             return {i for i in instance_ids if now - self._launched.get(i, float("-inf")) < lag}
 
-    def delay_message(self) -> bool:
-        """Whether to delay one sent message (counted when yes)."""
+    def delay_message(self, operation: str = "sqs:SendMessage") -> bool:
+        """Whether to delay one message ``operation`` sends (counted when yes)."""
         sqs = self._plan.sqs
         with self._lock:
             if sqs.delay and self._random.random() < sqs.delay and self._allowed("sqs_delayed"):
-                self._count("sqs_delayed", "sqs:SendMessage")
+                self._count("sqs_delayed", operation)
                 return True
         return False
 
