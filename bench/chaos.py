@@ -26,6 +26,7 @@ from chaos_monitor import Monitor, end_state
 from infra.config import NodesmithConfig
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
 from nodesmith.sim import fleet as sim_fleet
+from nodesmith.sim.aws_faults import FaultPlan, FleetFaults, SqsFaults, fault_counts, set_faults
 from nodesmith.sim.kube.faults import KubeFaults
 from nodesmith.sim.lambda_runtime import (
     Crashes,
@@ -71,31 +72,45 @@ class ChaosWorld(EmbeddedWorld):
 
 
 class Faults:
-    """The faults of a run at ``rate`` (0: none), seeded by ``seed``: the Kubernetes API emulator answers that
-    share of our functions' requests with a fault (429 with Retry-After, 500, 409 on guarded writes, slow or lost
-    answers, cut or expired watches), and each AWS or Kubernetes call of an invocation crashes it with a tenth of
-    that chance. The simulated cluster components read the store directly and meet none."""
+    """The faults of a run at ``rate`` (0: none), seeded by ``seed`` (see ``bench/README.md``): the Kubernetes
+    API emulator answers that share of requests with a fault; the embedded AWS throttles half that share of calls
+    and fails a quarter with a 5xx, answers capacity errors for some overrides of twice that share of CreateFleets
+    (for all of them in a quarter of those), does not describe an instance in its first 2 s, and delivers that
+    share of SQS messages twice and half of it late; each AWS or Kubernetes call of an SQS invocation crashes it
+    with a tenth of that chance."""
 
     def __init__(self, world: ChaosWorld, *, rate: float, seed: int) -> None:
         self.world, self.rate = world, rate
         self.kube = KubeFaults(seed=seed, rates={"*": rate}) if rate else None
         self.crashes = Crashes(rate=rate / 10, seed=seed) if rate else None
+        self.aws = FaultPlan(
+            seed=seed, throttle={"*": rate / 2}, server_error={"*": rate / 4},
+            fleet=FleetFaults(rate=min(1.0, 2 * rate), share=0.5, launch_nothing=0.25),
+            describe_lag_seconds=2.0, sqs=SqsFaults(duplicate=rate, delay=rate / 2, delay_seconds=5),
+        ) if rate else None  # fmt: skip
+        self.aws_injected: dict[str, int] = {}
 
     def on(self) -> None:
         """Start injecting."""
         if self.world.kube is not None:
             self.world.kube.faults = self.kube
+        if self.world.aws is not None:
+            set_faults(self.world.aws, self.aws)
         inject_crashes(self.crashes)
 
     def off(self) -> None:
         """Stop injecting (the bench's own end-of-run reads are not Nodesmith's)."""
         if self.world.kube is not None:
             self.world.kube.faults = None
+        if self.world.aws is not None:
+            self.aws_injected = dict(fault_counts(self.world.aws).by_kind)
+            set_faults(self.world.aws, None)
         inject_crashes(None)
 
     def injected(self) -> dict[str, int]:
-        """Faults injected so far, by kind."""
+        """Faults injected, by kind (the embedded AWS's as of :meth:`off`)."""
         counts = {f"kube_{k}": n for k, n in (self.kube.counts() if self.kube else {}).items()}
+        counts |= {f"aws_{k}": n for k, n in self.aws_injected.items()}
         counts["lambda_crash"] = self.crashes.injected if self.crashes else 0
         return counts
 
