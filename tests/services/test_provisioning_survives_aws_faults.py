@@ -22,6 +22,7 @@ from reconcile_fakes import FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.termination import TerminationRequest
+from nodesmith.core.timestamps import from_rfc3339
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.capacity import to_rfc3339
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
@@ -204,12 +205,16 @@ def test_a_termination_right_after_launch_waits_for_ec2_to_describe_the_instance
     request = TerminationRequest(nodeclaim=claim.name, instance_id=instance_id, reason="Deleted")
     ports = Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER)
 
-    early = run_round(ports=ports, settings=TerminationSettings(), request=request, now=start + 3, attempt=1)
+    launched = claim.condition("Launched")
+    launched_at = from_rfc3339(launched.last_transition_time if launched is not None else None)
+    assert launched_at is not None and launched_at >= int(start)  # when CreateFleet answered
+
+    early = run_round(ports=ports, settings=TerminationSettings(), request=request, now=launched_at + 3, attempt=1)
 
     assert (early.status, early.retry_after) == (Status.DRAINING, 7)  # tried again once 10 s have passed
     assert claim.name in cluster.nodeclaims and fault_counts(aws).by_kind["describe_not_found"] == 1
     set_faults(aws, None)
-    later = run_round(ports=ports, settings=TerminationSettings(), request=request, now=start + 11, attempt=2)
+    later = run_round(ports=ports, settings=TerminationSettings(), request=request, now=launched_at + 11, attempt=2)
     assert (later.status, later.instance_terminated) == (Status.TERMINATED, True)
     assert claim.name not in cluster.nodeclaims
     assert [i.state for i in cloud.list_instances()] in ([], ["shutting-down"])
