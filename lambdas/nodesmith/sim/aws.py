@@ -28,7 +28,9 @@ Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages bef
 (another 500 when a thread changed the set mid-iteration); and whether an SQS message is visible or delayed
 is read from the clock directly: moto scans every message of a queue for each message sent or received (its
 approximate counts) and converted the time through ``datetime`` at every look, so a send or receive cost
-grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure.
+grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure. A
+CreateFleet repeated with its ``ClientToken`` answers the first call's instances
+(:mod:`nodesmith.sim.aws_idempotency`).
 """
 
 from __future__ import annotations
@@ -176,6 +178,8 @@ def fix_moto() -> None:
     from moto.events.utils import EventTemplateParser
     from moto.sqs.models import Message, Queue
 
+    from nodesmith.sim.aws_idempotency import honour_client_tokens
+
     template = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE
     if '"account"' not in template:
         EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = template.replace(
@@ -198,6 +202,7 @@ def fix_moto() -> None:
 
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
 
+    honour_client_tokens()
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)
