@@ -194,6 +194,23 @@ class Chaos:
                 return True
         return False
 
+    def _empty_nodes(self) -> list[dict[str, Any]]:
+        """The nodes without a workload pod: their taints, cordon, conditions and their NodeClaim's conditions."""
+        store = self.world.store
+        busy = {(p.get("spec") or {}).get("nodeName") for p in store.objects("pods")
+                if (p["metadata"].get("labels") or {}).get("app")}  # fmt: skip
+        claims = {(c.get("status") or {}).get("nodeName"): c for c in store.objects("nodeclaims.karpenter.sh")}
+
+        def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
+            return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions") or []}
+
+        return [
+            {"node": n["metadata"]["name"], "unschedulable": bool(n["spec"].get("unschedulable")),
+             "taints": [t.get("key") for t in n["spec"].get("taints") or []], "node_conditions": conditions(n),
+             "nodeclaim_conditions": conditions(claims.get(n["metadata"]["name"]))}
+            for n in store.objects("nodes") if n["metadata"]["name"] not in busy
+        ]  # fmt: skip
+
     def _quiet(self) -> bool:
         store = self.world.store
         pods = [p for p in store.objects("pods") if (p["metadata"].get("labels") or {}).get("app")]
@@ -284,6 +301,7 @@ class Chaos:
             "monitor_errors": monitor.errors[:3],
             "pdb_violation_details": monitor.details,
             "last_pass_unschedulable": self.last_pass.get("unschedulable"),
+            "empty_at_end": self._empty_nodes()[:5],
             "pending_at_end": [
                 {
                     "pod": p["metadata"]["name"],
