@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.adapters.kube.calls import MERGE_PATCH, STRATEGIC_MERGE_PATCH, KubeRest, may_have_applied, path
+from nodesmith.adapters.kube.calls import STRATEGIC_MERGE_PATCH, KubeRest, path
 from nodesmith.adapters.kube.parsed import ParsedObjects
 from nodesmith.adapters.kube.watches import PodWatches
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
@@ -179,81 +179,46 @@ class KubeCluster(PodWatches):
         """Add ``taint`` (once: same key and effect; None: no taint, a plain cordon) and set ``spec.unschedulable``;
         False if the node is gone.
 
-        The taints list is replaced by a merge patch guarded by the node's ``resourceVersion``, so
-        a concurrent change is retried instead of overwritten: a 409, or a patch that may not have landed (no
-        answer, 5xx), reads the node again (which says whether it is still to do), up to
-        ``RetryPolicy.conflict_attempts`` rounds. Raises ``ConflictError`` after repeated conflicts.
+        The taints list is replaced by a ``resourceVersion``-guarded merge patch (:meth:`guarded_patch`), so a
+        concurrent change is read again instead of overwritten. Raises ``ConflictError`` after repeated conflicts.
         """
-        for attempt in range(self.rest.retry.conflict_attempts):
-            doc = self._node_for_write(node_name, first=attempt == 0)
-            if doc is None:
-                return False
+
+        def edit(doc: dict[str, Any]) -> dict[str, Any] | None:
             spec = doc.get("spec") or {}
             taints = list(spec.get("taints") or [])
             present = taint is None or any((t.get("key"), t.get("effect")) == (taint.key, taint.effect) for t in taints)
             if present and spec.get("unschedulable") is True:
-                return True
+                return None
             if taint is not None and not present:
                 taints.append(_taint_dict(taint))
-            patch = {
-                "metadata": {"resourceVersion": (doc.get("metadata") or {}).get("resourceVersion")},
-                "spec": {"taints": taints, "unschedulable": True},
-            }
-            try:
-                self.rest.request(
-                    "PATCH",
-                    path("api", "v1", "nodes", node_name),
-                    body=patch,
-                    content_type=MERGE_PATCH,
-                    what=f"taint and cordon node {node_name}",
-                )
-                return True
-            except NotFoundError:
-                return False
-            except ConflictError:
-                continue
-            except KubernetesError as exc:
-                if not may_have_applied(exc):
-                    raise
-        raise ConflictError(f"taint and cordon node {node_name}: kept conflicting", status=409)
+            return {"spec": {"taints": taints, "unschedulable": True}}
+
+        return self._patch_node(node_name, what=f"taint and cordon node {node_name}", edit=edit)
 
     def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
         """Remove the taints keyed ``taint_key`` and clear ``spec.unschedulable``; False if the node is gone.
 
-        Same ``resourceVersion``-guarded merge patch as :meth:`taint_and_cordon` (conflicts and doubtful
-        writes are read again and retried, ``ConflictError`` after repeated ones). Nothing is written when there
-        is nothing to undo.
+        Same guarded merge patch as :meth:`taint_and_cordon` (``ConflictError`` after repeated conflicts).
+        Nothing is written when there is nothing to undo.
         """
-        for attempt in range(self.rest.retry.conflict_attempts):
-            doc = self._node_for_write(node_name, first=attempt == 0)
-            if doc is None:
-                return False
+
+        def edit(doc: dict[str, Any]) -> dict[str, Any] | None:
             spec = doc.get("spec") or {}
             taints = list(spec.get("taints") or [])
             kept = [t for t in taints if t.get("key") != taint_key]
             if len(kept) == len(taints) and not spec.get("unschedulable"):
-                return True
-            patch = {
-                "metadata": {"resourceVersion": (doc.get("metadata") or {}).get("resourceVersion")},
-                "spec": {"taints": kept or None, "unschedulable": None},
-            }
-            try:
-                self.rest.request(
-                    "PATCH",
-                    path("api", "v1", "nodes", node_name),
-                    body=patch,
-                    content_type=MERGE_PATCH,
-                    what=f"untaint and uncordon node {node_name}",
-                )
-                return True
-            except NotFoundError:
-                return False
-            except ConflictError:
-                continue
-            except KubernetesError as exc:
-                if not may_have_applied(exc):
-                    raise
-        raise ConflictError(f"untaint and uncordon node {node_name}: kept conflicting", status=409)
+                return None
+            return {"spec": {"taints": kept or None, "unschedulable": None}}
+
+        return self._patch_node(node_name, what=f"untaint and uncordon node {node_name}", edit=edit)
+
+    def _patch_node(self, name: str, *, what: str, edit: Callable[[dict[str, Any]], dict[str, Any] | None]) -> bool:
+        """:meth:`guarded_patch` of the node ``name``, its first read the one :meth:`get_node` just made."""
+
+        def read(first: bool) -> dict[str, Any] | None:
+            return self._node_for_write(name, first=first)
+
+        return self.guarded_patch(path("api", "v1", "nodes", name), what=what, edit=edit, read=read)
 
     def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
         """Merge ``labels`` into the node's labels and add ``finalizers`` (a strategic merge patch: a Node's

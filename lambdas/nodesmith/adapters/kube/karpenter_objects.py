@@ -180,33 +180,59 @@ class KarpenterObjects:
         """Remove ``finalizer`` from the NodeClaim (see :meth:`remove_finalizer`)."""
         self.remove_finalizer(_crd(KARPENTER_GROUP, "nodeclaims", name), finalizer=finalizer, what=f"nodeclaim {name}")
 
-    def remove_finalizer(self, url_path: str, *, finalizer: str, what: str) -> None:
-        """Remove ``finalizer`` from the object at ``url_path``: a merge patch of the rest of its finalizers, guarded
-        by the ``resourceVersion`` read just before (JSON merge patch replaces the whole list, and another
-        controller's finalizer must survive). Gone or without it: nothing to do. A conflict, or a patch that may
-        not have landed (no answer, 5xx), is read again and retried (the read says whether it is still to do), up
-        to ``RetryPolicy.conflict_attempts`` rounds; ``ConflictError`` after repeated conflicts."""
-        for _ in range(self.rest.retry.conflict_attempts):
+    def guarded_patch(
+        self,
+        url_path: str,
+        *,
+        what: str,
+        edit: Callable[[dict[str, Any]], dict[str, Any] | None],
+        read: Callable[[bool], dict[str, Any] | None],
+    ) -> bool:
+        """Read-modify-write of the object at ``url_path`` with a merge patch guarded by the ``resourceVersion``
+        just read, so a concurrent change is read again instead of overwritten (optimistic concurrency).
+
+        ``read(first)`` gives the object (None: gone; ``first`` on the first round); ``edit(doc)`` the patch to
+        send, without ``metadata.resourceVersion`` (None: nothing to do). A 409, or a patch that may not have
+        landed (no answer, 5xx), starts another round, whose read says whether it is still to do, up to
+        ``RetryPolicy.conflict_attempts`` rounds. Returns False when the object is gone, True otherwise. Raises
+        ``ConflictError`` after repeated conflicts and the other ``KubernetesError``s as they come.
+        """
+        for attempt in range(self.rest.retry.conflict_attempts):
+            doc = read(attempt == 0)
+            if doc is None:
+                return False
+            patch = edit(doc)
+            if patch is None:
+                return True
+            patch.setdefault("metadata", {})["resourceVersion"] = (doc.get("metadata") or {}).get("resourceVersion")
             try:
-                doc = self.rest.request("GET", url_path, what=f"get {what}") or {}
+                self.rest.request("PATCH", url_path, body=patch, content_type=MERGE_PATCH, what=what)
+                return True
             except NotFoundError:
-                return
-            meta = doc.get("metadata") or {}
-            finalizers = list(meta.get("finalizers") or [])
-            if finalizer not in finalizers:
-                return
-            kept = [f for f in finalizers if f != finalizer]
-            patch = {"metadata": {"resourceVersion": meta.get("resourceVersion"), "finalizers": kept or None}}
-            try:
-                self.rest.request(
-                    "PATCH", url_path, body=patch, content_type=MERGE_PATCH, what=f"remove {finalizer} from {what}"
-                )
-                return
-            except NotFoundError:
-                return
+                return False
             except ConflictError:
                 continue
             except KubernetesError as exc:
                 if not may_have_applied(exc):
                     raise
-        raise ConflictError(f"remove {finalizer} from {what}: kept conflicting", status=409)
+        raise ConflictError(f"{what}: kept conflicting", status=409)
+
+    def remove_finalizer(self, url_path: str, *, finalizer: str, what: str) -> None:
+        """Remove ``finalizer`` from the object at ``url_path``: a merge patch of the rest of its finalizers
+        (:meth:`guarded_patch`: JSON merge patch replaces the whole list, and another controller's finalizer must
+        survive). Gone or without it: nothing to do. ``ConflictError`` after repeated conflicts."""
+
+        def read(_first: bool) -> dict[str, Any] | None:
+            try:
+                found: dict[str, Any] = self.rest.request("GET", url_path, what=f"get {what}") or {}
+                return found
+            except NotFoundError:
+                return None
+
+        def edit(doc: dict[str, Any]) -> dict[str, Any] | None:
+            finalizers = list((doc.get("metadata") or {}).get("finalizers") or [])
+            if finalizer not in finalizers:
+                return None
+            return {"metadata": {"finalizers": [f for f in finalizers if f != finalizer] or None}}
+
+        self.guarded_patch(url_path, what=f"remove {finalizer} from {what}", edit=edit, read=read)
