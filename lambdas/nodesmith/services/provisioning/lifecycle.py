@@ -70,6 +70,7 @@ __all__ = [
     "GcLimits",
     "LifecycleOutcome",
     "collect_garbage",
+    "instance_grace_seconds",
     "link_nodes",
     "nodeclaim_ref",
 ]
@@ -91,6 +92,20 @@ INSTANCE_GONE_GRACE_SECONDS = 10.0
 """A NodeClaim Launched less than this long ago is not checked for a vanished instance: EC2's
 DescribeInstances is eventually consistent right after a launch (Karpenter's NodeClaim garbage
 collection waits 10 s the same way, ``[core]:pkg/controllers/nodeclaim/garbagecollection``)."""
+
+
+def instance_grace_seconds(nodeclaim: NodeClaim, now: float) -> float:
+    """Seconds left of :data:`INSTANCE_GONE_GRACE_SECONDS` since ``nodeclaim``'s ``Launched`` transition (0 once
+    they passed, or without a ``Launched=True`` transition time): while above 0, EC2 not describing its instance
+    says nothing of the instance being gone (EC2 API reference, "Eventual consistency"). ``now``: epoch seconds."""
+    launched = nodeclaim.condition(CONDITION_LAUNCHED)
+    if launched is None or launched.status != "True":
+        return 0.0
+    launched_at = from_rfc3339(launched.last_transition_time)
+    if launched_at is None:
+        return 0.0
+    return max(0.0, INSTANCE_GONE_GRACE_SECONDS - (now - launched_at))
+
 
 GARBAGE_COLLECTION_INTERVAL_SECONDS = 120.0
 """How often the instance-gone check and the orphan sweep run, at most (seconds): both list every
@@ -332,14 +347,9 @@ def collect_garbage(
         kind = inst.capacity_type if inst is not None else None
         return pool_key(nodeclaim=nc, labels=labels_by_node.get(node_name or ""), capacity_type=kind)
 
-    def settled(nc: NodeClaim) -> bool:
-        launched = nc.condition(CONDITION_LAUNCHED)
-        launched_at = from_rfc3339(launched.last_transition_time) if launched is not None else None
-        return launched_at is None or now - launched_at >= INSTANCE_GONE_GRACE_SECONDS
-
     # (NodeClaim, its instance id, settled) for each NodeClaim not being deleted already
     live = [
-        (nc, instance_id_of(nc.status.provider_id), settled(nc))
+        (nc, instance_id_of(nc.status.provider_id), instance_grace_seconds(nc, now) == 0.0)
         for nc in nodeclaims
         if not nc.metadata.deletion_timestamp
     ]

@@ -9,8 +9,9 @@ acted on is read again here (Karpenter's termination controller, ``karpenter-v1.
 2. The instance, described now (once for the batch of rounds, :func:`describe`), must be ours
    (:func:`~nodesmith.core.interruption.not_ours`: the cluster tag ``owned`` and ``karpenter.sh/nodepool``), or
    already gone from EC2. One EC2 does not describe within 10 s of the NodeClaim's launch may just not be visible
-   yet (eventual consistency): the round is tried again once that time has passed (``DRAINING``), rather than
-   finish without terminating an instance that runs.
+   yet (eventual consistency; :func:`~nodesmith.services.provisioning.lifecycle.instance_grace_seconds`): the round
+   is tried again once that time has passed (``DRAINING``), rather than finish without terminating an instance that
+   runs.
 3. Its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; its providerID must
    match) is tainted ``karpenter.sh/disrupted:NoSchedule`` and cordoned, and one drain round runs
    (:func:`~.drain.drain_round`) against the deadline read from the NodeClaim
@@ -36,7 +37,6 @@ from enum import StrEnum, unique
 from typing import TYPE_CHECKING
 
 from nodesmith.core.api.common import parse_duration
-from nodesmith.core.api.nodeclaim import CONDITION_LAUNCHED
 from nodesmith.core.interruption import not_ours
 from nodesmith.core.model import instance_id_of
 from nodesmith.core.termination import (
@@ -47,7 +47,7 @@ from nodesmith.core.termination import (
     termination_deadline,
 )
 from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
-from nodesmith.services.provisioning.lifecycle import INSTANCE_GONE_GRACE_SECONDS
+from nodesmith.services.provisioning.lifecycle import GONE_STATES, instance_grace_seconds
 from nodesmith.services.termination import events
 from nodesmith.services.termination.drain import DrainRound, cordon_node, drain_round
 from nodesmith.services.termination.requests import finish_termination
@@ -62,9 +62,6 @@ if TYPE_CHECKING:
     from nodesmith.services.ports import Ports
 
 __all__ = ["GONE_STATES", "Status", "TerminationOutcome", "TerminationSettings", "describe", "run_round"]
-
-GONE_STATES = frozenset({"shutting-down", "terminated"})
-"""EC2 states in which an instance is gone with its pods."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,21 +143,6 @@ def _node(cluster: Cluster, claim: NodeClaim, instance: Instance | None) -> Node
     return next((n for n in cluster.list_nodes() if n.provider_id == claim.status.provider_id), None)
 
 
-def _unseen_seconds(claim: NodeClaim, now: float) -> float:
-    """How much longer an instance EC2 does not describe may still be one launched moments ago (seconds, 0 once
-    :data:`~nodesmith.services.provisioning.lifecycle.INSTANCE_GONE_GRACE_SECONDS` have passed since the
-    NodeClaim's ``Launched`` transition, or without one). EC2 is eventually consistent: an instance just launched
-    can be ``InvalidInstanceID.NotFound`` for a while (EC2 API reference, "Eventual consistency"), and Karpenter's
-    garbage collection waits the same 10 s before it takes a missing instance for gone."""
-    launched = claim.condition(CONDITION_LAUNCHED)
-    if launched is None or launched.status != "True":
-        return 0.0
-    launched_at = from_rfc3339(launched.last_transition_time)
-    if launched_at is None:
-        return 0.0
-    return max(0.0, INSTANCE_GONE_GRACE_SECONDS - (now - launched_at))
-
-
 def describe(ports: Ports, requests: Sequence[TerminationRequest]) -> dict[str, Instance]:
     """The instances ``requests`` name, in one ``DescribeInstances`` for a batch of rounds (Karpenter batches
     its DescribeInstances calls too: EC2 throttles them per account); ids EC2 does not know are left out.
@@ -199,7 +181,7 @@ def run_round(
         )
     if instance is not None and (why := not_ours(instance.tags, ports.cluster_name)):
         return _ignored(why)
-    unseen = _unseen_seconds(claim, now) if request.instance_id and instance is None else 0.0
+    unseen = instance_grace_seconds(claim, now) if request.instance_id and instance is None else 0.0
     if unseen > 0:  # launched moments ago: EC2 may not describe it yet, which says nothing of it being gone
         return TerminationOutcome(
             status=Status.DRAINING,
