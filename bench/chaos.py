@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_monitor import Monitor, end_state
+from interruptions_monitor import conditions
 
 from infra.config import NodesmithConfig
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
@@ -201,13 +202,10 @@ class Chaos:
                 if (p["metadata"].get("labels") or {}).get("app")}  # fmt: skip
         claims = {(c.get("status") or {}).get("nodeName"): c for c in store.objects("nodeclaims.karpenter.sh")}
 
-        def conditions(obj: dict[str, Any] | None) -> dict[str, str]:
-            return {c["type"]: c["status"] for c in ((obj or {}).get("status") or {}).get("conditions") or []}
-
         return [
             {"node": n["metadata"]["name"], "unschedulable": bool(n["spec"].get("unschedulable")),
              "taints": [t.get("key") for t in n["spec"].get("taints") or []], "node_conditions": conditions(n),
-             "nodeclaim_conditions": conditions(claims.get(n["metadata"]["name"]))}
+             "nodeclaim_conditions": conditions(claims.get(n["metadata"]["name"]) or {})}
             for n in store.objects("nodes") if n["metadata"]["name"] not in busy
         ]  # fmt: skip
 

@@ -9,17 +9,14 @@ import threading
 from collections import Counter, defaultdict
 from typing import Any
 
+from interruptions_monitor import conditions
+
 from nodesmith.core.model import instance_id_of
 
 CLUSTER_TAG = "kubernetes.io/cluster/{}"
 NODEPOOL_TAG = "karpenter.sh/nodepool"
 NODECLAIM_TAG = "karpenter.sh/nodeclaim"
 NODECLAIMS = "nodeclaims.karpenter.sh"
-
-
-def conditions(obj: dict[str, Any]) -> dict[str, str]:
-    """``{type: status}`` of an object's ``status.conditions``."""
-    return {c.get("type", ""): c.get("status", "") for c in (obj.get("status") or {}).get("conditions") or []}
 
 
 def _app(pod: dict[str, Any]) -> str:
