@@ -174,6 +174,14 @@ def fix_moto() -> None:
         return
     import threading
 
+    # moto's EC2 models list regions through a boto3 Session at import, which fails on an AWS_PROFILE that
+    # names a profile this machine does not have (the embedded AWS never reads profiles).
+    profile = os.environ.pop("AWS_PROFILE", None)
+    try:
+        import moto.ec2  # noqa: F401
+    finally:
+        if profile is not None:
+            os.environ["AWS_PROFILE"] = profile
     from moto.dynamodb.models import DynamoDBBackend
     from moto.events.utils import EventTemplateParser
     from moto.sqs.models import Message, Queue
