@@ -9,6 +9,14 @@ visible again after a backoff, so SQS is the retry loop of the drain and ``maxRe
 dead-letter queue (with its alarm) bound it. This is Karpenter's termination controller
 (``[core]:pkg/controllers/node/termination``) with SQS in place of the controller's work queue.
 
+The queue is FIFO with one message group per NodeClaim, as the controller's work queue holds a key once: SQS
+delivers a group's next message only when the one in flight is deleted or visible again, so two drain rounds of
+one node never run at once, and a request repeated within 5 minutes (a redelivered warning, a sweep racing the
+interruption function) is dropped by its deduplication id. Deduplication and throughput are per message group
+(high-throughput FIFO), so nodes do not share a queue-wide rate. The order of a group's messages does not matter
+to the handler (each is "drain this NodeClaim"), so a batch's records are worked at once and a failed record does
+not hold back the ones after it.
+
 Only Nodesmith's own function roles may send to the queue (:meth:`Termination.restrict_senders`): the
 request is only a nudge (the handler acts on what the cluster and EC2 say), but nobody else has a reason
 to send one.
@@ -26,11 +34,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from infra.config import (
-    QUEUE_BATCHING_WINDOW_SECONDS,
-    TERMINATION_QUEUE_RETENTION_SECONDS,
-    queue_visibility_seconds,
-)
+from infra.config import TERMINATION_QUEUE_RETENTION_SECONDS, queue_visibility_seconds
 from infra.constructs.function import NodesmithFunction
 from nodesmith.handlers.settings import ENV
 
@@ -40,8 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["TERMINATION_BATCH_SIZE", "TERMINATION_MEMORY_MIB", "Termination"]
 
 TERMINATION_BATCH_SIZE = 10
-"""Requests per invocation at most (the event source's ``BatchSize``); the handler works them one after the
-other, each round evicting up to ``NODESMITH_EVICTION_WORKERS`` pods at once."""
+"""Requests per invocation at most (the event source's ``BatchSize``, 10 at most for a FIFO queue); the handler
+works them at once, each round evicting up to ``NODESMITH_EVICTION_WORKERS`` pods at once."""
 
 TERMINATION_MEMORY_MIB = 512
 """Memory of the termination function: a round is Kubernetes and EC2 calls, not computation."""
@@ -110,6 +114,7 @@ class Termination(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=Duration.days(14),
+            fifo=True,  # a FIFO queue's dead-letter queue must be FIFO too
         )
         self.queue = sqs.Queue(
             self,
@@ -119,6 +124,10 @@ class Termination(Construct):
             retention_period=Duration.seconds(TERMINATION_QUEUE_RETENTION_SECONDS),
             visibility_timeout=Duration.seconds(visibility_seconds),
             dead_letter_queue=sqs.DeadLetterQueue(queue=self.dead_letter_queue, max_receive_count=max_receive_count),
+            fifo=True,
+            content_based_deduplication=False,
+            deduplication_scope=sqs.DeduplicationScope.MESSAGE_GROUP,
+            fifo_throughput_limit=sqs.FifoThroughputLimit.PER_MESSAGE_GROUP_ID,
         )
 
         self.handler = NodesmithFunction(
@@ -140,8 +149,7 @@ class Termination(Construct):
         self.function.add_event_source(
             sources.SqsEventSource(
                 self.queue,
-                batch_size=batch_size,
-                max_batching_window=Duration.seconds(QUEUE_BATCHING_WINDOW_SECONDS),
+                batch_size=batch_size,  # no batching window: Lambda has none for FIFO queues
                 report_batch_item_failures=True,
                 max_concurrency=max_concurrency,
             )

@@ -288,6 +288,17 @@ def test_exactly_the_four_interruption_rules_target_the_queue(synth: Synth) -> N
     assert sorted(patterns, key=key) == sorted(expected, key=key)
 
 
+def test_the_termination_queue_is_fifo_with_one_group_per_nodeclaim_and_high_throughput(synth: Synth) -> None:
+    _queue_id, queue = _termination_queue(synth)
+    # deduplication and throughput per message group (one per NodeClaim): a repeated request is dropped, and
+    # nodes do not share one queue-wide rate; the sender sets the deduplication id, not the body's hash
+    assert queue["FifoQueue"] is True
+    assert (queue["DeduplicationScope"], queue["FifoThroughputLimit"]) == ("messageGroup", "perMessageGroupId")
+    assert queue.get("ContentBasedDeduplication") is False
+    assert synth.resources("AWS::SQS::Queue")[_dlq_of(queue)]["FifoQueue"] is True
+    assert "MaximumBatchingWindowInSeconds" not in _event_source(synth, TERMINATION)  # none for FIFO
+
+
 @pytest.mark.parametrize("which", ["interruption", "termination"])
 def test_each_dead_letter_queue_alarm_fires_on_one_message(synth: Synth, which: str) -> None:
     _queue_id, queue = (_interruption_queue if which == "interruption" else _termination_queue)(synth)
@@ -366,7 +377,7 @@ def test_queue_functions_consume_with_partial_batch_failures_and_bounded_concurr
     assert mapping["EventSourceArn"] == {"Fn::GetAtt": [queue_id, "Arn"]}
     assert mapping["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     assert mapping["BatchSize"] == 10
-    assert 0 <= mapping["MaximumBatchingWindowInSeconds"] <= 1
+    assert 0 <= mapping.get("MaximumBatchingWindowInSeconds", 0) <= 1
     # a burst fans out to a bounded number of invocations, so the kube-apiserver is not flooded
     assert mapping["ScalingConfig"] == {"MaximumConcurrency": 25}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,7 +82,10 @@ def put_event(world: EmbeddedWorld, doc: dict[str, Any]) -> None:
 def send(world: EmbeddedWorld, queue_url: str, body: dict[str, Any] | str) -> None:
     """Send ``body`` straight to a queue, as anyone allowed ``sqs:SendMessage`` could (a forger)."""
     text = body if isinstance(body, str) else json.dumps(body)
-    world.client("sqs").send_message(QueueUrl=queue_url, MessageBody=text)
+    fifo = (
+        {"MessageGroupId": "forged", "MessageDeduplicationId": uuid.uuid4().hex} if queue_url.endswith(".fifo") else {}
+    )
+    world.client("sqs").send_message(QueueUrl=queue_url, MessageBody=text, **fifo)
 
 
 def deliver(world: EmbeddedWorld) -> tuple[int, int]:

@@ -118,5 +118,5 @@ def test_interruption_plumbing_routes_the_four_event_kinds_to_the_queue(aws: emb
     assert len(messages) == 1
     assert json.loads(messages[0]["Body"])["detail"]["instance-id"] == "i-0abc"
     # the termination queue is the cluster's too, and no rule feeds it
-    assert queues.termination_url.rsplit("/", 1)[-1] == f"{CLUSTER}-termination"
+    assert queues.termination_url.rsplit("/", 1)[-1] == f"{CLUSTER}-termination.fifo"
     assert sqs.receive_message(QueueUrl=queues.termination_url).get("Messages", []) == []

@@ -20,6 +20,7 @@ Pure: pydantic and the standard library; times are epoch seconds passed in.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -59,6 +60,7 @@ strands it."""
 _INSTANCE_ID = r"^(i-[0-9a-f]{8,17})?$"  # empty: a NodeClaim deleted before its launch
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _MAX_BODY = 1024
+_MAX_SQS_ID = 128  # MessageGroupId / MessageDeduplicationId length limit (SQS API reference)
 
 
 class MalformedRequestError(NodesmithError):
@@ -87,6 +89,22 @@ class TerminationRequest(BaseModel):
     def body(self) -> str:
         """The message body (compact JSON, the aliases as keys)."""
         return json.dumps(self.model_dump(by_alias=True), separators=(",", ":"))
+
+    def group_id(self) -> str:
+        """The FIFO ``MessageGroupId``: one group per NodeClaim, so SQS never has two rounds of one node in
+        flight at once (a group's next message waits until the one in flight is deleted or visible again).
+        The NodeClaim's name when it fits SQS's 128 characters, else its SHA-256 (hex)."""
+        return self.nodeclaim if len(self.nodeclaim) <= _MAX_SQS_ID else _sha256(self.nodeclaim)
+
+    def deduplication_id(self) -> str:
+        """The FIFO ``MessageDeduplicationId``: SHA-256 (hex) of NodeClaim, instance and reason, so a request
+        repeated within SQS's 5-minute deduplication interval (a redelivered warning, a retried send) is
+        accepted and dropped, and one drain per node and reason is started."""
+        return _sha256(f"{self.nodeclaim}/{self.instance_id}/{self.reason}")
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def parse_request(body: str) -> TerminationRequest:

@@ -536,7 +536,8 @@ def create_queues(*, cluster_name: str, endpoint_url: str | None = None, region:
     The interruption queue is named after the cluster, keeps messages 300 s, SQS-managed encryption, a policy
     allowing ``events.amazonaws.com`` to send; one rule per (source, detail-type) of
     :data:`INTERRUPTION_RULES` on the default bus, each targeting the queue (Karpenter's ``cloudformation.yaml``).
-    The termination queue is ``<cluster>-termination``.
+    The termination queue is ``<cluster>-termination.fifo``, FIFO with high throughput (deduplication and
+    throughput per message group), as the stack makes it.
     """
     import boto3
 
@@ -565,6 +566,12 @@ def create_queues(*, cluster_name: str, endpoint_url: str | None = None, region:
         events.put_rule(Name=rule, EventPattern=json.dumps({"source": [source], "detail-type": [detail_type]}))
         events.put_targets(Rule=rule, Targets=[{"Id": "interruption-queue", "Arn": queue_arn}])
     termination_url = sqs.create_queue(
-        QueueName=f"{cluster_name}-termination", Attributes={"SqsManagedSseEnabled": "true"}
+        QueueName=f"{cluster_name}-termination.fifo",
+        Attributes={
+            "SqsManagedSseEnabled": "true",
+            "FifoQueue": "true",
+            "DeduplicationScope": "messageGroup",
+            "FifoThroughputLimit": "perMessageGroupId",
+        },
     )["QueueUrl"]
     return Queues(interruption_url=str(queue_url), termination_url=str(termination_url))

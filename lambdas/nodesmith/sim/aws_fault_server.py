@@ -9,7 +9,8 @@ the plan's faults in the service's protocol (:mod:`nodesmith.sim.aws_fault_shape
   one left) and come back as ``errorSet`` items; when all fail the answer is a fleet that launched nothing;
 * ``DescribeInstances``: instances launched (``CreateFleet``, ``RunInstances``) less than the plan's lag ago are
   ``InvalidInstanceID.NotFound`` when named by id and dropped from filtered answers;
-* SQS (JSON protocol): ``ReceiveMessage`` answers also carry due duplicates of earlier deliveries (with receipt
+* SQS (JSON protocol): ``ReceiveMessage`` answers of a standard queue also carry due duplicates of earlier
+  deliveries (a FIFO queue delivers each message once; with receipt
   handles of their own, which ``DeleteMessage``, ``DeleteMessageBatch``, ``ChangeMessageVisibility`` and its batch
   accept without moto, as SQS accepts an outdated handle), ``SendMessage`` and ``SendMessageBatch`` entries may get
   a ``DelaySeconds``.
@@ -214,6 +215,8 @@ class FaultMiddleware:
             return status, headers, body
         request, answer = call.document(), json.loads(body or b"{}")
         queue_url = str(request.get("QueueUrl", ""))
+        if queue_url.endswith(".fifo"):
+            return status, headers, body  # FIFO queues deliver each message once
         messages = list(answer.get("Messages") or [])
         # copies of earlier deliveries first: a message is never duplicated within the receive that delivered it
         extra = self.injector.take_duplicates(queue_url, int(request.get("MaxNumberOfMessages") or 1) - len(messages))

@@ -280,7 +280,7 @@ class SqsEventSource:
 
     def _duplicate(self, messages: list[dict[str, Any]]) -> None:
         every = self.options.duplicate_every
-        if not every:
+        if not every or self.queue_url.endswith(".fifo"):  # FIFO queues deliver each message once
             return
         for m in messages:
             with self._lock:
@@ -412,8 +412,9 @@ class EventSourceOptions:
     """An SQS event source mapping's settings: ``batch_size`` and ``batching_window`` (seconds) are the mapping's;
     ``visibility_timeout`` (seconds) is what a receive sets (the queue's own when None); ``function_timeout``
     (seconds) is the function's: with :func:`install_function_timeouts` installed, an invocation past it is
-    ended. ``duplicate_every`` n > 0 sends every n-th first-delivered message's body again (SQS delivers at least
-    once). ``on_invoke(records, result_or_error, started, ended)`` (monotonic seconds) hears of each invocation.
+    ended. ``duplicate_every`` n > 0 sends every n-th first-delivered message's body again (a standard queue
+    delivers at least once; a FIFO queue exactly once, so none there). ``on_invoke(records, result_or_error,
+    started, ended)`` (monotonic seconds) hears of each invocation.
     """
 
     batch_size: int = 10

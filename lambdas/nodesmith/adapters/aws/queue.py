@@ -1,7 +1,8 @@
 """The termination queue over SQS: send termination requests, and back off a request whose node still drains.
 
 :class:`SqsTerminationQueue` implements :class:`~nodesmith.core.ports.TerminationQueue` (``SendMessageBatch``,
-ten entries a call) and :meth:`~SqsTerminationQueue.retry_after`, which sets a received message's
+ten entries a call; on a FIFO queue with one message group per NodeClaim and a deduplication id per
+request) and :meth:`~SqsTerminationQueue.retry_after`, which sets a received message's
 visibility (``ChangeMessageVisibilityBatch``) so SQS delivers it again after the given seconds rather than
 after the queue's visibility timeout: that is the backoff between drain rounds (AWS Lambda developer guide,
 "Implementing partial batch responses"; the record is also reported as a batch item failure). The client is
@@ -46,13 +47,28 @@ class SqsTerminationQueue:
             self._client = clients.client("sqs", region=self._region)
         return self._client
 
+    @property
+    def fifo(self) -> bool:
+        """Whether the queue is FIFO (its name ends in ``.fifo``, as SQS requires)."""
+        return self.queue_url.endswith(".fifo")
+
+    def _entry(self, n: int, request: TerminationRequest) -> dict[str, str]:
+        entry = {"Id": str(n), "MessageBody": request.body()}
+        if self.fifo:
+            entry["MessageGroupId"] = request.group_id()
+            entry["MessageDeduplicationId"] = request.deduplication_id()
+        return entry
+
     def send(self, *, requests: Sequence[TerminationRequest]) -> list[str]:
         """Send each request as its own message; returns ``"<nodeclaim>: <why>"`` for each one SQS did not take
-        (a refused entry, or a whole call that failed). Never raises."""
+        (a refused entry, or a whole call that failed). Never raises.
+
+        On a FIFO queue each message carries the request's group (its NodeClaim) and deduplication id, so SQS
+        drops a repeat of a request sent in the last 5 minutes (reported as sent: it is on its way)."""
         problems: list[str] = []
         for start in range(0, len(requests), _BATCH):
             chunk = requests[start : start + _BATCH]
-            entries = [{"Id": str(n), "MessageBody": r.body()} for n, r in enumerate(chunk)]
+            entries = [self._entry(n, r) for n, r in enumerate(chunk)]
             try:
                 answer = self._sqs().send_message_batch(QueueUrl=self.queue_url, Entries=entries)
             except Exception as exc:
