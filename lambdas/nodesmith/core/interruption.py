@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nodesmith.core.errors import NodesmithError
-from nodesmith.core.model import CAPACITY_TYPE_SPOT
+from nodesmith.core.model import CAPACITY_TYPE_SPOT, INSTANCE_GONE_STATES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -89,8 +89,7 @@ SPOT_INTERRUPTION_NOTICE_SECONDS = 120.0
 """EC2 issues the spot interruption warning two minutes before it stops or terminates the instance."""
 
 STOPPING_STATES = frozenset({"stopping", "stopped"})
-TERMINATING_STATES = frozenset({"shutting-down", "terminated"})
-ACTED_STATES = STOPPING_STATES | TERMINATING_STATES
+ACTED_STATES = STOPPING_STATES | INSTANCE_GONE_STATES
 """EC2 instance states Karpenter acts on (``messages/statechange/model.go``); others are no-ops."""
 
 _ENVELOPE_VERSION = "0"  # every Karpenter parser is registered for version "0"
@@ -346,7 +345,7 @@ def _parse_state_change(envelope: EventEnvelope, base: dict[str, Any]) -> Interr
     change = _validate(StateChangeDetail, envelope.detail, "detail")
     if change.state in STOPPING_STATES:
         kind = MessageKind.INSTANCE_STOPPING
-    elif change.state in TERMINATING_STATES:
+    elif change.state in INSTANCE_GONE_STATES:
         kind = MessageKind.INSTANCE_TERMINATING
     else:
         acted = ", ".join(sorted(ACTED_STATES))

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CAPACITY_TYPE_ON_DEMAND",
     "CAPACITY_TYPE_SPOT",
+    "INSTANCE_GONE_STATES",
     "DaemonSet",
     "Disruption",
     "InstanceType",
@@ -271,6 +272,11 @@ class PodDisruptionBudget:
     min_available: int | str | None = None
     max_unavailable: int | str | None = None
     disruptions_allowed: int | None = None
+
+
+INSTANCE_GONE_STATES = frozenset({"shutting-down", "terminated"})
+"""EC2 instance states (``State.Name``) of an instance that is going or gone: its NodeClaim has no instance to
+wait for, and an instance in them is never terminated again (EC2 API reference, instance lifecycle)."""
 
 
 def instance_id_of(provider_id: str | None) -> str | None:

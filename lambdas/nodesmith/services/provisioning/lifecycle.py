@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED, CONDITION_LAUNCHED, CONDITION_REGISTERED
 from nodesmith.core.errors import KubernetesError, LaunchError, TerminationError
+from nodesmith.core.model import INSTANCE_GONE_STATES
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, ObjectRef
 from nodesmith.core.requirements import LABEL_INITIALIZED, LABEL_REGISTERED
 from nodesmith.core.resources import CPU, EPHEMERAL_STORAGE, MEMORY, PODS
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EPHEMERAL_TAINT_KEYS",
     "GARBAGE_COLLECTION_INTERVAL_SECONDS",
-    "GONE_STATES",
     "INSTANCE_GONE_GRACE_SECONDS",
     "LAUNCH_TTL_SECONDS",
     "ORPHAN_GRACE_SECONDS",
@@ -113,9 +113,6 @@ instance of ours, and Karpenter's garbage collection controllers requeue every 2
 (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``, ``RequeueAfter: time.Minute * 2``).
 A burst of interruptions runs many provisioning passes a minute, and listing the fleet in each would spend
 the account's EC2 API rate limits on a read only garbage collection needs."""
-
-GONE_STATES = frozenset({"shutting-down", "terminated"})
-"""EC2 states in which an instance counts as gone for its NodeClaim."""
 
 EPHEMERAL_TAINT_KEYS = frozenset(
     {
@@ -360,7 +357,7 @@ def collect_garbage(
     for nc, iid, done in live:
         node_name = nc.status.node_name or node_by_provider.get(nc.status.provider_id or "")
         inst = (instances.get(iid) or described.get(iid)) if iid is not None else None
-        if fleet_listed and iid is not None and done and (inst is None or inst.state in GONE_STATES):
+        if fleet_listed and iid is not None and done and (inst is None or inst.state in INSTANCE_GONE_STATES):
             state = "gone" if inst is None else inst.state
             deletions.append(
                 _Deletion(
@@ -402,7 +399,7 @@ def collect_garbage(
         for i in instances.values()
         if i.instance_id not in claimed_ids
         and i.tags.get(TAG_NODECLAIM) not in claimed_names
-        and i.state not in GONE_STATES
+        and i.state not in INSTANCE_GONE_STATES
         and now - i.launch_time >= limits.orphan_grace_seconds
     ]
     if orphans:

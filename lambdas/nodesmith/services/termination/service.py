@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.api.common import parse_duration
 from nodesmith.core.interruption import not_ours
-from nodesmith.core.model import instance_id_of
+from nodesmith.core.model import INSTANCE_GONE_STATES, instance_id_of
 from nodesmith.core.termination import (
     REQUESTED_AT_ANNOTATION,
     TERMINATION_FINALIZER,
@@ -47,7 +47,7 @@ from nodesmith.core.termination import (
     termination_deadline,
 )
 from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
-from nodesmith.services.provisioning.lifecycle import GONE_STATES, instance_grace_seconds
+from nodesmith.services.provisioning.lifecycle import instance_grace_seconds
 from nodesmith.services.termination import events
 from nodesmith.services.termination.drain import DrainRound, cordon_node, drain_round
 from nodesmith.services.termination.requests import finish_termination
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from nodesmith.core.termination import TerminationRequest
     from nodesmith.services.ports import Ports
 
-__all__ = ["GONE_STATES", "Status", "TerminationOutcome", "TerminationSettings", "describe", "run_round"]
+__all__ = ["Status", "TerminationOutcome", "TerminationSettings", "describe", "run_round"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +190,7 @@ def run_round(
             retry_after=max(1, math.ceil(unseen)),
             detail="instance not described yet",
         )
-    gone = instance is None or instance.state in GONE_STATES
+    gone = instance is None or instance.state in INSTANCE_GONE_STATES
     node = _node(cluster, claim, instance)
     deleted_at = from_rfc3339(claim.metadata.deletion_timestamp)
     deadline = termination_deadline(
