@@ -81,7 +81,12 @@ def error_for(status: int, body: bytes | str | None, what: str, reason: str = ""
 
 def may_have_applied(exc: KubernetesError) -> bool:
     """Whether a failed write may still have been applied: no answer (status 0) or a server error (5xx)."""
-    return exc.status == 0 or exc.status >= 500
+    return _doubtful(exc.status)
+
+
+def _doubtful(status: int) -> bool:
+    """Whether an answer with HTTP ``status`` (0: none came) leaves open that the write was applied."""
+    return status == 0 or status >= 500
 
 
 def _repeatable(method: str, body: Any, content_type: str) -> bool:
@@ -231,7 +236,7 @@ class KubeRest:
         try:
             return self.call(call)
         except ConflictError:
-            if not any(s == 0 or s >= 500 for s in call.failures):
+            if not any(_doubtful(s) for s in call.failures):
                 raise
             if same is None:
                 return None
