@@ -20,7 +20,6 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from aws_cdk import Duration
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
@@ -31,6 +30,7 @@ from constructs import Construct
 
 from infra.config import QUEUE_BATCHING_WINDOW_SECONDS, queue_visibility_seconds
 from infra.constructs.function import NodesmithFunction
+from infra.constructs.queues import dead_letter_alarm
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -193,19 +193,12 @@ class Interruption(Construct):
             )
         )
 
-        self.dlq_alarm = cloudwatch.Alarm(
+        self.dlq_alarm = dead_letter_alarm(
             self,
-            "DeadLetterQueueNotEmpty",
-            alarm_description=(
+            self.dead_letter_queue,
+            description=(
                 "Interruption messages failed every retry and were dead-lettered: the nodes they name may "
                 "not have been cordoned or handed to the termination queue. Inspect the DLQ, fix the cause, "
                 "then purge it (the notices are minutes old; the queue accepts no redrive)."
             ),
-            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                period=Duration.minutes(1), statistic="Maximum"
-            ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )

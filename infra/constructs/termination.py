@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aws_cdk import Duration
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_logs as logs
@@ -36,6 +35,7 @@ from constructs import Construct
 
 from infra.config import TERMINATION_QUEUE_RETENTION_SECONDS, queue_visibility_seconds
 from infra.constructs.function import NodesmithFunction
+from infra.constructs.queues import dead_letter_alarm
 from nodesmith.handlers.settings import ENV
 
 if TYPE_CHECKING:
@@ -155,22 +155,15 @@ class Termination(Construct):
             )
         )
 
-        self.dlq_alarm = cloudwatch.Alarm(
+        self.dlq_alarm = dead_letter_alarm(
             self,
-            "DeadLetterQueueNotEmpty",
-            alarm_description=(
+            self.dead_letter_queue,
+            description=(
                 "Termination requests were dead-lettered: a node kept pods past every drain round (a "
                 "PodDisruptionBudget or do-not-disrupt pod blocking it), or the termination function kept failing. "
                 "Look up the NodeClaim named in the message and its FailedDraining Events; the reconcile pass "
                 "sends a new request for a NodeClaim still deleting, so purge the DLQ once the cause is understood."
             ),
-            metric=self.dead_letter_queue.metric_approximate_number_of_messages_visible(
-                period=Duration.minutes(1), statistic="Maximum"
-            ),
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
 
     def restrict_senders(self, roles: Sequence[iam.IRole]) -> None:
