@@ -2,6 +2,7 @@
 
 * :mod:`.nodepool` — ``karpenter.sh/v1`` NodePool
 * :mod:`.nodeclaim` — ``karpenter.sh/v1`` NodeClaim
+* :mod:`.nodeoverlay` — ``karpenter.sh/v1alpha1`` NodeOverlay (feature gate ``NodeOverlay``)
 * :mod:`.ec2nodeclass` — ``karpenter.k8s.aws/v1`` EC2NodeClass (kubelet settings in :mod:`.kubelet`)
 * :mod:`.common` — ObjectMeta, Taint, requirements, conditions, :func:`~.common.parse_duration`
 
@@ -12,6 +13,7 @@ Attributes are snake_case; ``model_validate`` takes the Kubernetes JSON/YAML (ca
 from nodesmith.core.api.common import parse_duration
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.api.nodeoverlay import NodeOverlay
 from nodesmith.core.api.nodepool import NodePool
 
-__all__ = ["EC2NodeClass", "NodeClaim", "NodePool", "parse_duration"]
+__all__ = ["EC2NodeClass", "NodeClaim", "NodeOverlay", "NodePool", "parse_duration"]
