@@ -29,6 +29,8 @@ Properties (every key optional; an unknown key fails the scenario, so a typo can
                                     these pods
 ``pods_on_nodepool``                ``{pool: [ns/pod]}``: new NodeClaims of the pool hold exactly these
 ``cost_per_hour: X``                total new cost (USD/hour)
+``first_instance_type: T``          every NodeClaim's cheapest (first) kept type is T
+``overlays_not_applied: [N, ...]``  exactly these NodeOverlays are reported not applied (conflict)
 
 The instance catalogue is the embedded (moto) EC2 catalogue, loaded once per session (a scenario
 whose EC2NodeClass changes capacity — kubelet, block devices — gets its own); prices come from the
@@ -270,6 +272,17 @@ def _check_cost(want: float, result: Result, _: Catalogue) -> None:
     )
 
 
+def _check_first_type(want: str, result: Result, _: Catalogue) -> None:
+    firsts = [nc["instance_types"][0] for nc in _require_nodeclaims(result, "first_instance_type")]
+    assert set(firsts) == {want}, f"first_instance_type: want {want}, got {firsts}"
+
+
+def _check_overlays_not_applied(want: list[str], result: Result, _: Catalogue) -> None:
+    assert "overlays" in result, "overlays_not_applied: the result has no overlays (no NodeOverlay was read)"
+    got = sorted(o["name"] for o in result["overlays"] if not o["valid"])
+    assert got == sorted(want), f"overlays_not_applied: want {sorted(want)}, got {got}"
+
+
 CHECKS: dict[str, Callable[[Any, Result, Catalogue], None]] = {
     "nodeclaims": _check_nodeclaims,
     "nodepool": _check_nodepool,
@@ -290,12 +303,14 @@ CHECKS: dict[str, Callable[[Any, Result, Catalogue], None]] = {
     "existing_node_pods": _check_existing_node_pods,
     "pods_on_nodepool": _check_pods_on_nodepool,
     "cost_per_hour": _check_cost,
+    "first_instance_type": _check_first_type,
+    "overlays_not_applied": _check_overlays_not_applied,
 }
 
 
 def _check_invariants(result: Result) -> None:
     """What every simulation result must satisfy, whatever the scenario."""
-    assert set(result) == {"nodeclaims", "existing_nodes", "unschedulable", "cost_per_hour"}
+    assert set(result) - {"overlays"} == {"nodeclaims", "existing_nodes", "unschedulable", "cost_per_hour"}
     placed = _placements(result)
     unschedulable = [u["pod"] for u in result["unschedulable"]]
     everything = placed + unschedulable

@@ -101,6 +101,7 @@ def run_simulate_disrupt(
                 catalogue, per_pool = _catalogue(bundle, region=region, price_table=table, use_aws=use_aws)
             else:
                 catalogue = list(instance_types)
+            overlaid, _ = simulate.overlay_nodepool_catalogues(bundle, catalogue, per_pool)
             at = _when(now)
             plan = _plan(
                 bundle,
@@ -108,7 +109,7 @@ def run_simulate_disrupt(
                 files=files,
                 now=at,
                 min_savings=min_savings_per_hour,
-                per_pool=per_pool,
+                per_pool=overlaid,
                 policy=policy,
             )
     except simulate._BadInput as exc:

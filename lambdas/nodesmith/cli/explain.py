@@ -13,6 +13,10 @@ Details hold the message with its numbers, the instance-type funnel (how many ty
 left: the first to leave none is the constraint that removed the last option) and hints (what
 would fit elsewhere). ``-o json`` prints the explanation as one JSON object instead.
 
+With NodeOverlays among the manifests, the pod is solved with and without them: lines (JSON
+``overlays``) name the overlays that price or extend the chosen instance type, those not applied
+(conflict), and the placement without overlays when they changed the decision (:func:`overlay_notes`).
+
 ``POD`` is ``namespace/name`` or a name; a name matching no pod exactly may be a workload's
 (``inflate`` for the replicas ``inflate-<hash>-<id>``), then its first replica is explained.
 Exit codes: 0 explained (whether or not the pod schedules), 1 a step failed (catalogue), 2 bad
@@ -36,7 +40,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nodesmith.core.model import InstanceType, Pod
+    from nodesmith.core.overlay import OverlayResult
     from nodesmith.core.scheduling.reasons import Explanation, PoolVerdict
+    from nodesmith.core.scheduling.types import SchedulingResult
 
 __all__ = ["find_pod", "print_explanation", "run_explain"]
 
@@ -112,7 +118,7 @@ def run_explain(
         if not files or missing:
             raise _BadInput(f"manifest file not found: {', '.join(missing)}" if missing else "no manifest file given")
         with contextlib.redirect_stdout(sys.stderr):  # only the explanation reaches stdout
-            explanation, target = _explain(
+            explanation, target, notes = _explain(
                 pod=pod,
                 files=files,
                 region=region,
@@ -128,9 +134,14 @@ def run_explain(
         _err(f"error: {exc}")
         return EXIT_FAILED
     if output == "json":
-        sys.stdout.write(json.dumps(_to_json(explanation, target)) + "\n")
+        doc = _to_json(explanation, target)
+        if notes is not None:
+            doc["overlays"] = notes
+        sys.stdout.write(json.dumps(doc) + "\n")
     else:
         print_explanation(explanation, target, file=sys.stdout)
+        for note in notes or ():
+            print(note, file=sys.stdout)
     return EXIT_OK
 
 
@@ -143,9 +154,9 @@ def _explain(
     packing: str,
     use_aws: bool,
     instance_types: Sequence[InstanceType] | None,
-) -> tuple[Explanation, Pod]:
+) -> tuple[Explanation, Pod, list[str] | None]:
     from nodesmith.adapters.manifests import load_manifests
-    from nodesmith.cli.simulate import build_scheduling_input, load_nodepool_catalogues
+    from nodesmith.cli.simulate import build_scheduling_input, load_nodepool_catalogues, overlay_nodepool_catalogues
     from nodesmith.cli.simulate_catalogue import BadInputError
     from nodesmith.core.scheduling import solve
     from nodesmith.core.scheduling.reasons import Explanation
@@ -160,9 +171,11 @@ def _explain(
     if note:
         _err(f"note: {note}")
     if target.node_name:
-        return Explanation(
-            pod=target.key, scheduled=True, placement=f"already bound to node {target.node_name}"
-        ), target
+        return (
+            Explanation(pod=target.key, scheduled=True, placement=f"already bound to node {target.node_name}"),
+            target,
+            None,
+        )
     if target.is_daemonset or target.is_mirror or target.is_terminal:
         raise _BadInput(f"pod {target.key} is not provisioned for (DaemonSet, mirror or finished pod)")
     per_pool: dict[str, list[InstanceType]] = {}
@@ -175,12 +188,58 @@ def _explain(
             raise _BadInput(str(exc)) from exc
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
-    inp = replace(build_scheduling_input(bundle, instance_types), nodepool_instance_types=per_pool)
-    result = solve(replace(inp, packing=packing, explain=frozenset({target.key})))  # type: ignore[arg-type]
+    overlaid, overlays = overlay_nodepool_catalogues(bundle, instance_types, per_pool)
+    inp = replace(build_scheduling_input(bundle, instance_types), packing=packing, explain=frozenset({target.key}))  # type: ignore[arg-type]
+    result = solve(replace(inp, nodepool_instance_types=overlaid))
     explanation = result.explanations.get(target.key)
     if explanation is None:  # not pending after all (e.g. a duplicate uid)
         explanation = Explanation(pod=target.key, scheduled=False, error="the pod was not among the pods to schedule")
-    return explanation, target
+    notes: list[str] | None = None
+    if overlays is not None:
+        without = solve(replace(inp, nodepool_instance_types=per_pool))
+        notes = overlay_notes(target.key, with_overlays=result, without_overlays=without, overlays=overlays)
+    return explanation, target, notes
+
+
+def _decision(key: str, result: SchedulingResult) -> tuple[str, str] | None:
+    """(NodePool, cheapest instance type) of the new NodeClaim holding pod ``key``, else None."""
+    for plan in result.nodeclaims:
+        if any(p.key == key for p in plan.pods):
+            return plan.nodepool, plan.instance_types[0].name if plan.instance_types else ""
+    return None
+
+
+def overlay_notes(
+    key: str, *, with_overlays: SchedulingResult, without_overlays: SchedulingResult, overlays: OverlayResult
+) -> list[str]:
+    """What NodeOverlays did to pod ``key``'s placement, as lines for people.
+
+    One line per overlay that changed the chosen NodeClaim's cheapest instance type (price or capacity),
+    one per overlay not applied (Karpenter's ``ValidationSucceeded=False`` reason), and, when the placement
+    with overlays differs from the one without (another NodePool or instance type, or schedulable only one
+    way), the placement without them.
+    """
+    notes: list[str] = []
+    chosen = _decision(key, with_overlays)
+    if chosen is not None:
+        pool, type_name = chosen
+        for name in overlays.price_overlays.get((pool, type_name), ()):
+            notes.append(f"NodeOverlay {name} sets the price of {type_name} in NodePool {pool}")
+        for name in overlays.capacity_overlays.get((pool, type_name), ()):
+            notes.append(f"NodeOverlay {name} adds capacity to {type_name} in NodePool {pool}")
+    for verdict in overlays.conflicts:
+        notes.append(f"NodeOverlay {verdict.name} is not applied ({verdict.reason}: {verdict.message})")
+    before = _decision(key, without_overlays)
+    placed_with = key not in with_overlays.unschedulable
+    placed_without = key not in without_overlays.unschedulable
+    if before != chosen or placed_with != placed_without:
+        plain = without_overlays.explanations.get(key)
+        if not placed_without:
+            where = f"unschedulable ({without_overlays.unschedulable[key]})"
+        else:
+            where = plain.placement if plain is not None and plain.placement else "elsewhere"
+        notes.append(f"NodeOverlays changed this decision: without them the pod would go to {where}")
+    return notes
 
 
 def _to_json(explanation: Explanation, pod: Pod) -> dict[str, Any]:

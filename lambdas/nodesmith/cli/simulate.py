@@ -16,13 +16,16 @@ Steps, each with its exit code on failure (0 success, 1 a step failed, 2 bad inp
 3. **Prices** (:class:`nodesmith.adapters.aws.pricing.PricingProvider`): ``--price-table`` or
    ``$NODESMITH_PRICE_TABLE`` (on-demand USD/hour by type), the Pricing API with ``--aws``, else
    estimates. Estimated prices are labelled: a note on stderr, and in the table's caption.
+   NodeOverlays in the manifests (``karpenter.sh/v1alpha1``) are applied to each NodePool's instance
+   types (:func:`overlay_nodepool_catalogues`); an overlay that conflicts is named on stderr and left out.
 4. **Scheduling input** (:func:`build_scheduling_input`): pending pods = pods without
    ``spec.nodeName`` that are not DaemonSet, mirror or finished pods (all treated as marked
    Unschedulable, as kube-scheduler would); existing nodes = Node manifests with the pods bound to
    them plus the DaemonSet pods that would run there; NodePool usage (for ``limits``) = the
    capacity of the pool's existing nodes plus ``nodes: <count>``.
 5. **Solve** (:func:`nodesmith.core.scheduling.solve`) and print (:mod:`nodesmith.cli.output`):
-   ``-o json`` prints exactly one JSON object on stdout; everything else goes to stderr.
+   ``-o json`` prints exactly one JSON object on stdout; everything else goes to stderr. With
+   NodeOverlays it has an ``overlays`` list: ``{name, valid, reason, message, conflicts_with}`` each.
 
 The catalogue, its on-disk cache of moto's answers and the isolation from the user's AWS
 environment are in :mod:`nodesmith.cli.simulate_catalogue`.
@@ -36,7 +39,7 @@ import logging
 import os
 import sys
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,6 +57,7 @@ if TYPE_CHECKING:
 
     from nodesmith.adapters.manifests import ManifestBundle
     from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
+    from nodesmith.core.overlay import OverlayResult
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput, SchedulingResult
 
@@ -65,6 +69,7 @@ __all__ = [
     "catalogue_cache_path",
     "load_catalogue",
     "load_nodepool_catalogues",
+    "overlay_nodepool_catalogues",
     "run_simulate",
 ]
 
@@ -115,7 +120,7 @@ def run_simulate(
             raise _BadInput(f"--packing must be one of {', '.join(PACKING_POLICIES)}, not {packing!r}")
         # Only the final result may reach stdout: anything a library prints goes to stderr.
         with contextlib.redirect_stdout(sys.stderr):
-            result = _plan(
+            result, overlays = _plan(
                 files=files,
                 region=region,
                 price_table=table,
@@ -136,7 +141,10 @@ def run_simulate(
     if output == "json":
         if note:
             _err(f"note: {note}")
-        out.write(json.dumps(render.result_to_json(result)) + "\n")
+        doc = render.result_to_json(result)
+        if overlays is not None:
+            doc["overlays"] = [asdict(v) for _, v in sorted(overlays.verdicts.items())]
+        out.write(json.dumps(doc) + "\n")
         out.flush()
     else:
         render.print_table(result, file=out, note=note)
@@ -173,8 +181,8 @@ def _plan(
     use_aws: bool,
     instance_types: Sequence[InstanceType] | None,
     packing: str = "karpenter",
-) -> SchedulingResult:
-    """Load, build the catalogue (unless given), solve. Raises ``_BadInput`` or ``_StepFailed``."""
+) -> tuple[SchedulingResult, OverlayResult | None]:
+    """Load, build the catalogue (unless given), apply NodeOverlays, solve. Raises ``_BadInput`` or ``_StepFailed``."""
     from nodesmith.adapters.manifests import load_manifests
     from nodesmith.core.scheduling import solve
 
@@ -194,8 +202,9 @@ def _plan(
             raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+    overlaid, overlays = overlay_nodepool_catalogues(bundle, instance_types, per_pool)
     inp = build_scheduling_input(bundle, instance_types)
-    return solve(replace(inp, packing=packing, nodepool_instance_types=per_pool))  # type: ignore[arg-type]
+    return solve(replace(inp, packing=packing, nodepool_instance_types=overlaid)), overlays  # type: ignore[arg-type]
 
 
 def _env_price_table() -> Path | None:
@@ -239,6 +248,33 @@ def load_nodepool_catalogues(
         if np.spec.template.spec.node_class_ref.name in per_class
     }
     return per_class[used[0]], per_pool
+
+
+def overlay_nodepool_catalogues(
+    bundle: ManifestBundle,
+    instance_types: Sequence[InstanceType],
+    per_pool: Mapping[str, Sequence[InstanceType]],
+) -> tuple[dict[str, Sequence[InstanceType]], OverlayResult | None]:
+    """Each NodePool's catalogue with the bundle's NodeOverlays applied, and the overlays' verdicts.
+
+    Without NodeOverlays: ``per_pool`` unchanged and None. With some: every NodePool of the bundle gets
+    its catalogue (``per_pool``'s, else ``instance_types``) through
+    :func:`nodesmith.core.overlay.apply_overlays`, and each overlay found in conflict (or failing runtime
+    validation) is named on stderr, as Karpenter reports it on the overlay's ``ValidationSucceeded``.
+    """
+    from nodesmith.core.overlay import apply_overlays
+
+    if not bundle.nodeoverlays:
+        return dict(per_pool), None
+    catalogues = {np.name: per_pool.get(np.name, instance_types) for np in bundle.nodepools}
+    result = apply_overlays(overlays=bundle.nodeoverlays, nodepools=bundle.nodepools, instance_types=catalogues)
+    for verdict in result.conflicts:
+        with_ = f" ({', '.join(verdict.conflicts_with)})" if verdict.conflicts_with else ""
+        _err(
+            f"note: NodeOverlay {verdict.name} not applied: ValidationSucceeded=False, "
+            f"reason {verdict.reason}: {verdict.message}{with_}"
+        )
+    return dict(result.instance_types), result
 
 
 # ------------------------------------------------------------------------------- scheduling input

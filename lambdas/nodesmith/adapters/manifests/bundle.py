@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.api.nodeoverlay import NodeOverlay
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget
     from nodesmith.core.scheduling.volumes import PersistentVolume, StorageClass, VolumeClaim
@@ -36,6 +37,7 @@ class ManifestBundle:
     nodepools: list[NodePool] = field(default_factory=list)
     ec2nodeclasses: list[EC2NodeClass] = field(default_factory=list)
     nodeclaims: list[NodeClaim] = field(default_factory=list)
+    nodeoverlays: list[NodeOverlay] = field(default_factory=list)
     pods: list[Pod] = field(default_factory=list)
     daemonsets: list[DaemonSet] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
@@ -55,6 +57,7 @@ class ManifestBundle:
         self.nodepools.extend(other.nodepools)
         self.ec2nodeclasses.extend(other.ec2nodeclasses)
         self.nodeclaims.extend(other.nodeclaims)
+        self.nodeoverlays.extend(other.nodeoverlays)
         self.pods.extend(other.pods)
         self.daemonsets.extend(other.daemonsets)
         self.nodes.extend(other.nodes)

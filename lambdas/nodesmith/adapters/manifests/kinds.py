@@ -18,6 +18,7 @@ from nodesmith.adapters.manifests.workloads import (
 )
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.api.nodeoverlay import NodeOverlay
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.objects import daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 from nodesmith.core.objects.volumes import (
@@ -46,6 +47,10 @@ def _ec2nodeclass(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
 
 def _nodeclaim(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
     bundle.nodeclaims.append(_model(NodeClaim, doc))
+
+
+def _nodeoverlay(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
+    bundle.nodeoverlays.append(_model(NodeOverlay, doc))
 
 
 def _pod(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
@@ -89,6 +94,7 @@ _HANDLERS = {
     "NodePool": _nodepool,
     "EC2NodeClass": _ec2nodeclass,
     "NodeClaim": _nodeclaim,
+    "NodeOverlay": _nodeoverlay,
     "Pod": _pod,
     "Node": _node,
     "DaemonSet": _daemonset,

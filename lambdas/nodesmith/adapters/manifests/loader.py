@@ -179,6 +179,7 @@ def _check_duplicates(bundle: ManifestBundle) -> None:
         ("NodePool", [("", m.metadata.name) for m in bundle.nodepools]),
         ("EC2NodeClass", [("", m.metadata.name) for m in bundle.ec2nodeclasses]),
         ("NodeClaim", [("", m.metadata.name) for m in bundle.nodeclaims]),
+        ("NodeOverlay", [("", m.metadata.name) for m in bundle.nodeoverlays]),
         ("Pod", [(p.namespace, p.name) for p in bundle.pods]),
         ("Node", [("", n.name) for n in bundle.nodes]),
         ("DaemonSet", [(d.namespace, d.name) for d in bundle.daemonsets]),
