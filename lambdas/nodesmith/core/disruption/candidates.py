@@ -137,13 +137,25 @@ def _price(it: InstanceType | None, zone: str | None, capacity_type: str | None)
     return 0.0
 
 
-def node_facts(cn: ClusterNode, *, catalogue: Mapping[str, InstanceType], deleting: Collection[str] = ()) -> NodeFacts:
-    """Derive :class:`NodeFacts` for ``cn`` (rules in the class docstring)."""
+def node_facts(
+    cn: ClusterNode,
+    *,
+    catalogue: Mapping[str, InstanceType],
+    deleting: Collection[str] = (),
+    nodepool_catalogues: Mapping[str, Mapping[str, InstanceType]] | None = None,
+) -> NodeFacts:
+    """Derive :class:`NodeFacts` for ``cn`` (rules in the class docstring).
+
+    The node's instance type (and so its price) is looked up in its NodePool's own catalogue when
+    ``nodepool_catalogues`` has one (Karpenter prices a candidate from ``GetInstanceTypes(nodePool)``, NodeOverlays
+    included), else in ``catalogue``.
+    """
     node, nc = cn.node, cn.nodeclaim
     labels = dict(nc.metadata.labels) if nc is not None else {}
     labels.update(node.labels)
     type_name = labels.get(LABEL_INSTANCE_TYPE)
-    it = catalogue.get(type_name) if type_name else None
+    own = nodepool_catalogues.get(labels.get(LABEL_NODEPOOL, "")) if nodepool_catalogues else None
+    it = ((own if own is not None and type_name in own else catalogue).get(type_name)) if type_name else None
     zone, capacity_type = labels.get(LABEL_ZONE), labels.get(LABEL_CAPACITY_TYPE)
     init_cond = nc.condition(CONDITION_INITIALIZED) if nc is not None else None
     if init_cond is not None:
@@ -329,16 +341,23 @@ def select_candidates(
     other_pods: Sequence[Pod] = (),
     now: float,
     deleting: Collection[str] = (),
+    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> CandidateSelection:
     """Build candidates from ``nodes`` and say why each managed non-candidate was rejected.
 
     ``other_pods`` are pods not bound to any of ``nodes`` (pending ones): they only matter for
     computing PDB status when it is missing. ``deleting`` names nodes already chosen for
-    disruption. Nodes without the ``karpenter.sh/nodepool`` label are not managed and neither
-    candidates nor rejections. Pure; raises nothing for odd input (odd nodes are rejected).
+    disruption. ``nodepool_instance_types`` (NodePool name -> its own catalogue, NodeOverlays applied)
+    prices a node from its NodePool's catalogue; ``instance_types`` otherwise. Nodes without the
+    ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. Pure; raises
+    nothing for odd input (odd nodes are rejected).
     """
     pools = {p.name: p for p in nodepools}
     catalogue = {it.name: it for it in instance_types}
+    by_list: dict[int, dict[str, InstanceType]] = {}
+    own: dict[str, Mapping[str, InstanceType]] = {}
+    for pool_name, types in (nodepool_instance_types or {}).items():
+        own[pool_name] = by_list.setdefault(id(types), {it.name: it for it in types})
     all_pods = [p for cn in nodes for p in cn.pods] + list(other_pods)
     limits = PdbLimits(pdbs, all_pods)
     facts: dict[str, NodeFacts] = {}
@@ -346,7 +365,7 @@ def select_candidates(
     vetoed: list[Candidate] = []
     rejected: list[Rejection] = []
     for cn in sorted(nodes, key=lambda n: n.name):
-        f = node_facts(cn, catalogue=catalogue, deleting=deleting)
+        f = node_facts(cn, catalogue=catalogue, deleting=deleting, nodepool_catalogues=own)
         facts[f.name] = f
         if f.nodepool is None:
             continue

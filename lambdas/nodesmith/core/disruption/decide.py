@@ -210,6 +210,7 @@ def decide(
         other_pods=pending_pods,
         now=now,
         deleting=gone,
+        nodepool_instance_types=nodepool_instance_types,
     )
     budgets = _budgets(selection, nodepools, now)
     rejected: list[Rejection] = [r for r in selection.rejected if r.node not in {e.node for e in expiries}]
