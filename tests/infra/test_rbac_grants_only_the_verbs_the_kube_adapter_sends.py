@@ -30,6 +30,8 @@ GRANTS = {
     ("", "events", "create"),  # Events on pods, nodes and NodeClaims
     ("karpenter.sh", "nodepools", "list"),
     ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
+    ("karpenter.sh", "nodeoverlays", "list"),  # feature gate NodeOverlay
+    ("karpenter.sh", "nodeoverlays/status", "patch"),  # ValidationSucceeded / Ready, merge patch
     ("karpenter.sh", "nodeclaims", "get"),
     ("karpenter.sh", "nodeclaims", "list"),
     ("karpenter.sh", "nodeclaims", "create"),
@@ -68,5 +70,9 @@ def test_the_adapter_sends_no_method_the_cluster_role_would_refuse() -> None:
 
 def test_users_keep_their_nodepools_and_ec2nodeclasses() -> None:
     writes = {"create", "update", "patch", "delete"}
-    owned_by_users = {("karpenter.sh", "nodepools"), ("karpenter.k8s.aws", "ec2nodeclasses")}
+    owned_by_users = {
+        ("karpenter.sh", "nodepools"),
+        ("karpenter.k8s.aws", "ec2nodeclasses"),
+        ("karpenter.sh", "nodeoverlays"),
+    }
     assert not {(g, r, v) for g, r, v in _grants() if (g, r) in owned_by_users and v in writes}

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.api.nodeoverlay import NodeOverlay
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import (
@@ -36,6 +37,7 @@ __all__ = [
     "LaunchRequest",
     "LaunchResult",
     "LeaseInfo",
+    "NodeOverlays",
     "ObjectRef",
     "OfferingMark",
     "PodEvent",
@@ -51,7 +53,9 @@ class LaunchRequest:
     ``instance_types`` are cheapest first and carry their offerings; only offerings whose zone is
     in ``zones`` and capacity type in ``capacity_types`` may be used. ``labels`` and ``taints``
     are registered by the kubelet through user data. ``client_token`` makes the CreateFleet call
-    idempotent (derived from the NodeClaim).
+    idempotent (derived from the NodeClaim). ``price_overlaid`` is True when a NodeOverlay set the price of
+    one of ``instance_types``: the offerings' prices are then the overlaid ones and CreateFleet launches by
+    them (Karpenter's AWS provider switches to the prioritized allocation strategies).
     """
 
     nodeclaim_name: str
@@ -65,6 +69,7 @@ class LaunchRequest:
     startup_taints: tuple[Taint, ...] = ()
     client_token: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
+    price_overlaid: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,6 +340,21 @@ class Cluster(Protocol):
         Returns False if the node is gone. Undoes :meth:`taint_and_cordon` when a disruption is
         abandoned (Karpenter removes ``karpenter.sh/disrupted`` when a command fails).
         """
+        ...
+
+
+class NodeOverlays(Protocol):
+    """``karpenter.sh/v1alpha1`` NodeOverlays (feature gate ``NodeOverlay``): read, and their conditions written."""
+
+    def list_nodeoverlays(self) -> list[NodeOverlay]:
+        """Every NodeOverlay that validates (an invalid one is skipped and logged)."""
+        ...
+
+    def patch_nodeoverlay_status(
+        self, *, name: str, conditions: list[dict[str, object]], resource_version: str | None = None
+    ) -> None:
+        """Write ``status.conditions`` (Kubernetes JSON) of overlay ``name``; with ``resource_version``,
+        ``ConflictError`` when the overlay changed since it was read; ``NotFoundError`` when it is gone."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""Karpenter's objects through the API server: NodePools and EC2NodeClasses (read), NodeClaims (read-write).
+"""Karpenter's objects through the API server: NodePools and EC2NodeClasses (read), NodeOverlays (read, status
+written), NodeClaims (read-write).
 
 :class:`KarpenterObjects` holds the raw list/parse helpers :class:`~nodesmith.adapters.kube.cluster.KubeCluster`
 builds on, and the ``karpenter.sh/v1`` and ``karpenter.k8s.aws/v1`` calls of the
@@ -15,6 +16,7 @@ from pydantic import ValidationError
 from nodesmith.adapters.kube.calls import MERGE_PATCH, KubeRest, may_have_applied, path
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodeclaim import NodeClaim
+from nodesmith.core.api.nodeoverlay import NodeOverlay
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.objects import ObjectParseError
@@ -26,16 +28,17 @@ __all__ = ["KARPENTER_AWS_GROUP", "KARPENTER_GROUP", "KarpenterObjects"]
 
 log = logging.getLogger(__name__)
 
-_M = TypeVar("_M", NodePool, EC2NodeClass)
+_M = TypeVar("_M", NodePool, EC2NodeClass, NodeOverlay)
 
 KARPENTER_GROUP = "karpenter.sh"
 KARPENTER_AWS_GROUP = "karpenter.k8s.aws"
 CRD_VERSION = "v1"
+OVERLAY_VERSION = "v1alpha1"
 _SERVER_SET_META = ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields")
 
 
-def _crd(group: str, plural: str, *rest: str) -> str:
-    return path("apis", group, CRD_VERSION, plural, *rest)
+def _crd(group: str, plural: str, *rest: str, version: str = CRD_VERSION) -> str:
+    return path("apis", group, version, plural, *rest)
 
 
 def _contains(found: Any, sent: Any) -> bool:
@@ -74,14 +77,14 @@ class KarpenterObjects:
             name = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
             raise KubernetesError(f"{kind} {name}: cannot read: {exc}") from exc
 
-    def _custom(self, group: str, plural: str) -> list[dict[str, Any]]:
-        return self._list(_crd(group, plural), what=f"list {plural}.{group}")
+    def _custom(self, group: str, plural: str, version: str = CRD_VERSION) -> list[dict[str, Any]]:
+        return self._list(_crd(group, plural, version=version), what=f"list {plural}.{group}")
 
-    def _valid(self, model: type[_M], group: str, plural: str) -> list[_M]:
+    def _valid(self, model: type[_M], group: str, plural: str, version: str = CRD_VERSION) -> list[_M]:
         """Every object of a user-owned kind that validates as ``model``; one that does not is logged and skipped,
         so the others still work."""
         out: list[_M] = []
-        for item in self._custom(group, plural):
+        for item in self._custom(group, plural, version):
             try:
                 out.append(model.model_validate(item))
             except ValidationError as exc:
@@ -95,6 +98,30 @@ class KarpenterObjects:
     def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
         """All EC2NodeClasses. One that fails validation is logged and skipped."""
         return self._valid(EC2NodeClass, KARPENTER_AWS_GROUP, "ec2nodeclasses")
+
+    def list_nodeoverlays(self) -> list[NodeOverlay]:
+        """All ``karpenter.sh/v1alpha1`` NodeOverlays. One that fails validation is logged and skipped (the CRD's
+        schema would have refused it)."""
+        return self._valid(NodeOverlay, KARPENTER_GROUP, "nodeoverlays", OVERLAY_VERSION)
+
+    def patch_nodeoverlay_status(
+        self, *, name: str, conditions: list[dict[str, object]], resource_version: str | None = None
+    ) -> None:
+        """Write ``status.conditions`` of NodeOverlay ``name`` with a merge patch of the status subresource.
+
+        With ``resource_version`` the patch carries it, so the API server refuses it (``ConflictError``) when the
+        overlay changed since it was read (Karpenter's ``MergeFromWithOptimisticLock``); ``NotFoundError`` if gone.
+        """
+        body: dict[str, Any] = {"status": {"conditions": conditions}}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        self.rest.request(
+            "PATCH",
+            _crd(KARPENTER_GROUP, "nodeoverlays", name, "status", version=OVERLAY_VERSION),
+            body=body,
+            content_type=MERGE_PATCH,
+            what=f"patch nodeoverlay {name} status",
+        )
 
     def list_nodeclaims(self) -> list[NodeClaim]:
         """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""

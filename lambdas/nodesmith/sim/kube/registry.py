@@ -162,6 +162,9 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, custom=True),
     ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, custom=True),
     ResourceType("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False, custom=True),
+    ResourceType(
+        "karpenter.sh", "v1alpha1", "nodeoverlays", "NodeOverlay", False, custom=True, short_names=("overlays",)
+    ),
 )
 """What the emulator serves by default: core, apps, policy, coordination, storage and Karpenter's CRDs."""
 
