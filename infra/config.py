@@ -47,9 +47,9 @@ key                                    meaning                                  
 ``pendingPodAgeAlarmSeconds``          alarm when the oldest pending pod is older than this     ``300``
 ``logRetentionDays``                   CloudWatch Logs retention of every function              ``30``
 ``featureGates``                       Karpenter's ``--feature-gates`` for the reconcile        ``""``
-                                       function (``NodeRepair=true`` turns node repair on;
-                                       Karpenter's other gate names are accepted and change
-                                       nothing)
+                                       function (``NodeRepair=true`` turns node repair on,
+                                       ``NodeOverlay=true`` applies NodeOverlays; Karpenter's
+                                       other gate names are accepted and change nothing)
 =====================================  ======================================================  ==============
 
 Why the interruption timeout is at most 60 s: the queue keeps messages 300 s (Karpenter's

@@ -33,10 +33,13 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
+from nodesmith.core.api.common import Condition
+from nodesmith.core.api.nodeoverlay import CONDITION_VALIDATION_SUCCEEDED
 from nodesmith.core.labels import LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, LABEL_ZONE_ID
 from nodesmith.core.requirement import Requirement, RequirementError
 from nodesmith.core.requirements import Requirements
 from nodesmith.core.resources import QuantityError, parse_quantity
+from nodesmith.core.timestamps import to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -53,6 +56,7 @@ __all__ = [
     "adjusted_price",
     "apply_overlays",
     "order_by_weight",
+    "status_conditions",
 ]
 
 REASON_CONFLICT: Final = "Conflict"
@@ -344,3 +348,43 @@ def _reprice(offering: Offering, entry: _PriceEntry | None) -> Offering:
     base = offering.price if not math.isnan(offering.price) else 0.0
     price = adjusted_price(base, overlay_price=entry.price, adjustment=entry.adjustment)
     return replace(offering, price=price, price_estimated=offering.price_estimated and entry.price is None)
+
+
+def status_conditions(*, overlay: NodeOverlay, verdict: OverlayVerdict, now: float) -> list[Condition] | None:
+    """The ``status.conditions`` ``overlay`` should carry after ``verdict``, or None when it already carries them.
+
+    ``ValidationSucceeded`` and the root ``Ready`` are True (reason the condition's type, as operatorpkg's
+    ``SetTrue`` writes it) for a valid overlay, else False with Karpenter's reason (``Conflict``,
+    ``RuntimeValidation``) and message (``[core]:pkg/controllers/nodeoverlay/controller.go``
+    ``updateOverlayStatuses``). ``lastTransitionTime`` (RFC 3339, from ``now`` in epoch seconds) moves only when a
+    condition's status changes; ``observedGeneration`` is the overlay's ``metadata.generation``. Other conditions
+    are kept.
+    """
+    status = "True" if verdict.valid else "False"
+    current = {c.type: c for c in (overlay.status.conditions if overlay.status is not None else [])}
+    wanted: list[Condition] = []
+    for type_ in (CONDITION_VALIDATION_SUCCEEDED, "Ready"):
+        reason = type_ if verdict.valid else verdict.reason
+        message = "" if verdict.valid else verdict.message
+        old = current.get(type_)
+        moved = old is None or old.status != status or not old.last_transition_time
+        wanted.append(
+            Condition(
+                type=type_,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=to_rfc3339(now) if moved or old is None else old.last_transition_time,
+                observed_generation=overlay.metadata.generation,
+            )
+        )
+    unchanged = all(
+        (old := current.get(c.type)) is not None
+        and (old.status, old.reason or "", old.message or "", old.observed_generation)
+        == (c.status, c.reason, c.message, c.observed_generation)
+        for c in wanted
+    )
+    if unchanged:
+        return None
+    kept = [c for t, c in current.items() if t not in {w.type for w in wanted}]
+    return [*wanted, *kept]

@@ -63,8 +63,8 @@ KARPENTER_FEATURE_GATES = (
     "PodDeletionCostManagement",
 )
 """Karpenter's feature gate names (``--feature-gates``, ``[core]:pkg/operator/options/options.go``; v1.15 adds
-the last three). Nodesmith reads only ``NodeRepair`` (default off, alpha in Karpenter); the others are accepted,
-so a Karpenter setting can be copied as is, and change nothing."""
+the last three). Nodesmith reads ``NodeRepair`` and ``NodeOverlay`` (both default off, alpha in Karpenter); the
+others are accepted, so a Karpenter setting can be copied as is, and change nothing."""
 
 _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
           "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
@@ -120,7 +120,8 @@ class Settings(BaseModel):
     cordoned nodes wakes it for a provisioning pass (:mod:`nodesmith.adapters.aws.wake`); empty, the next
     scheduled pass provisions for their pods.
     ``feature_gates`` (the reconcile function's) is Karpenter's ``--feature-gates`` string
-    (:func:`parse_feature_gates`); ``NodeRepair=true`` turns node repair on (:attr:`node_repair`).
+    (:func:`parse_feature_gates`); ``NodeRepair=true`` turns node repair on (:attr:`node_repair`),
+    ``NodeOverlay=true`` applies NodeOverlays to the instance types (:attr:`node_overlay`).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -157,6 +158,11 @@ class Settings(BaseModel):
     def node_repair(self) -> bool:
         """True when the feature gate ``NodeRepair`` is on (Karpenter's default: off)."""
         return parse_feature_gates(self.feature_gates).get("NodeRepair", False)
+
+    @property
+    def node_overlay(self) -> bool:
+        """True when the feature gate ``NodeOverlay`` is on (Karpenter's default: off)."""
+        return parse_feature_gates(self.feature_gates).get("NodeOverlay", False)
 
 
 class SettingsError(ValueError):

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nodesmith.handlers.settings import Settings, load_settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from nodesmith.core.ports import CloudProvider, Cluster, StateStore, TerminationQueue
+    from nodesmith.core.ports import CloudProvider, Cluster, NodeOverlays, StateStore, TerminationQueue
     from nodesmith.services.ports import Ports
     from nodesmith.services.termination.service import TerminationSettings
 
@@ -167,16 +167,27 @@ def build_waker(settings: Settings) -> Callable[[float], None] | None:
 
 
 def ports(settings: Settings) -> Ports:
-    """The container's :class:`~nodesmith.services.ports.Ports`: cluster, EC2, termination queue and waker."""
+    """The container's :class:`~nodesmith.services.ports.Ports`: cluster, EC2, termination queue, waker, and the
+    cluster as the NodeOverlay source when the ``NodeOverlay`` feature gate is on."""
     from nodesmith.services.ports import Ports
 
+    cluster = build_cluster(settings)
     return Ports(
-        cluster=build_cluster(settings),
+        cluster=cluster,
         cloud=build_cloud(settings),
         cluster_name=settings.cluster_name,
         queue=build_termination_queue(settings),
         wake=build_waker(settings),
+        overlays=overlay_source(settings, cluster),
     )
+
+
+def overlay_source(settings: Settings, cluster: Cluster) -> NodeOverlays | None:
+    """The NodeOverlay reader of a pass: ``cluster`` (the Kubernetes adapter lists and writes NodeOverlays) when
+    the ``NodeOverlay`` feature gate is on and it can, else None (no overlay is read, none applies)."""
+    if not settings.node_overlay or not hasattr(cluster, "list_nodeoverlays"):
+        return None
+    return cast("NodeOverlays", cluster)
 
 
 def termination_settings(settings: Settings) -> TerminationSettings:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import CloudProvider, Cluster, TerminationQueue
+    from nodesmith.core.ports import CloudProvider, Cluster, NodeOverlays, TerminationQueue
 
 __all__ = ["Ports"]
 
@@ -23,10 +23,13 @@ class Ports:
     """The Kubernetes API (``cluster``), EC2 (``cloud``), the cluster's name (its EC2 ownership tag,
     ``kubernetes.io/cluster/<cluster_name>``), and optionally the termination ``queue`` (termination requests
     go there; None: they are not sent) and ``wake(after)`` (asks the reconcile function for a provisioning pass
-    that sees the cluster as of ``after``, epoch seconds; None: the next scheduled pass provisions)."""
+    that sees the cluster as of ``after``, epoch seconds; None: the next scheduled pass provisions), and ``overlays``
+    (the NodeOverlays to apply to each NodePool's instance types when the ``NodeOverlay`` feature gate is on;
+    None: the gate is off and no overlay is read)."""
 
     cluster: Cluster
     cloud: CloudProvider
     cluster_name: str
     queue: TerminationQueue | None = None
     wake: Callable[[float], None] | None = None
+    overlays: NodeOverlays | None = None

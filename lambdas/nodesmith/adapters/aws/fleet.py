@@ -12,7 +12,8 @@ Follows Karpenter ``pkg/providers/instance/instance.go`` and ``types.go``:
   instance type x one subnet per allowed zone where the offering is available, each with
   ``ImageId``, ``AvailabilityZone`` and ``Priority`` = offering price (USD/hour);
 * request: ``Type=instant``, ``TotalTargetCapacity=1``, ``DefaultTargetCapacityType``, spot
-  ``price-capacity-optimized`` / on-demand ``lowest-price``, launch templates at ``$Latest``, tags
+  ``price-capacity-optimized`` / on-demand ``lowest-price`` (``capacity-optimized-prioritized`` / ``prioritized``
+  when a NodeOverlay priced the offerings), launch templates at ``$Latest``, tags
   on instance, volume and fleet, and a ``ClientToken``;
 * answer: an instance -> success (capacity ``Errors`` for other overrides are still reported so the
   unavailable-offerings cache learns them); none -> :class:`InsufficientCapacityError` when every
@@ -195,11 +196,15 @@ def build_create_fleet_request(
     tags: Mapping[str, str],
     token: str,
     context: str | None = None,
+    prioritized: bool = False,
 ) -> dict[str, Any]:
     """The CreateFleet request for ``choice``.
 
     ``launch_templates`` maps image id -> launch template name (one template per AMI); overrides
-    are grouped under their image's template, in ``choice`` order.
+    are grouped under their image's template, in ``choice`` order. ``prioritized`` (a NodeOverlay priced the
+    offerings) launches by the overrides' ``Priority`` (their overlaid price, lowest first) instead of EC2's
+    prices: spot ``capacity-optimized-prioritized``, on-demand ``prioritized``
+    (``[aws]:pkg/providers/instance/types.go``).
     """
     configs: dict[str, list[dict[str, Any]]] = {}
     for o in choice.overrides:
@@ -225,9 +230,10 @@ def build_create_fleet_request(
         "TagSpecifications": [{"ResourceType": r, "Tags": tag_list} for r in ("instance", "volume", "fleet")],
     }
     if choice.capacity_type == CAPACITY_TYPE_SPOT:
-        request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        strategy = "capacity-optimized-prioritized" if prioritized else "price-capacity-optimized"
+        request["SpotOptions"] = {"AllocationStrategy": strategy}
     else:
-        request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        request["OnDemandOptions"] = {"AllocationStrategy": "prioritized" if prioritized else "lowest-price"}
     if context:
         request["Context"] = context
     return request

@@ -138,6 +138,7 @@ class FleetLauncher:
             tags=tags,
             token=token,
             context=field_value(resolved.spec, "context"),
+            prioritized=request.price_overlaid,
         )
         try:
             response = self._ec2.create_fleet(**fleet_request)

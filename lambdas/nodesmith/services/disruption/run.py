@@ -22,6 +22,7 @@ from nodesmith.services.disruption.outcome import DisruptionOutcome
 from nodesmith.services.disruption.state import cluster_nodes, write_condition
 from nodesmith.services.provisioning.capacity import disruption_volume_topology
 from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
+from nodesmith.services.provisioning.overlays import nodepool_catalogues
 from nodesmith.services.termination.requests import request_termination
 
 if TYPE_CHECKING:
@@ -82,6 +83,14 @@ class DisruptionPass:
             for type_name, it in self.catalogues[name].items():
                 merged.setdefault(type_name, it)
         self.catalogue = merged
+        self.pool_catalogues = nodepool_catalogues(
+            overlays=self.ports.overlays,
+            nodepools=self.nodepools,
+            catalogues=self.catalogues,
+            now=self.now,
+            write_status=False,
+        )
+        self.out.errors.extend(self.pool_catalogues.errors)
         self.views, self.claims = cluster_nodes(
             cluster=cluster,
             nodes=self.nodes,
@@ -94,11 +103,15 @@ class DisruptionPass:
         self.by_name: dict[str, ClusterNode] = {v.name: v for v in self.views}
 
     def pool_types(self) -> dict[str, list[InstanceType]]:
-        """Each NodePool's own EC2NodeClass catalogue (Karpenter's ``GetInstanceTypes(nodePool)``);
-        NodePools of one node class share a list."""
-        lists = {name: list(catalogue.values()) for name, catalogue in self.catalogues.items()}
-        refs = {np.name: np.spec.template.spec.node_class_ref.name for np in self.nodepools}
-        return {pool: lists[ref] for pool, ref in refs.items() if ref in lists}
+        """Each NodePool's own catalogue (Karpenter's ``GetInstanceTypes(nodePool)``: its EC2NodeClass's types,
+        NodeOverlays applied when the gate is on); NodePools sharing a catalogue share a list."""
+        lists: dict[int, list[InstanceType]] = {}
+        out: dict[str, list[InstanceType]] = {}
+        for pool, catalogue in self.pool_catalogues.by_pool.items():
+            if id(catalogue) not in lists:
+                lists[id(catalogue)] = list(catalogue.values())
+            out[pool] = lists[id(catalogue)]
+        return out
 
     def volume_requirements(self) -> dict[str, tuple[NodeSelectorRequirement, ...]]:
         """The node requirements of the pods' PersistentVolumeClaims, so a simulated move keeps a pod

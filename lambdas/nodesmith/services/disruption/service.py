@@ -96,6 +96,8 @@ def disrupt(
         recent_events=recent_events if recent_events is not None else {},
     )
     run.snapshot()
+    if not run.pool_catalogues.evaluated:
+        return run.out  # NodeOverlays unread: prices unknown, so nothing is decided (Karpenter waits the same way)
     run.report_invalid_annotations()
     going = advance_in_flight(run)
     views = [v for v in run.views if v.name not in set(run.out.nodes_terminated)]

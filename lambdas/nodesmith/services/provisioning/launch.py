@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import InsufficientCapacityError, KubernetesError, LaunchError, NodeClassNotReadyError
+from nodesmith.core.labels import LABEL_NODEPOOL
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
 from nodesmith.core.termination import TERMINATION_FINALIZER
 from nodesmith.services.breakdown import Tally, pool_key
@@ -33,7 +34,7 @@ from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
 from nodesmith.services.provisioning.nodeclaims import TAG_NODECLAIM, launch_request, launched_labels, mark_launched
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -70,7 +71,11 @@ class LaunchOutcome:
 class Launcher:
     """Launches NodeClaims for one pass and keeps its tallies.
 
-    ``catalogues`` are instance types by name per EC2NodeClass name; ``instances`` our live
+    ``catalogues`` are instance types by name per EC2NodeClass name; ``pool_catalogues`` those of a NodePool
+    with its NodeOverlays applied, by ``(NodePool, EC2NodeClass)``: a NodeClaim of that NodePool and node class
+    launches from it, as Karpenter's AWS ``Create`` re-applies overlays to NodeClaims carrying
+    ``karpenter.sh/nodepool`` (``price_overlays`` names the ``(NodePool, instance type)`` pairs whose prices an
+    overlay set: such a launch goes by the overlaid prices); ``instances`` our live
     instances by id (to adopt an instance launched by an interrupted pass). ``unavailable`` collects
     ``(instance type, zone, capacity type)`` that hit capacity errors; ``failures`` counts failed
     launches by EC2 error code; ``launched_by`` counts launches by (NodePool, capacity type of the
@@ -89,6 +94,8 @@ class Launcher:
     nodeclasses: Mapping[str, EC2NodeClass]
     catalogues: Mapping[str, Mapping[str, InstanceType]]
     instances: Mapping[str, Instance]
+    pool_catalogues: Mapping[tuple[str, str], Mapping[str, InstanceType]] = field(default_factory=dict)
+    price_overlays: Collection[tuple[str, str]] = frozenset()
     elapsed: Callable[[], float] = lambda: 0.0
     unavailable: set[tuple[str, str, str]] = field(default_factory=set)
     failures: Counter[str] = field(default_factory=Counter)
@@ -163,6 +170,10 @@ class Launcher:
                     cluster_name=self.cluster_name,
                     unavailable=unavailable,
                 )
+                if self.price_overlays and any(
+                    (request.nodepool_name, it.name) in self.price_overlays for it in request.instance_types
+                ):
+                    request = replace(request, price_overlaid=True)
             except InsufficientCapacityError:
                 if failed is None:
                     raise
@@ -186,7 +197,8 @@ class Launcher:
         """Launch (or adopt) the instance of ``nodeclaim`` and write its status; never raises for launch errors."""
         nodeclass_name = nodeclaim.spec.node_class_ref.name
         nodeclass = self.nodeclasses.get(nodeclass_name)
-        catalogue = self.catalogues.get(nodeclass_name)
+        pool = nodeclaim.metadata.labels.get(LABEL_NODEPOOL, "")
+        catalogue = self.pool_catalogues.get((pool, nodeclass_name)) or self.catalogues.get(nodeclass_name)
         if nodeclass is None or catalogue is None:
             return self._fail(
                 nodeclaim,

@@ -52,6 +52,7 @@ from nodesmith.services.provisioning.launch import Launcher, LaunchOutcome
 from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, collect_garbage, link_nodes
 from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
+from nodesmith.services.provisioning.overlays import nodepool_catalogues
 from nodesmith.services.provisioning.utilization import nodepool_utilization
 from nodesmith.services.termination.requests import sweep_deletions
 
@@ -153,6 +154,12 @@ class _Pass:
         )
         self.merged = merged_catalogue(self.catalogues)
         self.pools = usable_pools(snap, self.catalogues, self.out)
+        self.pool_catalogues = nodepool_catalogues(
+            overlays=self.ports.overlays, nodepools=self.pools, catalogues=self.catalogues, now=self.now
+        )
+        self.out.errors.extend(self.pool_catalogues.errors)
+        if not self.pool_catalogues.evaluated:
+            self.pools = []
         self.launcher = Launcher(
             cluster=self.cluster,
             cloud=self.cloud,
@@ -162,6 +169,8 @@ class _Pass:
             catalogues=self.catalogues,
             instances=snap.instances,
             elapsed=lambda: self.clock() - self.started,
+            pool_catalogues=self.pool_catalogues.for_launch(self.pools, self.catalogues),
+            price_overlays=self.pool_catalogues.price_overlaid(),
         )
 
     def launch_leftovers(self) -> None:
@@ -236,7 +245,7 @@ class _Pass:
         own: dict[int, list[InstanceType]] = {}  # by catalogue identity: pools of one node class share a list
         per_pool: dict[str, list[InstanceType]] = {}
         for np in self.pools:
-            catalogue = self.catalogues[np.spec.template.spec.node_class_ref.name]
+            catalogue = self.pool_catalogues.by_pool[np.name]
             if id(catalogue) not in own:
                 own[id(catalogue)] = without_offerings(catalogue, unavailable)
             per_pool[np.name] = own[id(catalogue)]
@@ -320,6 +329,7 @@ class _Pass:
                     name=name,
                     nodeclass=self.snap.nodeclasses.get(pool.spec.template.spec.node_class_ref.name),
                 )
+                draft.metadata.annotations.update(self.pool_catalogues.annotations(plan))
             except ValidationError as exc:
                 with self.lock:
                     out.errors.append(f"NodePool {plan.nodepool}: cannot build a NodeClaim: {exc}")
