@@ -19,7 +19,9 @@ pkg/controllers/nodeoverlay/controller.go``, ``store.go``; ``[core]:pkg/cloudpro
 * Capacity: per resource, the highest-precedence overlay's quantity replaces the type's; lower ones
   only add resources not yet set.
 * Conflict: an overlay whose weight equals the lowest weight that already priced one of the same
-  offerings, or already set one of the same resources of the same type, conflicts. It is reported
+  offerings, or already set one of the same resources of the same type, conflicts. For resources, every
+  overlay of that lowest weight counts (Karpenter's store remembers only the last one's resources, so a
+  third equal-weight overlay repeating the first one's resource would slip through there). It is reported
   (``ValidationSucceeded=False``, reason ``Conflict``, "conflict with another overlay") and applied
   nowhere: an overlay is checked against every NodePool before any of its changes is kept.
 * An overlay whose requirements cannot be built is reported with reason ``RuntimeValidation`` and
