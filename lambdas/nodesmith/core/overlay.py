@@ -188,19 +188,48 @@ def _pool_requirements(pool: NodePool) -> Requirements:
     return reqs
 
 
+def _compatible(type_reqs: Requirements, wanted: Sequence[Requirement]) -> bool:
+    """``type_reqs.is_compatible(overlay)`` without building the reason text (Karpenter's ``IsCompatible``): every
+    key the overlay asks for with a positive operator is defined by the type and has a value in common."""
+    for req in wanted:
+        have = type_reqs.peek(req.key)
+        if have is None:
+            if req.is_negative():
+                continue
+            return False
+        if have is not req and not have.has_intersection(req) and not (have.is_negative() and req.is_negative()):
+            return False
+    return True
+
+
 def _matches(
     overlay_reqs: Requirements,
     pools: Sequence[NodePool],
     instance_types: Mapping[str, Sequence[InstanceType]],
     pool_reqs: Mapping[str, Requirements],
+    type_reqs: dict[tuple[str, str], Requirements],
 ) -> list[_Match]:
-    """Every (pool, type) the overlay selects, with the offerings it reprices (Karpenter's ``getOverlaidOfferings``)."""
+    """Every (pool, type) the overlay selects, with the offerings it reprices (Karpenter's ``getOverlaidOfferings``).
+    ``type_reqs`` caches each (pool, type)'s requirements across the overlays of one evaluation."""
     out: list[_Match] = []
+    overlay_wanted = overlay_reqs.values()
+    selected: dict[tuple[str, str, str], bool] = {}  # (zone, capacity type, zone id): few distinct per catalogue
+
+    def selects(o: Offering) -> bool:
+        key = (o.zone, o.capacity_type, o.zone_id)
+        hit = selected.get(key)
+        if hit is None:
+            hit = selected[key] = _offering_requirements(o).intersects(overlay_reqs) is None
+        return hit
+
     for pool in pools:
         for it in instance_types.get(pool.name, ()):
-            if not _type_requirements(it, pool_reqs[pool.name]).is_compatible(overlay_reqs):
+            reqs = type_reqs.get((pool.name, it.name))
+            if reqs is None:
+                reqs = type_reqs[(pool.name, it.name)] = _type_requirements(it, pool_reqs[pool.name])
+            if not _compatible(reqs, overlay_wanted):
                 continue
-            offerings = tuple(o for o in it.offerings if _offering_requirements(o).intersects(overlay_reqs) is None)
+            offerings = tuple(o for o in it.offerings if selects(o))
             if offerings:
                 out.append(_Match(pool=pool.name, type_name=it.name, offerings=offerings))
     return out
@@ -280,6 +309,7 @@ def apply_overlays(
     pools = [p for p in nodepools if p.name in instance_types]
     pool_reqs = {p.name: _pool_requirements(p) for p in pools}
     store = _Store()
+    type_reqs: dict[tuple[str, str], Requirements] = {}
     verdicts: dict[str, OverlayVerdict] = {}
     for overlay in order_by_weight(overlays):
         try:
@@ -290,7 +320,7 @@ def apply_overlays(
                 name=overlay.name, valid=False, reason=REASON_RUNTIME_VALIDATION, message=str(exc)
             )
             continue
-        matches = _matches(overlay_reqs, pools, instance_types, pool_reqs)
+        matches = _matches(overlay_reqs, pools, instance_types, pool_reqs, type_reqs)
         clashing = _conflicts(store, overlay, matches)
         if clashing:
             verdicts[overlay.name] = OverlayVerdict(

@@ -229,3 +229,27 @@ def test_malformed_overlays_are_rejected_with_the_reason(spec: dict[str, Any], s
     doc = {"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay", "metadata": {"name": "bad"}, "spec": spec}
     with pytest.raises(ValidationError, match=says.replace("(", r"\(").replace(")", r"\)")):
         NodeOverlay.model_validate(doc)
+
+
+@pytest.mark.parametrize(
+    ("requirement", "selected"),
+    [
+        ({"key": "team", "operator": "In", "values": ["a"]}, set()),  # a label the NodePool does not define
+        ({"key": "team", "operator": "NotIn", "values": ["a"]}, {"c5.large", "m5.large", "m5.xlarge"}),
+        ({"key": "team", "operator": "DoesNotExist"}, {"c5.large", "m5.large", "m5.xlarge"}),
+        ({"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "Exists"}, set()),
+        ({"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["2"]}, {"m5.xlarge"}),
+        ({"key": "karpenter.k8s.aws/instance-memory", "operator": "Lte", "values": ["8192"]}, {"c5.large", "m5.large"}),
+        ({"key": "kubernetes.io/arch", "operator": "NotIn", "values": ["amd64"]}, set()),
+        ({"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-west-1a"]}, set()),
+    ],
+)
+def test_requirements_select_types_with_kubernetes_semantics(
+    catalogue: list[InstanceType], requirement: dict[str, Any], selected: set[str]
+) -> None:
+    result = apply_overlays(
+        overlays=[overlay("o", requirements=[requirement], price="1")],
+        nodepools=[make_nodepool()],
+        instance_types={"default": catalogue},
+    )
+    assert {name for _, name in result.price_overlays} == selected
