@@ -6,11 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconcile_fakes import catalogue, make_nodepool
+from reconcile_fakes import FakeCloud, FakeCluster, catalogue, make_nodeclass, make_nodepool
 
 from nodesmith.core.api.nodeoverlay import NodeOverlay
+from nodesmith.core.disruption import DisruptionSettings
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.overlay import OverlayVerdict, status_conditions
+from nodesmith.services.disruption.run import DisruptionPass
+from nodesmith.services.disruption.service import disrupt
+from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
 
 NOW = 1_800_000_000.0
@@ -100,3 +104,25 @@ def _doc(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "generation": 3},
         "spec": {},
     }
+
+
+def test_the_disruption_pass_decides_on_overlaid_nodepool_catalogues() -> None:
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    source = Overlays([overlay("cheap-m5", price="0.001")])
+    run = DisruptionPass(
+        ports=Ports(cluster=cluster, cloud=FakeCloud(), cluster_name="test", overlays=source),
+        now=NOW,
+        settings=DisruptionSettings(),
+        recent_events={},
+    )
+    run.snapshot()
+    types = {it.name: it for it in run.pool_types()["default"]}
+    assert {o.price for o in types["m5.large"].offerings} == {0.001}
+    assert source.written == [], "statuses are the provisioning pass's to write"
+
+
+def test_a_disruption_pass_without_the_overlays_decides_nothing() -> None:
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    ports = Ports(cluster=cluster, cloud=FakeCloud(), cluster_name="test", overlays=Overlays([], fail=True))
+    out = disrupt(ports=ports, now=NOW)
+    assert out.decisions == [] and any("NodePools wait" in e for e in out.errors)
