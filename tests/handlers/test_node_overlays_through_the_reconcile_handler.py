@@ -144,3 +144,20 @@ def test_equal_weight_overlays_on_one_offering_conflict_on_their_status(
     run_pass(kube, FakeCloud(now=time.time(), cluster_name="demo"), "NodeOverlay=true")
     after = custom.get_cluster_custom_object(*OVERLAYS, "general-markup")["metadata"]["resourceVersion"]
     assert after == version, "an unchanged verdict is not written again"
+
+
+def test_an_overlay_failing_runtime_validation_is_reported_on_its_status(
+    kube: KubeEmulator, custom: client.CustomObjectsApi
+) -> None:
+    restricted = [{"key": "karpenter.sh/team", "operator": "In", "values": ["a"]}]
+    custom.create_cluster_custom_object(*OVERLAYS, overlay("team-a", requirements=restricted, price="0.001"))
+    cloud = FakeCloud(now=time.time(), cluster_name="demo")
+
+    out = run_pass(kube, cloud, "NodeOverlay=true")
+
+    assert not out.errors, out.errors
+    status = conditions(custom, "team-a")["ValidationSucceeded"]
+    assert (status["status"], status["reason"]) == ("False", "RuntimeValidation")
+    assert "restricted" in status["message"]
+    [launched] = cloud.instances.values()
+    assert launched.instance_type == "c5.large"

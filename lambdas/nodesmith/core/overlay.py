@@ -24,7 +24,8 @@ pkg/controllers/nodeoverlay/controller.go``, ``store.go``; ``[core]:pkg/cloudpro
   third equal-weight overlay repeating the first one's resource would slip through there). It is reported
   (``ValidationSucceeded=False``, reason ``Conflict``, "conflict with another overlay") and applied
   nowhere: an overlay is checked against every NodePool before any of its changes is kept.
-* An overlay whose requirements cannot be built is reported with reason ``RuntimeValidation`` and
+* An overlay failing Karpenter's runtime validation (:meth:`~nodesmith.core.api.nodeoverlay.NodeOverlay.
+  runtime_errors`, or requirements that cannot be built) is reported with reason ``RuntimeValidation`` and
   applied nowhere.
 """
 
@@ -312,6 +313,13 @@ def apply_overlays(
     type_reqs: dict[tuple[str, str], Requirements] = {}
     verdicts: dict[str, OverlayVerdict] = {}
     for overlay in order_by_weight(overlays):
+        invalid = overlay.runtime_errors()
+        if invalid:
+            message = "; ".join(f"{where}: {why}" for where, why in invalid)
+            verdicts[overlay.name] = OverlayVerdict(
+                name=overlay.name, valid=False, reason=REASON_RUNTIME_VALIDATION, message=message
+            )
+            continue
         try:
             overlay_reqs = Requirements.from_node_selector_requirements(overlay.requirements_core())
             amounts = _parse_capacity(overlay)

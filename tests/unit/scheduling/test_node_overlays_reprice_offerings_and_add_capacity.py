@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from nodesmith.core.api.nodeoverlay import NodeOverlay
 from nodesmith.core.overlay import (
     REASON_CONFLICT,
+    REASON_RUNTIME_VALIDATION,
     adjusted_price,
     apply_overlays,
     order_by_weight,
@@ -219,7 +220,6 @@ def test_a_pod_asking_for_an_overlaid_resource_fits_only_the_overlaid_types(cata
         ({"capacity": {"example.com/x": "lots"}}, "not a Kubernetes quantity"),
         ({"weight": 0}, "greater than or equal to 1"),
         ({"weight": 10001}, "less than or equal to 10000"),
-        ({"requirements": [{"key": "karpenter.sh/unknown", "operator": "Exists"}]}, "restricted"),
         ({"requirements": [{"key": "team", "operator": "NotIn"}]}, "must have a value defined"),
         ({"requirements": [{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Gt", "values": ["x"]}]}, "integer"),
         ({"requirments": []}, "Extra inputs are not permitted"),
@@ -253,3 +253,19 @@ def test_requirements_select_types_with_kubernetes_semantics(
         instance_types={"default": catalogue},
     )
     assert {name for _, name in result.price_overlays} == selected
+
+
+def test_a_restricted_requirement_key_fails_runtime_validation_and_applies_nowhere(
+    catalogue: list[InstanceType],
+) -> None:
+    restricted = overlay(
+        "restricted",
+        requirements=[{"key": "karpenter.sh/unknown", "operator": "Exists"}],
+        priceAdjustment="-50%",
+    )  # the CRD schema accepts it; Karpenter's RuntimeValidate refuses it
+    assert restricted.runtime_errors()[0][0] == "spec.requirements[0].key"
+    result = apply_overlays(overlays=[restricted], nodepools=[make_nodepool()], instance_types={"default": catalogue})
+    verdict = result.verdicts["restricted"]
+    assert (verdict.valid, verdict.reason) == (False, REASON_RUNTIME_VALIDATION)
+    assert 'label domain "karpenter.sh" is restricted' in verdict.message
+    assert result.instance_types["default"] is catalogue

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.adapters.manifests.bundle import _DocumentError
 from nodesmith.adapters.manifests.workloads import (
     _UID_NAMESPACE,
     _deployment,
@@ -50,7 +51,11 @@ def _nodeclaim(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
 
 
 def _nodeoverlay(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:
-    bundle.nodeoverlays.append(_model(NodeOverlay, doc))
+    overlay: NodeOverlay = _model(NodeOverlay, doc)
+    errors = overlay.runtime_errors()
+    if errors:  # a manifest Karpenter would mark RuntimeValidation=False is refused whole here
+        raise _DocumentError(*errors[0])
+    bundle.nodeoverlays.append(overlay)
 
 
 def _pod(bundle: ManifestBundle, doc: Mapping[str, Any]) -> None:

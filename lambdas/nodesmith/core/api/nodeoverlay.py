@@ -9,8 +9,10 @@ Sources: ``[core]:pkg/apis/v1alpha1/nodeoverlay.go`` (schema, patterns, CEL rule
 ``nodeoverlay_status.go`` (the ``ValidationSucceeded`` condition):
 
 * ``requirements``: at most 100; operators In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte; In and
-  NotIn need at least one value; Gt/Lt/Gte/Lte exactly one non-negative integer; keys are label keys
-  that are not restricted (well-known labels, ``karpenter.sh/nodepool`` and custom labels pass).
+  NotIn need at least one value; Gt/Lt/Gte/Lte exactly one non-negative integer; keys are label keys.
+  Keys that are restricted (not well-known ``karpenter.sh`` / ``karpenter.k8s.aws`` keys,
+  ``kubernetes.io/hostname``) pass the schema and fail runtime validation (:meth:`NodeOverlay.runtime_errors`),
+  as in Karpenter; well-known labels, ``karpenter.sh/nodepool`` and custom labels pass both.
 * ``price``: ``^\\d+(\\.\\d+)?$`` (USD per hour for the EC2 catalogue, unitless in Karpenter).
 * ``priceAdjustment``: a signed absolute value (``+0.1``, ``-0.05``), ``+N%`` or ``-N%`` with at most two
   integer digits, or ``-100%``.
@@ -77,21 +79,13 @@ class NodeOverlayRequirement(SpecModel):
     """One ``spec.requirements`` entry: ``key``, ``operator`` and ``values`` (no ``minValues``).
 
     Raises (through pydantic) ``In``/``NotIn`` without values, ``Gt``/``Lt``/``Gte``/``Lte`` without exactly
-    one non-negative integer, ``Exists``/``DoesNotExist`` with values, and restricted keys
-    (:func:`~nodesmith.core.api.common.is_restricted_label`).
+    one non-negative integer, and ``Exists``/``DoesNotExist`` with values (the CRD's rules). Restricted keys pass
+    the schema, as in Karpenter, and are caught by :meth:`NodeOverlay.runtime_errors`.
     """
 
     key: _LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"]
     values: list[_LabelValue] = Field(default_factory=list, exclude_if=omit_empty)
-
-    @field_validator("key")
-    @classmethod
-    def _key_not_restricted(cls, key: str) -> str:
-        reason = is_restricted_label(NORMALIZED_LABELS.get(key, key))
-        if reason:
-            raise ValueError(f"invalid value: {reason} in requirements, restricted")
-        return key
 
     @field_validator("values", mode="before")
     @classmethod
@@ -215,6 +209,19 @@ class NodeOverlay(KubeModel):
     def weight_or_zero(self) -> int:
         """``spec.weight``, 0 when unset (Karpenter's ``lo.FromPtr(Spec.Weight)``)."""
         return self.spec.weight or 0
+
+    def runtime_errors(self) -> list[tuple[str, str]]:
+        """Karpenter's ``RuntimeValidate`` (``[core]:pkg/apis/v1alpha1/nodeoverlay_validation.go``): what the CRD
+        schema lets through but the controller refuses, as ``(field path, reason)`` pairs; empty when valid.
+        A requirement on a restricted label key (:func:`~nodesmith.core.api.common.is_restricted_label`: a
+        ``karpenter.sh`` / ``karpenter.k8s.aws`` key that is not well known, ``kubernetes.io/hostname``) is one.
+        """
+        out: list[tuple[str, str]] = []
+        for i, req in enumerate(self.spec.requirements):
+            reason = is_restricted_label(NORMALIZED_LABELS.get(req.key, req.key))
+            if reason:
+                out.append((f"spec.requirements[{i}].key", f"invalid value: {reason} in requirements, restricted"))
+        return out
 
     def requirements_core(self) -> tuple[core_model.NodeSelectorRequirement, ...]:
         """``spec.requirements`` as core requirements (deprecated keys normalized, order kept)."""
