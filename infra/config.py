@@ -4,9 +4,6 @@ Every value has a default, so ``cdk synth`` works with no context, no AWS accoun
 A bad value fails synthesis with a :class:`ConfigError` that names the context key, instead of
 deploying a stack whose Lambdas would fail at their first invocation.
 
-Context keys (``cdk.json`` ``context`` or ``cdk synth -c key=value``), all prefixed ``nodesmith:``:
-
-=====================================  ======================================================  ==============
 key                                    meaning                                                 default
 =====================================  ======================================================  ==============
 ``clusterName``                        EKS cluster name (also the ``kubernetes.io/cluster/``   ``nodesmith``
@@ -51,6 +48,10 @@ key                                    meaning                                  
                                        ``NodeOverlay=true`` applies NodeOverlays; Karpenter's
                                        other gate names are accepted and change nothing)
 =====================================  ======================================================  ==============
+=======
+Context keys (``cdk.json`` ``context`` or ``cdk synth -c key=value``), all prefixed ``nodesmith:``, are listed
+with their meaning and accepted range in :data:`infra.config_keys.CONTEXT_KEYS`, from which
+``docs/configuration.md`` is rendered (``python -m infra.docs``).
 
 Why the interruption timeout is at most 60 s: the queue keeps messages 300 s (Karpenter's
 interruption queue), and a message whose handling failed (a Kubernetes API answering 503, say) comes

@@ -8,6 +8,7 @@ stack can never drift from what the handlers read. Nothing is read at import tim
 from __future__ import annotations
 
 import os
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV",
+    "ENV_BY_FIELD",
     "KARPENTER_FEATURE_GATES",
     "Settings",
     "SettingsError",
@@ -95,58 +97,103 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 
 
 class Settings(BaseModel):
-    """Validated configuration of one Nodesmith Lambda.
+    """Validated configuration of one Nodesmith Lambda: one field per environment variable (``ENV``).
 
-    ``kube_auth`` selects how the Kubernetes client authenticates: ``eks`` mints a token like
-    ``aws eks get-token`` (presigned STS GetCallerIdentity), ``token`` uses ``kube_token`` as a
-    bearer token, ``none`` sends no credentials (the embedded emulator).
-    ``termination_queue_url`` is the termination queue, where the interruption function, the disruption pass
-    and the reconcile pass send termination requests (empty: none are sent). A termination round evicts at
-    most ``eviction_workers`` pods at once; a node that still has pods is looked at again after
-    ``termination_retry_seconds``, doubling per delivery up to ``termination_retry_max_seconds`` (seconds);
-    the reconcile pass sends a deleting NodeClaim's request again when none was sent or worked on for
-    ``termination_request_stale_seconds``. ``rebalance_action`` is what a rebalance recommendation does:
-    ``ignore``, ``event`` (an Event only, Karpenter's behaviour), ``cordon`` (the default: no new pods), or
-    ``drain`` (replace the node: its termination is requested, as for an interruption).
-    ``disruption`` turns the disruption pass after provisioning on or off;
-    ``disruption_validation_delay_seconds`` is how long a disruption command waits before it is
-    re-validated and executed (Karpenter: 15 s); ``disruption_min_savings_usd_per_hour`` is the
-    least a consolidation must save; ``disruption_policy`` is the consolidation policy, ``nodesmith``
-    (default: a set of wasteful nodes out, their pods re-packed at the lowest cost,
-    ``nodesmith.core.disruption.repack``) or ``karpenter`` (Karpenter's multi- and single-node
-    consolidation). ``reconcile_mode`` is ``poll`` (one pass per scheduled
-    invocation) or ``watch`` (one invocation watches pods for most of its timeout).
-    ``reconcile_function`` (the interruption function's) is the reconcile function's name: a batch that
-    cordoned nodes wakes it for a provisioning pass (:mod:`nodesmith.adapters.aws.wake`); empty, the next
-    scheduled pass provisions for their pods.
-    ``feature_gates`` (the reconcile function's) is Karpenter's ``--feature-gates`` string
-    (:func:`parse_feature_gates`); ``NodeRepair=true`` turns node repair on (:attr:`node_repair`),
-    ``NodeOverlay=true`` applies NodeOverlays to the instance types (:attr:`node_overlay`).
+    Each field's ``description`` is its contract (durations in seconds, prices in USD per hour);
+    ``docs/configuration.md`` is rendered from these descriptions, defaults and bounds.
     """
 
     model_config = ConfigDict(frozen=True)
 
-    cluster_name: NonEmpty
-    cluster_endpoint: NonEmpty
-    cluster_ca_data: str = ""
-    kube_auth: Literal["eks", "token", "none"] = "eks"
-    kube_token: str = ""
-    termination_queue_url: str = ""
-    state_table: str = ""
-    price_table: str = ""
-    rebalance_action: Literal["ignore", "event", "cordon", "drain"] = "cordon"
-    node_role_arn: str = ""
-    eviction_workers: Annotated[int, Field(ge=1, le=64)] = 8
-    termination_retry_seconds: Annotated[float, Field(ge=0.5, le=60)] = 2.0
-    termination_retry_max_seconds: Annotated[float, Field(ge=1, le=900)] = 10.0
-    termination_request_stale_seconds: Annotated[float, Field(ge=60, le=3600)] = 300.0
-    disruption: bool = True
-    disruption_validation_delay_seconds: Annotated[float, Field(ge=0, le=600)] = 15.0
-    disruption_min_savings_usd_per_hour: Annotated[float, Field(ge=0)] = 0.0
-    disruption_policy: Literal["karpenter", "nodesmith"] = "nodesmith"
-    reconcile_mode: Literal["poll", "watch"] = "poll"
-    reconcile_function: str = ""
-    feature_gates: str = ""
+    cluster_name: Annotated[
+        NonEmpty, Field(description="EKS cluster name: launched instances are tagged `kubernetes.io/cluster/<name>`.")
+    ]
+    cluster_endpoint: Annotated[NonEmpty, Field(description="Kubernetes API server URL of the cluster.")]
+    cluster_ca_data: str = Field(
+        default="", description="Base64 CA bundle of the API server (empty: the system trust store)."
+    )
+    kube_auth: Literal["eks", "token", "none"] = Field(
+        default="eks",
+        description="How the Kubernetes client authenticates: `eks` mints a token as `aws eks get-token` does "
+        "(presigned STS GetCallerIdentity), `token` sends `NODESMITH_KUBE_TOKEN` as a bearer token, `none` sends "
+        "no credentials (the embedded emulator).",
+    )
+    kube_token: str = Field(default="", description="Bearer token used when `NODESMITH_KUBE_AUTH` is `token`.")
+    termination_queue_url: str = Field(
+        default="",
+        description="URL of the termination queue, where the interruption function, the disruption pass and the "
+        "reconcile pass send termination requests (empty: none are sent).",
+    )
+    state_table: str = Field(
+        default="",
+        description="DynamoDB table of the reconcile lease and the shared unavailable-offerings cache "
+        "(empty: no lease, and each function keeps its own offering marks).",
+    )
+    price_table: str = Field(
+        default="",
+        description='Path of a price table JSON file (`{"prices": {"m5.large": 0.096}}`, USD per hour), '
+        "consulted after the AWS Pricing API (empty: the Pricing API, then an estimate).",
+    )
+    rebalance_action: Literal["ignore", "event", "cordon", "drain"] = Field(
+        default="cordon",
+        description="What an EC2 rebalance recommendation does: `ignore`, `event` (an Event only, Karpenter's "
+        "behaviour), `cordon` (no new pods) or `drain` (the node's termination is requested, as for an "
+        "interruption).",
+    )
+    node_role_arn: str = Field(
+        default="", description="IAM role of the nodes: the instance profile's role that launched instances get."
+    )
+    eviction_workers: int = Field(default=8, ge=1, le=64, description="Evictions in flight per drain round.")
+    termination_retry_seconds: float = Field(
+        default=2.0,
+        ge=0.5,
+        le=60,
+        description="Seconds before a node that still has pods is drained again; doubles per delivery.",
+    )
+    termination_retry_max_seconds: float = Field(
+        default=10.0, ge=1, le=900, description="Cap of the doubling wait between drain rounds (seconds)."
+    )
+    termination_request_stale_seconds: float = Field(
+        default=300.0,
+        ge=60,
+        le=3600,
+        description="The reconcile pass sends a deleting NodeClaim's termination request again when none was "
+        "sent or worked on for this long (seconds).",
+    )
+    disruption: bool = Field(
+        default=True, description="Whether the reconcile pass runs disruption (consolidation, drift, expiration)."
+    )
+    disruption_validation_delay_seconds: float = Field(
+        default=15.0,
+        ge=0,
+        le=600,
+        description="How long a disruption decision waits before it is re-validated and executed (seconds; "
+        "Karpenter: 15 s).",
+    )
+    disruption_min_savings_usd_per_hour: float = Field(
+        default=0.0, ge=0, description="The least a consolidation must save (USD per hour)."
+    )
+    disruption_policy: Literal["karpenter", "nodesmith"] = Field(
+        default="nodesmith",
+        description="Consolidation policy: `nodesmith` (a set of wasteful nodes out, their pods re-packed at the "
+        "lowest cost) or `karpenter` (Karpenter's multi- and single-node consolidation).",
+    )
+    reconcile_mode: Literal["poll", "watch"] = Field(
+        default="poll",
+        description="`poll`: one reconcile pass per scheduled invocation; `watch`: one invocation watches pending "
+        "pods for most of its timeout.",
+    )
+    reconcile_function: str = Field(
+        default="",
+        description="Name of the reconcile function (the interruption function's setting): a batch that cordoned "
+        "nodes wakes it for a provisioning pass (empty: the next scheduled pass provisions).",
+    )
+    feature_gates: str = Field(
+        default="",
+        description="Karpenter's `--feature-gates` string, `Name=true,Name=false`; `NodeRepair=true` turns node "
+        "repair on, `NodeOverlay=true` applies NodeOverlays. Karpenter's other gate names are accepted and change "
+        "nothing.",
+    )
 
     @field_validator("feature_gates")
     @classmethod
@@ -169,29 +216,32 @@ class SettingsError(ValueError):
     """The Lambda's environment is missing or has an invalid variable (named in the message)."""
 
 
-_FIELDS = {
-    "cluster_name": ENV.CLUSTER_NAME,
-    "cluster_endpoint": ENV.CLUSTER_ENDPOINT,
-    "cluster_ca_data": ENV.CLUSTER_CA_DATA,
-    "kube_auth": ENV.KUBE_AUTH,
-    "kube_token": ENV.KUBE_TOKEN,
-    "termination_queue_url": ENV.TERMINATION_QUEUE_URL,
-    "state_table": ENV.STATE_TABLE,
-    "price_table": ENV.PRICE_TABLE,
-    "rebalance_action": ENV.REBALANCE_ACTION,
-    "node_role_arn": ENV.NODE_ROLE_ARN,
-    "eviction_workers": ENV.EVICTION_WORKERS,
-    "termination_retry_seconds": ENV.TERMINATION_RETRY_SECONDS,
-    "termination_retry_max_seconds": ENV.TERMINATION_RETRY_MAX_SECONDS,
-    "termination_request_stale_seconds": ENV.TERMINATION_REQUEST_STALE_SECONDS,
-    "disruption": ENV.DISRUPTION,
-    "disruption_validation_delay_seconds": ENV.DISRUPTION_VALIDATION_DELAY_SECONDS,
-    "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,
-    "disruption_policy": ENV.DISRUPTION_POLICY,
-    "reconcile_mode": ENV.RECONCILE_MODE,
-    "reconcile_function": ENV.RECONCILE_FUNCTION,
-    "feature_gates": ENV.FEATURE_GATES,
-}
+ENV_BY_FIELD: Mapping[str, str] = MappingProxyType(
+    {
+        "cluster_name": ENV.CLUSTER_NAME,
+        "cluster_endpoint": ENV.CLUSTER_ENDPOINT,
+        "cluster_ca_data": ENV.CLUSTER_CA_DATA,
+        "kube_auth": ENV.KUBE_AUTH,
+        "kube_token": ENV.KUBE_TOKEN,
+        "termination_queue_url": ENV.TERMINATION_QUEUE_URL,
+        "state_table": ENV.STATE_TABLE,
+        "price_table": ENV.PRICE_TABLE,
+        "rebalance_action": ENV.REBALANCE_ACTION,
+        "node_role_arn": ENV.NODE_ROLE_ARN,
+        "eviction_workers": ENV.EVICTION_WORKERS,
+        "termination_retry_seconds": ENV.TERMINATION_RETRY_SECONDS,
+        "termination_retry_max_seconds": ENV.TERMINATION_RETRY_MAX_SECONDS,
+        "termination_request_stale_seconds": ENV.TERMINATION_REQUEST_STALE_SECONDS,
+        "disruption": ENV.DISRUPTION,
+        "disruption_validation_delay_seconds": ENV.DISRUPTION_VALIDATION_DELAY_SECONDS,
+        "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,
+        "disruption_policy": ENV.DISRUPTION_POLICY,
+        "reconcile_mode": ENV.RECONCILE_MODE,
+        "reconcile_function": ENV.RECONCILE_FUNCTION,
+        "feature_gates": ENV.FEATURE_GATES,
+    }
+)
+"""The environment variable of each :class:`Settings` field."""
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -203,12 +253,12 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
         Naming the environment variable that is missing or invalid.
     """
     env = os.environ if environ is None else environ
-    raw = {field: env[var] for field, var in _FIELDS.items() if var in env and env[var] != ""}
+    raw = {field: env[var] for field, var in ENV_BY_FIELD.items() if var in env and env[var] != ""}
     try:
         return Settings.model_validate(raw)
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
             field = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(f"{_FIELDS.get(field, field)}: {err['msg']}")
+            problems.append(f"{ENV_BY_FIELD.get(field, field)}: {err['msg']}")
         raise SettingsError("invalid Nodesmith environment: " + "; ".join(problems)) from exc
