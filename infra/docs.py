@@ -9,6 +9,7 @@ defaults read from :class:`infra.config.NodesmithConfig`; environment variables 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
@@ -18,7 +19,7 @@ from pydantic_core import PydanticUndefined
 
 from infra.config import CONTEXT_PREFIX, NodesmithConfig
 from infra.config_keys import CONTEXT_KEYS, ContextKey
-from nodesmith.handlers.settings import ENV_BY_FIELD, Settings
+from nodesmith.handlers.settings import ENV, ENV_BY_FIELD, Settings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,6 +30,9 @@ __all__ = ["CONFIGURATION_PAGE", "main", "render_configuration"]
 
 CONFIGURATION_PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 """Where the rendered page lives in the repository."""
+
+_INFRA = Path(__file__).resolve().parent
+_ENV_REFERENCE = re.compile(r"\bENV\.([A-Z_]+)\b")
 
 _HEADER = """\
 # Configuration
@@ -99,6 +103,26 @@ def _setting_range(info: FieldInfo) -> str:
     return "non-empty text" if info.is_required() else "text"
 
 
+def _stack_sets() -> set[str]:
+    """The environment variables the stack's code sets (``ENV.<NAME>`` referenced under ``infra/``)."""
+    names = {key: value for key, value in vars(ENV).items() if key.isupper()}
+    found: set[str] = set()
+    for source in sorted(_INFRA.rglob("*.py")):
+        found.update(
+            names[name] for name in _ENV_REFERENCE.findall(source.read_text(encoding="utf-8")) if name in names
+        )
+    return found
+
+
+def _setting_source(field: str, variable: str, stack_sets: set[str]) -> str:
+    key = next((entry.key for entry in CONTEXT_KEYS if entry.attribute == field), None)
+    if key is not None and variable in stack_sets:
+        return f"`{CONTEXT_PREFIX}{key}`"
+    if variable in stack_sets:
+        return "set by the stack itself"
+    return "not set: the default applies"
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
 
@@ -123,13 +147,19 @@ def render_configuration() -> str:
         "",
         "## Environment variables of the functions",
         "",
-        _row(["variable", "meaning", "default", "accepted"]),
-        _row(["---"] * 4),
+        "The deployed functions get these from the stack; the last column names the context key a value comes from,",
+        "or says that the stack sets it itself (a queue URL, the table name, EKS authentication) or not at all.",
+        "",
+        _row(["variable", "meaning", "default", "accepted", "in the stack"]),
+        _row(["---"] * 5),
     ]
+    stack_sets = _stack_sets()
     for field, info in Settings.model_fields.items():
         if not info.description:
             raise ValueError(f"Settings.{field} has no description: give it Field(description=...)")
-        lines.append(_row([f"`{ENV_BY_FIELD[field]}`", info.description, _setting_default(info), _setting_range(info)]))
+        variable = ENV_BY_FIELD[field]
+        cells = [f"`{variable}`", info.description, _setting_default(info), _setting_range(info)]
+        lines.append(_row([*cells, _setting_source(field, variable, stack_sets)]))
     lines.append("")
     return "\n".join(lines)
 

@@ -130,3 +130,25 @@ def test_settings_bounds_and_defaults_are_rendered_from_the_fields() -> None:
     assert "| `NODESMITH_EVICTION_WORKERS` | Evictions in flight per drain round. | `8` | 1..64 |" in page
     assert "| `NODESMITH_CLUSTER_NAME` |" in page and "| required | non-empty text |" in page
     assert "| `nodesmith:evictionWorkers` | Evictions in flight per drain round. | `8` | 1..64 |" in page
+
+
+def test_a_variable_the_page_says_comes_from_a_context_key_carries_that_keys_value() -> None:
+    from infra.stack import interruption_environment, reconcile_environment, termination_environment
+
+    config = NodesmithConfig(cluster_ca_data="Q0E=", price_table="prices.json", feature_gates="NodeRepair=true",
+                             eviction_workers=9, termination_retry_seconds=3, rebalance_action="drain")  # fmt: skip
+    role = "arn:aws:iam::123456789012:role/KarpenterNodeRole-prod"
+    environment = {
+        **reconcile_environment(config, node_role_arn=role),
+        **interruption_environment(config),
+        **termination_environment(config),
+    }
+    rows = {line.split(" | ")[0]: line for line in render_configuration().splitlines() if line.startswith("| `")}
+    keys = {entry.attribute: entry.key for entry in CONTEXT_KEYS}
+    checked = 0
+    for field, variable in ENV_BY_FIELD.items():
+        if field in keys and rows[f"| `{variable}`"].endswith(f"| `{CONTEXT_PREFIX}{keys[field]}` |"):
+            expected = role if field == "node_role_arn" else str(getattr(config, field))
+            assert environment[variable] == expected, variable
+            checked += 1
+    assert checked >= 10
