@@ -132,6 +132,7 @@ def test_settings_bounds_and_defaults_are_rendered_from_the_fields() -> None:
     assert "| `nodesmith:evictionWorkers` | Evictions in flight per drain round. | `8` | 1..64 |" in page
 
 
+@pytest.mark.xdist_group("infra-synth")  # loads aws_cdk (jsii): on the worker that already has it
 def test_a_variable_the_page_says_comes_from_a_context_key_carries_that_keys_value() -> None:
     from infra.stack import interruption_environment, reconcile_environment, termination_environment
 
