@@ -11,7 +11,8 @@ hostname anti-affinity (``app=nginx``, one per node) — the remainder generic. 
 draws differ from Go's ``rand.NewSource(42)`` but the distribution is the same).
 
 Only :func:`solve` is timed (``--repeat N``: the fastest of N runs). Prints one JSON line:
-``{"pods", "nodeclaims", "unscheduled", "seconds", "pods_per_second", "peak_rss_mib"}``.
+``{"pods", "nodeclaims", "unscheduled", "seconds", "pods_per_second", "peak_rss_mib", "decisions_sha256"}``
+(:func:`decisions_sha256`: two runs decided alike exactly when their digests are equal).
 
     python bench/scheduling.py --pods 5000 --json
 """
@@ -19,6 +20,7 @@ Only :func:`solve` is timed (``--repeat N``: the fastest of N runs). Prints one 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import resource
@@ -35,7 +37,7 @@ from nodesmith.core.model import (
     PodAffinityTerm,
     TopologySpreadConstraint,
 )
-from nodesmith.core.scheduling import SchedulingInput, solve
+from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve
 
 GIB = 2**30
 MIB = 2**20
@@ -151,6 +153,24 @@ def diverse_pods(count: int, seed: int = 42) -> list[Pod]:
     return pods
 
 
+def decisions(result: SchedulingResult) -> dict[str, Any]:
+    """Every decision of a pass in a canonical, JSON-serialisable form: the pods on each existing node,
+    each planned NodeClaim's NodePool, pods and instance types, every unschedulable pod and its reason."""
+    return {
+        "existing": {node: sorted(p.key for p in pods) for node, pods in sorted(result.existing.items())},
+        "nodeclaims": sorted(
+            [plan.nodepool, sorted(p.key for p in plan.pods), [it.name for it in plan.instance_types]]
+            for plan in result.nodeclaims
+        ),
+        "unschedulable": dict(sorted(result.unschedulable.items())),
+    }
+
+
+def decisions_sha256(result: SchedulingResult) -> str:
+    """SHA-256 of :func:`decisions`: equal for two passes exactly when they decided alike."""
+    return hashlib.sha256(json.dumps(decisions(result), sort_keys=True).encode()).hexdigest()
+
+
 def run(pods: int, types: int = 400, seed: int = 42, repeat: int = 1) -> dict[str, Any]:
     """Build the input, time :func:`solve` ``repeat`` times (fastest run reported), and report the numbers."""
     inp = SchedulingInput(pods=diverse_pods(pods, seed), nodepools=[nodepool()], instance_types=instance_types(types))
@@ -167,6 +187,7 @@ def run(pods: int, types: int = 400, seed: int = 42, repeat: int = 1) -> dict[st
         "seconds": round(seconds, 4),
         "pods_per_second": round(pods / seconds, 1) if seconds > 0 else None,
         "peak_rss_mib": round(peak_kib / 1024, 1),
+        "decisions_sha256": decisions_sha256(result),
     }
 
 

@@ -48,6 +48,32 @@ def test_every_pod_schedules_and_anti_affinity_sets_the_node_count(
 ) -> None:
     assert bench.main(["--pods", "100", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"pods", "nodeclaims", "unscheduled", "seconds", "pods_per_second", "peak_rss_mib"}
+    assert set(report) == {
+        "pods",
+        "nodeclaims",
+        "unscheduled",
+        "seconds",
+        "pods_per_second",
+        "peak_rss_mib",
+        "decisions_sha256",
+    }
     assert report["pods"] == 100 and report["unscheduled"] == 0
     assert report["nodeclaims"] == 20  # one NodeClaim per hostname anti-affinity pod, like Karpenter's run
+    assert report["decisions_sha256"] == bench.decisions_sha256(
+        bench.solve(
+            bench.SchedulingInput(
+                pods=bench.diverse_pods(100), nodepools=[bench.nodepool()], instance_types=bench.instance_types()
+            )
+        )
+    )
+
+
+def test_the_decisions_digest_tells_passes_apart(bench: ModuleType) -> None:
+    def digest(pods: int) -> str:
+        inp = bench.SchedulingInput(
+            pods=bench.diverse_pods(pods), nodepools=[bench.nodepool()], instance_types=bench.instance_types(50)
+        )
+        return str(bench.decisions_sha256(bench.solve(inp)))
+
+    assert digest(20) == digest(20)
+    assert digest(20) != digest(21)
