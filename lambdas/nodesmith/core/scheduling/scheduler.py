@@ -5,7 +5,8 @@ scheduler.go Solve``/``add``, ``queue.go``, ``preferences.go``):
 
 1. Pending pods (:func:`~nodesmith.core.scheduling.pods.is_provisionable`) are queued cpu desc,
    memory desc, creation time, uid.
-2. Each pod tries, in order: existing nodes (initialized first, then by name; cordoned skipped),
+2. Each pod tries, in order: existing nodes (initialized first, then by name; cordoned skipped;
+   :class:`~nodesmith.core.scheduling.existingindex.ExistingIndex` skips those that certainly refuse),
    NodeClaims planned in this pass (fewest pods first, then oldest), then a new NodeClaim from the
    NodePools by weight desc, name asc — the first that accepts wins.
 3. A pod that fits nowhere is relaxed one step at a time (preferred terms were treated as required)
@@ -41,6 +42,7 @@ from nodesmith.core.requirements import LABEL_HOSTNAME, LABEL_ZONE
 from nodesmith.core.scheduling.claims import ClaimIndex
 from nodesmith.core.scheduling.daemonsets import daemon_infos
 from nodesmith.core.scheduling.existing import SimExistingNode
+from nodesmith.core.scheduling.existingindex import ExistingIndex
 from nodesmith.core.scheduling.explain import Explainer, Failure
 from nodesmith.core.scheduling.instancetypes import TypeInfo, type_info
 from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template, new_nodeclaim
@@ -104,7 +106,7 @@ class _Pass:
                 self.pending.append(pod)
         nodes = sorted(inp.existing_nodes, key=lambda n: (not n.initialized, n.name))
         self.existing = [SimExistingNode(n, daemons) for n in nodes]
-        self.targets = [n for n in self.existing if not n.node.unschedulable]
+        self.targets = ExistingIndex([n for n in self.existing if not n.node.unschedulable])
         self._universe_cache: dict[str, dict[str, list[tuple[Taint, ...]]]] = {}
         self.topology = Topology(
             universe=self._universe,
@@ -127,7 +129,6 @@ class _Pass:
             self.original[pod_id(pod)] = constraints
             self.topology.update(pod, self.cache.get(pod, constraints))
         self.claims: list[SimNodeClaim] = []
-        self._headroom: dict[str, int] = {}
         self.index = ClaimIndex()
         self.explainer = Explainer(
             templates=self.templates,
@@ -220,15 +221,15 @@ class _Pass:
         each NodePool refused. Pods in ``SchedulingInput.explain`` are traced before they are placed."""
         topology = self.topology
         traced = pod.key in self.traced
-        if self.targets and self._may_fit_existing(data):
-            for node in self.targets:
-                reqs = node.can_add(pod, data, topology)
-                if reqs is not None:
-                    if traced:
-                        self.explainer.trace(pod, data, relaxed, placed=f"existing node {node.name}")
-                    node.add(pod, data, reqs, topology)
-                    return None
-            self._headroom.clear()  # the bound was loose: recompute it exactly next time
+        if len(self.targets):
+            found = self.targets.first_fit(pod, data, topology)
+            if found is not None:
+                node, reqs = found
+                if traced:
+                    self.explainer.trace(pod, data, relaxed, placed=f"existing node {node.name}")
+                node.add(pod, data, reqs, topology)
+                self.targets.placed(node)
+                return None
         if len(self.index):
             filters = topology.domain_filters(pod, data)
             for entry in self._claim_candidates(pod, data, filters):
@@ -268,24 +269,6 @@ class _Pass:
             self.index.add(claim)
             return None
         return rejections
-
-    def _may_fit_existing(self, data: PodData) -> bool:
-        """False when some request exceeds the largest headroom of any existing node for that resource.
-
-        ``_headroom`` holds per-resource upper bounds: headroom only shrinks during a pass, so a bound
-        stays valid until it is recomputed after a scan that found nothing.
-        """
-        headroom = self._headroom
-        for name, amount in data.requests.items():
-            if amount <= 0:
-                continue
-            bound = headroom.get(name)
-            if bound is None:
-                bound = max(n.remaining.get(name, 0) for n in self.targets)
-                headroom[name] = bound
-            if amount > bound:
-                return False
-        return True
 
     def _claim_candidates(
         self, pod: Pod, data: PodData, filters: Sequence[tuple[str, frozenset[str]]]
