@@ -48,6 +48,15 @@ class DomainNode:
     pods: Sequence[Pod] = field(default_factory=tuple)
 
 
+@dataclass(slots=True)
+class _LabelSet:
+    """Bound pods sharing a namespace and labels: how many each node (by index) holds."""
+
+    namespace: str
+    labels: Mapping[str, str]
+    pods_by_node: dict[int, int] = field(default_factory=dict)
+
+
 class Topology:
     """All topology groups of one pass, with owners per pod and inverse anti-affinity groups."""
 
@@ -61,6 +70,7 @@ class Topology:
         self._universe = universe
         self._nodes = nodes
         self._excluded = frozenset(excluded)
+        self._label_sets: list[_LabelSet] | None = None
         self.groups: dict[tuple[object, ...], TopologyGroup] = {}
         self.inverse: dict[tuple[object, ...], TopologyGroup] = {}
         self._by_key: dict[str, list[TopologyGroup]] = {}
@@ -193,7 +203,8 @@ class Topology:
                 or any(first_untolerated(ts, nf.tolerations) is None for ts in taint_sets)
             ):
                 tg.register(domain)
-        for node in self._nodes:
+        domain_of: dict[int, str] = {}
+        for i, node in enumerate(self._nodes):
             if nf is not None and not nf.matches(node.taints, node.requirements, ()):
                 continue
             value = node.labels.get(tg.key)
@@ -202,9 +213,33 @@ class Topology:
             if value is None:
                 continue
             tg.register(value)
-            for pod in node.pods:
-                if not self._ignored(pod) and tg.selects_pod(pod.namespace, pod.labels):
-                    tg.record(value)
+            domain_of[i] = value
+        if not domain_of:
+            return
+        for label_set in self._bound_label_sets():
+            if not tg.selects_pod(label_set.namespace, label_set.labels):
+                continue
+            for i, pods in label_set.pods_by_node.items():
+                value = domain_of.get(i)
+                if value is not None:
+                    tg.record_many(value, pods)
+
+    def _bound_label_sets(self) -> list[_LabelSet]:
+        """The counted bound pods (not pending, terminal or deleting) grouped by namespace and labels,
+        with how many of each every node holds; built on first use, as the pass does not change them."""
+        if self._label_sets is None:
+            by_labels: dict[tuple[str, frozenset[tuple[str, str]]], _LabelSet] = {}
+            for i, node in enumerate(self._nodes):
+                for pod in node.pods:
+                    if self._ignored(pod):
+                        continue
+                    signature = (pod.namespace, frozenset(pod.labels.items()))
+                    label_set = by_labels.get(signature)
+                    if label_set is None:
+                        label_set = by_labels[signature] = _LabelSet(pod.namespace, pod.labels)
+                    label_set.pods_by_node[i] = label_set.pods_by_node.get(i, 0) + 1
+            self._label_sets = list(by_labels.values())
+        return self._label_sets
 
     def register(self, key: str, domain: str) -> None:
         """Make a new domain (a planned NodeClaim's hostname) known to every group on ``key``, including

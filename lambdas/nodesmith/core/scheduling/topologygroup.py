@@ -145,6 +145,11 @@ class TopologyGroup:
             self.domains[d] = self.domains.get(d, 0) + 1
             self.empty.discard(d)
 
+    def record_many(self, domain: str, pods: int) -> None:
+        """Count ``pods`` (>= 1) more matching pods in ``domain``."""
+        self.domains[domain] = self.domains.get(domain, 0) + pods
+        self.empty.discard(domain)
+
     # -- choosing domains ---------------------------------------------------------------------
 
     def next_domains(self, *, selects: bool, pod_domains: Requirement, node_domains: Requirement) -> Requirement:
