@@ -71,6 +71,7 @@ class Topology:
         self._nodes = nodes
         self._excluded = frozenset(excluded)
         self._label_sets: list[_LabelSet] | None = None
+        self._domains: dict[tuple[object, ...], dict[int, str]] = {}
         self.groups: dict[tuple[object, ...], TopologyGroup] = {}
         self.inverse: dict[tuple[object, ...], TopologyGroup] = {}
         self._by_key: dict[str, list[TopologyGroup]] = {}
@@ -203,17 +204,8 @@ class Topology:
                 or any(first_untolerated(ts, nf.tolerations) is None for ts in taint_sets)
             ):
                 tg.register(domain)
-        domain_of: dict[int, str] = {}
-        for i, node in enumerate(self._nodes):
-            if nf is not None and not nf.matches(node.taints, node.requirements, ()):
-                continue
-            value = node.labels.get(tg.key)
-            if value is None and tg.key == LABEL_HOSTNAME:
-                value = node.name
-            if value is None:
-                continue
-            tg.register(value)
-            domain_of[i] = value
+        domain_of = self._node_domains(tg.key, nf)
+        tg.register(*domain_of.values())
         if not domain_of:
             return
         for label_set in self._bound_label_sets():
@@ -223,6 +215,25 @@ class Topology:
                 value = domain_of.get(i)
                 if value is not None:
                     tg.record_many(value, pods)
+
+    def _node_domains(self, key: str, nf: NodeFilter | None) -> dict[int, str]:
+        """The domain on ``key`` of each existing node (by index, in node order) that ``nf`` includes;
+        shared by the groups with the same key and node filter."""
+        cache_key = (key, nf.key if nf is not None else None)
+        hit = self._domains.get(cache_key)
+        if hit is not None:
+            return hit
+        domain_of: dict[int, str] = {}
+        for i, node in enumerate(self._nodes):
+            if nf is not None and not nf.matches(node.taints, node.requirements, ()):
+                continue
+            value = node.labels.get(key)
+            if value is None and key == LABEL_HOSTNAME:
+                value = node.name
+            if value is not None:
+                domain_of[i] = value
+        self._domains[cache_key] = domain_of
+        return domain_of
 
     def _bound_label_sets(self) -> list[_LabelSet]:
         """The counted bound pods (not pending, terminal or deleting) grouped by namespace and labels,
