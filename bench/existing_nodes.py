@@ -10,9 +10,10 @@ on-demand), each with bound pods of the ``my-label``/``app`` shapes the pending 
 * a ``--free-fraction`` of the others have half their cpu free;
 * the rest are full: their bound pods leave less than 100m cpu.
 
-Pending pods (``--pending``): :func:`scheduling.diverse_pods` (generic, zone and hostname topology
-spread, zone self-affinity, hostname anti-affinity), every 8th one pinned to spot by node selector
-and every 16th one to the gpu nodes (selector and toleration).
+Pending pods (``--pending``): with ``--shape diverse`` (the default) :func:`scheduling.diverse_pods`
+(generic, zone and hostname topology spread, zone self-affinity, hostname anti-affinity), every 8th
+one pinned to spot by node selector and every 16th one to the gpu nodes (selector and toleration);
+with ``--shape plain`` pods of 1 CPU and 1 GiB without constraints.
 
 Only :func:`solve` is timed (``--repeat N``: the fastest of N runs), in wall-clock ``seconds`` and in
 ``cpu_seconds`` of this process (less sensitive to other work on a shared machine). ``can_add_calls`` counts
@@ -111,8 +112,26 @@ def existing_nodes(count: int, free_fraction: float, seed: int) -> list[Existing
     return out
 
 
-def pending_pods(count: int, seed: int) -> list[Pod]:
-    """:func:`scheduling.diverse_pods`, every 8th pinned to spot and every 16th to the gpu nodes."""
+def pending_pods(count: int, seed: int, shape: str = "diverse") -> list[Pod]:
+    """``shape="diverse"``: :func:`scheduling.diverse_pods`, every 8th pinned to spot and every 16th to
+    the gpu nodes. ``shape="plain"``: pods of 1 CPU and 1 GiB without constraints.
+
+    Raises ``ValueError`` for another shape."""
+    if shape == "plain":
+        return [
+            Pod(
+                namespace="default",
+                name=f"plain-{i:06d}",
+                uid=f"plain-{i:06d}",
+                labels={"app": "plain"},
+                requests={"cpu": 1000, "memory": GIB, "pods": 1},
+                unschedulable=True,
+                creation_timestamp=1.0,
+            )
+            for i in range(count)
+        ]
+    if shape != "diverse":
+        raise ValueError(f"unknown pod shape {shape!r} (expected diverse or plain)")
     out: list[Pod] = []
     toleration = Toleration(key=GPU_LABEL, operator="Equal", value="gpu", effect="NoSchedule")
     for i, base in enumerate(diverse_pods(count, seed)):
@@ -125,13 +144,15 @@ def pending_pods(count: int, seed: int) -> list[Pod]:
     return out
 
 
-def run(nodes: int, pending: int, *, free_fraction: float = 0.05, seed: int = 42, repeat: int = 1) -> dict[str, Any]:
+def run(
+    nodes: int, pending: int, *, shape: str = "diverse", free_fraction: float = 0.05, seed: int = 42, repeat: int = 1
+) -> dict[str, Any]:
     """Build the input, time :func:`solve` ``repeat`` times (fastest run reported) and count ``can_add`` calls.
 
     The report's ``decisions`` key holds :func:`decisions` of the pass (``main`` writes it apart).
     """
     inp = SchedulingInput(
-        pods=pending_pods(pending, seed),
+        pods=pending_pods(pending, seed, shape),
         nodepools=[nodepool()],
         instance_types=instance_types(),
         existing_nodes=existing_nodes(nodes, free_fraction, seed),
@@ -162,6 +183,7 @@ def run(nodes: int, pending: int, *, free_fraction: float = 0.05, seed: int = 42
     return {
         "nodes": nodes,
         "pending": pending,
+        "shape": shape,
         "free_fraction": free_fraction,
         "seed": seed,
         "placed_on_existing": sum(len(p) for p in result.existing.values()),
@@ -180,13 +202,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--nodes", type=int, default=5000, help="existing nodes (default 5000)")
     parser.add_argument("--pending", type=int, default=2000, help="pending pods (default 2000)")
+    parser.add_argument("--shape", choices=("diverse", "plain"), default="diverse", help="pending pods (diverse)")
     parser.add_argument("--free-fraction", type=float, default=0.05, help="share of non-gpu nodes with room (0.05)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--repeat", type=int, default=1, help="solve this many times, report the fastest (default 1)")
     parser.add_argument("--decisions", type=Path, help="also write every decision to this JSON file")
     parser.add_argument("--json", action="store_true", help="print one JSON line (the default output anyway)")
     args = parser.parse_args(argv)
-    out = run(args.nodes, args.pending, free_fraction=args.free_fraction, seed=args.seed, repeat=args.repeat)
+    out = run(
+        args.nodes,
+        args.pending,
+        shape=args.shape,
+        free_fraction=args.free_fraction,
+        seed=args.seed,
+        repeat=args.repeat,
+    )
     decided = out.pop("decisions")
     if args.decisions is not None:
         args.decisions.write_text(json.dumps(decided, indent=1, sort_keys=True) + "\n")

@@ -48,3 +48,11 @@ def test_the_report_counts_can_add_calls_and_writes_every_decision(
     assert report["nodeclaims"] == len(decided["nodeclaims"]) > 0
     assert report["can_add_calls"] >= placed
     assert len(report["decisions_sha256"]) == 64
+
+
+def test_plain_pods_ask_one_cpu_and_nothing_else(bench: ModuleType) -> None:
+    pods = bench.pending_pods(5, 1, "plain")
+    assert [p.requests for p in pods] == [{"cpu": 1000, "memory": 2**30, "pods": 1}] * 5
+    assert not any(p.node_selector or p.topology_spread or p.pod_anti_affinity or p.pod_affinity for p in pods)
+    with pytest.raises(ValueError, match="unknown pod shape 'odd'"):
+        bench.pending_pods(5, 1, "odd")
