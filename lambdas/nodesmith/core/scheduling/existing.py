@@ -46,7 +46,8 @@ class SimExistingNode:
         self.taints: tuple[Taint, ...] = schedulable_taints(
             node.taints, initialized=node.initialized, startup_taints=node.startup_taints
         )
-        reqs = Requirements.from_labels(node.labels)
+        labels = Requirements.from_labels(node.labels)
+        reqs = labels.copy()
         reqs.add(Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((self.hostname,))))
         self.requirements = reqs
         remaining: Resources = dict(node.allocatable)
@@ -55,9 +56,7 @@ class SimExistingNode:
                 continue
             for name, amount in pod.requests.items():
                 remaining[name] = remaining.get(name, 0) - amount
-        overhead = existing_node_overhead(
-            labels=Requirements.from_labels(node.labels), taints=self.taints, pods=node.pods, daemons=daemons
-        )
+        overhead = existing_node_overhead(labels=labels, taints=self.taints, pods=node.pods, daemons=daemons)
         for name, amount in overhead.items():
             remaining[name] = remaining.get(name, 0) - amount
         self.remaining = remaining
