@@ -287,3 +287,16 @@ def test_a_pod_selecting_a_new_label_key_still_finds_its_node() -> None:
         "b": ["first"],
         "c": ["second"],
     }
+
+
+def test_a_pod_pinned_to_a_host_first_then_others_see_that_hosts_headroom() -> None:
+    nodes = [make_node("a", cpu="2"), make_node("b", cpu="2")]
+    pods = [
+        make_pod("pinned", cpu="1500m", node_selector={HOSTNAME: "a"}, created=1.0),
+        make_pod("next", cpu="1", created=2.0),
+    ]
+    result = solve(make_input(pods, nodes=nodes, nodepools=[]))
+    assert {node: [p.name for p in placed] for node, placed in result.existing.items()} == {
+        "a": ["pinned"],
+        "b": ["next"],
+    }

@@ -125,7 +125,7 @@ class ExistingIndex:
     :meth:`placed`. Pure; raises nothing.
     """
 
-    __slots__ = ("_compatible", "_group_of", "_groups", "_hosts", "_keys", "_nodes", "_positions")
+    __slots__ = ("_built", "_compatible", "_group_of", "_groups", "_hosts", "_keys", "_nodes", "_positions")
 
     def __init__(self, nodes: Sequence[SimExistingNode]) -> None:
         self._nodes = list(nodes)
@@ -137,7 +137,7 @@ class ExistingIndex:
         self._groups: list[_Group] = []
         self._group_of: dict[int, _Group] = {}
         self._compatible: dict[int, list[_Group]] = {}
-        self._regroup()
+        self._built = False  # groups are built for the first pod that reaches the index
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -156,6 +156,7 @@ class ExistingIndex:
         self._groups = [_Group(members) for members in by_signature.values()]
         self._group_of = {pos: group for group in self._groups for pos in group.positions}
         self._compatible.clear()
+        self._built = True
 
     def _groups_for(self, data: PodData) -> list[_Group]:
         """The groups whose taints the pod tolerates and whose selected labels its requirements accept."""
@@ -163,7 +164,7 @@ class ExistingIndex:
         if hit is not None:
             return hit
         keys = frozenset(key for key in data.requirements if key != LABEL_HOSTNAME)
-        if not keys <= self._keys:
+        if not self._built or not keys <= self._keys:
             self._keys |= keys
             self._regroup()
         wanted = data.requirements.without(LABEL_HOSTNAME)
@@ -214,6 +215,8 @@ class ExistingIndex:
 
     def placed(self, node: SimExistingNode) -> None:
         """Take the node's new headroom into account after :meth:`SimExistingNode.add` placed a pod on it."""
+        if not self._built:
+            return  # the groups, built later, read the headroom then
         pos = self._positions[id(node)]
         group = self._group_of[pos]
         group.refresh(group.members[pos])
