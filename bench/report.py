@@ -51,7 +51,8 @@ def _run(file: Path, raw: Any, commit: str, where: str) -> Run:
     match = _SCRIPT.search(command)
     if match is None:
         raise ResultFileError(f"{file.name}: {where}: command {command!r} names no bench/<script>.py")
-    return Run(file=file.name, bench=match.group(1), command=command, commit=commit, result=result)
+    own = raw.get("commit")  # a run measured at another commit than the file's (a before/after pair)
+    return Run(file=file.name, bench=match.group(1), command=command, commit=str(own or commit), result=result)
 
 
 def load_runs(results: Path) -> list[Run]:
