@@ -42,6 +42,7 @@ class ResourceType:
     subresources: tuple[str, ...] = ("status",)
     custom: bool = False
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
     selectable_fields: dict[str, str] = field(default_factory=lambda: {f: f for f in _META_FIELDS})
 
     @property
@@ -70,19 +71,24 @@ class ResourceType:
         }
         if self.short_names:
             main["shortNames"] = list(self.short_names)
+        if self.categories:
+            main["categories"] = list(self.categories)
         out = [main]
         for sub in self.subresources:
             kind = {"eviction": "Eviction", "binding": "Binding"}.get(sub, self.kind)
             verbs = ["create"] if sub in ("eviction", "binding") else ["get", "patch", "update"]
-            out.append(
-                {
-                    "name": f"{self.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": self.namespaced,
-                    "kind": kind,
-                    "verbs": verbs,
-                }
-            )
+            entry: dict[str, Any] = {
+                "name": f"{self.plural}/{sub}",
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            }
+            if sub == "eviction":
+                # kubectl drain evicts only when discovery names the Eviction's group and version
+                # (k8s.io/kubectl pkg/drain CheckEvictionSupport); otherwise it deletes the pods.
+                entry.update(group="policy", version="v1")
+            out.append(entry)
         return out
 
 
@@ -159,11 +165,28 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("apps", "v1", "statefulsets", "StatefulSet", True, ("status", "scale"), short_names=("sts",)),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, ()),
-    ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, custom=True),
-    ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, custom=True),
-    ResourceType("karpenter.k8s.aws", "v1", "ec2nodeclasses", "EC2NodeClass", False, custom=True),
+    # names, short names and categories as in Karpenter's CRDs (pkg/apis/crds)
+    ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, custom=True, categories=("karpenter",)),
+    ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, custom=True, categories=("karpenter",)),
     ResourceType(
-        "karpenter.sh", "v1alpha1", "nodeoverlays", "NodeOverlay", False, custom=True, short_names=("overlays",)
+        "karpenter.k8s.aws",
+        "v1",
+        "ec2nodeclasses",
+        "EC2NodeClass",
+        False,
+        custom=True,
+        short_names=("ec2nc", "ec2ncs"),
+        categories=("karpenter",),
+    ),
+    ResourceType(
+        "karpenter.sh",
+        "v1alpha1",
+        "nodeoverlays",
+        "NodeOverlay",
+        False,
+        custom=True,
+        short_names=("overlays",),
+        categories=("karpenter",),
     ),
 )
 """What the emulator serves by default: core, apps, policy, coordination, storage and Karpenter's CRDs."""

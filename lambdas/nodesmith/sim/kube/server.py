@@ -22,27 +22,26 @@ header). With ``emulator.faults`` set, each resource request first meets the fau
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import socket
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from nodesmith.sim.kube import errors, scale
+from nodesmith.sim.kube import discovery, errors, scale, tables, validation
 from nodesmith.sim.kube.errors import ApiError, status_body
-from nodesmith.sim.kube.faults import Fault, request_of
-from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
+from nodesmith.sim.kube.faults import request_of
+from nodesmith.sim.kube.patching import apply_patch
+from nodesmith.sim.kube.watching import WatchingHandler
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from nodesmith.sim.kube.emulator import KubeEmulator
     from nodesmith.sim.kube.registry import ResourceType
-    from nodesmith.sim.kube.store import Subscription, WatchEvent
 
 __all__ = ["EmulatorServer"]
 
@@ -73,10 +72,6 @@ class EmulatorServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
 
-class _Cut(Exception):
-    """A ``cut`` fault: the watch stream is to end without its terminator."""
-
-
 class _Route:
     __slots__ = ("name", "namespace", "rt", "sub")
 
@@ -84,10 +79,8 @@ class _Route:
         self.rt, self.namespace, self.name, self.sub = rt, namespace, name, sub
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(WatchingHandler):
     protocol_version = "HTTP/1.1"
-    server: EmulatorServer
-    fault: Fault | None = None
 
     # -------------------------------------------------------------- plumbing
     def setup(self) -> None:
@@ -214,30 +207,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
 
     def _discovery(self, path: str) -> bool:
-        registry = self.server.emulator.store.registry
-        if path in ("/healthz", "/readyz", "/livez"):
-            self._send(200, b"ok", "text/plain")
-            return True
-        doc: dict[str, Any] | None
-        if path == "/version":
-            doc = self.server.emulator.version_info()
-        elif path == "/api":
-            doc = registry.api_versions()
-        elif path == "/apis":
-            doc = registry.api_group_list()
+        doc = discovery.document(self.server.emulator, path)
+        if doc is None:
+            return False
+        if isinstance(doc, str):
+            self._send(200, doc.encode(), "text/plain")
         else:
-            segs = path.strip("/").split("/")
-            if segs[0] == "api" and len(segs) == 2:
-                doc = registry.resource_list("", segs[1])
-            elif segs[0] == "apis" and len(segs) == 2:
-                doc = registry.api_group(segs[1])
-            elif segs[0] == "apis" and len(segs) == 3:
-                doc = registry.resource_list(segs[1], segs[2])
-            else:
-                return False
-            if doc is None:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        self._json(200, doc)
+            self._json(200, doc)
         return True
 
     def _route(self, path: str) -> _Route:
@@ -275,7 +251,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif sub == "scale":
             self._scale(method, rt, name, ns, body)
         elif method == "GET":
-            self._json(200, store.get(rt.key, name, namespace=ns))
+            self._get_one(rt, name, ns, query)
         elif method == "POST" and sub == "eviction":
             options = (body or {}).get("deleteOptions") or {}
             store.evict(
@@ -295,16 +271,9 @@ class _Handler(BaseHTTPRequestHandler):
                 {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns}, "target": target},
             )
         elif method == "PUT":
-            obj = self._object(body)
-            if obj.setdefault("metadata", {}).get("name", name) != name:
-                raise errors.bad_request(
-                    f"the name of the object ({obj['metadata']['name']}) does not match the name on the URL ({name})"
-                )
-            obj["metadata"]["name"] = name
-            self._json(200, store.replace(rt.key, obj, namespace=ns, subresource=sub))
+            self._put(rt, name, ns, sub, body)
         elif method == "PATCH":
-            ctype = self.headers.get("Content-Type") or "application/merge-patch+json"
-            self._json(200, store.patch(rt.key, name, body, namespace=ns, content_type=ctype, subresource=sub))
+            self._patch(rt, name, ns, sub, body)
         elif method == "DELETE":
             options = body if isinstance(body, dict) else {}
             grace = options.get("gracePeriodSeconds")
@@ -318,6 +287,34 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {rt.plural}/{name}")
+
+    def _get_one(self, rt: ResourceType, name: str, ns: str | None, query: dict[str, str]) -> None:
+        obj = self.server.emulator.store.get(rt.key, name, namespace=ns)
+        if self._table_wanted():
+            rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            obj = tables.table(rt, [obj], now=time.time(), resource_version=rv, include_object=self._include(query))
+        self._json(200, obj)
+
+    def _put(self, rt: ResourceType, name: str, ns: str | None, sub: str | None, body: Any) -> None:
+        """PUT; a Karpenter kind's main resource is validated before it is stored."""
+        obj = self._object(body)
+        if obj.setdefault("metadata", {}).get("name", name) != name:
+            raise errors.bad_request(
+                f"the name of the object ({obj['metadata']['name']}) does not match the name on the URL ({name})"
+            )
+        obj["metadata"]["name"] = name
+        if sub is None:
+            validation.check(rt, obj)
+        self._json(200, self.server.emulator.store.replace(rt.key, obj, namespace=ns, subresource=sub))
+
+    def _patch(self, rt: ResourceType, name: str, ns: str | None, sub: str | None, body: Any) -> None:
+        """PATCH; a Karpenter kind's main resource is validated as patched before anything is stored."""
+        store = self.server.emulator.store
+        ctype = self.headers.get("Content-Type") or "application/merge-patch+json"
+        if sub is None and rt.custom:
+            current = store.get(rt.key, name, namespace=ns)
+            validation.check(rt, apply_patch(current, copy.deepcopy(body), ctype, custom=True))
+        self._json(200, store.patch(rt.key, name, body, namespace=ns, content_type=ctype, subresource=sub))
 
     def _scale(self, method: str, rt: ResourceType, name: str, ns: str | None, body: Any) -> None:
         store = self.server.emulator.store
@@ -340,6 +337,21 @@ class _Handler(BaseHTTPRequestHandler):
         selectors = {"label_selector": query.get("labelSelector"), "field_selector": query.get("fieldSelector")}
         if method == "GET" and query.get("watch") in ("true", "1"):
             self._watch(rt, ns, query)
+        elif method == "GET" and self._table_wanted():
+            limit = int(query["limit"]) if query.get("limit") else None
+            found = store.list(rt.key, namespace=ns, limit=limit, continue_token=query.get("continue"), **selectors)
+            rv, token = str(found.resource_version), found.continue_token
+            self._json(
+                200,
+                tables.table(
+                    rt,
+                    found.items,
+                    now=time.time(),
+                    resource_version=rv,
+                    continue_token=token,
+                    include_object=self._include(query),
+                ),
+            )
         elif method == "GET":
             limit = int(query["limit"]) if query.get("limit") else None
             self._send(
@@ -349,6 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "POST":
             if rt.namespaced and ns is None:
                 raise ApiError(405, "MethodNotAllowed", f"POST on all-namespaces {rt.plural} is not allowed")
+            validation.check(rt, body)
             self._json(201, store.create(rt.key, self._object(body), namespace=ns))
         elif method == "DELETE":
             deleted = store.delete_collection(rt.key, namespace=ns, **selectors)
@@ -363,120 +376,3 @@ class _Handler(BaseHTTPRequestHandler):
             )
         else:
             raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on the {rt.plural} collection")
-
-    # -------------------------------------------------------------- watch
-    def _chunk(self, event: dict[str, Any]) -> None:
-        data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-
-    def _subscribe(self, rt: ResourceType, query: dict[str, str]) -> Subscription | ApiError:
-        """The store subscription a watch starts from, or the 410 to report as an ERROR event."""
-        store = self.server.emulator.store
-        rv = query.get("resourceVersion", "")
-        if rv in ("", "0") or query.get("sendInitialEvents") == "true":
-            return store.subscribe(resources=[rt.key], initial=True)
-        if self.fault is not None and self.fault.kind == "expired":
-            return errors.expired(f"too old resource version: {rv} ({store.resource_version})")
-        try:
-            since = int(rv)
-        except ValueError:
-            raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
-        try:
-            return store.subscribe(resources=[rt.key], since=since)
-        except ApiError as exc:
-            if exc.code != 410:
-                raise
-            return exc
-
-    def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, str]) -> None:
-        """Stream watch events as chunked JSON lines until ``timeoutSeconds``, disconnect or stop."""
-        labels_ok = parse_label_selector(query.get("labelSelector"))
-        fields = parse_field_selector(query.get("fieldSelector"), rt.selectable_fields)
-        opened = self._subscribe(rt, query)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        if isinstance(opened, ApiError):
-            self._chunk({"type": "ERROR", "object": opened.status()})
-            self.wfile.write(b"0\r\n\r\n")
-            return
-        emulator = self.server.emulator
-        emulator.track(opened)
-        try:
-            self._stream(rt, opened, query, lambda e: self._translate(e, ns, labels_ok, fields))
-        except _Cut:
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
-            return
-        except OSError:  # the client went away
-            self.close_connection = True
-            return
-        finally:
-            emulator.untrack(opened)
-            opened.close()
-        with contextlib.suppress(OSError):
-            self.wfile.write(b"0\r\n\r\n")
-
-    def _stream(
-        self,
-        rt: ResourceType,
-        sub: Subscription,
-        query: dict[str, str],
-        translate: Callable[[WatchEvent], dict[str, Any] | None],
-    ) -> None:
-        emulator = self.server.emulator
-        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
-        deadline = None if timeout is None else time.monotonic() + timeout
-        bookmark = query.get("sendInitialEvents") == "true" and query.get("allowWatchBookmarks") == "true"
-        initial_left = len(sub.queue)
-        cut_after = self.fault.cut_after if self.fault is not None and self.fault.kind == "cut" else None
-        while not emulator.stopping:
-            if bookmark and initial_left == 0:
-                bookmark = False
-                meta = {"resourceVersion": str(sub.since), "annotations": {"k8s.io/initial-events-end": "true"}}
-                self._chunk(
-                    {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
-                )
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return
-            event = sub.get(timeout=0.5 if remaining is None else min(remaining, 0.5))
-            if event is None:
-                continue
-            initial_left -= 1
-            out = translate(event)
-            if out is not None:
-                self._chunk(out)
-                if cut_after is not None:
-                    cut_after -= 1
-                    if cut_after <= 0:
-                        raise _Cut
-
-    @staticmethod
-    def _translate(event: WatchEvent, ns: str | None, labels_ok: Any, fields: Any) -> dict[str, Any] | None:
-        """Filter one store event for a watch; selector transitions become ADDED/DELETED as upstream."""
-
-        def matches(obj: dict[str, Any] | None) -> bool:
-            if obj is None:
-                return False
-            meta = obj.get("metadata") or {}
-            if ns and meta.get("namespace") != ns:
-                return False
-            return bool(labels_ok(meta.get("labels") or {})) and (not fields or fields_match(obj, fields))
-
-        now, before = matches(event.object), matches(event.old)
-        if event.type == "ADDED":
-            kind = "ADDED" if now else None
-        elif event.type == "DELETED":
-            kind = "DELETED" if before else None
-        elif now and before:
-            kind = "MODIFIED"
-        elif now:
-            kind = "ADDED"
-        elif before:
-            kind = "DELETED"
-        else:
-            kind = None
-        return None if kind is None else {"type": kind, "object": event.object}
