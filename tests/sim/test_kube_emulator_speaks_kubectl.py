@@ -220,6 +220,8 @@ def test_a_malformed_nodepool_is_rejected_whole_naming_the_field(kube: KubeEmula
     assert code == 422
     assert status["reason"] == "Invalid"
     assert "spec.template.spec.requirments" in status["message"]
+    # kubectl prints the causes, not the message
+    assert "spec.template.spec.requirments" in [c["field"] for c in status["details"]["causes"]]
     assert kube.store.find("nodepools.karpenter.sh", "typo") is None
 
 

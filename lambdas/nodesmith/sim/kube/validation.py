@@ -40,5 +40,12 @@ def check(rt: ResourceType, obj: Any) -> None:
         model.model_validate(body)
     except ValidationError as exc:
         name = str((obj.get("metadata") or {}).get("name", ""))
-        causes = "; ".join(f"{format_loc(tuple(e['loc'])) or '<root>'}: {e['msg']}" for e in exc.errors())
-        raise errors.invalid(f"{rt.kind}.{rt.group}", name, causes) from None
+        causes = [
+            {"reason": "FieldValueInvalid", "message": str(e["msg"]), "field": format_loc(tuple(e["loc"])) or "<root>"}
+            for e in exc.errors()
+        ]
+        kind = f"{rt.kind}.{rt.group}"
+        error = errors.invalid(kind, name, "; ".join(f"{c['field']}: {c['message']}" for c in causes))
+        # kubectl prints details.causes, one "field: message" each (StandardErrorMessage)
+        error.details["causes"] = causes
+        raise error from None
