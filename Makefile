@@ -45,7 +45,11 @@ typecheck: install  ## mypy, strict (package and bench/)
 arch: install  ## import-linter layer contracts
 	$(BIN)/lint-imports
 
-unit: install cdk-cli  ## pytest
+KUBECTL_NOTE := kubectl not found: the playground tests (tests/cli/test_playground_with_kubectl.py) are skipped. \
+Install kubectl v1.30 or newer from https://kubernetes.io/docs/tasks/tools/ (Debian's kubernetes-client is too old).
+
+unit: install cdk-cli  ## pytest (the playground tests drive kubectl v1.30+ when it is on PATH)
+	@command -v kubectl >/dev/null || echo "note: $(KUBECTL_NOTE)"
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 test: lint typecheck arch unit  ## Everything CI runs

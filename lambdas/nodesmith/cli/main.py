@@ -15,7 +15,7 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="nodesmith",
-    help="Karpenter, serverless: simulate provisioning decisions and run the embedded demo.",
+    help="Karpenter, serverless: simulate provisioning decisions, run the embedded demo or the kubectl playground.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -147,6 +147,64 @@ def convert(
     from nodesmith.cli.convert import run_convert
 
     raise typer.Exit(run_convert(files=files, output_dir=output_dir, default_instance_profile=default_instance_profile))
+
+
+playground_app = typer.Typer(
+    help="Run the embedded AWS and Kubernetes for kubectl, with the Lambdas live (Ctrl-C stops it).",
+    invoke_without_command=True,
+)
+app.add_typer(playground_app, name="playground")
+
+_STATE_DIR_HELP = "Directory of the kubeconfig and playground.json (default ~/.nodesmith/playground)."
+
+
+@playground_app.callback()
+def playground(
+    ctx: typer.Context,
+    state_dir: Annotated[Path | None, typer.Option("--dir", help=_STATE_DIR_HELP)] = None,
+    cluster_name: Annotated[
+        str, typer.Option(help="Cluster name: the kubeconfig's and the karpenter.sh/discovery tag value.")
+    ] = "playground",
+    tick: Annotated[float, typer.Option(min=0.1, help="Seconds between reconcile passes.")] = 1.0,
+) -> None:
+    """Start the playground, print the `export KUBECONFIG=...` line and run until Ctrl-C."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from nodesmith.cli.playground import DEFAULT_STATE_DIR, run_playground
+
+    raise typer.Exit(run_playground(state_dir=state_dir or DEFAULT_STATE_DIR, cluster_name=cluster_name, tick=tick))
+
+
+@playground_app.command("interrupt")
+def playground_interrupt(
+    node: Annotated[str, typer.Argument(help="The Node whose instance gets the warning.")],
+    state_dir: Annotated[Path | None, typer.Option("--dir", help=_STATE_DIR_HELP)] = None,
+) -> None:
+    """Put a real-format EC2 Spot Instance Interruption Warning for NODE's instance on EventBridge."""
+    from nodesmith.cli.playground import DEFAULT_STATE_DIR, run_interrupt
+
+    raise typer.Exit(run_interrupt(state_dir=state_dir or DEFAULT_STATE_DIR, node=node))
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"nodesmith {version('nodesmith')}")
+        except PackageNotFoundError:
+            typer.echo("nodesmith (not installed: no package metadata)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Karpenter, serverless: simulate provisioning decisions and run the embedded demo or playground."""
 
 
 def main() -> None:

@@ -17,7 +17,6 @@ other.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -259,20 +258,9 @@ class EmbeddedWorld:
         The shape is the one in the EC2 documentation (``spot-instance-termination-notices``);
         EventBridge routes it through the rule to the interruption queue. Returns the entry id.
         """
-        events = self.client("events")
-        response = events.put_events(
-            Entries=[
-                {
-                    "Source": "aws.ec2",
-                    "DetailType": "EC2 Spot Instance Interruption Warning",
-                    "Resources": [f"arn:aws:ec2:{zone}:instance/{instance_id}"],
-                    "Detail": json.dumps({"instance-id": instance_id, "instance-action": "terminate"}),
-                }
-            ]
-        )
-        if response.get("FailedEntryCount"):
-            raise RuntimeError(f"PutEvents failed: {response['Entries']}")
-        return str(response["Entries"][0].get("EventId", ""))
+        from nodesmith.sim.interruptions import put_spot_interruption
+
+        return put_spot_interruption(self.client("events"), instance_id=instance_id, zone=zone)
 
     def _source(self, queue_url: str, handler: Any, function_name: str) -> SqsEventSource:
         if function_name not in self._sources:
