@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from nodesmith.cli.world import MANIFESTS
 
@@ -230,16 +231,35 @@ def test_get_nodeclaims_prints_karpenters_printer_columns(session: Session) -> N
         assert " default " in line
 
 
+def test_get_nodepools_shows_the_status_nodesmith_fills_in(session: Session) -> None:
+    session.until(
+        "the NodePool's status to count the nodes",
+        lambda: (
+            session.json("nodepool", "default").get("status", {}).get("nodes") == len(session.json("nodes")["items"])
+        ),
+    )
+    listed = yaml.safe_load(session.kubectl("get", "nodepools", "-o", "yaml").stdout)
+    (pool,) = listed["items"]
+    conditions = {c["type"]: c["status"] for c in pool["status"]["conditions"]}
+    table = session.kubectl("get", "nodepools").stdout.splitlines()
+
+    assert conditions == {"ValidationSucceeded": "True", "NodeClassReady": "True", "Ready": "True"}
+    assert int(pool["status"]["resources"]["nodes"]) == pool["status"]["nodes"] >= 1
+    assert table[0].split() == ["NAME", "NODECLASS", "NODES", "READY", "AGE"]
+    assert table[1].split()[:4] == ["default", "default", str(pool["status"]["nodes"]), "True"]
+
+
 def test_get_pods_and_describe_show_the_nominating_event(session: Session) -> None:
     header = session.kubectl("get", "pods").stdout.splitlines()[0].split()
     assert header == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
-    events = session.json("events")["items"]
-    nominated = [e for e in events if e.get("reason") == "Nominated"]
-    assert nominated
-    pod = nominated[0]["involvedObject"]["name"]
-    if session.kubectl("get", "pod", pod, check=False).returncode == 0:
-        described = session.kubectl("describe", "pod", pod).stdout
-        assert "Nominated" in described
+    nominated = {e["involvedObject"]["name"] for e in session.json("events")["items"] if e.get("reason") == "Nominated"}
+    pods = sorted(nominated & {p["metadata"]["name"] for p in _pods(session)})
+    assert pods, nominated
+
+    described = session.kubectl("describe", "pod", pods[0]).stdout
+
+    assert "Nominated" in described
+    assert "Pod should schedule on: nodeclaim/" in described
 
 
 def test_delete_nodeclaim_drains_its_node_and_the_pods_run_elsewhere(session: Session) -> None:

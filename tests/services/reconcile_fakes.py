@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
-from nodesmith.core.api.nodepool import NodePool
+from nodesmith.core.api.nodepool import NodePool, NodePoolStatus
 from nodesmith.core.errors import ConflictError, InsufficientCapacityError, NotFoundError, UnavailableOffering
 from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
 from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
@@ -204,6 +204,13 @@ class FakeCluster:
         stored = self.nodeclaims[nodeclaim.name]
         stored.status = nodeclaim.status.model_copy(deep=True)
         return stored.model_copy(deep=True)
+
+    def update_nodepool_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+        pool = next((p for p in self.nodepools if p.name == name), None)
+        if pool is None:
+            raise NotFoundError(f"nodepool {name} not found", status=404)
+        merged = {**(pool.status.model_dump(by_alias=True, exclude_none=True) if pool.status else {}), **status}
+        pool.status = NodePoolStatus.model_validate(merged)
 
     def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:
         if name not in self.nodeclaims:

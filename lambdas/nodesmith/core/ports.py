@@ -8,7 +8,7 @@ takes keyword-only arguments. Errors raised are those of :mod:`nodesmith.core.er
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -253,6 +253,13 @@ class Cluster(Protocol):
 
     def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
         """Write ``nodeclaim.status`` through the status subresource."""
+        ...
+
+    def update_nodepool_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+        """Merge ``status`` (Kubernetes JSON) into the NodePool's status subresource.
+
+        Raises ``NotFoundError`` if it is gone, ``KubernetesError`` on other failures.
+        """
         ...
 
     def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:

@@ -133,6 +133,24 @@ def test_karpenter_resources_from_the_demo_manifests(cluster: KubeCluster, store
     assert [c.name for c in cluster.list_ec2nodeclasses()] == ["default"]
 
 
+def test_update_nodepool_status_writes_the_status_subresource_only(cluster: KubeCluster, store: Store) -> None:
+    for doc in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()):
+        store.apply(doc)
+    spec_before = store.get("nodepools.karpenter.sh", "default")["spec"]
+    ready = {"type": "Ready", "status": "True", "reason": "Ready", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    cluster.update_nodepool_status(name="default", status={"nodes": 2, "conditions": [ready]})
+
+    stored = store.get("nodepools.karpenter.sh", "default")
+    assert stored["status"] == {"nodes": 2, "conditions": [ready]}
+    assert stored["spec"] == spec_before
+    (pool,) = cluster.list_nodepools()
+    assert pool.status is not None
+    assert pool.status.nodes == 2
+    with pytest.raises(NotFoundError):
+        cluster.update_nodepool_status(name="gone", status={"nodes": 0})
+
+
 def test_get_node(cluster: KubeCluster, kube: KubeEmulator) -> None:
     add_node(kube.store, "n1", instance="i-abc")
     node = cluster.get_node(name="n1")

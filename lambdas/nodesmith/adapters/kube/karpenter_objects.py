@@ -169,6 +169,16 @@ class KarpenterObjects:
         )
         return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
 
+    def update_nodepool_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the NodePool's status subresource with ``status``; ``NotFoundError`` if it is gone."""
+        self.rest.request(
+            "PATCH",
+            _crd(KARPENTER_GROUP, "nodepools", name, "status"),
+            body={"status": dict(status)},
+            content_type=MERGE_PATCH,
+            what=f"update nodepool {name} status",
+        )
+
     def label_nodeclaim(self, *, name: str, labels: Mapping[str, str]) -> None:
         """Merge ``labels`` into the NodeClaim's labels; ``NotFoundError`` if it is gone."""
         self.rest.request(

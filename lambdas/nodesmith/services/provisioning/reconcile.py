@@ -51,6 +51,7 @@ from nodesmith.services.provisioning.inputs import (
 from nodesmith.services.provisioning.launch import Launcher, LaunchOutcome
 from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, collect_garbage, link_nodes
 from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+from nodesmith.services.provisioning.nodepool_status import update_nodepool_statuses
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
 from nodesmith.services.provisioning.utilization import nodepool_utilization
@@ -354,7 +355,7 @@ class _Pass:
         return None
 
     def finish(self) -> ReconcileOutcome:
-        """Tallies, cost and (g) the pod Events."""
+        """Tallies, cost, (g) the pod Events and the NodePools' status."""
         out, launcher = self.out, self.launcher
         out.launch_failures = dict(launcher.failures)
         out.offerings_marked_unavailable = len(launcher.unavailable)
@@ -376,6 +377,7 @@ class _Pass:
             out=out,
             limit=self.options.max_pod_events,
         )
+        update_nodepool_statuses(cluster=self.cluster, snap=self.snap, now=self.now, out=out)
         return out
 
 
