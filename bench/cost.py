@@ -136,13 +136,14 @@ def read_trace(path: Path, limit: int | None = None) -> list[TracePod]:
 
 def on_demand_catalogue(*, prices: Path, region: str) -> list[InstanceType]:
     """The embedded EC2 catalogue with only its available, listed-price, on-demand Linux offerings."""
-    from nodesmith.cli.simulate_catalogue import BadInputError, load_catalogue
+    from nodesmith.cli.exits import BadInput
+    from nodesmith.cli.simulate_catalogue import load_catalogue
 
     if not prices.is_file():
         raise BenchInputError(f"{prices}: price table not found (the shared data lives in ../shared/data)")
     try:
         catalogue = load_catalogue(region=region, price_table=prices, use_aws=False)
-    except BadInputError as exc:
+    except BadInput as exc:
         raise BenchInputError(str(exc)) from exc
     out = []
     for it in catalogue:

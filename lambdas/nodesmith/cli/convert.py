@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 
+from nodesmith.cli.exits import EXIT_BAD_INPUT, EXIT_OK, BadInput, report
 from nodesmith.core.convert import ConversionError, InputDocument, OutputDocument, convert_documents
 
 if TYPE_CHECKING:
@@ -34,12 +35,6 @@ if TYPE_CHECKING:
     from nodesmith.core.convert import ConvertResult
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_OK", "dump_documents", "read_documents", "run_convert"]
-
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
-
-
-class _InputError(Exception):
-    """A file that cannot be read or parsed (message names the file and document)."""
 
 
 class _Dumper(yaml.SafeDumper):
@@ -71,9 +66,10 @@ def run_convert(*, files: list[Path], output_dir: Path | None, default_instance_
         inputs = read_documents(paths)
         result = convert_documents(inputs, default_instance_profile=default_instance_profile)
         targets = _targets(paths, output_dir) if output_dir is not None else None
-    except (_InputError, ConversionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    except BadInput as exc:
+        return report(exc)
+    except ConversionError as exc:
+        return report(BadInput(str(exc)))
     for note in result.notes:
         print(note.render(), file=sys.stderr)
     if targets is None:
@@ -87,14 +83,14 @@ def run_convert(*, files: list[Path], output_dir: Path | None, default_instance_
 def read_documents(paths: Sequence[Path]) -> list[InputDocument]:
     """Every non-empty YAML document of ``paths``, with its file and 1-based document number.
 
-    Raises ``_InputError`` for an unreadable file, invalid YAML or a document that is not an object.
+    Raises ``BadInput`` for an unreadable file, invalid YAML or a document that is not an object.
     """
     inputs: list[InputDocument] = []
     for path in paths:
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise _InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+            raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from exc
         number = 0
         loader = yaml.safe_load_all(text)
         while True:
@@ -106,11 +102,11 @@ def read_documents(paths: Sequence[Path]) -> list[InputDocument]:
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-                raise _InputError(f"{path}#{number}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
+                raise BadInput(f"{path}#{number}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from exc
             if doc is None:
                 continue
             if not isinstance(doc, dict):
-                raise _InputError(f"{path}#{number}: expected an object with apiVersion and kind")
+                raise BadInput(f"{path}#{number}: expected an object with apiVersion and kind")
             inputs.append(InputDocument(body=doc, source=str(path), document=number))
     return inputs
 
@@ -135,27 +131,27 @@ def _expand(files: Sequence[Path]) -> list[Path]:
         if path.is_dir():
             paths.extend(sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()))
         elif not path.exists():
-            raise _InputError(f"{path}: no such file")
+            raise BadInput(f"{path}: no such file")
         else:
             paths.append(path)
     if not paths:
-        raise _InputError("no manifest files given")
+        raise BadInput("no manifest files given")
     return paths
 
 
 def _targets(paths: Sequence[Path], output_dir: Path) -> dict[str, Path]:
     """Output file per input file (same name under ``output_dir``); refuses clashes and overwriting inputs."""
     if output_dir.exists() and not output_dir.is_dir():
-        raise _InputError(f"{output_dir}: not a directory")
+        raise BadInput(f"{output_dir}: not a directory")
     targets: dict[str, Path] = {}
     inputs = {p.resolve() for p in paths}
     seen: dict[Path, Path] = {}
     for path in paths:
         target = output_dir / path.name
         if target.resolve() in inputs:
-            raise _InputError(f"{target}: would overwrite an input file; choose another --output-dir")
+            raise BadInput(f"{target}: would overwrite an input file; choose another --output-dir")
         if target in seen and seen[target] != path:
-            raise _InputError(f"{seen[target]} and {path} would both be written to {target}")
+            raise BadInput(f"{seen[target]} and {path} would both be written to {target}")
         seen[target] = path
         targets[str(path)] = target
     return targets

@@ -45,6 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from nodesmith.cli.exits import EXIT_OK, BadInput, StepFailed, check_choice, check_manifests, report
 from nodesmith.core.errors import ManifestError
 
 if TYPE_CHECKING:
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["build_cluster_nodes", "plan_to_json", "run_simulate_disrupt"]
 
 OUTPUTS = ("json", "table")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def _err(message: str) -> None:
@@ -112,12 +112,8 @@ def run_simulate_disrupt(
                 per_pool=overlaid,
                 policy=policy,
             )
-    except simulate._BadInput as exc:
-        _err(f"error: {exc}")
-        return EXIT_BAD_INPUT
-    except simulate._StepFailed as exc:
-        _err(f"error: {exc}")
-        return EXIT_FAILED
+    except (BadInput, StepFailed) as exc:
+        return report(exc)
     out = sys.stdout
     if output == "json":
         out.write(json.dumps(plan_to_json(plan)) + "\n")
@@ -128,8 +124,7 @@ def run_simulate_disrupt(
 
 
 def _when(now: float | str | None) -> float:
-    """``now`` as epoch seconds (``_BadInput`` for a string that is neither a number nor RFC 3339)."""
-    from nodesmith.cli.simulate import _BadInput
+    """``now`` as epoch seconds (``BadInput`` for a string that is neither a number nor RFC 3339)."""
     from nodesmith.core.objects import parse_timestamp
 
     if now is None:
@@ -143,27 +138,18 @@ def _when(now: float | str | None) -> float:
     except ValueError:
         parsed = None
     if parsed is None:
-        raise _BadInput(f"--now {now!r} is neither epoch seconds nor an RFC 3339 time")
+        raise BadInput(f"--now {now!r} is neither epoch seconds nor an RFC 3339 time")
     return parsed
 
 
 def _check_arguments(
     *, files: Sequence[Path], output: str, price_table: Path | None, policy: str = "karpenter"
 ) -> None:
-    from nodesmith.cli.simulate import _BadInput
     from nodesmith.core.disruption.types import POLICIES
 
-    if output not in OUTPUTS:
-        raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
-    if policy not in POLICIES:
-        raise _BadInput(f"--policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    if not files:
-        raise _BadInput("no manifest file given (use -f FILE, repeatable)")
-    missing = [str(f) for f in files if not Path(f).exists()]
-    if missing:
-        raise _BadInput(f"manifest file not found: {', '.join(missing)}")
-    if price_table is not None and not Path(price_table).is_file():
-        raise _BadInput(f"price table not found: {price_table}")
+    check_choice("--output", output, OUTPUTS)
+    check_choice("--policy", policy, POLICIES)
+    check_manifests([Path(f) for f in files], price_table=None if price_table is None else Path(price_table))
 
 
 def _policy(value: str) -> Policy:
@@ -173,14 +159,13 @@ def _policy(value: str) -> Policy:
 
 def _load(files: Sequence[Path]) -> ManifestBundle:
     from nodesmith.adapters.manifests import load_manifests
-    from nodesmith.cli.simulate import _BadInput
 
     try:
         return load_manifests([Path(f) for f in files])
     except ManifestError as exc:
-        raise _BadInput(str(exc)) from exc
+        raise BadInput(str(exc)) from exc
     except OSError as exc:
-        raise _BadInput(f"cannot read manifests: {exc}") from exc
+        raise BadInput(f"cannot read manifests: {exc}") from exc
 
 
 def _catalogue(
@@ -191,10 +176,10 @@ def _catalogue(
 
     try:
         return simulate.load_nodepool_catalogues(bundle, region=region, price_table=price_table, use_aws=use_aws)
-    except simulate._BadInput:
+    except BadInput:
         raise
     except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
-        raise simulate._StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+        raise StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
 
 
 def _nodes_without_ready_condition(bundle: ManifestBundle, files: Sequence[Path]) -> set[str]:

@@ -34,6 +34,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from nodesmith.cli.exits import EXIT_OK, BadInput, StepFailed, check_choice, check_manifests, report
 from nodesmith.core.errors import ManifestError
 
 if TYPE_CHECKING:
@@ -48,16 +49,7 @@ __all__ = ["find_pod", "print_explanation", "run_explain"]
 
 LOG = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 OUTPUTS = ("table", "json")
-
-
-class _BadInput(Exception):
-    """Input the user can fix: exit 2."""
-
-
-class _StepFailed(Exception):
-    """A step failed for another reason (AWS unreachable): exit 1."""
 
 
 def _err(message: str) -> None:
@@ -67,14 +59,14 @@ def _err(message: str) -> None:
 def find_pod(pods: Sequence[Pod], wanted: str) -> tuple[Pod, str]:
     """The pod ``wanted`` names (``namespace/name`` or ``name``), and a note when it was a workload's.
 
-    Raises ``_BadInput`` when no pod matches or a bare name matches pods in several namespaces.
+    Raises ``BadInput`` when no pod matches or a bare name matches pods in several namespaces.
     """
     exact = [p for p in pods if wanted in (p.key, p.name)]
     if len(exact) == 1:
         return exact[0], ""
     if len(exact) > 1:
         keys = ", ".join(sorted(p.key for p in exact))
-        raise _BadInput(f"pod name {wanted!r} is ambiguous ({keys}): give namespace/name")
+        raise BadInput(f"pod name {wanted!r} is ambiguous ({keys}): give namespace/name")
     namespace, _, name = wanted.rpartition("/")
     replicas = sorted(
         (p for p in pods if p.name.startswith(f"{name}-") and (not namespace or p.namespace == namespace)),
@@ -84,7 +76,7 @@ def find_pod(pods: Sequence[Pod], wanted: str) -> tuple[Pod, str]:
         note = f"{wanted} is not a pod; explaining {replicas[0].key}, the first of its {len(replicas)} pod(s)"
         return replicas[0], note
     shown = ", ".join(sorted(p.key for p in pods)[:10]) or "none"
-    raise _BadInput(f"no pod {wanted!r} in the manifests (pods: {shown})")
+    raise BadInput(f"no pod {wanted!r} in the manifests (pods: {shown})")
 
 
 def run_explain(
@@ -110,13 +102,9 @@ def run_explain(
     if price_table is None and os.environ.get(PRICE_TABLE_ENV, "").strip():
         price_table = Path(os.environ[PRICE_TABLE_ENV].strip())
     try:
-        if output not in OUTPUTS:
-            raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
-        if packing not in PACKING_POLICIES:
-            raise _BadInput(f"--packing must be one of {', '.join(PACKING_POLICIES)}, not {packing!r}")
-        missing = [str(f) for f in files if not Path(f).exists()]
-        if not files or missing:
-            raise _BadInput(f"manifest file not found: {', '.join(missing)}" if missing else "no manifest file given")
+        check_choice("--output", output, OUTPUTS)
+        check_choice("--packing", packing, PACKING_POLICIES)
+        check_manifests([Path(f) for f in files])
         with contextlib.redirect_stdout(sys.stderr):  # only the explanation reaches stdout
             explanation, target, notes = _explain(
                 pod=pod,
@@ -127,12 +115,8 @@ def run_explain(
                 use_aws=use_aws,
                 instance_types=instance_types,
             )
-    except _BadInput as exc:
-        _err(f"error: {exc}")
-        return EXIT_BAD_INPUT
-    except _StepFailed as exc:
-        _err(f"error: {exc}")
-        return EXIT_FAILED
+    except (BadInput, StepFailed) as exc:
+        return report(exc)
     if output == "json":
         doc = _to_json(explanation, target)
         if notes is not None:
@@ -157,16 +141,15 @@ def _explain(
 ) -> tuple[Explanation, Pod, list[str] | None]:
     from nodesmith.adapters.manifests import load_manifests
     from nodesmith.cli.simulate import build_scheduling_input, load_nodepool_catalogues, overlay_nodepool_catalogues
-    from nodesmith.cli.simulate_catalogue import BadInputError
     from nodesmith.core.scheduling import solve
     from nodesmith.core.scheduling.reasons import Explanation
 
     try:
         bundle = load_manifests([Path(f) for f in files])
     except ManifestError as exc:
-        raise _BadInput(str(exc)) from exc
+        raise BadInput(str(exc)) from exc
     except OSError as exc:
-        raise _BadInput(f"cannot read manifests: {exc}") from exc
+        raise BadInput(f"cannot read manifests: {exc}") from exc
     target, note = find_pod(bundle.pods, pod)
     if note:
         _err(f"note: {note}")
@@ -177,17 +160,17 @@ def _explain(
             None,
         )
     if target.is_daemonset or target.is_mirror or target.is_terminal:
-        raise _BadInput(f"pod {target.key} is not provisioned for (DaemonSet, mirror or finished pod)")
+        raise BadInput(f"pod {target.key} is not provisioned for (DaemonSet, mirror or finished pod)")
     per_pool: dict[str, list[InstanceType]] = {}
     if instance_types is None:
         try:
             instance_types, per_pool = load_nodepool_catalogues(
                 bundle, region=region, price_table=price_table, use_aws=use_aws
             )
-        except BadInputError as exc:
-            raise _BadInput(str(exc)) from exc
+        except BadInput:
+            raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
-            raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+            raise StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
     overlaid, overlays = overlay_nodepool_catalogues(bundle, instance_types, per_pool)
     inp = replace(build_scheduling_input(bundle, instance_types), packing=packing, explain=frozenset({target.key}))  # type: ignore[arg-type]
     result = solve(replace(inp, nodepool_instance_types=overlaid))

@@ -1,7 +1,7 @@
 """The ``nodesmith`` command line (typer).
 
 Commands import their dependencies lazily so ``nodesmith --help`` stays fast.
-Exit codes: 0 success, 1 a step failed, 2 bad input (invalid manifests or arguments).
+Exit codes (:mod:`nodesmith.cli.exits`): 0 success, 1 a step failed, 2 bad input (invalid manifests or arguments).
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from nodesmith.cli.exits import EXIT_OK, StepFailed, report
+
 if TYPE_CHECKING:
     from types import FrameType
 
@@ -54,8 +56,8 @@ DEFAULT_STATE_DIR = Path.home() / ".nodesmith" / "playground"
 STATE_FILE = "playground.json"
 
 
-class PlaygroundError(RuntimeError):
-    """The playground is not reachable, or a request to it cannot be carried out (the message says which)."""
+class PlaygroundError(StepFailed):
+    """The playground is not reachable, or a request to it cannot be carried out (the message says which): exit 1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,12 +255,9 @@ def interrupt_node(*, state: PlaygroundState, node: str) -> tuple[str, str]:
 
 def run_interrupt(*, state_dir: Path, node: str) -> int:
     """``nodesmith playground interrupt NODE``: 0 when the warning was put, 1 with the reason otherwise."""
-    import sys
-
     try:
         instance_id, event_id = interrupt_node(state=PlaygroundState.read(state_dir), node=node)
     except PlaygroundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return report(exc)
     print(f"EC2 Spot Instance Interruption Warning put for {node} ({instance_id}), event {event_id}")
-    return 0
+    return EXIT_OK

@@ -43,10 +43,10 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nodesmith.cli.exits import EXIT_OK, BadInput, StepFailed, check_choice, check_manifests, report
 from nodesmith.cli.simulate_catalogue import (
     CACHED_OPERATIONS,
     PRICE_TABLE_ENV,
-    BadInputError,
     catalogue_cache_path,
     load_catalogue,
 )
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHED_OPERATIONS",
     "PRICE_TABLE_ENV",
-    "BadInputError",
     "build_scheduling_input",
     "catalogue_cache_path",
     "load_catalogue",
@@ -76,7 +75,6 @@ __all__ = [
 LOG = logging.getLogger(__name__)
 
 OUTPUTS = ("json", "table")
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 _LABEL_NODEPOOL = "karpenter.sh/nodepool"
 _LABEL_INITIALIZED = "karpenter.sh/initialized"
@@ -117,7 +115,7 @@ def run_simulate(
     try:
         _check_arguments(files=files, output=output, price_table=table)
         if packing not in PACKING_POLICIES:
-            raise _BadInput(f"--packing must be one of {', '.join(PACKING_POLICIES)}, not {packing!r}")
+            check_choice("--packing", packing, PACKING_POLICIES)
         # Only the final result may reach stdout: anything a library prints goes to stderr.
         with contextlib.redirect_stdout(sys.stderr):
             result, overlays = _plan(
@@ -128,12 +126,8 @@ def run_simulate(
                 instance_types=instance_types,
                 packing=packing,
             )
-    except _BadInput as exc:
-        _err(f"error: {exc}")
-        return EXIT_BAD_INPUT
-    except _StepFailed as exc:
-        _err(f"error: {exc}")
-        return EXIT_FAILED
+    except (BadInput, StepFailed) as exc:
+        return report(exc)
 
     from nodesmith.cli import output as render
 
@@ -151,26 +145,10 @@ def run_simulate(
     return EXIT_OK
 
 
-_BadInput = BadInputError
-"""Input the user can fix (manifests, arguments, price table, node class): exit 2. ``load_catalogue``
-raises it too, so callers catch one type (``nodesmith.cli.disrupt`` relies on that)."""
-
-
-class _StepFailed(Exception):
-    """A step failed for another reason (AWS unreachable, no credentials): exit 1."""
-
-
 def _check_arguments(*, files: Sequence[Path], output: str, price_table: Path | None) -> None:
-    """Raise ``_BadInput`` for an unknown output format, no or missing manifest files, a missing price table."""
-    if output not in OUTPUTS:
-        raise _BadInput(f"--output must be one of {', '.join(OUTPUTS)}, not {output!r}")
-    if not files:
-        raise _BadInput("no manifest file given (use -f FILE, repeatable)")
-    missing = [str(f) for f in files if not Path(f).exists()]
-    if missing:
-        raise _BadInput(f"manifest file not found: {', '.join(missing)}")
-    if price_table is not None and not Path(price_table).is_file():
-        raise _BadInput(f"price table not found: {price_table}")
+    """Raise ``BadInput`` for an unknown output format, no or missing manifest files, a missing price table."""
+    check_choice("--output", output, OUTPUTS)
+    check_manifests([Path(f) for f in files], price_table=None if price_table is None else Path(price_table))
 
 
 def _plan(
@@ -182,26 +160,26 @@ def _plan(
     instance_types: Sequence[InstanceType] | None,
     packing: str = "karpenter",
 ) -> tuple[SchedulingResult, OverlayResult | None]:
-    """Load, build the catalogue (unless given), apply NodeOverlays, solve. Raises ``_BadInput`` or ``_StepFailed``."""
+    """Load, build the catalogue (unless given), apply NodeOverlays, solve. Raises ``BadInput`` or ``StepFailed``."""
     from nodesmith.adapters.manifests import load_manifests
     from nodesmith.core.scheduling import solve
 
     try:
         bundle = load_manifests([Path(f) for f in files])
     except ManifestError as exc:
-        raise _BadInput(str(exc)) from exc
+        raise BadInput(str(exc)) from exc
     except OSError as exc:
-        raise _BadInput(f"cannot read manifests: {exc}") from exc
+        raise BadInput(f"cannot read manifests: {exc}") from exc
     per_pool: dict[str, list[InstanceType]] = {}
     if instance_types is None:
         try:
             instance_types, per_pool = load_nodepool_catalogues(
                 bundle, region=region, price_table=price_table, use_aws=use_aws
             )
-        except _BadInput:
+        except BadInput:
             raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
-            raise _StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+            raise StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
     overlaid, overlays = overlay_nodepool_catalogues(bundle, instance_types, per_pool)
     inp = build_scheduling_input(bundle, instance_types)
     return solve(replace(inp, packing=packing, nodepool_instance_types=overlaid)), overlays  # type: ignore[arg-type]

@@ -29,6 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.cli.exits import BadInput
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
@@ -38,7 +40,6 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHED_OPERATIONS",
     "PRICE_TABLE_ENV",
-    "BadInputError",
     "catalogue_cache_path",
     "load_catalogue",
 ]
@@ -54,10 +55,6 @@ CACHED_OPERATIONS = frozenset({"DescribeInstanceTypes", "DescribeInstanceTypeOff
 _CACHE_FORMAT = 1
 
 
-class BadInputError(ValueError):
-    """Input the user can fix — manifests, arguments, a malformed price table or EC2NodeClass: exit 2."""
-
-
 def load_catalogue(
     *, region: str, price_table: Path | None, use_aws: bool, nodeclass: EC2NodeClass | None = None
 ) -> list[InstanceType]:
@@ -70,7 +67,7 @@ def load_catalogue(
     (maxPods, podsPerCore, reserved, eviction), root volume size and ``instanceStorePolicy`` shape
     the types' capacity and overhead as Karpenter computes them; None means Karpenter's defaults.
 
-    Raises ``BadInputError`` for a malformed price table or node class, and botocore/moto errors for
+    Raises ``BadInput`` for a malformed price table or node class, and botocore/moto errors for
     AWS failures.
     """
     from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
@@ -89,14 +86,14 @@ def load_catalogue(
                 price_table_path=price_table,
             )
         except PriceTableError as exc:
-            raise BadInputError(str(exc)) from exc
+            raise BadInput(str(exc)) from exc
         return InstanceTypeCatalog(ec2=ec2, pricing=pricing, region=region).instance_types(**settings)
 
     with _embedded_ec2(region) as ec2:
         try:
             pricing = PricingProvider(ec2=ec2, region=region, pricing=None, price_table_path=price_table)
         except PriceTableError as exc:
-            raise BadInputError(str(exc)) from exc
+            raise BadInput(str(exc)) from exc
         if price_table is None:
             LOG.warning("no price table (--price-table or $%s): on-demand prices are estimates", PRICE_TABLE_ENV)
         return InstanceTypeCatalog(ec2=ec2, pricing=pricing, region=region).instance_types(**settings)
@@ -118,7 +115,7 @@ def _nodeclass_settings(nodeclass: EC2NodeClass | None) -> dict[str, Any]:
             "instance_store_policy": nodeclass.spec.instance_store_policy,
         }
     except (QuantityError, ValueError) as exc:
-        raise BadInputError(f"EC2NodeClass {nodeclass.name}: {exc}") from exc
+        raise BadInput(f"EC2NodeClass {nodeclass.name}: {exc}") from exc
 
 
 @contextlib.contextmanager
