@@ -178,6 +178,17 @@ def test_apply_of_a_changed_nodepool_patches_it(session: Session) -> None:
     assert str(session.json("nodepool", "default")["spec"]["limits"]["cpu"]) == "900"
 
 
+def test_server_side_apply_creates_and_prunes_what_it_no_longer_sends(session: Session) -> None:
+    config = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: team-settings\n  namespace: default\ndata:\n"
+
+    created = session.kubectl("apply", "--server-side", "-f", "-", input_text=config + "  a: '1'\n  b: '2'\n")
+    pruned = session.kubectl("apply", "--server-side", "-f", "-", input_text=config + "  a: '10'\n")
+
+    assert "configmap/team-settings serverside-applied" in created.stdout
+    assert "serverside-applied" in pruned.stdout
+    assert session.json("configmap", "team-settings")["data"] == {"a": "10"}
+
+
 def test_apply_of_a_malformed_nodepool_is_refused_naming_the_field(session: Session) -> None:
     manifest = (
         NODEPOOL.read_text().replace("${CLUSTER_NAME}", CLUSTER).replace("name: default\nspec:", "name: typo\nspec:", 1)

@@ -272,3 +272,47 @@ def test_table_helpers_follow_kubectls_rules() -> None:
     assert jsonpath({"metadata": {"labels": {"a.b/c": "v"}}}, r".metadata.labels.a\.b/c") == ["v"]
     with pytest.raises(ValueError, match="unsupported jsonPath"):
         jsonpath({}, ".a[0]")
+
+
+APPLY = "application/apply-patch+yaml"
+
+
+def test_server_side_apply_creates_then_prunes_what_the_manager_stopped_sending(kube: KubeEmulator) -> None:
+    path = "/api/v1/namespaces/default/configmaps/settings?fieldManager=kubectl&fieldValidation=Strict&force=false"
+    first = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "settings", "labels": {"team": "a"}},
+        "data": {"a": "1", "b": "2"},
+    }
+    code, created = call(kube, "PATCH", path, first, ctype=APPLY)
+    assert code == 201
+    assert created["data"] == {"a": "1", "b": "2"}
+    # another writer's field is not the applier's to remove
+    kube.store.mutate("configmaps", "settings", lambda o: o["data"].update(c="3"), namespace="default")
+
+    code, applied = call(kube, "PATCH", path, {**first, "data": {"a": "10"}}, ctype=APPLY)
+
+    assert code == 200
+    assert applied["data"] == {"a": "10", "c": "3"}
+    assert applied["metadata"]["labels"] == {"team": "a"}
+    (entry,) = applied["metadata"]["managedFields"]
+    assert (entry["manager"], entry["operation"]) == ("kubectl", "Apply")
+    assert entry["fieldsV1"]["f:data"] == {"f:a": {}}
+
+
+def test_server_side_apply_needs_a_field_manager_and_a_valid_karpenter_object(kube: KubeEmulator) -> None:
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {}}
+    code, _ = call(kube, "PATCH", "/api/v1/namespaces/default/configmaps/x", config, ctype=APPLY)
+    assert code == 422
+
+    pool = {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "p"},
+        "spec": {"template": {"spec": {"requirements": [], "nodeClassRef": {"name": "x"}}}},
+    }
+    code, status = call(kube, "PATCH", "/apis/karpenter.sh/v1/nodepools/p?fieldManager=kubectl", pool, ctype=APPLY)
+    assert code == 422
+    assert "spec.template.spec.nodeClassRef" in status["message"]
+    assert kube.store.find("nodepools.karpenter.sh", "p") is None

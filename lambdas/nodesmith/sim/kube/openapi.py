@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = ["gv_document", "index", "schema_name"]
 
-_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json")
+_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml")
 
 
 def _gv_path(group: str, version: str) -> str:

@@ -232,7 +232,7 @@ def apply_patch(target: dict[str, Any], patch: Any, content_type: str, *, custom
     """Apply ``patch`` of ``content_type`` to ``target``.
 
     ``custom`` resources (CRDs) refuse strategic merge patch with 415, as the API server does;
-    an unknown content type (including server-side apply) is 415 too.
+    an unknown content type is 415 too (server-side apply is :mod:`nodesmith.sim.kube.apply`, handled before).
     """
     ctype = content_type.split(";", 1)[0].strip().lower()
     accepted = [JSON_PATCH, MERGE_PATCH] if custom else [JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH]

@@ -3,13 +3,16 @@
 Built on :class:`http.server.ThreadingHTTPServer` (one thread per connection, HTTP/1.1 keep-alive,
 chunked watch streams) over a :class:`~nodesmith.sim.kube.store.Store`. Routes:
 
-* discovery: ``/version``, ``/healthz``, ``/readyz``, ``/livez``, ``/api``, ``/api/v1``, ``/apis``,
-  ``/apis/<group>``, ``/apis/<group>/<version>``;
+* discovery and OpenAPI v3 (:mod:`nodesmith.sim.kube.discovery`): ``/version``, ``/healthz``,
+  ``/readyz``, ``/livez``, ``/api``, ``/api/v1``, ``/apis``, ``/apis/<group>``,
+  ``/apis/<group>/<version>``, ``/openapi/v3`` and ``/openapi/v3/<api|apis/group>/<version>``;
 * ``/api/v1/...`` and ``/apis/<group>/<version>/...`` for every registered resource, cluster-wide
   (``/pods``) or per namespace (``/namespaces/<ns>/pods``), with ``/<name>``, ``/<name>/status``,
   ``pods/<name>/eviction`` and ``pods/<name>/binding``;
-* verbs GET (one, list, ``watch=true``), POST, PUT, PATCH (merge, strategic merge, JSON patch),
-  DELETE (one or collection).
+* verbs GET (one, list, ``watch=true``; as ``meta.k8s.io/v1`` Tables when the ``Accept`` header asks,
+  :mod:`nodesmith.sim.kube.tables`), POST, PUT, PATCH (merge, strategic merge, JSON patch, server-side
+  apply: :mod:`nodesmith.sim.kube.apply`), DELETE (one or collection). Writes of Karpenter's kinds are
+  validated (:mod:`nodesmith.sim.kube.validation`).
 
 Errors are ``meta/v1 Status`` bodies (a 429 with ``details.retryAfterSeconds`` also has the ``Retry-After``
 header). With ``emulator.faults`` set, each resource request first meets the fault it draws
@@ -34,9 +37,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from nodesmith.sim.kube import discovery, errors, scale, tables, validation
+from nodesmith.sim.kube.apply import APPLY_PATCH, parse_config, server_side_apply
 from nodesmith.sim.kube.errors import ApiError, status_body
 from nodesmith.sim.kube.faults import request_of
 from nodesmith.sim.kube.patching import apply_patch
+from nodesmith.sim.kube.timefmt import rfc3339
 from nodesmith.sim.kube.watching import WatchingHandler
 
 if TYPE_CHECKING:
@@ -121,6 +126,8 @@ class _Handler(WatchingHandler):
         try:
             return json.loads(raw)
         except ValueError:
+            if (self.headers.get("Content-Type") or "").startswith(APPLY_PATCH):
+                return parse_config(raw)
             raise errors.bad_request("the request body is not valid JSON") from None
 
     def do_GET(self) -> None:
@@ -272,6 +279,8 @@ class _Handler(WatchingHandler):
             )
         elif method == "PUT":
             self._put(rt, name, ns, sub, body)
+        elif method == "PATCH" and sub is None and self._content_type().startswith(APPLY_PATCH):
+            self._apply(rt, name, ns, query, body)
         elif method == "PATCH":
             self._patch(rt, name, ns, sub, body)
         elif method == "DELETE":
@@ -306,6 +315,23 @@ class _Handler(WatchingHandler):
         if sub is None:
             validation.check(rt, obj)
         self._json(200, self.server.emulator.store.replace(rt.key, obj, namespace=ns, subresource=sub))
+
+    def _content_type(self) -> str:
+        return (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+
+    def _apply(self, rt: ResourceType, name: str, ns: str | None, query: dict[str, str], body: Any) -> None:
+        """Server-side apply (:mod:`nodesmith.sim.kube.apply`): create when absent, else merge and prune."""
+        store = self.server.emulator.store
+        config = parse_config(body)
+        if str((config.get("metadata") or {}).get("name", name)) != name:
+            raise errors.bad_request(f"the name of the object does not match the name on the URL ({name})")
+        current = store.find(rt.key, name, namespace=ns)
+        result = server_side_apply(current, config, manager=query.get("fieldManager", ""), now=rfc3339(time.time()))
+        validation.check(rt, result)
+        if current is None:
+            self._json(201, store.create(rt.key, result, namespace=ns))
+        else:
+            self._json(200, store.replace(rt.key, result, namespace=ns))
 
     def _patch(self, rt: ResourceType, name: str, ns: str | None, sub: str | None, body: Any) -> None:
         """PATCH; a Karpenter kind's main resource is validated as patched before anything is stored."""
