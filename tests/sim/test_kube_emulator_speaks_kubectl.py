@@ -199,6 +199,10 @@ def test_discovery_names_the_eviction_group_kubectl_drain_needs(kube: KubeEmulat
     (nodeclass,) = [r for r in karpenter["resources"] if r["name"] == "ec2nodeclasses"]
     assert nodeclass["shortNames"] == ["ec2nc", "ec2ncs"]
     assert nodeclass["categories"] == ["karpenter"]
+    # kubectl get all expands the "all" category
+    _, apps = call(kube, "GET", "/apis/apps/v1")
+    in_all = {r["name"] for r in apps["resources"] if "all" in r.get("categories", [])}
+    assert {"deployments", "replicasets", "daemonsets", "statefulsets"} <= in_all
 
 
 def test_a_malformed_nodepool_is_rejected_whole_naming_the_field(kube: KubeEmulator) -> None:

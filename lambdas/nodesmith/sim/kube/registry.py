@@ -107,6 +107,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         True,
         ("status", "binding", "eviction"),
         short_names=("po",),
+        categories=("all",),
         selectable_fields=_fields(
             "spec.nodeName",
             "spec.restartPolicy",
@@ -150,7 +151,16 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, short_names=("pvc",)),
     ResourceType("", "v1", "persistentvolumes", "PersistentVolume", False, short_names=("pv",)),
     ResourceType("storage.k8s.io", "v1", "storageclasses", "StorageClass", False, (), short_names=("sc",)),
-    ResourceType("apps", "v1", "deployments", "Deployment", True, ("status", "scale"), short_names=("deploy",)),
+    ResourceType(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        True,
+        ("status", "scale"),
+        short_names=("deploy",),
+        categories=("all",),
+    ),
     ResourceType(
         "apps",
         "v1",
@@ -159,13 +169,23 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
         True,
         ("status", "scale"),
         short_names=("rs",),
+        categories=("all",),
         selectable_fields=_fields("status.replicas"),
     ),
-    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",)),
-    ResourceType("apps", "v1", "statefulsets", "StatefulSet", True, ("status", "scale"), short_names=("sts",)),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, short_names=("ds",), categories=("all",)),
+    ResourceType(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        True,
+        ("status", "scale"),
+        short_names=("sts",),
+        categories=("all",),
+    ),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, ()),
-    # names, short names and categories as in Karpenter's CRDs (pkg/apis/crds)
+    # names, short names and categories as in Karpenter's CRDs (pkg/apis/crds); "all" as upstream's workloads
     ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, custom=True, categories=("karpenter",)),
     ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, custom=True, categories=("karpenter",)),
     ResourceType(
