@@ -44,6 +44,7 @@ __all__ = [
     "PlaygroundError",
     "PlaygroundState",
     "interrupt_node",
+    "kubeconfig",
     "run_interrupt",
     "run_playground",
 ]
