@@ -356,6 +356,26 @@ def nodeclass_doc(**spec: Any) -> dict[str, Any]:
     return doc
 
 
+def test_capacity_reservation_terms_and_status_round_trip() -> None:
+    terms = [
+        {"id": "cr-0123abc"},
+        {"tags": {"team": "ml", "any": "*"}, "ownerID": "123456789012"},
+        {"instanceMatchCriteria": "open"},
+    ]
+    doc = nodeclass_doc(capacityReservationSelectorTerms=terms)
+    doc["status"] = {
+        "capacityReservations": [
+            {"availabilityZone": "us-east-1a", "id": "cr-0123abc", "instanceType": "p5.48xlarge",
+             "ownerID": "123456789012", "instanceMatchCriteria": "targeted", "reservationType": "capacity-block",
+             "interruptible": False, "state": "expiring", "endTime": "2026-12-01T00:00:00Z"},
+        ]
+    }  # fmt: skip
+    nc = EC2NodeClass.model_validate(doc)
+    dumped = nc.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert dumped["spec"]["capacityReservationSelectorTerms"] == terms
+    assert dumped["status"]["capacityReservations"] == doc["status"]["capacityReservations"]
+
+
 def test_nodeclass_defaults_and_inferred_family() -> None:
     nc = EC2NodeClass.model_validate(nodeclass_doc())
 
@@ -429,6 +449,14 @@ def test_nodeclass_round_trips_with_kubelet_and_block_devices() -> None:
         ({"metadataOptions": {"httpPutResponseHopLimit": 65}}, "less than or equal"),
         ({"blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeType": "gp3"}}]}, "volumeSize"),
         ({"userdata": "#!/bin/bash"}, "Extra inputs"),
+        ({"capacityReservationSelectorTerms": [{"ownerID": "123456789012"}]}, "expected at least one"),
+        ({"capacityReservationSelectorTerms": [{"id": "cr-0a", "ownerID": "123456789012"}]}, "mutually exclusive"),
+        ({"capacityReservationSelectorTerms": [{"id": "odcr-1"}]}, "^cr-[0-9a-z]+$"),
+        ({"capacityReservationSelectorTerms": [{"tags": {"a": "b"}, "ownerID": "1234"}]}, "^[0-9]{12}$"),
+        ({"capacityReservationSelectorTerms": [{"tags": {"team": ""}}]}, "empty tag"),
+        ({"capacityReservationSelectorTerms": [{"tags": {f"k{i}": "v" for i in range(21)}}]}, "at most 20"),
+        ({"capacityReservationSelectorTerms": [{"instanceMatchCriteria": "any"}]}, "'open' or 'targeted'"),
+        ({"capacityReservationSelectorTerms": [{"id": "cr-0a"}] * 31}, "at most 30"),
     ],
 )
 def test_invalid_nodeclasses_are_rejected(spec: dict[str, Any], fragment: str) -> None:

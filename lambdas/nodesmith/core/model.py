@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CAPACITY_TYPE_ON_DEMAND",
+    "CAPACITY_TYPE_RESERVED",
     "CAPACITY_TYPE_SPOT",
     "INSTANCE_GONE_STATES",
     "DaemonSet",
@@ -43,6 +44,8 @@ __all__ = [
 
 CAPACITY_TYPE_SPOT = "spot"
 CAPACITY_TYPE_ON_DEMAND = "on-demand"
+CAPACITY_TYPE_RESERVED = "reserved"
+"""Capacity reserved for the account: an On-Demand Capacity Reservation or a Capacity Block for ML (Karpenter v1.3+)."""
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -338,6 +341,11 @@ class Offering:
     ``price`` is USD per hour. ``available`` is False when EC2 does not offer the type in the
     zone or when a recent capacity error marked the offering unavailable. ``price_estimated``
     is True when the price is not from the Pricing API, a price table or spot price history.
+
+    A ``reserved`` offering is one capacity reservation's: ``reservation_id`` (``cr-...``), ``reservation_type``
+    (``default`` for an On-Demand Capacity Reservation, ``capacity-block``) and ``reservation_capacity``, the
+    instances it can still take (Karpenter ``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``).
+    Other offerings leave them empty.
     """
 
     zone: str
@@ -346,6 +354,9 @@ class Offering:
     available: bool = True
     zone_id: str = ""
     price_estimated: bool = False
+    reservation_id: str = ""
+    reservation_type: str = ""
+    reservation_capacity: int = 0
 
 
 @dataclass(frozen=True, slots=True)

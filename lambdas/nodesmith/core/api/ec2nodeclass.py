@@ -28,6 +28,8 @@ __all__ = [
     "AMISelectorTerm",
     "BlockDevice",
     "BlockDeviceMapping",
+    "CapacityReservationSelectorTerm",
+    "CapacityReservationStatus",
     "EC2NodeClass",
     "EC2NodeClassSpec",
     "EC2NodeClassStatus",
@@ -100,6 +102,27 @@ class SecurityGroupSelectorTerm(SpecModel):
             raise ValueError("expected at least one, got none, ['tags', 'id', 'name']")
         if len(set_fields) > 1 and ("id" in set_fields or "name" in set_fields):
             raise ValueError(f"{set_fields} are mutually exclusive in a security group selector term")
+        return self
+
+
+class CapacityReservationSelectorTerm(SpecModel):
+    """A capacity reservation selector term (``[aws]:pkg/apis/v1/ec2nodeclass.go``): ``tags`` (at most 20; value
+    ``"*"`` matches any), ``id`` (``cr-...``, alone), ``ownerID`` (a 12-digit account) and ``instanceMatchCriteria``
+    (``open`` | ``targeted``). One of ``tags``, ``id`` or ``instanceMatchCriteria`` is required; terms are ORed.
+    """
+
+    tags: Annotated[SelectorTags, Field(max_length=20)] | None = None
+    id: Annotated[str, StringConstraints(pattern=r"^cr-[0-9a-z]+$")] | None = None
+    owner_id: Annotated[str, StringConstraints(pattern=r"^[0-9]{12}$")] | None = Field(default=None, alias="ownerID")
+    instance_match_criteria: Literal["open", "targeted"] | None = None
+
+    @model_validator(mode="after")
+    def _one_of(self) -> CapacityReservationSelectorTerm:
+        set_fields = [f for f in ("tags", "id", "owner_id", "instance_match_criteria") if getattr(self, f) is not None]
+        if not {"tags", "id", "instance_match_criteria"} & set(set_fields):
+            raise ValueError("expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']")
+        if self.id is not None and len(set_fields) > 1:
+            raise ValueError("'id' is mutually exclusive, cannot be set with a combination of other fields")
         return self
 
 
@@ -241,7 +264,7 @@ class EC2NodeClassSpec(SpecModel):
     instance_store_policy: Literal["RAID0"] | None = None
     context: str | None = None
     ip_prefix_count: int | None = Field(default=None, ge=0)
-    capacity_reservation_selector_terms: list[dict[str, Any]] = Field(
+    capacity_reservation_selector_terms: list[CapacityReservationSelectorTerm] = Field(
         default_factory=list, max_length=30, exclude_if=omit_empty
     )
     placement_group_selector: dict[str, str] | None = None
@@ -304,13 +327,32 @@ class AMIStatus(StatusModel):
     requirements: list[dict[str, Any]] = Field(default_factory=list, exclude_if=omit_empty)
 
 
+class CapacityReservationStatus(StatusModel):
+    """A selected capacity reservation in ``status.capacityReservations``
+    (``[aws]:pkg/apis/v1/ec2nodeclass_status.go``).
+
+    ``reservationType`` is ``default`` (an ODCR) or ``capacity-block``; ``state`` is ``expiring`` for a Capacity Block
+    within 40 minutes of its ``endTime`` (RFC 3339), else ``active``.
+    """
+
+    availability_zone: str
+    id: Annotated[str, StringConstraints(pattern=r"^cr-[0-9a-z]+$")]
+    instance_type: str
+    owner_id: Annotated[str, StringConstraints(pattern=r"^[0-9]{12}$")] = Field(alias="ownerID")
+    instance_match_criteria: Literal["open", "targeted"] = "targeted"
+    reservation_type: Literal["default", "capacity-block"] = "default"
+    interruptible: bool = False
+    state: Literal["active", "expiring"] = "active"
+    end_time: str | None = None
+
+
 class EC2NodeClassStatus(StatusModel):
     """``EC2NodeClass.status``: what the selector terms resolved to, plus conditions."""
 
     subnets: list[SubnetStatus] = Field(default_factory=list, exclude_if=omit_empty)
     security_groups: list[SecurityGroupStatus] = Field(default_factory=list, exclude_if=omit_empty)
     amis: list[AMIStatus] = Field(default_factory=list, exclude_if=omit_empty)
-    capacity_reservations: list[dict[str, Any]] = Field(default_factory=list, exclude_if=omit_empty)
+    capacity_reservations: list[CapacityReservationStatus] = Field(default_factory=list, exclude_if=omit_empty)
     instance_profile: str | None = None
     conditions: list[Condition] = Field(default_factory=list, exclude_if=omit_empty)
 

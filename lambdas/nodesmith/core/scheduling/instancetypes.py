@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nodesmith.core.capacityreservations import LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
     LABEL_ZONE,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ABSENT_MEANS_DOES_NOT_EXIST",
     "NODES",
+    "OFFERING_ONLY_KEYS",
     "OfferingFilter",
     "TypeInfo",
     "cheapest_offering",
@@ -70,6 +72,9 @@ ABSENT_MEANS_DOES_NOT_EXIST: frozenset[str] = frozenset(
 selects GPU types only."""
 
 _ABSENT = tuple(Requirement(k, complement=False) for k in sorted(ABSENT_MEANS_DOES_NOT_EXIST))
+
+OFFERING_ONLY_KEYS: frozenset[str] = frozenset({LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE})
+"""Labels only some offerings of a type carry (reserved ones): they narrow offerings, not instance types."""
 
 NODES = "nodes"
 """Pseudo-resource counted against NodePool ``limits.nodes``: every instance has ``nodes: 1``."""
@@ -135,23 +140,38 @@ def type_info(it: InstanceType) -> TypeInfo:
 
 
 class OfferingFilter:
-    """The zone, capacity-type and zone-id requirements of a requirement set, for testing offerings fast."""
+    """The zone, capacity-type, zone-id and capacity-reservation requirements of a requirement set, for testing
+    offerings fast.
 
-    __slots__ = ("capacity_type", "key", "zone", "zone_id")
+    ``karpenter.k8s.aws/capacity-reservation-id`` and ``-type`` are labels of reserved offerings only
+    (``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``): an offering without a reservation
+    passes such a requirement only when it is negative (``NotIn``, ``DoesNotExist``).
+    """
+
+    __slots__ = ("capacity_type", "key", "reservation_id", "reservation_type", "zone", "zone_id")
 
     def __init__(self, reqs: Requirements) -> None:
         self.zone = reqs.get(LABEL_ZONE) if reqs.has(LABEL_ZONE) else None
         self.capacity_type = reqs.get(LABEL_CAPACITY_TYPE) if reqs.has(LABEL_CAPACITY_TYPE) else None
         self.zone_id = reqs.get(LABEL_ZONE_ID) if reqs.has(LABEL_ZONE_ID) else None
-        self.key = (self.zone, self.capacity_type, self.zone_id)
+        rid, rtype = LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE
+        self.reservation_id = reqs.get(rid) if reqs.has(rid) else None
+        self.reservation_type = reqs.get(rtype) if reqs.has(rtype) else None
+        self.key = (self.zone, self.capacity_type, self.zone_id, self.reservation_id, self.reservation_type)
 
     def allows(self, o: Offering) -> bool:
-        """True when the offering's zone, capacity type and zone id are allowed (undefined keys allow all)."""
+        """True when the offering's zone, capacity type, zone id and reservation are allowed (undefined keys allow
+        all)."""
         if self.zone is not None and not self.zone.has(o.zone):
             return False
         if self.capacity_type is not None and not self.capacity_type.has(o.capacity_type):
             return False
-        return not (o.zone_id and self.zone_id is not None and not self.zone_id.has(o.zone_id))
+        if o.zone_id and self.zone_id is not None and not self.zone_id.has(o.zone_id):
+            return False
+        for req, value in ((self.reservation_id, o.reservation_id), (self.reservation_type, o.reservation_type)):
+            if req is not None and not (req.has(value) if value else req.is_negative()):
+                return False
+        return True
 
 
 def offering_allowed(offering: Offering, reqs: Requirements) -> bool:

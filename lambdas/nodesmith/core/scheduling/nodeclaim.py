@@ -31,7 +31,13 @@ from nodesmith.core.requirements import (
     Requirements,
 )
 from nodesmith.core.scheduling.daemonsets import DaemonGroup, build_overhead_groups
-from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_offering, min_values_shortfall
+from nodesmith.core.scheduling.instancetypes import (
+    NODES,
+    OFFERING_ONLY_KEYS,
+    OfferingFilter,
+    has_offering,
+    min_values_shortfall,
+)
 from nodesmith.core.scheduling.pods import ports_conflict
 from nodesmith.core.scheduling.reasons import Rejection, fit_failure, limits_failure
 from nodesmith.core.scheduling.taints import first_untolerated, format_taint
@@ -167,7 +173,7 @@ class Template:
 
     def compatible_mask(self, reqs: Requirements) -> int:
         """Types whose requirements intersect ``reqs`` and that have an allowed available offering (cached)."""
-        key = frozenset(reqs.get(k) for k in self.type_keys if reqs.has(k))
+        key = frozenset(reqs.get(k) for k in self.type_keys | OFFERING_ONLY_KEYS if reqs.has(k))
         mask = self._masks.get(key)
         if mask is None:
             mask = 0
