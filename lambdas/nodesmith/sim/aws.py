@@ -30,7 +30,8 @@ is read from the clock directly: moto scans every message of a queue for each me
 approximate counts) and converted the time through ``datetime`` at every look, so a send or receive cost
 grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure. A
 CreateFleet repeated with its ``ClientToken`` answers the first call's instances
-(:mod:`nodesmith.sim.aws_idempotency`).
+(:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
+``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s.
 """
 
 from __future__ import annotations
@@ -186,6 +187,7 @@ def fix_moto() -> None:
     from moto.events.utils import EventTemplateParser
     from moto.sqs.models import Message, Queue
 
+    from nodesmith.sim.aws_capacity_reservations import serve_capacity_reservations
     from nodesmith.sim.aws_idempotency import honour_client_tokens
 
     template = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE
@@ -210,6 +212,7 @@ def fix_moto() -> None:
 
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
 
+    serve_capacity_reservations()  # before the client tokens: a repeat answers the first launch
     honour_client_tokens()
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
