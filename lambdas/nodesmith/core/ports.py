@@ -78,7 +78,8 @@ class LaunchResult:
 
     ``capacity_errors`` are the offerings the same CreateFleet answered a capacity error for while it launched
     this one (its ``Errors``): the provider has marked them unavailable, and the caller's pass should plan
-    around them too.
+    around them too. A ``reserved`` instance names its capacity reservation (``reservation_id``, ``reservation_type``
+    ``default`` | ``capacity-block``).
     """
 
     instance_id: str
@@ -89,6 +90,8 @@ class LaunchResult:
     price: float
     launch_template_name: str = ""
     capacity_errors: tuple[UnavailableOffering, ...] = ()
+    reservation_id: str = ""
+    reservation_type: str = ""
 
     @property
     def provider_id(self) -> str:

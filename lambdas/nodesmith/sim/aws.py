@@ -187,7 +187,6 @@ def fix_moto() -> None:
     from moto.events.utils import EventTemplateParser
     from moto.sqs.models import Message, Queue
 
-    from nodesmith.sim.aws_capacity_reservations import serve_capacity_reservations
     from nodesmith.sim.aws_idempotency import honour_client_tokens
 
     template = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE
@@ -212,8 +211,7 @@ def fix_moto() -> None:
 
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
 
-    serve_capacity_reservations()  # before the client tokens: a repeat answers the first launch
-    honour_client_tokens()
+    honour_client_tokens()  # with the capacity reservations it checks inside
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)

@@ -25,6 +25,10 @@ def honour_client_tokens() -> None:
         return
     from moto.ec2.responses.fleets import Fleets
 
+    from nodesmith.sim.aws_capacity_reservations import serve_capacity_reservations
+
+    serve_capacity_reservations()  # inside the token check: a repeat answers the first launch, not a new check
+
     create = Fleets.create_fleet
     lock = threading.Lock()
     answers: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()

@@ -13,7 +13,13 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from nodesmith.adapters.aws.fleet import FleetChoice, Override, choose_offerings, client_token
+from nodesmith.adapters.aws.fleet import (
+    FleetChoice,
+    Override,
+    build_create_fleet_request,
+    choose_offerings,
+    client_token,
+)
 from nodesmith.adapters.aws.nodeclass import Image, ResolvedNodeClass, SecurityGroup, Subnet
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError, UnavailableOffering
@@ -417,3 +423,37 @@ def test_spot_left_only_above_the_cheapest_on_demand_launches_on_demand() -> Non
     )
     assert choice is not None and choice.capacity_type == "on-demand"
     assert choice.overrides[0] == Override("c5.large", "us-east-1a", "subnet-aaa", "ami-amd", 0.085)
+
+
+def _with_reserved(it: InstanceType, *offerings: Offering) -> InstanceType:
+    return InstanceType(it.name, it.labels, it.capacity, it.overhead, it.offerings + offerings)
+
+
+def test_a_capacity_block_launch_asks_for_capacity_block_through_the_cheapest_block_only() -> None:
+    def block(rid: str, zone: str, price: float) -> Offering:
+        return Offering(zone=zone, capacity_type="reserved", price=price, reservation_id=rid,
+                        reservation_type="capacity-block", reservation_capacity=4)  # fmt: skip
+
+    gpu = _with_reserved(G4, block("cr-0b1", "us-east-1a", 5e-8), block("cr-0b2", "us-east-1b", 6e-8))
+    choice = choose_offerings(
+        instance_types=[C5, gpu], capacity_types=frozenset({"reserved", "spot", "on-demand"}), zones=frozenset(ZONES),
+        subnets=SUBNETS, image_for=lambda _it: "ami-amd",
+    )  # fmt: skip
+    assert choice is not None and choice.capacity_type == "reserved"
+    assert [(o.instance_type, o.zone, o.reservation_id) for o in choice.overrides] == [
+        ("g4dn.xlarge", "us-east-1a", "cr-0b1")  # reserved before the cheaper non-GPU spot; one block only
+    ]
+    request = build_create_fleet_request(
+        choice=choice, launch_templates={("ami-amd", "cr-0b1"): "nodesmith/test/block"}, tags={}, token="t"
+    )
+    assert request["TargetCapacitySpecification"]["DefaultTargetCapacityType"] == "capacity-block"
+    assert "OnDemandOptions" not in request and "SpotOptions" not in request
+
+    odcr = Offering(zone="us-east-1c", capacity_type="reserved", price=1e-8, reservation_id="cr-0d",
+                    reservation_type="default", reservation_capacity=1)  # fmt: skip
+    choice = choose_offerings(
+        instance_types=[_with_reserved(M5, odcr)], capacity_types=frozenset({"reserved", "spot"}),
+        zones=frozenset(ZONES), subnets=SUBNETS, image_for=lambda _it: "ami-amd",
+        unavailable=lambda t, z, c: (t, z, c) == ("m5.large", "us-east-1c", "reserved"),
+    )  # fmt: skip
+    assert choice is not None and choice.capacity_type == "spot"  # the reservation failed in this pass: spot

@@ -2,7 +2,10 @@
 
 Follows Karpenter ``pkg/providers/instance/instance.go`` and ``types.go``:
 
-* capacity type: ``spot`` when spot is allowed and some candidate has an available spot offering no
+* capacity type: ``reserved`` when reserved is allowed and some candidate has an available reserved offering
+  (the reservations go through Karpenter's launch filters,
+  :func:`~nodesmith.core.capacityreservations.select_reserved_for_launch`, and each override carries its
+  reservation); else ``spot`` when spot is allowed and some candidate has an available spot offering no
   pricier than the cheapest on-demand one (when on-demand is allowed), else ``on-demand``
   (``getCapacityType`` after ``filterUnwantedSpot``);
 * filters (``filter/filter.go``): exotic types (GPUs, accelerators, ``metal``) are dropped when any
@@ -13,8 +16,9 @@ Follows Karpenter ``pkg/providers/instance/instance.go`` and ``types.go``:
   ``ImageId``, ``AvailabilityZone`` and ``Priority`` = offering price (USD/hour);
 * request: ``Type=instant``, ``TotalTargetCapacity=1``, ``DefaultTargetCapacityType``, spot
   ``price-capacity-optimized`` / on-demand ``lowest-price`` (``capacity-optimized-prioritized`` / ``prioritized``
-  when a NodeOverlay priced the offerings), launch templates at ``$Latest``, tags
-  on instance, volume and fleet, and a ``ClientToken``;
+  when a NodeOverlay priced the offerings), launch templates at ``$Latest`` (one per AMI and reservation), tags
+  on instance, volume and fleet, and a ``ClientToken``; a reserved launch asks for ``on-demand`` (an ODCR, whose
+  launch template targets it) or ``capacity-block``;
 * answer: an instance -> success (capacity ``Errors`` for other overrides are still reported so the
   unavailable-offerings cache learns them); none -> :class:`InsufficientCapacityError` when every
   error is a capacity error (``pkg/errors/errors.go`` ``unfulfillableCapacityErrorCodes``), else
@@ -28,9 +32,16 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.core.capacityreservations import RESERVATION_TYPE_CAPACITY_BLOCK, select_reserved_for_launch
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError, UnavailableOffering
 from nodesmith.core.instancetypes import EFA, HABANA_GAUDI, NEURON, NEURON_CORE
-from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, InstanceType, Offering
+from nodesmith.core.model import (
+    CAPACITY_TYPE_ON_DEMAND,
+    CAPACITY_TYPE_RESERVED,
+    CAPACITY_TYPE_SPOT,
+    InstanceType,
+    Offering,
+)
 from nodesmith.core.resources import GPU_AMD, GPU_NVIDIA
 
 if TYPE_CHECKING:
@@ -47,6 +58,7 @@ __all__ = [
     "choose_offerings",
     "client_token",
     "read_create_fleet_response",
+    "target_capacity_type",
 ]
 
 MAX_INSTANCE_TYPES = 60
@@ -74,13 +86,21 @@ _EXOTIC_RESOURCES = (GPU_NVIDIA, GPU_AMD, NEURON, NEURON_CORE, HABANA_GAUDI, EFA
 
 @dataclass(frozen=True, slots=True)
 class Override:
-    """One CreateFleet override: a type in a zone's subnet with an AMI, at a price (USD/hour)."""
+    """One CreateFleet override: a type in a zone's subnet with an AMI, at a price (USD/hour); a reserved one names
+    its reservation (``reservation_id``, ``reservation_type`` ``default`` | ``capacity-block``)."""
 
     instance_type: str
     zone: str
     subnet_id: str
     image_id: str
     price: float
+    reservation_id: str = ""
+    reservation_type: str = ""
+
+    @property
+    def template_key(self) -> tuple[str, str]:
+        """(AMI, reservation id): overrides sharing it share a launch template."""
+        return (self.image_id, self.reservation_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +113,8 @@ class FleetChoice:
 
 @dataclass(frozen=True, slots=True)
 class FleetInstance:
-    """The instance CreateFleet launched, and the capacity errors it reported for other overrides."""
+    """The instance CreateFleet launched (into ``reservation_id`` for a reserved launch), and the capacity errors it
+    reported for other overrides."""
 
     instance_id: str
     instance_type: str
@@ -102,6 +123,8 @@ class FleetInstance:
     image_id: str
     capacity_type: str
     capacity_errors: tuple[UnavailableOffering, ...] = ()
+    reservation_id: str = ""
+    reservation_type: str = ""
 
 
 def _exotic(it: InstanceType) -> bool:
@@ -143,8 +166,16 @@ def choose_offerings(
         ]
         if offerings:
             candidates.append((it, image, offerings))
+    reserved = _reserved_choice(candidates, subnets=subnets)  # reserved first, exotic (GPU blocks) included
+    if reserved is not None:
+        return reserved
     if any(not _exotic(it) for it, _, _ in candidates):  # exotic types only when nothing else fits
         candidates = [c for c in candidates if not _exotic(c[0])]
+    candidates = [
+        (it, image, kept)
+        for it, image, offs in candidates
+        if (kept := [o for o in offs if o.capacity_type != CAPACITY_TYPE_RESERVED])
+    ]
     on_demand_prices = [
         o.price for _, _, offs in candidates for o in offs if o.capacity_type == CAPACITY_TYPE_ON_DEMAND
     ]
@@ -176,6 +207,40 @@ def choose_offerings(
     return FleetChoice(capacity_type=capacity_type, overrides=flat)
 
 
+def _reserved_choice(
+    candidates: Sequence[tuple[InstanceType, str, list[Offering]]], *, subnets: Mapping[str, str]
+) -> FleetChoice | None:
+    """The reserved launch when a candidate has a reserved offering (Karpenter launches reserved first)."""
+    images = {it.name: image for it, image, _ in candidates}
+    pairs = [(it.name, o) for it, _, offs in candidates for o in offs if o.capacity_type == CAPACITY_TYPE_RESERVED]
+    picked = select_reserved_for_launch(pairs)
+    if not picked:
+        return None
+    overrides = tuple(
+        Override(
+            instance_type=name,
+            zone=o.zone,
+            subnet_id=subnets[o.zone],
+            image_id=images[name],
+            price=o.price,
+            reservation_id=o.reservation_id,
+            reservation_type=o.reservation_type,
+        )
+        for name, o in picked
+    )
+    return FleetChoice(capacity_type=CAPACITY_TYPE_RESERVED, overrides=overrides)
+
+
+def target_capacity_type(choice: FleetChoice) -> str:
+    """CreateFleet's ``DefaultTargetCapacityType`` for ``choice``: ``capacity-block`` for a Capacity Block,
+    ``on-demand`` for an ODCR (its launch template targets it), else the capacity type (``spot``, ``on-demand``)."""
+    if choice.capacity_type != CAPACITY_TYPE_RESERVED:
+        return choice.capacity_type
+    if any(o.reservation_type == RESERVATION_TYPE_CAPACITY_BLOCK for o in choice.overrides):
+        return RESERVATION_TYPE_CAPACITY_BLOCK
+    return CAPACITY_TYPE_ON_DEMAND
+
+
 def client_token(*, base: str, choice: FleetChoice) -> str:
     """A CreateFleet ``ClientToken`` (<= 64 ASCII chars): ``base`` plus a digest of the overrides.
 
@@ -192,7 +257,7 @@ def client_token(*, base: str, choice: FleetChoice) -> str:
 def build_create_fleet_request(
     *,
     choice: FleetChoice,
-    launch_templates: Mapping[str, str],
+    launch_templates: Mapping[tuple[str, str], str],
     tags: Mapping[str, str],
     token: str,
     context: str | None = None,
@@ -200,15 +265,15 @@ def build_create_fleet_request(
 ) -> dict[str, Any]:
     """The CreateFleet request for ``choice``.
 
-    ``launch_templates`` maps image id -> launch template name (one template per AMI); overrides
-    are grouped under their image's template, in ``choice`` order. ``prioritized`` (a NodeOverlay priced the
+    ``launch_templates`` maps :attr:`Override.template_key` (AMI, reservation id) -> launch template name; overrides
+    are grouped under their template, in ``choice`` order. ``prioritized`` (a NodeOverlay priced the
     offerings) launches by the overrides' ``Priority`` (their overlaid price, lowest first) instead of EC2's
     prices: spot ``capacity-optimized-prioritized``, on-demand ``prioritized``
     (``[aws]:pkg/providers/instance/types.go``).
     """
     configs: dict[str, list[dict[str, Any]]] = {}
     for o in choice.overrides:
-        name = launch_templates[o.image_id]
+        name = launch_templates[o.template_key]
         configs.setdefault(name, []).append(
             {
                 "InstanceType": o.instance_type,
@@ -222,17 +287,21 @@ def build_create_fleet_request(
     request: dict[str, Any] = {
         "Type": "instant",
         "ClientToken": token,
-        "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": choice.capacity_type},
+        "TargetCapacitySpecification": {
+            "TotalTargetCapacity": 1,
+            "DefaultTargetCapacityType": target_capacity_type(choice),
+        },
         "LaunchTemplateConfigs": [
             {"LaunchTemplateSpecification": {"LaunchTemplateName": name, "Version": "$Latest"}, "Overrides": overrides}
             for name, overrides in configs.items()
         ],
         "TagSpecifications": [{"ResourceType": r, "Tags": tag_list} for r in ("instance", "volume", "fleet")],
     }
-    if choice.capacity_type == CAPACITY_TYPE_SPOT:
+    target = target_capacity_type(choice)
+    if target == CAPACITY_TYPE_SPOT:
         strategy = "capacity-optimized-prioritized" if prioritized else "price-capacity-optimized"
         request["SpotOptions"] = {"AllocationStrategy": strategy}
-    else:
+    elif target == CAPACITY_TYPE_ON_DEMAND:
         request["OnDemandOptions"] = {"AllocationStrategy": "prioritized" if prioritized else "lowest-price"}
     if context:
         request["Context"] = context
@@ -244,10 +313,11 @@ def _error_offering(
 ) -> UnavailableOffering:
     overrides = (error.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
     zone = overrides.get("AvailabilityZone") or subnet_zones.get(overrides.get("SubnetId", ""), "")
+    reserved = capacity_type == CAPACITY_TYPE_RESERVED  # EC2 says on-demand for a reservation's instances
     return UnavailableOffering(
         instance_type=str(overrides.get("InstanceType", "")),
         zone=str(zone),
-        capacity_type=str(error.get("Lifecycle") or capacity_type),
+        capacity_type=capacity_type if reserved else str(error.get("Lifecycle") or capacity_type),
         code=str(error.get("ErrorCode", "")),
     )
 
@@ -290,14 +360,19 @@ def read_create_fleet_response(
         if match is None:
             match = next((o for o in choice.overrides if o.instance_type == instance_type), None)
         zone = str(overrides.get("AvailabilityZone") or subnet_zones.get(subnet_id) or (match.zone if match else ""))
+        if choice.capacity_type == CAPACITY_TYPE_RESERVED:  # the reservation of the override that launched
+            match = next((o for o in choice.overrides if o.instance_type == instance_type and o.zone == zone), match)
+        reserved = choice.capacity_type == CAPACITY_TYPE_RESERVED and match is not None
         return FleetInstance(
             instance_id=str(ids[0]),
             instance_type=instance_type,
             zone=zone,
             subnet_id=subnet_id or (match.subnet_id if match else ""),
             image_id=str(overrides.get("ImageId") or (match.image_id if match else "")),
-            capacity_type=str(item.get("Lifecycle") or choice.capacity_type),
+            capacity_type=CAPACITY_TYPE_RESERVED if reserved else str(item.get("Lifecycle") or choice.capacity_type),
             capacity_errors=capacity,
+            reservation_id=match.reservation_id if reserved and match else "",
+            reservation_type=match.reservation_type if reserved and match else "",
         )
     if errors and len(capacity) == len(errors):
         codes = sorted({o.code for o in capacity})

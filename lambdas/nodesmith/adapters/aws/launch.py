@@ -4,7 +4,10 @@
 cache (:func:`~nodesmith.adapters.aws.fleet.choose_offerings`), ensures one launch template per AMI
 with the NodeClaim's labels, taints and the node class's kubelet in nodeadm user data, calls
 CreateFleet ``instant`` and hands every capacity error in the answer to ``remember`` (so the next
-plan avoids those offerings), retrying once with fresh templates when EC2 says a template vanished.
+plan avoids those offerings), retrying once with fresh templates when EC2 says a template vanished. A launch into a
+capacity reservation uses a launch template of its own that targets it, takes one off the reservation's available
+count when it succeeds, and sets that count to 0 on a capacity error (Karpenter's ``MarkLaunched`` /
+``MarkUnavailable``; those errors stay out of the 3-minute unavailable-offerings cache).
 The request and answer shapes are in :mod:`nodesmith.adapters.aws.fleet`, the tags in
 :mod:`nodesmith.adapters.aws.tags`.
 """
@@ -27,12 +30,20 @@ from nodesmith.adapters.aws.instances import NODECLASS_TAG, NODEPOOL_TAG
 from nodesmith.adapters.aws.launch_template import LaunchTemplateSpec, render_user_data
 from nodesmith.adapters.aws.nodeclass import field_value
 from nodesmith.adapters.aws.tags import launch_tags, static_tags
+from nodesmith.core.capacityreservations import (
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+)
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError
+from nodesmith.core.model import CAPACITY_TYPE_RESERVED
 from nodesmith.core.ports import LaunchResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability
+    from nodesmith.adapters.aws.fleet import Override
     from nodesmith.adapters.aws.launch_template import LaunchTemplates
     from nodesmith.adapters.aws.nodeclass import NodeClassResolver, ResolvedNodeClass
     from nodesmith.core.errors import UnavailableOffering
@@ -67,7 +78,8 @@ class FleetLauncher:
     """Launch instances with CreateFleet ``instant`` for :meth:`Ec2CloudProvider.create`.
 
     ``unavailable(type, zone, capacity type)`` tells whether an offering is marked unavailable;
-    ``remember`` receives the capacity errors of every CreateFleet answer.
+    ``remember`` receives the capacity errors of every CreateFleet answer but a reserved launch's, which go to
+    ``reservations``. ``reserved_capacity`` (the ``ReservedCapacity`` gate) makes other launches opt out of open ODCRs.
     """
 
     def __init__(
@@ -79,8 +91,12 @@ class FleetLauncher:
         unavailable: Callable[[str, str, str], bool],
         remember: Callable[[Sequence[UnavailableOffering]], None],
         bootstrap: NodeBootstrap,
+        reservations: ReservationAvailability | None = None,
+        reserved_capacity: bool = True,
     ) -> None:
         self._ec2 = ec2
+        self._reservations = reservations
+        self._reserved_capacity = reserved_capacity
         self._nodeclasses = nodeclasses
         self._launch_templates = launch_templates
         self._unavailable = unavailable
@@ -126,11 +142,12 @@ class FleetLauncher:
     def _launch(
         self, *, request: LaunchRequest, resolved: ResolvedNodeClass, choice: FleetChoice, tags: Mapping[str, str]
     ) -> LaunchResult:
-        templates: dict[str, str] = {}
-        for image_id in dict.fromkeys(o.image_id for o in choice.overrides):
-            templates[image_id] = self._ensure_template(
-                request=request, resolved=resolved, image_id=image_id, capacity_type=choice.capacity_type
-            )
+        templates: dict[tuple[str, str], str] = {}
+        for override in choice.overrides:
+            if override.template_key not in templates:
+                templates[override.template_key] = self._ensure_template(
+                    request=request, resolved=resolved, override=override, capacity_type=choice.capacity_type
+                )
         token = client_token(base=request.client_token or request.nodeclaim_name, choice=choice)
         fleet_request = build_create_fleet_request(
             choice=choice,
@@ -146,8 +163,14 @@ class FleetLauncher:
             code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", "")) or type(exc).__name__
             raise LaunchError(f"CreateFleet for NodeClaim {request.nodeclaim_name} failed: {exc}", code=code) from exc
         subnet_zones = {s.id: s.zone for s in resolved.subnets.values()}
-        self._remember(capacity_errors(response, choice=choice, subnet_zones=subnet_zones))
+        errors = capacity_errors(response, choice=choice, subnet_zones=subnet_zones)
+        if choice.capacity_type == CAPACITY_TYPE_RESERVED:
+            self._reservations_full(choice, errors)
+        else:
+            self._remember(errors)
         launched = read_create_fleet_response(response, choice=choice, subnet_zones=subnet_zones)
+        if launched.reservation_id and self._reservations is not None:
+            self._reservations.mark_launched(launched.reservation_id)
         price = next(
             (
                 o.price
@@ -171,14 +194,25 @@ class FleetLauncher:
             capacity_type=launched.capacity_type,
             image_id=launched.image_id,
             price=price,
-            launch_template_name=templates.get(launched.image_id, ""),
+            launch_template_name=templates.get((launched.image_id, launched.reservation_id), ""),
             capacity_errors=launched.capacity_errors,
+            reservation_id=launched.reservation_id,
+            reservation_type=launched.reservation_type,
         )
 
+    def _reservations_full(self, choice: FleetChoice, errors: Sequence[UnavailableOffering]) -> None:
+        """The reservations of the overrides EC2 answered a capacity error for can take no instance now."""
+        failed = {(e.instance_type, e.zone) for e in errors}
+        ids = {o.reservation_id for o in choice.overrides if (o.instance_type, o.zone) in failed and o.reservation_id}
+        if ids and self._reservations is not None:
+            LOG.info("capacity reservations %s are full", ", ".join(sorted(ids)))
+            self._reservations.mark_unavailable(ids)
+
     def _ensure_template(
-        self, *, request: LaunchRequest, resolved: ResolvedNodeClass, image_id: str, capacity_type: str
+        self, *, request: LaunchRequest, resolved: ResolvedNodeClass, override: Override, capacity_type: str
     ) -> str:
-        """The launch template for one AMI: labels/taints of the NodeClaim, the node class's kubelet.
+        """The launch template for one AMI (and reservation): labels/taints of the NodeClaim, the node class's kubelet;
+        a reserved launch's also the reservation's labels, and it targets the reservation.
 
         ``maxPods`` is only written when the EC2NodeClass sets it; otherwise nodeadm derives the
         same ENI-limited value per instance type at boot.
@@ -190,6 +224,10 @@ class FleetLauncher:
             NODECLASS_TAG: resolved.name,
             CAPACITY_TYPE_LABEL: capacity_type,
         }
+        if override.reservation_id:
+            labels[LABEL_CAPACITY_RESERVATION_ID] = override.reservation_id
+            labels[LABEL_CAPACITY_RESERVATION_TYPE] = override.reservation_type
+            labels[LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE] = "false"
         kubelet = field_value(resolved.spec, "kubelet") or {}
         user_data = render_user_data(
             cluster_name=cluster,
@@ -204,11 +242,14 @@ class FleetLauncher:
         spec = LaunchTemplateSpec(
             cluster_name=cluster,
             nodeclass_name=resolved.name,
-            image_id=image_id,
+            image_id=override.image_id,
             instance_profile=resolved.instance_profile,
             security_group_ids=tuple(g.id for g in resolved.security_groups),
             user_data=user_data,
             capacity_type=capacity_type,
+            reservation_id=override.reservation_id,
+            reservation_type=override.reservation_type,
+            open_reservations=not self._reserved_capacity,
             spec=resolved.spec,
             tags=static_tags(
                 cluster_name=cluster, nodeclass_name=resolved.name, extra=field_value(resolved.spec, "tags") or {}

@@ -215,7 +215,9 @@ class LaunchTemplateSpec:
 
     ``spec`` is the EC2NodeClass spec in Karpenter JSON; ``user_data`` the plain-text MIME user data
     (base64-encoded when sent); ``tags`` tag the template and the network interfaces (and spot
-    requests for spot).
+    requests for spot). ``reservation_id`` (with ``reservation_type`` ``default`` | ``capacity-block``) makes the
+    template launch only into that capacity reservation; without one, ``open_reservations`` False keeps the
+    instance out of open ODCRs (Karpenter ``[aws]:pkg/providers/launchtemplate/types.go`` with ``ReservedCapacity``).
     """
 
     cluster_name: str
@@ -227,6 +229,9 @@ class LaunchTemplateSpec:
     capacity_type: str
     spec: Mapping[str, Any] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
+    reservation_id: str = ""
+    reservation_type: str = ""
+    open_reservations: bool = True
 
 
 def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
@@ -244,6 +249,15 @@ def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
         "Monitoring": {"Enabled": bool(field_value(spec.spec, "detailedMonitoring"))},
         "TagSpecifications": data_tags,
     }
+    if spec.reservation_id:
+        data["CapacityReservationSpecification"] = {
+            "CapacityReservationPreference": "capacity-reservations-only",
+            "CapacityReservationTarget": {"CapacityReservationId": spec.reservation_id},
+        }
+        if spec.reservation_type == "capacity-block":
+            data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    elif not spec.open_reservations:
+        data["CapacityReservationSpecification"] = {"CapacityReservationPreference": "none"}
     public_ip = field_value(spec.spec, "associatePublicIPAddress")
     if public_ip is None:
         data["SecurityGroupIds"] = list(spec.security_group_ids)

@@ -14,6 +14,9 @@ Semantics follow Karpenter's AWS provider (``pkg/providers/subnet``, ``securityg
   and the newest image per architecture wins.
 * instance profile: ``spec.instanceProfile`` as is; with ``spec.role``, the provider's configured
   profile, else one created for the role (``nodesmith_<cluster>_<hash>``).
+* capacity reservations (feature gate ``ReservedCapacity``, on by default as in Karpenter):
+  ``capacityReservationSelectorTerms`` through DescribeCapacityReservations
+  (:mod:`nodesmith.adapters.aws.capacity_reservations`); with the gate off the terms are ignored.
 
 Results are cached per EC2NodeClass spec for ``ttl_seconds`` (60 s, Karpenter's discovery refresh).
 Whatever does not resolve is named in one :class:`NodeClassNotReadyError`.
@@ -42,6 +45,7 @@ from nodesmith.adapters.aws.amis import (
     required_variant,
     ssm_alias_parameter,
 )
+from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability, describe_capacity_reservations
 from nodesmith.adapters.aws.nodeclass_spec import (
     GIB,
     block_device_mappings,
@@ -54,6 +58,8 @@ from nodesmith.core.instancetypes import KubeletSettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+
+    from nodesmith.core.capacityreservations import CapacityReservation
 
 __all__ = [
     "AmiCompatibility",
@@ -96,7 +102,9 @@ class ResolvedNodeClass:
     """An EC2NodeClass resolved against EC2.
 
     ``subnets`` maps zone -> the subnet launches use there; ``spec`` is the node class spec as
-    Karpenter JSON (camelCase) for the launch template; ``root_volume_bytes`` the root EBS size.
+    Karpenter JSON (camelCase) for the launch template; ``root_volume_bytes`` the root EBS size;
+    ``capacity_reservations`` the active reservations its ``capacityReservationSelectorTerms`` select (counts as
+    described; :class:`ReservationAvailability` holds the current ones).
     """
 
     name: str
@@ -107,6 +115,7 @@ class ResolvedNodeClass:
     spec: Mapping[str, Any] = field(default_factory=dict)
     kubelet: KubeletSettings | None = None
     root_volume_bytes: int = 20 * GIB
+    capacity_reservations: tuple[CapacityReservation, ...] = ()
 
     @property
     def compatibility(self) -> AmiCompatibility:
@@ -145,7 +154,9 @@ class NodeClassResolver:
 
     ``kubernetes_version`` (``"1.31"`` or a callable returning it) selects alias AMIs;
     ``instance_profile`` is used for node classes whose ``role`` is ``role_for_profile`` (name or
-    ARN; None: any role); ``clock`` returns monotonic seconds.
+    ARN; None: any role); ``clock`` returns monotonic seconds, ``wall_clock`` epoch seconds.
+    ``reserved_capacity`` is the ``ReservedCapacity`` feature gate; ``reservations`` receives the counts each
+    describe of capacity reservations reads.
     """
 
     def __init__(
@@ -160,6 +171,9 @@ class NodeClassResolver:
         role_for_profile: str | None = None,
         ttl_seconds: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        reserved_capacity: bool = True,
+        reservations: ReservationAvailability | None = None,
     ) -> None:
         self._ec2 = ec2
         self._ssm = ssm
@@ -170,6 +184,9 @@ class NodeClassResolver:
         self._profile_role = role_for_profile.rsplit("/", 1)[-1] if role_for_profile else None
         self._ttl = ttl_seconds
         self._clock = clock
+        self._wall = wall_clock
+        self._reserved_capacity = reserved_capacity
+        self.reservations = reservations if reservations is not None else ReservationAvailability(clock=clock)
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, ResolvedNodeClass]] = {}
         self._profiles: dict[str, str] = {}
@@ -226,6 +243,15 @@ class NodeClassResolver:
             profile = self.instance_profile(spec)
         except NodeClassNotReadyError as exc:
             problems.append(str(exc))
+        reservations: list[CapacityReservation] = []
+        reservation_terms = list(field_value(spec, "capacityReservationSelectorTerms") or [])
+        if self._reserved_capacity and reservation_terms:
+            described_at = self._clock()
+            try:
+                reservations = describe_capacity_reservations(ec2=self._ec2, terms=reservation_terms, now=self._wall())
+            except NodeClassNotReadyError as exc:
+                problems.append(str(exc))
+            self.reservations.observe(reservations, described_at=described_at)
         if problems:
             raise NodeClassNotReadyError(f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(problems))
         by_zone: dict[str, Subnet] = {}
@@ -240,6 +266,7 @@ class NodeClassResolver:
             spec=dict(spec),
             kubelet=KubeletSettings.from_kubelet(field_value(spec, "kubelet")),
             root_volume_bytes=root_volume_bytes(spec),
+            capacity_reservations=tuple(reservations),
         )
 
     # -- subnets and security groups -------------------------------------------------------------

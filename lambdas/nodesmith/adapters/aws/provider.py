@@ -7,7 +7,9 @@ shapes in :mod:`.fleet`, tags in :mod:`.tags`), instances in :mod:`.instances`, 
 unavailable-offerings cache (``pkg/cache/unavailableofferings.go``) in :mod:`.unavailable` (in memory)
 and :mod:`.unavailable_shared` (shared through the ``state`` store): a (type, zone, capacity type)
 that hit a capacity error is unavailable for 3 minutes, so the next scheduling pass plans around it
-(spot -> on-demand, other types, other zones).
+(spot -> on-demand, other types, other zones). Capacity reservations the node classes select add ``reserved``
+offerings (:mod:`nodesmith.core.capacityreservations`); how many instances each can still take is kept in
+:class:`~nodesmith.adapters.aws.capacity_reservations.ReservationAvailability`, not in that cache.
 
 Clients are created lazily from :mod:`nodesmith.adapters.aws.clients` unless injected (tests).
 """
@@ -17,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws import clients
+from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability
 from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
 from nodesmith.adapters.aws.instances import Instances
 from nodesmith.adapters.aws.launch import FleetLauncher, NodeBootstrap
@@ -28,12 +32,14 @@ from nodesmith.adapters.aws.nodeclass import NodeClassResolver, ResolvedNodeClas
 from nodesmith.adapters.aws.pricing import PricingProvider
 from nodesmith.adapters.aws.unavailable import UNAVAILABLE_OFFERINGS_TTL_SECONDS, UnavailableOfferings
 from nodesmith.adapters.aws.unavailable_shared import remember_unavailable, sync_unavailable
+from nodesmith.core.capacityreservations import with_reserved_offerings
 from nodesmith.core.errors import NodeClassNotReadyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.capacityreservations import CapacityReservation
     from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import InstanceType
     from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, StateStore
@@ -61,7 +67,9 @@ class Ec2CloudProvider:
     ``node_role`` is None); other roles get a profile created through IAM.
     ``instance_type_names`` restricts the catalogue (None: all). ``clock`` returns monotonic seconds.
     ``state`` shares the unavailable-offerings cache between containers (see :mod:`.unavailable_shared`);
-    ``wall_clock`` returns epoch seconds for its expiries.
+    ``wall_clock`` returns epoch seconds for its expiries. ``reserved_capacity`` is Karpenter's ``ReservedCapacity``
+    feature gate (on by default): node classes' capacity reservations are used, and other launches opt out of open
+    ODCRs (``CapacityReservationPreference: none``).
     """
 
     def __init__(
@@ -88,8 +96,11 @@ class Ec2CloudProvider:
         clock: Callable[[], float] = time.monotonic,
         state: StateStore | None = None,
         wall_clock: Callable[[], float] = time.time,
+        reserved_capacity: bool = True,
     ) -> None:
         self._cluster = cluster_name
+        self.reserved_capacity = reserved_capacity
+        self.reservations = ReservationAvailability(clock=clock)
         self._region = region
         self._node_role = node_role
         self._k8s_version = kubernetes_version
@@ -124,6 +135,9 @@ class Ec2CloudProvider:
             instance_profile=instance_profile,
             role_for_profile=node_role,
             clock=clock,
+            wall_clock=wall_clock,
+            reserved_capacity=reserved_capacity,
+            reservations=self.reservations,
         )
         self.launch_templates = LaunchTemplates(ec2=self._ec2)
         self.instances = Instances(ec2=self._ec2, cluster_name=cluster_name)
@@ -203,7 +217,7 @@ class Ec2CloudProvider:
         return self.instance_types(nodeclass=nodeclass)
 
     def _instance_types_for(self, resolved: ResolvedNodeClass) -> list[InstanceType]:
-        return self.catalog.instance_types(
+        types = self.catalog.instance_types(
             zones=resolved.zones,
             kubelet=resolved.kubelet,
             root_volume_bytes=resolved.root_volume_bytes,
@@ -211,6 +225,17 @@ class Ec2CloudProvider:
             unavailable=self.unavailable.keys(),
             launchable=resolved.compatibility,
         )
+        return with_reserved_offerings(
+            types, self._current(resolved.capacity_reservations), zones=resolved.zones, now=self._wall()
+        )
+
+    def _current(self, reservations: Sequence[CapacityReservation]) -> list[CapacityReservation]:
+        return [replace(r, available_count=self.reservations.available(r)) for r in reservations]
+
+    def capacity_reservations(self, *, nodeclass: EC2NodeClass) -> list[CapacityReservation]:
+        """The active capacity reservations ``nodeclass`` selects, with the instances each can take now (empty with
+        the ``ReservedCapacity`` gate off). Raises ``NodeClassNotReadyError`` when the node class does not resolve."""
+        return self._current(self.nodeclasses.resolve(nodeclass=nodeclass).capacity_reservations)
 
     def create(self, *, request: LaunchRequest) -> LaunchResult:
         """Launch one instance for ``request`` with CreateFleet instant (see :mod:`.launch`, :mod:`.fleet`).
@@ -227,6 +252,8 @@ class Ec2CloudProvider:
             unavailable=self.unavailable.is_unavailable,
             remember=self._remember,
             bootstrap=self._bootstrap,
+            reservations=self.reservations,
+            reserved_capacity=self.reserved_capacity,
         )
         return launcher.create(request=request)
 

@@ -24,6 +24,7 @@ garbage collection can find them.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.api.common import (
@@ -40,6 +41,12 @@ from nodesmith.core.api.nodeclaim import (
     NodeClaim,
     NodeClaimResources,
     NodeClaimSpec,
+)
+from nodesmith.core.capacityreservations import (
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+    RESERVATION_TYPE_DEFAULT,
 )
 from nodesmith.core.disruption.drift import (
     NODECLASS_HASH_ANNOTATION,
@@ -59,6 +66,7 @@ from nodesmith.core.requirements import (
     Requirements,
 )
 from nodesmith.core.resources import format_quantity
+from nodesmith.core.scheduling.instancetypes import OfferingFilter
 from nodesmith.core.termination import TERMINATION_FINALIZER
 from nodesmith.services.provisioning.capacity import to_rfc3339
 
@@ -251,7 +259,8 @@ def launch_request(
     unavailable: Collection[tuple[str, str, str]] = (),
 ) -> LaunchRequest:
     """The CreateFleet request for ``nodeclaim``: its instance types in order (cheapest first) that
-    still have an available offering within the NodeClaim's zone and capacity-type requirements.
+    still have an available offering within the NodeClaim's zone and capacity-type requirements. Reserved offerings
+    the NodeClaim's capacity-reservation requirements rule out are taken off the types passed on.
 
     ``unavailable`` holds ``(instance type, zone, capacity type)`` that failed earlier in this
     pass (on top of what the catalogue already marks unavailable).
@@ -263,6 +272,7 @@ def launch_request(
     """
     reqs = Requirements.from_node_selector_requirements(nodeclaim.requirements_core())
     zone_req, ct_req = reqs.get(LABEL_ZONE), reqs.get(LABEL_CAPACITY_TYPE)
+    offers = OfferingFilter(reqs)
     names = _instance_type_names(nodeclaim) or sorted(catalogue)
     types: list[InstanceType] = []
     zones: set[str] = set()
@@ -271,6 +281,8 @@ def launch_request(
         it = catalogue.get(name)
         if it is None:
             continue
+        if any(o.reservation_id and not offers.allows(o) for o in it.offerings):
+            it = replace(it, offerings=tuple(o for o in it.offerings if not o.reservation_id or offers.allows(o)))
         usable = [
             o
             for o in it.offerings
@@ -309,12 +321,18 @@ def _quantities(resources: Mapping[str, int]) -> dict[str, str]:
 
 def launched_labels(result: LaunchResult) -> dict[str, str]:
     """The labels a launched NodeClaim gets: its instance's type, zone and capacity type, as Karpenter's launch
-    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``)."""
-    return {
+    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``), and for an
+    instance in a capacity reservation its id, type and ``-interruptible`` (the reserved offering's labels)."""
+    labels = {
         LABEL_INSTANCE_TYPE: result.instance_type,
         LABEL_ZONE: result.zone,
         LABEL_CAPACITY_TYPE: result.capacity_type,
     }
+    if result.reservation_id:
+        labels[LABEL_CAPACITY_RESERVATION_ID] = result.reservation_id
+        labels[LABEL_CAPACITY_RESERVATION_TYPE] = result.reservation_type or RESERVATION_TYPE_DEFAULT
+        labels[LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE] = "false"
+    return labels
 
 
 def mark_launched(
