@@ -4,51 +4,6 @@ Every value has a default, so ``cdk synth`` works with no context, no AWS accoun
 A bad value fails synthesis with a :class:`ConfigError` that names the context key, instead of
 deploying a stack whose Lambdas would fail at their first invocation.
 
-key                                    meaning                                                 default
-=====================================  ======================================================  ==============
-``clusterName``                        EKS cluster name (also the ``kubernetes.io/cluster/``   ``nodesmith``
-                                       ``<name>`` tag every launched resource must carry)
-``clusterEndpoint``                    API server URL (``https://...``)                         placeholder
-``clusterCaData``                      base64 cluster CA bundle (empty: system trust store)     ``""``
-``nodeRoleArn``                        IAM role of the nodes (the only role ``iam:PassRole``    ``KarpenterNode
-                                       allows); empty: ``KarpenterNodeRole-<clusterName>`` in   Role-<cluster>``
-                                       the deploying account, Karpenter's getting-started name
-``reconcileMode``                      ``poll`` (one pass per scheduled invocation, once a      ``poll``
-                                       minute) or ``watch`` (one invocation watches pending
-                                       pods for up to ~14 min and hands over through the
-                                       lease; timeout 900 s)
-``reconcileTimeoutSeconds``            reconcile Lambda timeout, 60..900 s                      ``900``
-``interruptionTimeoutSeconds``         interruption Lambda timeout, 5..60 s (see below)         ``20``
-``interruptionMaxConcurrency``         interruption event source ``MaximumConcurrency``,        ``25``
-                                       2..1000
-``interruptionBatchSize``              interruption event source ``BatchSize``, 1..10000        ``10``
-``interruptionReservedConcurrency``    reserved concurrency of the interruption Lambda, at      as max
-                                       least ``interruptionMaxConcurrency`` (unset: equal)      concurrency
-``terminationTimeoutSeconds``          termination Lambda timeout (one drain round per          ``60``
-                                       message, up to a batch of 10), 10..900 s
-``terminationMaxConcurrency``          termination event source ``MaximumConcurrency``,         ``25``
-                                       2..1000
-``terminationReservedConcurrency``     reserved concurrency of the termination Lambda, at       as max
-                                       least ``terminationMaxConcurrency`` (unset: equal)       concurrency
-``terminationMaxReceiveCount``         drain rounds of one request before it is dead-lettered   ``360``
-                                       (the termination queue's ``maxReceiveCount``, see below)
-``terminationRetrySeconds``            first wait between drain rounds (s), 1..60               ``2``
-``terminationRetryMaxSeconds``         cap of the doubling wait between rounds (s), 1..900      ``10``
-``terminationRequestStaleSeconds``     the reconcile pass re-sends a deleting NodeClaim's       ``300``
-                                       request not worked on for this long (s), 60..3600
-``evictionWorkers``                    evictions in flight per drain round, 1..64               ``8``
-``priceTable``                         price table passed to the Lambdas (empty: Pricing API)   ``""``
-``rebalanceAction``                    what a rebalance recommendation does:                    ``cordon``
-                                       ``ignore | event | cordon | drain``
-``alarmTopicArn``                      SNS topic for alarm and OK actions (empty: none)         ``""``
-``pendingPodAgeAlarmSeconds``          alarm when the oldest pending pod is older than this     ``300``
-``logRetentionDays``                   CloudWatch Logs retention of every function              ``30``
-``featureGates``                       Karpenter's ``--feature-gates`` for the reconcile        ``""``
-                                       function (``NodeRepair=true`` turns node repair on,
-                                       ``NodeOverlay=true`` applies NodeOverlays; Karpenter's
-                                       other gate names are accepted and change nothing)
-=====================================  ======================================================  ==============
-=======
 Context keys (``cdk.json`` ``context`` or ``cdk synth -c key=value``), all prefixed ``nodesmith:``, are listed
 with their meaning and accepted range in :data:`infra.config_keys.CONTEXT_KEYS`, from which
 ``docs/configuration.md`` is rendered (``python -m infra.docs``).

@@ -167,6 +167,16 @@ def test_feature_gates_reach_the_reconcile_function_and_turn_node_repair_on() ->
     assert not load_settings(off).node_repair  # Karpenter's default: the gate is off
 
 
+def test_reserved_capacity_is_on_unless_the_gate_turns_it_off() -> None:
+    from infra.stack import reconcile_environment
+    from nodesmith.handlers.settings import load_settings
+
+    role = "arn:aws:iam::123456789012:role/n"
+    assert load_settings(reconcile_environment(NodesmithConfig(), node_role_arn=role)).reserved_capacity
+    off = reconcile_environment(_config(featureGates="ReservedCapacity=false"), node_role_arn=role)
+    assert not load_settings(off).reserved_capacity
+
+
 @pytest.mark.parametrize(("value", "says"), [("NodeRepair", "Name=true|false"), ("Repair=true", "unknown feature")])
 def test_a_bad_feature_gate_fails_synth(value: str, says: str) -> None:
     with pytest.raises(ConfigError, match=f"featureGates: .*{says}"):

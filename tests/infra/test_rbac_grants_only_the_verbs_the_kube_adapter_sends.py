@@ -32,6 +32,7 @@ GRANTS = {
     ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
     ("karpenter.sh", "nodeoverlays", "list"),  # feature gate NodeOverlay
     ("karpenter.sh", "nodeoverlays/status", "patch"),  # ValidationSucceeded / Ready, merge patch
+    ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),  # status.capacityReservations
     ("karpenter.sh", "nodeclaims", "get"),
     ("karpenter.sh", "nodeclaims", "list"),
     ("karpenter.sh", "nodeclaims", "create"),

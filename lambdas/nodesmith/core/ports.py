@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodeoverlay import NodeOverlay
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.capacityreservations import CapacityReservation
     from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import (
         DaemonSet,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from nodesmith.core.termination import TerminationRequest
 
 __all__ = [
+    "CapacityReservations",
     "CloudProvider",
     "Cluster",
     "EvictionOutcome",
@@ -200,6 +202,20 @@ class CloudProvider(Protocol):
         ...
 
 
+class CapacityReservations(Protocol):
+    """The capacity reservations EC2 holds for the account (Karpenter's ``capacityreservation.Provider``)."""
+
+    def capacity_reservations(self, *, nodeclass: EC2NodeClass) -> list[CapacityReservation]:
+        """The active reservations ``nodeclass``'s ``capacityReservationSelectorTerms`` select, with the instances
+        each can take now. Raises ``NodeClassNotReadyError`` when the node class does not resolve."""
+        ...
+
+    def describe_capacity_reservations(self, *, ids: Sequence[str]) -> list[CapacityReservation]:
+        """The active reservations among ``ids`` (ended or unknown ones are left out). Raises ``LaunchError``
+        when EC2 cannot be asked."""
+        ...
+
+
 class Cluster(Protocol):
     """The Kubernetes side: read a snapshot, manage NodeClaims, cordon, taint, evict, delete."""
 
@@ -229,6 +245,11 @@ class Cluster(Protocol):
 
     def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
         """All ``karpenter.k8s.aws/v1`` EC2NodeClasses."""
+        ...
+
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+        """Merge ``status`` (Karpenter JSON, e.g. ``{"capacityReservations": [...]}``) into the EC2NodeClass's
+        status subresource; ``NotFoundError`` if it is gone."""
         ...
 
     def list_nodeclaims(self) -> list[NodeClaim]:

@@ -20,7 +20,14 @@ from nodesmith.handlers.settings import Settings, load_settings
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from nodesmith.core.ports import CloudProvider, Cluster, NodeOverlays, StateStore, TerminationQueue
+    from nodesmith.core.ports import (
+        CapacityReservations,
+        CloudProvider,
+        Cluster,
+        NodeOverlays,
+        StateStore,
+        TerminationQueue,
+    )
     from nodesmith.services.ports import Ports
     from nodesmith.services.termination.service import TerminationSettings
 
@@ -109,8 +116,16 @@ def build_cloud(settings: Settings) -> CloudProvider:
             price_table=settings.price_table or None,
             node_role=settings.node_role_arn or None,
             state=build_state(settings),
+            reserved_capacity=settings.reserved_capacity,
         )
     return _CACHE.cloud
+
+
+def build_reservations(settings: Settings, cloud: CloudProvider) -> CapacityReservations | None:
+    """EC2's capacity reservations (the EC2 provider) when the ``ReservedCapacity`` gate is on, else None."""
+    from nodesmith.adapters.aws.provider import Ec2CloudProvider
+
+    return cloud if settings.reserved_capacity and isinstance(cloud, Ec2CloudProvider) else None
 
 
 def build_state(settings: Settings) -> StateStore | None:
@@ -172,13 +187,15 @@ def ports(settings: Settings) -> Ports:
     from nodesmith.services.ports import Ports
 
     cluster = build_cluster(settings)
+    cloud = build_cloud(settings)
     return Ports(
         cluster=cluster,
-        cloud=build_cloud(settings),
+        cloud=cloud,
         cluster_name=settings.cluster_name,
         queue=build_termination_queue(settings),
         wake=build_waker(settings),
         overlays=overlay_source(settings, cluster),
+        reservations=build_reservations(settings, cloud),
     )
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import CloudProvider, Cluster, NodeOverlays, TerminationQueue
+    from nodesmith.core.ports import CapacityReservations, CloudProvider, Cluster, NodeOverlays, TerminationQueue
 
 __all__ = ["Ports"]
 
@@ -23,9 +23,11 @@ class Ports:
     """The Kubernetes API (``cluster``), EC2 (``cloud``), the cluster's name (its EC2 ownership tag,
     ``kubernetes.io/cluster/<cluster_name>``), and optionally the termination ``queue`` (termination requests
     go there; None: they are not sent) and ``wake(after)`` (asks the reconcile function for a provisioning pass
-    that sees the cluster as of ``after``, epoch seconds; None: the next scheduled pass provisions), and ``overlays``
+    that sees the cluster as of ``after``, epoch seconds; None: the next scheduled pass provisions), ``overlays``
     (the NodeOverlays to apply to each NodePool's instance types when the ``NodeOverlay`` feature gate is on;
-    None: the gate is off and no overlay is read)."""
+    None: the gate is off and no overlay is read), and ``reservations``, EC2's capacity reservations (the
+    ``ReservedCapacity`` gate: None when it is off, and then no EC2NodeClass status or Capacity Block expiry is
+    looked after)."""
 
     cluster: Cluster
     cloud: CloudProvider
@@ -33,3 +35,4 @@ class Ports:
     queue: TerminationQueue | None = None
     wake: Callable[[float], None] | None = None
     overlays: NodeOverlays | None = None
+    reservations: CapacityReservations | None = None

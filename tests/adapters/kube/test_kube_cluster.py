@@ -151,6 +151,23 @@ def test_update_nodepool_status_writes_the_status_subresource_only(cluster: Kube
         cluster.update_nodepool_status(name="gone", status={"nodes": 0})
 
 
+def test_ec2nodeclass_status_is_merged_and_its_spec_kept(cluster: KubeCluster, store: Store) -> None:
+    for doc in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()):
+        store.apply(doc)
+    entry = {"availabilityZone": "us-east-1a", "id": "cr-0a1", "instanceType": "m5.large", "ownerID": "123456789012",
+             "instanceMatchCriteria": "targeted", "reservationType": "default", "interruptible": False,
+             "state": "active"}  # fmt: skip
+
+    cluster.patch_ec2nodeclass_status(name="default", status={"capacityReservations": [entry]})
+
+    (nodeclass,) = cluster.list_ec2nodeclasses()
+    assert nodeclass.status is not None
+    assert [r.id for r in nodeclass.status.capacity_reservations] == ["cr-0a1"]
+    assert nodeclass.spec.role == "KarpenterNodeRole-demo"
+    with pytest.raises(NotFoundError):
+        cluster.patch_ec2nodeclass_status(name="absent", status={"capacityReservations": []})
+
+
 def test_get_node(cluster: KubeCluster, kube: KubeEmulator) -> None:
     add_node(kube.store, "n1", instance="i-abc")
     node = cluster.get_node(name="n1")

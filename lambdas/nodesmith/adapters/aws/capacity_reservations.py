@@ -20,12 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws.nodeclass_spec import field_value
 from nodesmith.core.capacityreservations import RESERVATION_TYPE_DEFAULT, CapacityReservation
-from nodesmith.core.errors import NodeClassNotReadyError
+from nodesmith.core.errors import LaunchError, NodeClassNotReadyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-__all__ = ["ReservationAvailability", "describe_capacity_reservations", "reservation_from_ec2"]
+__all__ = [
+    "ReservationAvailability",
+    "describe_capacity_reservations",
+    "describe_capacity_reservations_by_id",
+    "reservation_from_ec2",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -88,6 +93,25 @@ def describe_capacity_reservations(
     return [found[k] for k in sorted(found)]
 
 
+def describe_capacity_reservations_by_id(*, ec2: Any, ids: Iterable[str], now: float) -> list[CapacityReservation]:
+    """The active, unexpired reservations among ``ids``, one DescribeCapacityReservations each (an id EC2 does not
+    know is left out). Raises ``LaunchError`` naming the id for another refusal."""
+    found: list[CapacityReservation] = []
+    for rid in sorted(set(ids)):
+        try:
+            items = ec2.describe_capacity_reservations(CapacityReservationIds=[rid]).get("CapacityReservations", [])
+        except Exception as exc:
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+            if "NotFound" in code or code == "InvalidParameterValue":
+                continue
+            raise LaunchError(f"DescribeCapacityReservations {rid}: {exc}", code=code or type(exc).__name__) from exc
+        for item in items:
+            reservation = reservation_from_ec2(item)
+            if str(item.get("State", "active")) == "active" and (reservation.end_time or now + 1) > now:
+                found.append(reservation)
+    return found
+
+
 class ReservationAvailability:
     """How many instances each reservation can still take, between describes (thread-safe).
 
@@ -116,6 +140,12 @@ class ReservationAvailability:
         """The instances ``reservation`` can take now (its described count when nothing was recorded)."""
         with self._lock:
             return self._counts.get(reservation.id, reservation.available_count)
+
+    def known_full(self, reservation_id: str) -> bool:
+        """True when ``reservation_id`` is known to take no more instances now (launches or a capacity error since
+        its offering was built)."""
+        with self._lock:
+            return self._counts.get(reservation_id, 1) <= 0
 
     def mark_launched(self, reservation_id: str) -> None:
         """One instance launched into ``reservation_id``."""

@@ -15,7 +15,7 @@ The request and answer shapes are in :mod:`nodesmith.adapters.aws.fleet`, the ta
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws.fleet import (
@@ -117,7 +117,7 @@ class FleetLauncher:
             return image.id if image else None
 
         choice = choose_offerings(
-            instance_types=request.instance_types,
+            instance_types=self._without_full_reservations(request.instance_types),
             capacity_types=request.capacity_types,
             zones=request.zones,
             subnets={zone: subnet.id for zone, subnet in resolved.subnets.items()},
@@ -138,6 +138,24 @@ class FleetLauncher:
             LOG.info("launch template vanished; recreating it once")
             self._launch_templates.forget()
             return self._launch(request=request, resolved=resolved, choice=choice, tags=tags)
+
+    def _without_full_reservations(self, instance_types: Sequence[InstanceType]) -> Sequence[InstanceType]:
+        """``instance_types`` with the reserved offerings of reservations filled since the catalogue was built
+        (by this container's launches in the same pass) made unavailable."""
+        known = self._reservations
+        if known is None:
+            return instance_types
+        out: list[InstanceType] = []
+        for it in instance_types:
+            if not any(o.reservation_id and o.available and known.known_full(o.reservation_id) for o in it.offerings):
+                out.append(it)
+                continue
+            offerings = tuple(
+                replace(o, available=False) if o.reservation_id and known.known_full(o.reservation_id) else o
+                for o in it.offerings
+            )
+            out.append(replace(it, offerings=offerings))
+        return out
 
     def _launch(
         self, *, request: LaunchRequest, resolved: ResolvedNodeClass, choice: FleetChoice, tags: Mapping[str, str]

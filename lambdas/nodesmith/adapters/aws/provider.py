@@ -23,7 +23,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws import clients
-from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability
+from nodesmith.adapters.aws.capacity_reservations import (
+    ReservationAvailability,
+    describe_capacity_reservations_by_id,
+)
 from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
 from nodesmith.adapters.aws.instances import Instances
 from nodesmith.adapters.aws.launch import FleetLauncher, NodeBootstrap
@@ -52,6 +55,9 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
+
+RESERVATION_QUERY_TTL_SECONDS = 60.0
+"""How long a DescribeCapacityReservations answer by ids is reused (Karpenter's capacity reservation cache)."""
 
 PREFETCH_AHEAD_SECONDS = 20.0
 """:meth:`Ec2CloudProvider.prefetch` refreshes caches expiring within this long (twice watch mode's resync)."""
@@ -101,6 +107,8 @@ class Ec2CloudProvider:
         self._cluster = cluster_name
         self.reserved_capacity = reserved_capacity
         self.reservations = ReservationAvailability(clock=clock)
+        self._clock = clock
+        self._described: dict[tuple[str, ...], tuple[float, tuple[CapacityReservation, ...]]] = {}
         self._region = region
         self._node_role = node_role
         self._k8s_version = kubernetes_version
@@ -236,6 +244,20 @@ class Ec2CloudProvider:
         """The active capacity reservations ``nodeclass`` selects, with the instances each can take now (empty with
         the ``ReservedCapacity`` gate off). Raises ``NodeClassNotReadyError`` when the node class does not resolve."""
         return self._current(self.nodeclasses.resolve(nodeclass=nodeclass).capacity_reservations)
+
+    def describe_capacity_reservations(self, *, ids: Sequence[str]) -> list[CapacityReservation]:
+        """The active reservations among ``ids`` (one call per id; unknown ids left out), the same set of ids
+        described at most once a minute (Karpenter's reservation query cache). Raises ``LaunchError`` when EC2
+        refuses."""
+        key = tuple(sorted(set(ids)))
+        now = self._clock()
+        hit = self._described.get(key)
+        if hit is not None and now < hit[0]:
+            return list(hit[1])
+        found = describe_capacity_reservations_by_id(ec2=self._ec2, ids=key, now=self._wall())
+        self._described = {k: v for k, v in self._described.items() if now < v[0]}
+        self._described[key] = (now + RESERVATION_QUERY_TTL_SECONDS, tuple(found))
+        return found
 
     def create(self, *, request: LaunchRequest) -> LaunchResult:
         """Launch one instance for ``request`` with CreateFleet instant (see :mod:`.launch`, :mod:`.fleet`).

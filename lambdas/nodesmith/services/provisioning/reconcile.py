@@ -54,6 +54,7 @@ from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclai
 from nodesmith.services.provisioning.nodepool_status import update_nodepool_statuses
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
+from nodesmith.services.provisioning.reservations import expire_capacity_blocks, sync_nodeclass_status
 from nodesmith.services.provisioning.utilization import nodepool_utilization
 from nodesmith.services.termination.requests import sweep_deletions
 
@@ -130,7 +131,7 @@ class _Pass:
                 now=self.now,
                 stale_seconds=self.options.request_stale_seconds,
             )
-            out.terminations_requested = swept.requested
+            out.terminations_requested.extend(swept.requested)
             out.errors.extend(swept.errors)
         self.claims = [nc for nc in claims if nc.name not in life.deleted]
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
@@ -144,6 +145,31 @@ class _Pass:
         out.orphans_terminated = life.orphans_terminated
         out.garbage_collected = snap.every_instance
         out.errors.extend(life.errors)
+
+    def capacity_reservations(self) -> None:
+        """With ``ports.reservations`` (gate ``ReservedCapacity``): EC2NodeClass ``status.capacityReservations``, and
+        the termination of NodeClaims whose Capacity Block ends (:mod:`.reservations`); their nodes are then leaving,
+        so their pods are provisioned for in this pass."""
+        reservations = self.ports.reservations
+        if reservations is None:
+            return
+        _, errors = sync_nodeclass_status(
+            ports=self.ports, reservations=reservations, nodeclasses=list(self.snap.nodeclasses.values()), now=self.now
+        )
+        self.out.errors.extend(errors)
+        expiry = expire_capacity_blocks(
+            ports=self.ports, reservations=reservations, nodeclaims=self.claims, now=self.now
+        )
+        self.out.errors.extend(expiry.errors)
+        self.out.terminations_requested.extend(expiry.requested)
+        if not expiry.requested:
+            return
+        refreshed: list[NodeClaim] = []
+        for nc in self.claims:
+            fresh = self.cluster.get_nodeclaim(name=nc.name) if nc.name in expiry.requested else nc
+            if fresh is not None:
+                refreshed.append(fresh)
+        self.claims = refreshed
 
     def prepare(self) -> None:
         """(b): catalogues per EC2NodeClass, the NodePools that can provision, the launcher."""
@@ -440,8 +466,9 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
         # a batch pass lists the fleet after its launches, and only when garbage collection is due
         every_instance=options.collect_garbage and not options.provision_first,
     )
+    run.capacity_reservations()
     if options.provision_first:
-        run.leaving = leaving_node_names(run.snap.nodes, nodeclaims=run.snap.nodeclaims)
+        run.leaving = leaving_node_names(run.snap.nodes, nodeclaims=run.claims)
         run.prepare()
         run.provision()
         if options.collect_garbage:
