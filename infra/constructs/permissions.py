@@ -12,6 +12,10 @@ CloudFormation, ``KarpenterControllerPolicy``), cut to what Nodesmith calls and 
   puts that tag in ``TagSpecifications`` for every resource type the call creates;
 * ``CreateTags`` only while creating those resources (``ec2:CreateAction``); Nodesmith never tags an
   existing instance, so unlike Karpenter no statement allows it;
+* capacity reservations (Karpenter's ``ReservedCapacity``): ``DescribeCapacityReservations`` (a read, ``*``), and
+  ``CreateFleet``/``RunInstances`` may reference any capacity reservation of the region (a launch into an ODCR or a
+  Capacity Block names it in its launch template; reservations may be shared from another account, so the ARN's
+  account is ``*``, as in Karpenter's ``AllowScopedEC2InstanceAccessActions``);
 * ``TerminateInstances`` only on instances tagged ``kubernetes.io/cluster/<cluster>=owned`` **and**
   carrying ``karpenter.sh/nodepool`` (Karpenter's ``AllowScopedDeletion``: a managed node group's
   instances are owned by the cluster too, but carry no NodePool tag); ``DeleteLaunchTemplate`` only on
@@ -61,6 +65,7 @@ NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
 
 DESCRIBE_ACTIONS = (
     "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeCapacityReservations",
     "ec2:DescribeImages",
     "ec2:DescribeInstances",
     "ec2:DescribeInstanceTypeOfferings",
@@ -78,6 +83,7 @@ _CREATE_ACTIONS = (*_LAUNCH_ACTIONS, "ec2:CreateLaunchTemplate")
 _CREATED_TYPES = ("fleet", "instance", "volume", "network-interface", "launch-template", "spot-instances-request")
 _SHARED_REFERENCED = ("subnet", "security-group")  # may be RAM-shared from another account
 _PUBLIC_REFERENCED = ("image", "snapshot")  # AMI and snapshot ARNs carry no account
+_RESERVATION = "capacity-reservation"  # an ODCR or Capacity Block a launch targets; may be shared
 
 
 def instance_profile_prefix(cluster_name: str) -> str:
@@ -175,6 +181,11 @@ class NodesmithPermissions(Construct):
                 *(_ec2_arn(kind, account="") for kind in _PUBLIC_REFERENCED),
             ],
         )
+        launch_into_reservations = iam.PolicyStatement(
+            sid="LaunchIntoCapacityReservations",
+            actions=list(_LAUNCH_ACTIONS),
+            resources=[_ec2_arn(_RESERVATION, account="*")],
+        )
         create_owned = iam.PolicyStatement(
             sid="CreateOwnedResources",
             actions=list(_CREATE_ACTIONS),
@@ -228,6 +239,7 @@ class NodesmithPermissions(Construct):
                 describe_cluster,
                 launch_with_referenced,
                 launch_with_owned_template,
+                launch_into_reservations,
                 create_owned,
                 tag_on_create,
                 terminate_owned,
@@ -273,6 +285,12 @@ class NodesmithPermissions(Construct):
                 "CreateFleet/RunInstances must reference the AMI, its snapshots, subnets and security groups "
                 "that the EC2NodeClass selectors resolve at run time (subnets and security groups may be "
                 "RAM-shared from another account); they are only referenced, never created or modified.",
+            ),
+            (
+                [f"Resource::{ec2}:*:{_RESERVATION}/*"],
+                "A launch into a capacity reservation (ODCR or Capacity Block) references the reservation the "
+                "EC2NodeClass capacityReservationSelectorTerms resolve at run time, possibly shared from another "
+                "account (Karpenter's scoped instance access); it is only referenced, never created or modified.",
             ),
             (
                 ["Resource::arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/eks/optimized-ami/*"],

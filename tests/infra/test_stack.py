@@ -488,7 +488,8 @@ _CONSUME = {
 _ROLE_ACTIONS = {
     RECONCILE: _BASE
     | {
-        "ec2:DescribeAvailabilityZones", "ec2:DescribeImages", "ec2:DescribeInstances",
+        "ec2:DescribeAvailabilityZones", "ec2:DescribeCapacityReservations", "ec2:DescribeImages",
+        "ec2:DescribeInstances",
         "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
         "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets",
         "eks:DescribeCluster", "ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate", "ec2:CreateTags",
@@ -579,7 +580,7 @@ def test_no_statement_tags_existing_instances(synth: Synth) -> None:
 
 
 def test_launch_creates_only_resources_tagged_owned_by_the_cluster(synth: Synth) -> None:
-    referenced_only = re.compile(r":(image|snapshot|subnet|security-group)/\*$")
+    referenced_only = re.compile(r":(image|snapshot|subnet|security-group|capacity-reservation)/\*$")
     creates = {"ec2:CreateFleet", "ec2:RunInstances", "ec2:CreateLaunchTemplate", "ec2:CreateTags"}
     for policy, statement in _statements(synth):
         if not set(_as_list(statement["Action"])) & creates:
@@ -594,6 +595,18 @@ def test_launch_creates_only_resources_tagged_owned_by_the_cluster(synth: Synth)
             for resource in _as_list(statement["Resource"]):
                 tail = resource["Fn::Join"][1][-1]
                 assert referenced_only.search(tail), (policy, tail)
+
+
+def test_only_the_reconcile_role_reads_and_launches_into_capacity_reservations(synth: Synth) -> None:
+    assert "ec2:DescribeCapacityReservations" in _actions_of(synth, RECONCILE)
+    for handler in (INTERRUPTION, TERMINATION):
+        assert "ec2:DescribeCapacityReservations" not in _actions_of(synth, handler)
+    into = [s for _, s in _statements(synth) if "capacity-reservation/" in json.dumps(s.get("Resource"))]
+    assert len(into) == 1
+    (statement,) = into
+    assert sorted(_as_list(statement["Action"])) == ["ec2:CreateFleet", "ec2:RunInstances"]
+    (resource,) = _as_list(statement["Resource"])
+    assert resource["Fn::Join"][1][-1] == ":*:capacity-reservation/*"  # any account's: reservations may be shared
 
 
 def test_only_the_reconcile_role_may_pass_the_node_role_only_to_ec2(synth: Synth) -> None:
@@ -621,6 +634,7 @@ def test_the_termination_role_may_set_the_visibility_of_its_own_queue_s_messages
 def test_wildcard_resources_are_only_where_aws_offers_no_resource_scope(synth: Synth) -> None:
     allowed = {
         "ec2:DescribeAvailabilityZones",
+        "ec2:DescribeCapacityReservations",
         "ec2:DescribeImages",
         "ec2:DescribeInstances",
         "ec2:DescribeInstanceTypeOfferings",
