@@ -43,3 +43,19 @@ def test_simulate_accepts_both_packing_policies_and_rejects_others(tmp_path: Pat
 
     bad = CliRunner().invoke(app, ["simulate", "-f", str(NODEPOOL), "-f", str(pod), "--packing", "random"])
     assert bad.exit_code == 2
+
+
+def test_simulate_reads_capacity_reservations_and_rejects_a_file_of_another_shape(tmp_path: Path) -> None:
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "reserved-chosen-first"
+    args = ["simulate", "-o", "json", "-f", str(scenario / "nodepool.yaml"), "-f", str(scenario / "workload.yaml")]
+
+    result = CliRunner().invoke(app, [*args, "--capacity-reservations", str(scenario / "capacity-reservations.json")])
+
+    assert result.exit_code == 0, result.output
+    (claim,) = json.loads(result.stdout)["nodeclaims"]
+    assert claim["capacity_type"] == "reserved" and claim["instance_types"][0] == "m5.xlarge"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"Reservations": []}))
+    bad = CliRunner().invoke(app, [*args, "--capacity-reservations", str(other)])
+    assert bad.exit_code == 2
+    assert "describe-capacity-reservations" in bad.output

@@ -7,6 +7,9 @@ would break on every catalogue or price change). A scenario can be replayed by h
     nodesmith simulate -o json --price-table ../shared/data/ec2-ondemand-prices-us-east-1.json \\
         $(for f in tests/scenarios/<name>/*.yaml; do [ "${f##*/}" = expect.yaml ] || echo -f "$f"; done)
 
+adding ``--capacity-reservations tests/scenarios/<name>/capacity-reservations.json`` when the scenario has that
+file (a saved ``aws ec2 describe-capacity-reservations`` answer).
+
 Properties (every key optional; an unknown key fails the scenario, so a typo cannot pass):
 
 ``nodeclaims: N``                   number of new NodeClaims
@@ -56,6 +59,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 PRICE_TABLE = REPO.parent / "shared" / "data" / "ec2-ondemand-prices-us-east-1.json"
 REGION = "us-east-1"
+RESERVATIONS = "capacity-reservations.json"
 SCENARIOS = sorted(p for p in HERE.iterdir() if (p / "expect.yaml").is_file())
 
 Result = Mapping[str, Any]
@@ -92,6 +96,7 @@ def _simulate(scenario: Path, instance_types: Sequence[InstanceType], capsys: py
         # The shared catalogue has Karpenter's default node settings; a scenario whose node class
         # changes capacity gets the catalogue simulate builds for it (from the on-disk cache).
         instance_types=None if _shapes_capacity(files) else instance_types,
+        capacity_reservations=reservations if (reservations := scenario / RESERVATIONS).is_file() else None,
     )
     captured = capsys.readouterr()
     assert code == 0, f"simulate exited {code}: {captured.err}"
@@ -318,7 +323,7 @@ def _check_invariants(result: Result) -> None:
     for nc in result["nodeclaims"]:
         assert nc["instance_types"], f"a NodeClaim with no instance type: {nc}"
         assert nc["pods"], f"a NodeClaim with no pod: {nc}"
-        assert nc["capacity_type"] in ("spot", "on-demand", None)
+        assert nc["capacity_type"] in ("reserved", "spot", "on-demand", None)
     total = sum(nc["price_per_hour"] for nc in result["nodeclaims"])
     assert math.isclose(result["cost_per_hour"], total, abs_tol=1e-6), "cost_per_hour is not the sum of NodeClaims"
     names = [n["name"] for n in result["existing_nodes"]]

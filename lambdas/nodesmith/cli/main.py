@@ -58,6 +58,12 @@ def simulate(
         str,
         typer.Option(help="karpenter (Karpenter's own grouping) or nodesmith (cost-aware re-packing)."),
     ] = "karpenter",
+    capacity_reservations: Annotated[
+        Path | None,
+        typer.Option(
+            help="Saved 'aws ec2 describe-capacity-reservations' JSON: the reservations EC2NodeClasses may select."
+        ),
+    ] = None,
 ) -> None:
     """Print what Nodesmith would launch for the given manifests, launching nothing.
 
@@ -83,7 +89,13 @@ def simulate(
 
     raise typer.Exit(
         run_simulate(
-            files=files, region=region, price_table=price_table, output=output, use_aws=use_aws, packing=packing
+            files=files,
+            region=region,
+            price_table=price_table,
+            output=output,
+            use_aws=use_aws,
+            packing=packing,
+            capacity_reservations=capacity_reservations,
         )
     )
 

@@ -13,6 +13,8 @@ Steps, each with its exit code on failure (0 success, 1 a step failed, 2 bad inp
    AMIs). Each NodePool's EC2NodeClass shapes its own instance types' allocatable with its kubelet
    settings, root volume and ``instanceStorePolicy``, as in Karpenter
    (:func:`load_nodepool_catalogues`; node classes with the same spec share one catalogue).
+   With ``--capacity-reservations FILE`` (a saved ``aws ec2 describe-capacity-reservations`` answer) the
+   reservations each EC2NodeClass selects add ``reserved`` offerings (:mod:`nodesmith.cli.simulate_reservations`).
 3. **Prices** (:class:`nodesmith.adapters.aws.pricing.PricingProvider`): ``--price-table`` or
    ``$NODESMITH_PRICE_TABLE`` (on-demand USD/hour by type), the Pricing API with ``--aws``, else
    estimates. Estimated prices are labelled: a note on stderr, and in the table's caption.
@@ -38,6 +40,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections import defaultdict
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -97,6 +100,7 @@ def run_simulate(
     use_aws: bool = False,
     instance_types: Sequence[InstanceType] | None = None,
     packing: str = "karpenter",
+    capacity_reservations: Path | None = None,
 ) -> int:
     """Run the simulation and print the plan; returns the process exit code (0, 1 or 2).
 
@@ -106,7 +110,8 @@ def run_simulate(
     catalogue across many runs). ``packing``: ``karpenter`` (default: Karpenter's own grouping,
     what the Karpenter-semantics scenarios expect) or ``nodesmith`` (cost-aware re-packing, the
     reconcile Lambda's default; :mod:`nodesmith.core.scheduling.repack`). Pods that cannot be
-    placed are part of the plan, not an error.
+    placed are part of the plan, not an error. ``capacity_reservations`` is a saved DescribeCapacityReservations
+    answer (see the module docstring).
     """
     from nodesmith.core.scheduling.types import PACKING_POLICIES
 
@@ -125,6 +130,7 @@ def run_simulate(
                 use_aws=use_aws,
                 instance_types=instance_types,
                 packing=packing,
+                capacity_reservations=capacity_reservations,
             )
     except (BadInput, StepFailed) as exc:
         return report(exc)
@@ -159,8 +165,10 @@ def _plan(
     use_aws: bool,
     instance_types: Sequence[InstanceType] | None,
     packing: str = "karpenter",
+    capacity_reservations: Path | None = None,
 ) -> tuple[SchedulingResult, OverlayResult | None]:
-    """Load, build the catalogue (unless given), apply NodeOverlays, solve. Raises ``BadInput`` or ``StepFailed``."""
+    """Load, build the catalogue (unless given), add the saved capacity reservations' offerings, apply NodeOverlays,
+    solve. Raises ``BadInput`` or ``StepFailed``."""
     from nodesmith.adapters.manifests import load_manifests
     from nodesmith.core.scheduling import solve
 
@@ -180,6 +188,13 @@ def _plan(
             raise
         except Exception as exc:  # botocore/moto errors: credentials, network, unknown region
             raise StepFailed(f"cannot read the EC2 instance catalogue for {region}: {exc}") from exc
+    if capacity_reservations is not None:
+        from nodesmith.cli.simulate_reservations import read_capacity_reservations, with_capacity_reservations
+
+        items = read_capacity_reservations(Path(capacity_reservations))
+        instance_types, per_pool = with_capacity_reservations(
+            bundle, shared=instance_types, per_pool=per_pool, items=items, now=time.time()
+        )
     overlaid, overlays = overlay_nodepool_catalogues(bundle, instance_types, per_pool)
     inp = build_scheduling_input(bundle, instance_types)
     return solve(replace(inp, packing=packing, nodepool_instance_types=overlaid)), overlays  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ __all__ = [
     "describe_capacity_reservations",
     "describe_capacity_reservations_by_id",
     "reservation_from_ec2",
+    "select_described",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -38,8 +39,11 @@ MAX_RESULTS = 1000
 
 
 def reservation_from_ec2(item: Mapping[str, Any]) -> CapacityReservation:
-    """A DescribeCapacityReservations item as a :class:`CapacityReservation` (``EndDate`` to epoch seconds)."""
+    """A DescribeCapacityReservations item as a :class:`CapacityReservation` (``EndDate``, a datetime or an ISO 8601
+    string as the AWS CLI prints it, to epoch seconds). Raises ``ValueError`` for an unreadable ``EndDate``."""
     end = item.get("EndDate")
+    if isinstance(end, str):
+        end = datetime.fromisoformat(end.replace("Z", "+00:00"))
     end_time = end.timestamp() if isinstance(end, datetime) else None
     return CapacityReservation(
         id=str(item["CapacityReservationId"]),
@@ -67,6 +71,35 @@ def _term_query(term: Mapping[str, Any]) -> dict[str, Any]:
             {"Name": "tag-key", "Values": [key]} if value == "*" else {"Name": f"tag:{key}", "Values": [value]}
         )
     return {"Filters": filters, "MaxResults": MAX_RESULTS}
+
+
+def _term_selects(term: Mapping[str, Any], item: Mapping[str, Any]) -> bool:
+    if term_id := field_value(term, "id"):
+        return bool(item.get("CapacityReservationId") == term_id)
+    if str(item.get("State", "active")) != "active":
+        return False
+    owner, criteria = field_value(term, "ownerID"), field_value(term, "instanceMatchCriteria")
+    if (owner and item.get("OwnerId") != owner) or (criteria and item.get("InstanceMatchCriteria") != criteria):
+        return False
+    tags = {str(t.get("Key")): str(t.get("Value", "")) for t in item.get("Tags") or []}
+    return all(k in tags and (v == "*" or tags[k] == v) for k, v in (field_value(term, "tags") or {}).items())
+
+
+def select_described(
+    items: Sequence[Mapping[str, Any]], *, terms: Sequence[Mapping[str, Any]], now: float
+) -> list[CapacityReservation]:
+    """The reservations ``terms`` select among DescribeCapacityReservations ``items`` already fetched (an
+    ``aws ec2 describe-capacity-reservations`` answer), with the filters :func:`describe_capacity_reservations`
+    sends applied here: ids alone, else active plus owner, match criteria and tags (``*``: any value); ended ones
+    left out; once each, by id. Raises ``ValueError`` for an unreadable item."""
+    found: dict[str, CapacityReservation] = {}
+    for item in items:
+        if str(item.get("State", "active")) != "active" or not any(_term_selects(t, item) for t in terms):
+            continue
+        reservation = reservation_from_ec2(item)
+        if reservation.end_time is None or reservation.end_time > now:
+            found[reservation.id] = reservation
+    return [found[k] for k in sorted(found)]
 
 
 def describe_capacity_reservations(
