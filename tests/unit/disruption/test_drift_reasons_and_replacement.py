@@ -187,6 +187,23 @@ def test_security_groups_and_subnet_outside_the_resolved_sets_drift() -> None:
     assert reason(unknown, pool, resolution=resolved) is None, "unknown instance facts are never drift"
 
 
+def test_a_reservation_no_longer_selected_is_capacity_reservation_drift() -> None:
+    pool = make_nodepool(capacity_types=("reserved", "on-demand"))
+    labels = {"karpenter.sh/capacity-type": "reserved", "karpenter.k8s.aws/capacity-reservation-id": "cr-0old"}
+    node = make_node("reserved", capacity_type="reserved", labels=labels)
+    selected = NodeClassResolution(capacity_reservation_ids=frozenset({"cr-0new"}))
+    got = drift_of(node=node, nodepool=pool, nodeclass=None, resolution=selected, instance_types=CATALOGUE, now=NOW)
+    assert got is not None and got.reason == "CapacityReservationDrift" and "cr-0old" in got.message
+    still = NodeClassResolution(capacity_reservation_ids=frozenset({"cr-0old", "cr-0new"}))
+    assert reason(node, pool, resolution=still) is None
+    assert reason(node, pool, resolution=NodeClassResolution()) is None, "reservations not known: no drift"
+    assert reason(make_node("od"), pool, resolution=selected) is None, "a node outside reservations never drifts so"
+
+    status = {"capacityReservations": [{"availabilityZone": "us-east-1a", "id": "cr-0new", "instanceType": "m5.xlarge",
+                                        "ownerID": "123456789012"}]}  # fmt: skip
+    assert reason(node, pool, nodeclass=make_nodeclass(**status)) == "CapacityReservationDrift"
+
+
 def test_reasons_are_reported_in_karpenter_order() -> None:
     before = make_nodepool(labels={"team": "a"})
     node = node_with_claim(annotations=stamped(before), capacity_type="spot", image=OLD_AMI)

@@ -23,9 +23,12 @@ Reasons, checked in Karpenter's order (first match wins):
    ``amifamily.MapToInstanceTypes``).
 6. ``SecurityGroupDrift`` — the instance's security groups are not exactly the resolved set.
 7. ``SubnetDrift`` — the instance's subnet is not among the resolved subnets.
+8. ``CapacityReservationDrift`` — the node's ``karpenter.k8s.aws/capacity-reservation-id`` is no longer among the
+   reservations the node class selects (``status.capacityReservations``; ``[aws]:pkg/cloudprovider/drift.go``).
 
 A check whose inputs are unknown (no hash annotation, no image id, nothing resolved) is skipped:
-unknown is never drift. Capacity reservation and placement group drift are not modelled.
+unknown is never drift; reservations are known when the status lists at least one. Placement group drift is not
+modelled.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AMI_DRIFT",
+    "CAPACITY_RESERVATION_DRIFT",
     "DRIFT_REASONS",
     "INSTANCE_TYPE_NOT_FOUND",
     "NODECLASS_DRIFT",
@@ -87,6 +91,7 @@ NODECLASS_DRIFT: Final = "NodeClassDrift"
 AMI_DRIFT: Final = "AMIDrift"
 SECURITY_GROUP_DRIFT: Final = "SecurityGroupDrift"
 SUBNET_DRIFT: Final = "SubnetDrift"
+CAPACITY_RESERVATION_DRIFT: Final = "CapacityReservationDrift"
 DRIFT_REASONS: Final = (
     NODEPOOL_DRIFTED,
     REQUIREMENTS_DRIFTED,
@@ -95,6 +100,7 @@ DRIFT_REASONS: Final = (
     AMI_DRIFT,
     SECURITY_GROUP_DRIFT,
     SUBNET_DRIFT,
+    CAPACITY_RESERVATION_DRIFT,
 )
 
 NODEPOOL_HASH_ANNOTATION: Final = "karpenter.sh/nodepool-hash"
@@ -108,6 +114,7 @@ NODECLASS_HASH_VERSION: Final = "nodesmith-v1"
 
 _RESERVED = "reserved"
 _ON_DEMAND = "on-demand"
+_RESERVATION_ID_LABEL = "karpenter.k8s.aws/capacity-reservation-id"
 
 
 def _digest(value: Any) -> str:
@@ -185,6 +192,7 @@ class NodeClassResolution:
     amis: tuple[ResolvedAMI, ...] | None = None
     subnet_ids: frozenset[str] | None = None
     security_group_ids: frozenset[str] | None = None
+    capacity_reservation_ids: frozenset[str] | None = None
 
 
 def resolution_from_nodeclass(nodeclass: EC2NodeClass) -> NodeClassResolution:
@@ -219,7 +227,12 @@ def resolution_from_nodeclass(nodeclass: EC2NodeClass) -> NodeClassResolution:
         groups = frozenset(t.id for t in spec.security_group_selector_terms if t.id)
     elif status is not None and status.security_groups:
         groups = frozenset(g.id for g in status.security_groups)
-    return NodeClassResolution(amis=amis, subnet_ids=subnets, security_group_ids=groups)
+    reservations: frozenset[str] | None = None
+    if status is not None and status.capacity_reservations:
+        reservations = frozenset(r.id for r in status.capacity_reservations)
+    return NodeClassResolution(
+        amis=amis, subnet_ids=subnets, security_group_ids=groups, capacity_reservation_ids=reservations
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +373,11 @@ def _provider_drift(
         return Drift(SECURITY_GROUP_DRIFT, f"instance security groups [{have}] differ from {name}'s [{want_sgs}]")
     if node.subnet_id and resolution.subnet_ids and node.subnet_id not in resolution.subnet_ids:
         return Drift(SUBNET_DRIFT, f"instance subnet {node.subnet_id} is not among {name}'s subnets")
+    labels = dict(node.nodeclaim.metadata.labels) if node.nodeclaim is not None else {}
+    labels.update(node.node.labels)
+    reservation = labels.get(_RESERVATION_ID_LABEL)
+    if reservation and resolution.capacity_reservation_ids and reservation not in resolution.capacity_reservation_ids:
+        return Drift(CAPACITY_RESERVATION_DRIFT, f"capacity reservation {reservation} is no longer selected by {name}")
     return None
 
 
