@@ -100,6 +100,8 @@ def test_a_targeted_launch_fills_the_reservation_then_is_refused_until_an_instan
 
     first = _fleet(ec2, template)
     assert len(_launched(first)) == 1
+    described = ec2.describe_instances(InstanceIds=_launched(first))["Reservations"][0]["Instances"][0]
+    assert described["CapacityReservationId"] == reservation
     full = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation])["CapacityReservations"][0]
     assert full["AvailableInstanceCount"] == 0
 
@@ -126,4 +128,7 @@ def test_a_capacity_block_launches_with_its_own_capacity_type(ec2: Any) -> None:
     )["CapacityReservations"]
     assert [r["CapacityReservationId"] for r in described] == [block]
     assert described[0]["EndDate"] > datetime.now(UTC)
-    assert len(_launched(_fleet(ec2, _template(ec2, "block", block), kind="capacity-block"))) == 1
+    launched = _launched(_fleet(ec2, _template(ec2, "block", block), kind="capacity-block"))
+    assert len(launched) == 1
+    described = ec2.describe_instances(InstanceIds=launched)["Reservations"][0]["Instances"][0]
+    assert (described["CapacityReservationId"], described["InstanceLifecycle"]) == (block, "capacity-block")

@@ -120,6 +120,8 @@ class Instance:
     subnet_id: str = ""
     security_group_ids: tuple[str, ...] = ()
     tags: Mapping[str, str] = field(default_factory=dict)
+    reservation_id: str = ""
+    reservation_type: str = ""
 
     @property
     def provider_id(self) -> str:

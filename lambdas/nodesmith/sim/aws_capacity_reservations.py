@@ -10,9 +10,10 @@
   so a terminated instance gives its slot back, as in EC2;
 * ``CreateFleet`` into a reservation: a launch template whose ``CapacityReservationSpecification`` targets a
   reservation (Karpenter's ``capacity-reservations-only`` templates) launches only overrides of that reservation's
-  type and zone while it has room, ``DefaultTargetCapacityType`` ``capacity-block`` included; when none has room the
-  answer launches nothing and carries one ``ReservationCapacityExceeded`` error per override, the code EC2 answers
-  for a full targeted reservation (and one of the unfulfillable-capacity codes of Karpenter's
+  type and zone while it has room, ``DefaultTargetCapacityType`` ``capacity-block`` included (the instances then
+  describe with their ``CapacityReservationId``, a block's as ``InstanceLifecycle=capacity-block``); when none has
+  room the answer launches nothing and carries one ``ReservationCapacityExceeded`` error per override, the code EC2
+  answers for a full targeted reservation (and one of the unfulfillable-capacity codes of Karpenter's
   ``[aws]:pkg/errors/errors.go``).
 
 Capacity Blocks for ML are bought through offerings EC2 does not let one invent, so :func:`add_capacity_block`
@@ -191,6 +192,16 @@ def _target(backend: Any, spec: dict[str, Any]) -> str | None:
     return target.get("CapacityReservationId")
 
 
+def _mark_instances(backend: Any, reservation: _Reservation, instance_ids: list[str]) -> None:
+    """DescribeInstances then reports the reservation (``CapacityReservationId``), and a Capacity Block's instance
+    ``InstanceLifecycle=capacity-block``, as EC2 does."""
+    for instance_id in instance_ids:
+        instance = backend.get_instance(instance_id)
+        instance.capacity_reservation_id = reservation.id
+        if reservation.reservation_type == "capacity-block":
+            instance.instance_lifecycle = "capacity-block"
+
+
 def _wrap_create_fleet(create: Any) -> Any:
     def create_fleet(self: Any) -> Any:
         from moto.core.responses import ActionResult
@@ -244,6 +255,7 @@ def _wrap_create_fleet(create: Any) -> Any:
                 r = by_name.get(_target(self.ec2_backend, spec) or "")
                 if r is not None:
                     r.instance_ids.extend(item.get("InstanceIds") or [])
+                    _mark_instances(self.ec2_backend, r, item.get("InstanceIds") or [])
             if errors:
                 result.setdefault("Errors", []).extend(errors)
             return answer

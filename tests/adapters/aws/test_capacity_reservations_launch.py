@@ -105,6 +105,14 @@ def test_a_launch_goes_into_the_reservation_with_its_labels_and_template(
     assert f"karpenter.k8s.aws/capacity-reservation-id={reservation}" in user_data
     assert "karpenter.k8s.aws/capacity-reservation-type=default" in user_data
 
+    instance = cloud.get_instance(instance_id=result.instance_id)
+    assert instance is not None
+    assert (instance.capacity_type, instance.reservation_id, instance.reservation_type) == (
+        "reserved",
+        reservation,
+        "default",
+    )
+
     # the launch took the reservation's one slot: the offering is unavailable without describing again
     (after,) = [o for it in cloud.instance_types(nodeclass=nc) for o in it.offerings if o.capacity_type == "reserved"]
     assert not after.available and after.reservation_capacity == 0

@@ -12,8 +12,9 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.core.capacityreservations import RESERVATION_TYPE_CAPACITY_BLOCK, RESERVATION_TYPE_DEFAULT
 from nodesmith.core.errors import LaunchError, TerminationError
-from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT
+from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT
 from nodesmith.core.ports import Instance
 
 if TYPE_CHECKING:
@@ -58,17 +59,22 @@ def _code(exc: Exception) -> str:
 def instance_from_ec2(item: Mapping[str, Any]) -> Instance:
     """Convert one DescribeInstances ``Instance`` (boto3 dict) to a core :class:`Instance`.
 
-    Capacity type is ``spot`` when EC2 reports ``InstanceLifecycle=spot`` or a spot request id
-    (Karpenter ``capacityTypeFromInstance``); launch time becomes epoch seconds.
+    Capacity type is ``spot`` when EC2 reports ``InstanceLifecycle=spot`` or a spot request id, ``reserved`` when
+    it runs in a capacity reservation (``CapacityReservationId``; a Capacity Block's instance has
+    ``InstanceLifecycle=capacity-block``), else ``on-demand`` (Karpenter ``[aws]:pkg/providers/instance/types.go``);
+    launch time becomes epoch seconds.
     """
     launch = item.get("LaunchTime")
     launch_time = launch.timestamp() if isinstance(launch, datetime) else float(launch or 0.0)
     spot = item.get("InstanceLifecycle") == "spot" or bool(item.get("SpotInstanceRequestId"))
+    reservation = "" if spot else str(item.get("CapacityReservationId") or "")
+    kind = CAPACITY_TYPE_SPOT if spot else CAPACITY_TYPE_RESERVED if reservation else CAPACITY_TYPE_ON_DEMAND
+    block = item.get("InstanceLifecycle") == RESERVATION_TYPE_CAPACITY_BLOCK
     return Instance(
         instance_id=str(item["InstanceId"]),
         instance_type=str(item.get("InstanceType", "")),
         zone=str((item.get("Placement") or {}).get("AvailabilityZone", "")),
-        capacity_type=CAPACITY_TYPE_SPOT if spot else CAPACITY_TYPE_ON_DEMAND,
+        capacity_type=kind,
         state=str((item.get("State") or {}).get("Name", "")),
         launch_time=launch_time,
         private_dns_name=str(item.get("PrivateDnsName", "")),
@@ -76,6 +82,10 @@ def instance_from_ec2(item: Mapping[str, Any]) -> Instance:
         subnet_id=str(item.get("SubnetId", "")),
         security_group_ids=tuple(str(g["GroupId"]) for g in item.get("SecurityGroups") or [] if "GroupId" in g),
         tags={str(t["Key"]): str(t.get("Value", "")) for t in item.get("Tags") or []},
+        reservation_id=reservation,
+        reservation_type=(RESERVATION_TYPE_CAPACITY_BLOCK if block else RESERVATION_TYPE_DEFAULT)
+        if reservation
+        else "",
     )
 
 

@@ -118,6 +118,8 @@ class Launcher:
                     price=offering_price(
                         catalogue, instance_type=inst.instance_type, zone=inst.zone, capacity_type=inst.capacity_type
                     ),
+                    reservation_id=inst.reservation_id,
+                    reservation_type=inst.reservation_type,
                 )
         return None
 
