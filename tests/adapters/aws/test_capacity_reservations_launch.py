@@ -19,9 +19,11 @@ from nodesmith.sim.aws import SeededAws, write_price_table
 from nodesmith.sim.aws_capacity_reservations import serve_capacity_reservations
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.ports import LaunchResult
 
 TYPES = ("m5.large", "c5.large", "t3.medium")
 TERMS = [{"tags": {"team": "ml"}}]
@@ -156,3 +158,39 @@ def test_with_the_gate_off_reservations_are_ignored_and_open_odcrs_allowed(
     result = cloud.create(request=request(cloud, nc, "default-od002", {"reserved", "on-demand"}))
     assert result.capacity_type == "on-demand"
     assert "CapacityReservationSpecification" not in template_data(ec2, result.launch_template_name)
+
+
+class _LaunchMeanwhile:
+    """The EC2 client, with another launch of the same container made while the first CreateFleet is on its way."""
+
+    def __init__(self, ec2: Any, meanwhile: Callable[[], LaunchResult]) -> None:
+        self._ec2, self._meanwhile = ec2, meanwhile
+        self.during: list[LaunchResult] = []
+        self._started = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ec2, name)
+
+    def create_fleet(self, **kwargs: Any) -> Any:
+        if not self._started:
+            self._started = True
+            self.during.append(self._meanwhile())
+        return self._ec2.create_fleet(**kwargs)
+
+
+def test_launches_at_once_never_ask_a_reservation_for_more_than_it_has(
+    seeded: SeededAws, ec2: Any, tmp_path: Path
+) -> None:
+    reservation = reserve(ec2, count=1)
+    cloud = provider(seeded, tmp_path)
+    nc = nodeclass(capacityReservationSelectorTerms=TERMS)
+    first = request(cloud, nc, "default-rsv04", {"reserved", "on-demand"})
+    second = request(cloud, nc, "default-rsv05", {"reserved", "on-demand"})
+    client = _LaunchMeanwhile(cloud._ec2, lambda: cloud.create(request=second))
+    cloud._ec2 = client
+
+    result = cloud.create(request=first)
+
+    (meanwhile,) = client.during
+    assert (result.capacity_type, result.reservation_id) == ("reserved", reservation)
+    assert meanwhile.capacity_type == "on-demand"  # the slot was held: no ReservationCapacityExceeded for either

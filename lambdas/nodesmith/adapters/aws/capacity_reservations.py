@@ -150,7 +150,9 @@ class ReservationAvailability:
 
     :meth:`observe` records EC2's counts from a describe; :meth:`mark_launched` takes one off after a launch into a
     reservation; :meth:`mark_unavailable` sets a reservation to 0 after a capacity error on it. A mark holds until
-    a describe made after it (``clock`` monotonic seconds).
+    a describe made after it (``clock`` monotonic seconds). A launch under way :meth:`hold` s a slot of each
+    reservation it targets until it :meth:`release` s them, so launches at once from one container never ask a
+    reservation for more instances than it has (Karpenter's scheduler keeps the same count per reservation).
     """
 
     def __init__(self, *, clock: Callable[[], float]) -> None:
@@ -158,6 +160,7 @@ class ReservationAvailability:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._marked: dict[str, float] = {}
+        self._held: dict[str, int] = {}
 
     def observe(self, reservations: Iterable[CapacityReservation], *, described_at: float) -> None:
         """Take the counts of a describe made at ``described_at`` (monotonic seconds), except for reservations
@@ -174,11 +177,35 @@ class ReservationAvailability:
         with self._lock:
             return self._counts.get(reservation.id, reservation.available_count)
 
-    def known_full(self, reservation_id: str) -> bool:
-        """True when ``reservation_id`` is known to take no more instances now (launches or a capacity error since
-        its offering was built)."""
+    def known_full(self, reservation_id: str, *, described: int = 1) -> bool:
+        """True when ``reservation_id`` can take no more instances now: launches, a capacity error or launches under
+        way since its offering was built (``described``: its count then, used when nothing was recorded)."""
         with self._lock:
-            return self._counts.get(reservation_id, 1) <= 0
+            return self._free(reservation_id, described) <= 0
+
+    def _free(self, reservation_id: str, described: int) -> int:
+        return self._counts.get(reservation_id, described) - self._held.get(reservation_id, 0)
+
+    def hold(self, reservation_ids: Iterable[str]) -> list[str]:
+        """Hold one slot of each reservation in ``reservation_ids`` that has one free (one never described counts
+        as having one); returns the ids held."""
+        held: list[str] = []
+        with self._lock:
+            for rid in dict.fromkeys(reservation_ids):
+                if self._free(rid, 1) > 0:
+                    self._held[rid] = self._held.get(rid, 0) + 1
+                    held.append(rid)
+        return held
+
+    def release(self, reservation_ids: Iterable[str]) -> None:
+        """Give back the slots :meth:`hold` took (after the launch answered and :meth:`mark_launched` counted it)."""
+        with self._lock:
+            for rid in reservation_ids:
+                left = self._held.get(rid, 0) - 1
+                if left > 0:
+                    self._held[rid] = left
+                else:
+                    self._held.pop(rid, None)
 
     def mark_launched(self, reservation_id: str) -> None:
         """One instance launched into ``reservation_id``."""

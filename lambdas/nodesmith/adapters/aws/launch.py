@@ -116,14 +116,39 @@ class FleetLauncher:
             image = compatibility.image_for(it)
             return image.id if image else None
 
-        choice = choose_offerings(
-            instance_types=self._without_full_reservations(request.instance_types),
-            capacity_types=request.capacity_types,
-            zones=request.zones,
-            subnets={zone: subnet.id for zone, subnet in resolved.subnets.items()},
-            image_for=image_for,
-            unavailable=self._unavailable,
-        )
+        def choose() -> FleetChoice | None:
+            return choose_offerings(
+                instance_types=self._without_full_reservations(request.instance_types),
+                capacity_types=request.capacity_types,
+                zones=request.zones,
+                subnets={zone: subnet.id for zone, subnet in resolved.subnets.items()},
+                image_for=image_for,
+                unavailable=self._unavailable,
+            )
+
+        choice, held = self._hold(choose)
+        try:
+            return self._create(request=request, resolved=resolved, choice=choice)
+        finally:
+            if held and self._reservations is not None:
+                self._reservations.release(held)
+
+    def _hold(self, choose: Callable[[], FleetChoice | None]) -> tuple[FleetChoice | None, list[str]]:
+        """The choice, holding a slot of each reservation it targets; overrides of a reservation whose last slot
+        another launch of this container holds are left out (and the choice made again when none is left)."""
+        for _ in range(3):
+            choice = choose()
+            if choice is None or choice.capacity_type != CAPACITY_TYPE_RESERVED or self._reservations is None:
+                return choice, []
+            held = self._reservations.hold(o.reservation_id for o in choice.overrides)
+            kept = tuple(o for o in choice.overrides if o.reservation_id in held)
+            if kept:
+                return replace(choice, overrides=kept), held
+        return None, []
+
+    def _create(
+        self, *, request: LaunchRequest, resolved: ResolvedNodeClass, choice: FleetChoice | None
+    ) -> LaunchResult:
         if choice is None:
             raise InsufficientCapacityError(
                 f"NodeClaim {request.nodeclaim_name}: no available offering among {len(request.instance_types)} "
