@@ -166,7 +166,12 @@ class _Pass:
             return
         refreshed: list[NodeClaim] = []
         for nc in self.claims:
-            fresh = self.cluster.get_nodeclaim(name=nc.name) if nc.name in expiry.requested else nc
+            fresh: NodeClaim | None = nc
+            if nc.name in expiry.requested:
+                try:
+                    fresh = self.cluster.get_nodeclaim(name=nc.name)
+                except KubernetesError as exc:  # the next pass sees it deleting
+                    self.out.errors.append(f"read NodeClaim {nc.name} after requesting its termination: {exc}")
             if fresh is not None:
                 refreshed.append(fresh)
         self.claims = refreshed
@@ -434,7 +439,8 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     """Run one provisioning pass and return what it did.
 
     Steps: snapshot (Nodes, Pods, DaemonSets, NodePools, EC2NodeClasses, NodeClaims, our
-    instances); link NodeClaims to their Nodes and garbage-collect (liveness, instance gone,
+    instances); with ``ports.reservations``, EC2NodeClass ``status.capacityReservations`` and the termination of
+    the NodeClaims of Capacity Blocks about to end (:mod:`.reservations`); link NodeClaims to their Nodes and garbage-collect (liveness, instance gone,
     orphans); make sure every deletion has a termination request on its way (``ports.queue``; a user's
     ``kubectl delete nodeclaim`` or ``delete node``, :func:`~.termination.requests.sweep_deletions`); load each
     EC2NodeClass's catalogue; launch NodeClaims left unlaunched by an earlier pass; solve the pending pods
