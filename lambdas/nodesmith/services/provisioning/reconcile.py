@@ -440,12 +440,13 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
 
     Steps: snapshot (Nodes, Pods, DaemonSets, NodePools, EC2NodeClasses, NodeClaims, our
     instances); with ``ports.reservations``, EC2NodeClass ``status.capacityReservations`` and the termination of
-    the NodeClaims of Capacity Blocks about to end (:mod:`.reservations`); link NodeClaims to their Nodes and garbage-collect (liveness, instance gone,
-    orphans); make sure every deletion has a termination request on its way (``ports.queue``; a user's
-    ``kubectl delete nodeclaim`` or ``delete node``, :func:`~.termination.requests.sweep_deletions`); load each
-    EC2NodeClass's catalogue; launch NodeClaims left unlaunched by an earlier pass; solve the pending pods
-    (and those of nodes going away) against registered nodes and in-flight NodeClaims; create and launch a
-    NodeClaim per plan, re-solving pods after capacity errors; post Events.
+    the NodeClaims of Capacity Blocks about to end (:mod:`.reservations`); link NodeClaims to their Nodes and
+    garbage-collect (liveness, instance gone, orphans); make sure every deletion has a termination request on its
+    way (``ports.queue``; a user's ``kubectl delete nodeclaim`` or ``delete node``,
+    :func:`~.termination.requests.sweep_deletions`); load each EC2NodeClass's catalogue; launch NodeClaims left
+    unlaunched by an earlier pass; solve the pending pods (and those of nodes going away) against registered nodes
+    and in-flight NodeClaims; create and launch a NodeClaim per plan, re-solving pods after capacity errors;
+    post Events.
 
     ``now`` is the pass time in epoch seconds (liveness, orphan grace, timestamps, names). Kubernetes and EC2
     errors on one object are reported in ``outcome.errors`` and do not stop the pass; errors while listing (the
