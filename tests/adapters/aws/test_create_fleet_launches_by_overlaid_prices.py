@@ -25,7 +25,7 @@ def test_the_allocation_strategy_follows_the_overlaid_priorities(
             Override("c5.large", "us-east-1a", "subnet-a", "ami-1", 0.085),
         ),
     )
-    templates = {"ami-1": "lt-1"}
+    templates = {("ami-1", ""): "lt-1"}
     normal = build_create_fleet_request(choice=choice, launch_templates=templates, tags={}, token="t")
     overlaid = build_create_fleet_request(
         choice=choice, launch_templates=templates, tags={}, token="t", prioritized=True
