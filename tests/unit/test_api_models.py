@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from nodesmith.core.api.common import format_loc, is_restricted_label, parse_duration
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass, default_block_device_mappings
 from nodesmith.core.api.nodeclaim import NodeClaim
-from nodesmith.core.api.nodepool import NodePool
+from nodesmith.core.api.nodepool import NodePool, check_nodepool_update
 from nodesmith.core.model import NodeSelectorRequirement, Taint
 
 
@@ -217,6 +217,47 @@ def test_invalid_spec_fields_are_rejected(overrides: dict[str, Any], path: str) 
         NodePool.model_validate(nodepool_doc(**overrides))
 
     assert path in [loc for loc, _ in errors(exc)]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"replicas": 2, "weight": 10}, "'weight' is not supported on static NodePools"),
+        (
+            {"replicas": 2, "limits": {"nodes": "4", "cpu": "10"}},
+            "only 'limits.nodes' is supported on static NodePools",
+        ),
+        ({"replicas": -1}, "greater than or equal to 0"),
+    ],
+)
+def test_static_nodepool_fields_are_checked_like_karpenters_cel_rules(overrides: dict[str, Any], says: str) -> None:
+    with pytest.raises(ValidationError) as exc:
+        NodePool.model_validate(nodepool_doc(**overrides))
+
+    assert any(loc.startswith("spec") and says in msg for loc, msg in errors(exc)), errors(exc)
+
+
+@pytest.mark.parametrize("limits", [None, {}, {"nodes": "5"}])
+def test_a_static_nodepool_accepts_zero_replicas_and_only_a_node_limit(limits: dict[str, str] | None) -> None:
+    doc = nodepool_doc(replicas=0, disruption={"consolidationPolicy": "WhenEmpty", "consolidateAfter": "1m"})
+    if limits is not None:
+        doc["spec"]["limits"] = limits
+    np = NodePool.model_validate(doc)
+
+    assert np.spec.replicas == 0
+    assert np.limits_core() == ({"nodes": 5} if limits else {})
+
+
+def test_replicas_can_change_but_never_be_added_or_removed_by_an_update() -> None:
+    dynamic = NodePool.model_validate(nodepool_doc())
+    static = NodePool.model_validate(nodepool_doc(replicas=3))
+    check_nodepool_update(static, NodePool.model_validate(nodepool_doc(replicas=0)))
+    check_nodepool_update(dynamic, NodePool.model_validate(nodepool_doc(weight=5)))
+
+    with pytest.raises(ValueError, match=r"spec\.replicas cannot be added to"):
+        check_nodepool_update(dynamic, static)
+    with pytest.raises(ValueError, match=r"spec\.replicas cannot be removed from"):
+        check_nodepool_update(static, dynamic)
 
 
 def test_duplicate_taint_key_effect_across_taints_and_startup_taints_is_rejected() -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "NodePool",
     "NodePoolSpec",
     "NodePoolStatus",
+    "check_nodepool_update",
 ]
 
 API_VERSION: Final = "karpenter.sh/v1"
@@ -188,8 +189,11 @@ class NodePoolSpec(SpecModel):
     """``NodePool.spec``.
 
     ``limits`` maps resource names to quantity strings (YAML numbers are turned into strings);
-    ``weight`` 1..100 (None means 0, tried last); ``replicas`` (alpha static NodePool) allows only
-    ``limits.nodes`` and no weight.
+    ``weight`` 1..100 (None means 0, tried last). ``replicas`` (>= 0) makes the NodePool static
+    (Karpenter's alpha ``StaticCapacity``, :mod:`nodesmith.core.disruption.static`): it then allows no
+    ``weight`` and no limit but ``limits.nodes`` (the CEL rules of ``[core]:pkg/apis/v1/nodepool.go``);
+    ``consolidationPolicy`` and ``consolidateAfter`` are accepted and ignored. Whether ``replicas`` may
+    be added or removed is an update rule: :func:`check_nodepool_update`.
     """
 
     template: NodeClaimTemplate
@@ -206,6 +210,18 @@ class NodePoolSpec(SpecModel):
             if self.weight is not None:
                 raise ValueError("'weight' is not supported on static NodePools")
         return self
+
+
+def check_nodepool_update(old: NodePool, new: NodePool) -> None:
+    """Karpenter's update rule ``has(self.replicas) == has(oldSelf.replicas)``: a NodePool never switches
+    between static and dynamic. Raises ``ValueError`` naming ``spec.replicas`` when ``new`` adds or removes it
+    (changing its value, 0 included, is allowed: that is a scale)."""
+    if (old.spec.replicas is None) != (new.spec.replicas is None):
+        verb = "added to" if old.spec.replicas is None else "removed from"
+        raise ValueError(
+            f'NodePool "{new.name}": spec.replicas cannot be {verb} an existing NodePool '
+            "(a NodePool is static or dynamic for its whole life; create a new NodePool instead)"
+        )
 
 
 class NodePoolStatus(StatusModel):
