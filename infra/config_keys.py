@@ -229,7 +229,8 @@ CONTEXT_KEYS: tuple[ContextKey, ...] = (
         attribute="feature_gates",
         meaning="Karpenter's `--feature-gates` for the reconcile function, `Name=true,Name=false`: "
         "`NodeRepair=true` turns node repair on, `NodeOverlay=true` applies NodeOverlays, "
-        "`ReservedCapacity=false` turns capacity reservations off; Karpenter's other gate names are accepted and "
+        "`ReservedCapacity=false` turns capacity reservations off, `StaticCapacity=true` keeps static NodePools at "
+        "their `replicas`; Karpenter's other gate names are accepted and "
         "change nothing.",
         rule="gates among " + ", ".join(f"`{name}`" for name in KARPENTER_FEATURE_GATES),
     ),

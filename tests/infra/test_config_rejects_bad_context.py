@@ -177,6 +177,17 @@ def test_reserved_capacity_is_on_unless_the_gate_turns_it_off() -> None:
     assert not load_settings(off).reserved_capacity
 
 
+def test_the_static_capacity_gate_reaches_the_reconcile_function_off_by_default() -> None:
+    from infra.stack import reconcile_environment
+    from nodesmith.handlers.settings import load_settings
+
+    arn = "arn:aws:iam::123456789012:role/n"
+    on = load_settings(reconcile_environment(_config(featureGates="StaticCapacity=true"), node_role_arn=arn))
+    assert on.static_capacity and not on.node_repair
+    off = load_settings(reconcile_environment(NodesmithConfig(), node_role_arn=arn))
+    assert not off.static_capacity  # Karpenter's default: static NodePools are left alone
+
+
 @pytest.mark.parametrize(("value", "says"), [("NodeRepair", "Name=true|false"), ("Repair=true", "unknown feature")])
 def test_a_bad_feature_gate_fails_synth(value: str, says: str) -> None:
     with pytest.raises(ConfigError, match=f"featureGates: .*{says}"):

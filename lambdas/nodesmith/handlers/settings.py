@@ -65,9 +65,9 @@ KARPENTER_FEATURE_GATES = (
     "PodDeletionCostManagement",
 )
 """Karpenter's feature gate names (``--feature-gates``, ``[core]:pkg/operator/options/options.go``; v1.15 adds
-the last three). Nodesmith reads ``NodeRepair`` and ``NodeOverlay`` (both default off, alpha in Karpenter) and
-``ReservedCapacity`` (default on, beta in Karpenter); the others are accepted, so a Karpenter setting can be
-copied as is, and change nothing."""
+the last three). Nodesmith reads ``NodeRepair``, ``NodeOverlay`` and ``StaticCapacity`` (default off, alpha in
+Karpenter) and ``ReservedCapacity`` (default on, beta in Karpenter); the others are accepted, so a Karpenter
+setting can be copied as is, and change nothing."""
 
 _BOOLS = {"1": True, "t": True, "T": True, "TRUE": True, "true": True, "True": True,
           "0": False, "f": False, "F": False, "FALSE": False, "false": False, "False": False}  # fmt: skip
@@ -192,7 +192,8 @@ class Settings(BaseModel):
     feature_gates: str = Field(
         default="",
         description="Karpenter's `--feature-gates` string, `Name=true,Name=false`; `NodeRepair=true` turns node "
-        "repair on, `NodeOverlay=true` applies NodeOverlays, `ReservedCapacity=false` turns capacity reservations off. "
+        "repair on, `NodeOverlay=true` applies NodeOverlays, `ReservedCapacity=false` turns capacity reservations off, "
+        "`StaticCapacity=true` keeps static NodePools at their `replicas`. "
         "Karpenter's other gate names are accepted and change nothing.",
     )
 
@@ -217,6 +218,12 @@ class Settings(BaseModel):
         """True unless the feature gate ``ReservedCapacity`` is off (Karpenter's default: on): EC2NodeClass
         ``capacityReservationSelectorTerms`` are used, other launches keep out of open ODCRs."""
         return parse_feature_gates(self.feature_gates).get("ReservedCapacity", True)
+
+    @property
+    def static_capacity(self) -> bool:
+        """True when the feature gate ``StaticCapacity`` is on (Karpenter's default: off): static NodePools are kept at
+        their ``spec.replicas``; off, they are left alone."""
+        return parse_feature_gates(self.feature_gates).get("StaticCapacity", False)
 
 
 class SettingsError(ValueError):

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.disruption.static import StaticDecision
     from nodesmith.core.model import InstanceType, Node, Pod
 
 __all__ = ["EVENT_WORKERS", "ReconcileOutcome", "cost_by_pool", "pod_ref", "post_pod_events"]
@@ -53,6 +54,8 @@ class ReconcileOutcome:
     check and the orphan sweep (:func:`~nodesmith.services.provisioning.lifecycle.collect_garbage`); a pass that did not
     priced registered nodes by their labels. ``terminations_requested`` names the NodeClaims whose termination
     request the pass sent (deletions nobody had asked for yet, or whose request went stale).
+    ``static_decisions`` are the pass's static NodePool decisions (gate ``StaticCapacity``) and ``static_removed`` the
+    NodeClaims a static scale-down removed.
     """
 
     pods_pending: int = 0
@@ -84,6 +87,8 @@ class ReconcileOutcome:
     cost_by: dict[PoolKey, float] = field(default_factory=dict)
     garbage_collected: bool = False
     terminations_requested: list[str] = field(default_factory=list)
+    static_decisions: list[StaticDecision] = field(default_factory=list)
+    static_removed: list[str] = field(default_factory=list)
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:

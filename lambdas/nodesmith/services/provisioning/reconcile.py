@@ -55,6 +55,7 @@ from nodesmith.services.provisioning.nodepool_status import update_nodepool_stat
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
 from nodesmith.services.provisioning.reservations import expire_capacity_blocks, sync_nodeclass_status
+from nodesmith.services.provisioning.static import decide_static, launch_plans, remove_static, static_pools
 from nodesmith.services.provisioning.utilization import nodepool_utilization
 from nodesmith.services.termination.requests import sweep_deletions
 
@@ -192,6 +193,7 @@ class _Pass:
         self.out.errors.extend(self.pool_catalogues.errors)
         if not self.pool_catalogues.evaluated:
             self.pools = []
+        self.pool_by_name = {p.name: p for p in self.pools}
         self.launcher = Launcher(
             cluster=self.cluster,
             cloud=self.cloud,
@@ -216,6 +218,32 @@ class _Pass:
             if result.nodeclaim is not None:
                 kept.append(result.nodeclaim)
         self.claims = kept
+
+    def scale_static(self) -> None:
+        """Static NodePools (gate ``StaticCapacity``, :mod:`.static`): remove the excess NodeClaims, then create and
+        launch the missing ones; both count in this pass's capacity (removed nodes' pods are provisioned for)."""
+        if not self.options.static_capacity:
+            return
+        out = self.out
+        pools = static_pools(self.snap.nodepools, self.catalogues, out.errors)
+        decisions = decide_static(
+            pools=pools, nodeclaims=self.claims, nodes=self.nodes, pods=self.snap.pods, now=self.now
+        )
+        removal = remove_static(
+            cluster=self.cluster, queue=self.ports.queue, nodeclaims=self.claims, decisions=decisions, now=self.now
+        )
+        self.claims = removal.claims
+        out.static_removed, out.static_decisions = removal.removed, decisions
+        out.errors.extend(removal.errors)
+        self.pool_by_name.update((pool.name, pool) for pool in pools)
+        plans = launch_plans(pools=pools, decisions=decisions, catalogues=self.catalogues, errors=out.errors)
+        self.taken = {nc.name for nc in self.claims}
+        for launched in self._launch_all(plans):
+            if launched is not None and launched.nodeclaim is not None and launched.result is not None:
+                self.claims.append(launched.nodeclaim)
+                self.snap.instances[launched.result.instance_id] = _as_instance(launched.result)  # priced with the rest
+                out.new_cost_per_hour += launched.result.price
+        self.leaving = leaving_node_names(self.nodes, nodeclaims=self.claims) | self.leaving
 
     def provision(self) -> None:
         """(a), (c), (d): solve pending pods, create and launch NodeClaims, re-solve after capacity errors."""
@@ -341,7 +369,7 @@ class _Pass:
     def _create_and_launch(self, *, plan: NodeClaimPlan, index: int) -> LaunchOutcome | None:
         """Create the NodeClaim for ``plan`` and launch it; None when it could not even be created."""
         out = self.out
-        pool = next((p for p in self.pools if p.name == plan.nodepool), None)
+        pool = self.pool_by_name.get(plan.nodepool)
         if pool is None:
             return None
         with self.launcher.lock:
@@ -423,7 +451,8 @@ class ReconcileOptions:
     pod Events; ``solver`` is the scheduler and ``clock`` (seconds, any origin) times it and the launches (a
     NodeClaim's ``Launched`` time is ``now`` plus the clock's seconds since the pass began). A deleting NodeClaim whose
     termination request is older than ``request_stale_seconds`` gets another (:func:`~.termination.requests.
-    sweep_deletions`).
+    sweep_deletions`). ``static_capacity`` (Karpenter's feature gate ``StaticCapacity``) keeps static NodePools at
+    their ``replicas`` (:meth:`_Pass.scale_static`); off, they are left alone.
     """
 
     provision_first: bool = False
@@ -433,6 +462,7 @@ class ReconcileOptions:
     solver: Solver = solve
     clock: Callable[[], float] = time.perf_counter
     request_stale_seconds: float = 300.0
+    static_capacity: bool = False
 
 
 def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = None) -> ReconcileOutcome:
@@ -444,7 +474,8 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     garbage-collect (liveness, instance gone, orphans); make sure every deletion has a termination request on its
     way (``ports.queue``; a user's ``kubectl delete nodeclaim`` or ``delete node``,
     :func:`~.termination.requests.sweep_deletions`); load each EC2NodeClass's catalogue; launch NodeClaims left
-    unlaunched by an earlier pass; solve the pending pods (and those of nodes going away) against registered nodes
+    unlaunched by an earlier pass; keep static NodePools at their ``replicas``
+    (``options.static_capacity``); solve the pending pods (and those of nodes going away) against registered nodes
     and in-flight NodeClaims; create and launch a NodeClaim per plan, re-solving pods after capacity errors;
     post Events.
 
@@ -485,6 +516,7 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     run.lifecycle()
     run.prepare()
     run.launch_leftovers()
+    run.scale_static()
     run.provision()
     return run.finish()
 
