@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from disruption_factories import DAY, NOW, catalogue, daemon_pod, make_nodepool, make_pod
+from disruption_factories import DAY, NOW, catalogue, daemon_pod, make_node, make_nodeclaim, make_nodepool, make_pod
 
 from nodesmith.core.api.nodepool import NodePool
+from nodesmith.core.disruption import ClusterNode, decide
+from nodesmith.core.disruption.drift import NODEPOOL_HASH_VERSION
 from nodesmith.core.disruption.static import (
     StaticMember,
     is_static,
@@ -162,3 +164,71 @@ def test_a_static_template_that_allows_no_type_says_why() -> None:
     )
     why = static_nodeclaim_plan(pool, TYPES)
     assert isinstance(why, str) and "no instance type" in why and '"default"' in why
+
+
+STALE = {"karpenter.sh/nodepool-hash": "0", "karpenter.sh/nodepool-hash-version": NODEPOOL_HASH_VERSION}
+
+
+def static_node(name: str, *, drifted: bool = False, **kwargs: Any) -> ClusterNode:
+    claim = make_nodeclaim(f"{name}-claim", node=name, annotations=STALE if drifted else None)
+    node: ClusterNode = make_node(name, nodeclaim=claim, instance_type="m5.large", **kwargs)
+    return node
+
+
+def drift_pool(replicas: int, **kwargs: Any) -> NodePool:
+    return static_pool(replicas, budgets=[{"nodes": "100%"}], consolidate_after="0s", **kwargs)
+
+
+def test_a_drifted_static_node_is_replaced_one_for_one_by_a_template_nodeclaim() -> None:
+    nodes = [static_node("a", drifted=True, pod_specs=[("1", "1Gi")]), static_node("b")]
+    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES)
+    command = plan.command
+    assert command is not None and command.method == "drift" and command.nodes == ("a",)
+    [replacement] = command.replacements
+    assert replacement.nodepool == "default" and replacement.pods == ()
+    assert "replace 1:1" in command.reason
+
+
+def test_static_nodes_are_never_emptied_or_consolidated() -> None:
+    nodes = [static_node("a", daemonsets=False), static_node("b", pod_specs=[("100m", "128Mi")])]
+    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES)
+    assert plan.command is None
+    assert any("static" in r.reason for r in plan.rejected if r.node == "a")
+
+
+def test_static_drift_waits_while_the_pool_is_scaling_down() -> None:
+    nodes = [static_node("a", drifted=True), static_node("b"), static_node("c")]
+    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES)
+    assert plan.command is None
+    assert any("scaling down to 2" in r.reason for r in plan.rejected if r.node == "a")
+
+
+def test_static_drift_needs_room_under_the_node_limit_to_stage_its_replacement() -> None:
+    nodes = [static_node("a", drifted=True), static_node("b")]
+    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2, nodes_limit=2)], instance_types=TYPES)
+    assert plan.command is None
+    assert any("limits.nodes 2 reached" in r.reason for r in plan.rejected if r.node == "a")
+    roomy = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2, nodes_limit=3)], instance_types=TYPES)
+    assert roomy.command is not None and roomy.command.nodes == ("a",)
+
+
+def test_static_drift_stays_within_the_drifted_budget() -> None:
+    nodes = [static_node("a", drifted=True), static_node("b")]
+    pool = static_pool(2, budgets=[{"nodes": "0", "reasons": ["Drifted"]}])
+    plan = decide(now=NOW, nodes=nodes, nodepools=[pool], instance_types=TYPES)
+    assert plan.command is None
+    assert any("Drifted budget exhausted" in r.reason for r in plan.rejected if r.node == "a")
+
+
+def test_a_consolidation_simulation_never_plans_a_static_nodeclaim() -> None:
+    only_big = [
+        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.2xlarge"]},
+        {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+    ]
+    dynamic = make_nodepool("dynamic", requirements=only_big, budgets=[{"nodes": "100%"}])
+    nodes = [
+        make_node("busy", nodepool="dynamic", instance_type="m5.2xlarge", pod_specs=[("500m", "512Mi")]),
+        static_node("full", pod_specs=[("1500m", "6Gi")]),
+    ]
+    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(1), dynamic], instance_types=TYPES)
+    assert plan.command is None, "only a static NodeClaim would be cheaper, and no simulation may plan one"

@@ -1,8 +1,8 @@
 """One pass of voluntary disruption: which nodes to disrupt now, by which method, and why not the others.
 
 :func:`decide` runs Karpenter's methods in order — Repair (v1.15, only with
-``DisruptionSettings.node_repair``: :mod:`.repair`), Emptiness, Drift, MultiNodeConsolidation,
-SingleNodeConsolidation (``[core]:pkg/controllers/disruption/controller.go NewMethods``) — and
+``DisruptionSettings.node_repair``: :mod:`.repair`), Emptiness, StaticDrift (static NodePools, :mod:`.static`), Drift,
+MultiNodeConsolidation, SingleNodeConsolidation (``[core]:pkg/controllers/disruption/controller.go NewMethods``) — and
 returns the first command one of them produces (Karpenter executes at most one method per pass),
 together with Expiration, which is not a method in v1 and ignores budgets
 (``[core]:pkg/controllers/nodeclaim/expiration/controller.go``). Expired nodes count as deleting
@@ -47,6 +47,7 @@ from nodesmith.core.disruption.pdb import PdbLimits
 from nodesmith.core.disruption.repack import repack_consolidation
 from nodesmith.core.disruption.repair import repair_command
 from nodesmith.core.disruption.simulation import build_context
+from nodesmith.core.disruption.static import is_static, members_from_nodes, static_drift_command
 from nodesmith.core.disruption.types import DisruptionSettings, Rejection
 
 if TYPE_CHECKING:
@@ -260,8 +261,18 @@ def decide(
         now=now,
         settings=cfg,
     )
-    drift, why = drift_command(ctx, drifted, budgets=_allowed(budgets[REASON_DRIFTED]))
+    drift, why = static_drift_command(
+        [(c, d) for c, d in drifted if is_static(c.nodepool)],
+        members=members_from_nodes(nodes, facts=selection.facts, gone=gone),
+        budgets=_allowed(budgets[REASON_DRIFTED]),
+        instance_types={p.name: (nodepool_instance_types or {}).get(p.name, instance_types) for p in nodepools},
+        now=now,
+    )
     rejected.extend(why)
+    if drift is None:
+        dynamic = [(c, d) for c, d in drifted if not is_static(c.nodepool)]
+        drift, why = drift_command(ctx, dynamic, budgets=_allowed(budgets[REASON_DRIFTED]))
+        rejected.extend(why)
     if drift is not None:
         return done(drift)
 

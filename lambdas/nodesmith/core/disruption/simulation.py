@@ -93,9 +93,12 @@ def build_context(
     """Build the :class:`SimulationContext`. ``facts`` must hold every node of ``nodes``.
 
     A node's allocatable is what its status reports, else its instance type's (snapshots often
-    leave status out). ``pending`` are the cluster's pending pods; terminal pods are ignored.
+    leave status out). ``pending`` are the cluster's pending pods; terminal pods are ignored. Static NodePools
+    (``spec.replicas``) are left out of the pools a simulation may open NodeClaims from, as Karpenter's provisioner
+    leaves them out; their nodes are destinations like any other.
     """
     pools = {p.name: p for p in nodepools}
+    dynamic = tuple(p for p in nodepools if p.spec.replicas is None)  # no simulation plans a static NodeClaim
     destinations: dict[str, ExistingNode] = {}
     capacity: dict[str, tuple[str, Resources]] = {}
     deleting: list[Pod] = []
@@ -132,12 +135,12 @@ def build_context(
         capacity=capacity,
         pending=tuple(as_pending(p) for p in pending if not p.is_terminal and p.deletion_timestamp is None),
         deleting_pods=tuple(deleting),
-        nodepools=tuple(nodepools),
-        instance_types=usable_types(instance_types, nodepools),
+        nodepools=dynamic,
+        instance_types=usable_types(instance_types, dynamic),
         daemonsets=tuple(daemonsets),
         recent=frozenset(recent),
         volume_requirements=dict(volume_requirements or {}),
-        nodepool_instance_types=_usable_per_pool(nodepool_instance_types or {}, nodepools),
+        nodepool_instance_types=_usable_per_pool(nodepool_instance_types or {}, dynamic),
     )
 
 

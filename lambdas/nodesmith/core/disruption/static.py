@@ -18,6 +18,11 @@ A static NodePool holds ``replicas`` NodeClaims whatever the pods. The rules fol
   ``karpenter.sh/do-not-disrupt``); then the others, nodes without an active ``do-not-disrupt`` pod first,
   then by rescheduling cost (sum of the pods' eviction costs) times the fraction of ``expireAfter`` left,
   ascending; ties by name;
+* **drift** (Karpenter's ``StaticDrift`` method, run after Emptiness and before Drift): a drifted static node is
+  replaced 1:1 by a template NodeClaim, within the pool's ``Drifted`` budget, not while a scale-down is pending
+  (``active + pending disruption > replicas``), and only when ``limits.nodes`` leaves room to stage the replacement
+  (without ``TerminateFirstDrift`` it waits otherwise); pods blocking eviction block it unless the NodeClaim has a
+  ``terminationGracePeriod`` (the eventual class);
 * the NodeClaim a static pool launches comes from its template alone: its requirements and labels, every
   instance type of its node class they allow with an available offering, cheapest first (Karpenter leaves
   the type choice to ``CloudProvider.Create``, which picks among the same types; no pod narrows it).
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from nodesmith.core.disruption.candidates import eviction_cost, is_do_not_disrupt_active, lifetime_remaining
+from nodesmith.core.disruption.types import METHOD_DRIFT, Decision, Rejection
 from nodesmith.core.requirements import LABEL_NODEPOOL, RequirementError, Requirements
 from nodesmith.core.scheduling.instancetypes import (
     OfferingFilter,
@@ -41,9 +47,12 @@ from nodesmith.core.scheduling.instancetypes import (
 from nodesmith.core.scheduling.types import NodeClaimPlan
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.candidates import Candidate, NodeFacts
+    from nodesmith.core.disruption.drift import Drift
+    from nodesmith.core.disruption.types import ClusterNode
     from nodesmith.core.model import InstanceType, Offering, Pod
 
 __all__ = [
@@ -51,8 +60,10 @@ __all__ = [
     "StaticDecision",
     "StaticMember",
     "is_static",
+    "members_from_nodes",
     "scale_down_order",
     "static_decision",
+    "static_drift_command",
     "static_nodeclaim_plan",
 ]
 
@@ -232,3 +243,86 @@ def static_nodeclaim_plan(pool: NodePool, instance_types: Sequence[InstanceType]
         zone=next(iter(zones)) if len(zones) == 1 else None,
         capacity_type=next(iter(capacity_types)) if len(capacity_types) == 1 else None,
     )
+
+
+def members_from_nodes(
+    nodes: Sequence[ClusterNode], *, facts: Mapping[str, NodeFacts], gone: Collection[str] = ()
+) -> dict[str, list[StaticMember]]:
+    """Static members by NodePool name from a disruption snapshot: every node with a ``karpenter.sh/nodepool``
+    label. Deleting: the Node's or its NodeClaim's ``deletionTimestamp``; pending disruption: otherwise marked for
+    disruption (``facts``' ``deleting``: the ``karpenter.sh/disrupted`` taint or an earlier command) or in
+    ``gone`` (nodes this pass already disrupts)."""
+    out: dict[str, list[StaticMember]] = {}
+    for cn in nodes:
+        f = facts.get(cn.name)
+        if f is None or f.nodepool is None:
+            continue
+        nc = cn.nodeclaim
+        deleting = cn.node.deletion_timestamp is not None or (
+            nc is not None and nc.metadata.deletion_timestamp is not None
+        )
+        out.setdefault(f.nodepool, []).append(
+            StaticMember(
+                name=cn.name,
+                deleting=deleting,
+                pending_disruption=not deleting and (f.deleting or cn.name in gone),
+                pods=cn.pods,
+                created=f.created,
+            )
+        )
+    return out
+
+
+def static_drift_command(
+    drifted: Sequence[tuple[Candidate, Drift]],
+    *,
+    members: Mapping[str, Sequence[StaticMember]],
+    budgets: Mapping[str, int],
+    instance_types: Mapping[str, Sequence[InstanceType]],
+    now: float,
+) -> tuple[Decision | None, list[Rejection]]:
+    """Karpenter's ``StaticDrift``: the first drifted node of a static pool (empty nodes first, then by name) replaced
+    1:1 by a template NodeClaim, or None, with the drifted static nodes turned down and why.
+
+    ``drifted`` holds candidates of static pools only; ``members`` the static members by pool
+    (:func:`members_from_nodes`); ``budgets`` the ``Drifted`` budgets by pool; ``instance_types`` each pool's node
+    class catalogue by pool name. Rules in the module docstring.
+    """
+    rejected: list[Rejection] = []
+    for c, drift in sorted(drifted, key=lambda item: (not item[0].is_empty, item[0].name)):
+        pool = c.nodepool
+        state = static_decision(pool=pool, members=members.get(pool.name, ()), now=now)
+        why: str | None = None
+        if state.active + state.pending_disruption > state.replicas:
+            why = f'static NodePool "{pool.name}" is scaling down to {state.replicas}'
+        elif budgets.get(pool.name, 0) <= 0:
+            why = f'NodePool "{pool.name}" Drifted budget exhausted'
+        elif state.limit is not None and state.active + state.deleting + state.pending_disruption >= state.limit:
+            why = f"cannot stage a replacement: limits.nodes {state.limit} reached"
+        elif c.pod_block is not None and not c.termination_grace_period:
+            why = c.pod_block
+        if why is not None:
+            rejected.append(Rejection(c.name, f"{drift.reason}, but {why}", METHOD_DRIFT))
+            continue
+        plan = static_nodeclaim_plan(pool, instance_types.get(pool.name, ()))
+        if isinstance(plan, str):
+            rejected.append(Rejection(c.name, f"{drift.reason}, but {plan}", METHOD_DRIFT))
+            continue
+        moved = tuple(sorted(p.key for p in c.reschedulable_pods))
+        return (
+            Decision(
+                method=METHOD_DRIFT,
+                nodes=(c.name,),
+                cause=drift.reason,
+                reason=f"{c.name} drifted ({drift.reason}: {drift.message}); "
+                f'replace 1:1 from static NodePool "{pool.name}"',
+                nodepools=(pool.name,),
+                replacements=(plan,),
+                cost_before=c.price,
+                cost_after=plan.price_per_hour,
+                pods=moved,
+                rejected=tuple(rejected),
+            ),
+            rejected,
+        )
+    return None, rejected
