@@ -31,9 +31,13 @@ Properties (every key optional; an unknown key fails the scenario, so a typo can
 ``existing_node_pods``              ``{node: [ns/pod]}``: exactly these existing nodes receive exactly
                                     these pods
 ``pods_on_nodepool``                ``{pool: [ns/pod]}``: new NodeClaims of the pool hold exactly these
-``cost_per_hour: X``                total new cost (USD/hour)
+``cost_per_hour: X``                total new cost (USD/hour), static NodeClaims included
 ``first_instance_type: T``          every NodeClaim's cheapest (first) kept type is T
 ``overlays_not_applied: [N, ...]``  exactly these NodeOverlays are reported not applied (conflict)
+``static_nodepools``                ``{pool: {launch, nodes, remove, blocked, holds}}``: the static NodePool launches
+                                    ``launch`` NodeClaims, has ``nodes`` active, removes exactly the nodes ``remove``
+                                    (in that order), ``blocked`` is in why fewer launch, and its new NodeClaims hold
+                                    exactly the pods ``holds`` (every key optional)
 
 The instance catalogue is the embedded (moto) EC2 catalogue, loaded once per session (a scenario
 whose EC2NodeClass changes capacity — kubelet, block devices — gets its own); prices come from the
@@ -288,6 +292,26 @@ def _check_overlays_not_applied(want: list[str], result: Result, _: Catalogue) -
     assert got == sorted(want), f"overlays_not_applied: want {sorted(want)}, got {got}"
 
 
+def _check_static(want: Mapping[str, Mapping[str, Any]], result: Result, _: Catalogue) -> None:
+    got = {entry["nodepool"]: entry for entry in result.get("static_nodepools", [])}
+    assert set(got) == set(want), f"static_nodepools: want {sorted(want)}, got {sorted(got)}"
+    on_node = {n["name"]: n["pods"] for n in result["existing_nodes"]}
+    for pool, props in want.items():
+        entry = got[pool]
+        unknown = sorted(set(props) - {"launch", "nodes", "remove", "blocked", "holds"})
+        assert not unknown, f"static_nodepools.{pool}: unknown properties {unknown}"
+        for key in ("launch", "nodes", "remove"):
+            if key in props:
+                assert entry[key] == props[key], f"static_nodepools.{pool}.{key}: want {props[key]}, got {entry[key]}"
+        if "blocked" in props:
+            assert props["blocked"] in entry["blocked"], f"static_nodepools.{pool}: blocked {entry['blocked']!r}"
+        if "holds" in props:
+            held = sorted(p for name in entry["new_nodes"] for p in on_node.get(name, []))
+            assert held == sorted(props["holds"]), f"static_nodepools.{pool}: new NodeClaims hold {held}"
+        assert len(entry["new_nodes"]) == entry["launch"], entry
+        assert bool(entry["instance_type"]) == bool(entry["launch"]), entry
+
+
 CHECKS: dict[str, Callable[[Any, Result, Catalogue], None]] = {
     "nodeclaims": _check_nodeclaims,
     "nodepool": _check_nodepool,
@@ -310,12 +334,18 @@ CHECKS: dict[str, Callable[[Any, Result, Catalogue], None]] = {
     "cost_per_hour": _check_cost,
     "first_instance_type": _check_first_type,
     "overlays_not_applied": _check_overlays_not_applied,
+    "static_nodepools": _check_static,
 }
 
 
 def _check_invariants(result: Result) -> None:
     """What every simulation result must satisfy, whatever the scenario."""
-    assert set(result) - {"overlays"} == {"nodeclaims", "existing_nodes", "unschedulable", "cost_per_hour"}
+    assert set(result) - {"overlays", "static_nodepools"} == {
+        "nodeclaims",
+        "existing_nodes",
+        "unschedulable",
+        "cost_per_hour",
+    }
     placed = _placements(result)
     unschedulable = [u["pod"] for u in result["unschedulable"]]
     everything = placed + unschedulable
@@ -325,6 +355,7 @@ def _check_invariants(result: Result) -> None:
         assert nc["pods"], f"a NodeClaim with no pod: {nc}"
         assert nc["capacity_type"] in ("reserved", "spot", "on-demand", None)
     total = sum(nc["price_per_hour"] for nc in result["nodeclaims"])
+    total += sum(s["price_per_hour"] * s["launch"] for s in result.get("static_nodepools", []))
     assert math.isclose(result["cost_per_hour"], total, abs_tol=1e-6), "cost_per_hour is not the sum of NodeClaims"
     names = [n["name"] for n in result["existing_nodes"]]
     assert names == sorted(names), "existing_nodes are not sorted by name"

@@ -25,7 +25,10 @@ Steps, each with its exit code on failure (0 success, 1 a step failed, 2 bad inp
    Unschedulable, as kube-scheduler would); existing nodes = Node manifests with the pods bound to
    them plus the DaemonSet pods that would run there; NodePool usage (for ``limits``) = the
    capacity of the pool's existing nodes plus ``nodes: <count>``.
-5. **Solve** (:func:`nodesmith.core.scheduling.solve`) and print (:mod:`nodesmith.cli.output`):
+5. **Static NodePools** (:mod:`nodesmith.cli.simulate_static`): what each ``spec.replicas`` pool would launch or
+   remove; its new NodeClaims are existing capacity for the pending pods (``static_nodepools`` in the JSON, their
+   price in ``cost_per_hour``).
+6. **Solve** (:func:`nodesmith.core.scheduling.solve`) and print (:mod:`nodesmith.cli.output`):
    ``-o json`` prints exactly one JSON object on stdout; everything else goes to stderr. With
    NodeOverlays it has an ``overlays`` list: ``{name, valid, reason, message, conflicts_with}`` each.
 
@@ -59,6 +62,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from nodesmith.adapters.manifests import ManifestBundle
+    from nodesmith.cli.simulate_static import StaticView
     from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.overlay import OverlayResult
     from nodesmith.core.resources import Resources
@@ -123,7 +127,7 @@ def run_simulate(
             check_choice("--packing", packing, PACKING_POLICIES)
         # Only the final result may reach stdout: anything a library prints goes to stderr.
         with contextlib.redirect_stdout(sys.stderr):
-            result, overlays = _plan(
+            result, overlays, static = _plan(
                 files=files,
                 region=region,
                 price_table=table,
@@ -136,6 +140,7 @@ def run_simulate(
         return report(exc)
 
     from nodesmith.cli import output as render
+    from nodesmith.cli.simulate_static import static_json, static_lines
 
     note = render.price_note(result)
     if output == "json":
@@ -144,10 +149,16 @@ def run_simulate(
         doc = render.result_to_json(result)
         if overlays is not None:
             doc["overlays"] = [asdict(v) for _, v in sorted(overlays.verdicts.items())]
+        if static:
+            doc["static_nodepools"] = static_json(static)
+            launched = sum(v.price_per_hour * len(v.new_nodes) for v in static)
+            doc["cost_per_hour"] = round(float(doc["cost_per_hour"]) + launched, 6)
         out.write(json.dumps(doc) + "\n")
         out.flush()
     else:
         render.print_table(result, file=out, note=note)
+        for line in static_lines(static):
+            out.write(line + "\n")
     return EXIT_OK
 
 
@@ -166,9 +177,10 @@ def _plan(
     instance_types: Sequence[InstanceType] | None,
     packing: str = "karpenter",
     capacity_reservations: Path | None = None,
-) -> tuple[SchedulingResult, OverlayResult | None]:
+) -> tuple[SchedulingResult, OverlayResult | None, list[StaticView]]:
     """Load, build the catalogue (unless given), add the saved capacity reservations' offerings, apply NodeOverlays,
-    solve. Raises ``BadInput`` or ``StepFailed``."""
+    add the static NodePools' capacity, solve; the result, the overlays' verdicts and the static NodePools. Raises
+    ``BadInput`` or ``StepFailed``."""
     from nodesmith.adapters.manifests import load_manifests
     from nodesmith.core.scheduling import solve
 
@@ -196,8 +208,13 @@ def _plan(
             bundle, shared=instance_types, per_pool=per_pool, items=items, now=time.time()
         )
     overlaid, overlays = overlay_nodepool_catalogues(bundle, instance_types, per_pool)
+    from nodesmith.cli.simulate_static import static_views, with_static_nodes
+
     inp = build_scheduling_input(bundle, instance_types)
-    return solve(replace(inp, packing=packing, nodepool_instance_types=overlaid)), overlays  # type: ignore[arg-type]
+    static = static_views(bundle, instance_types, overlaid, now=time.time())
+    inp = with_static_nodes(inp, static)
+    result = solve(replace(inp, packing=packing, nodepool_instance_types=overlaid))  # type: ignore[arg-type]
+    return result, overlays, static
 
 
 def _env_price_table() -> Path | None:

@@ -8,7 +8,8 @@ scheduler.go Solve``/``add``, ``queue.go``, ``preferences.go``):
 2. Each pod tries, in order: existing nodes (initialized first, then by name; cordoned skipped;
    :class:`~nodesmith.core.scheduling.existingindex.ExistingIndex` skips those that certainly refuse),
    NodeClaims planned in this pass (fewest pods first, then oldest), then a new NodeClaim from the
-   NodePools by weight desc, name asc — the first that accepts wins.
+   NodePools by weight desc, name asc — the first that accepts wins. Static NodePools (``spec.replicas``)
+   never open one (Karpenter's provisioner leaves them out); their nodes are existing capacity.
 3. A pod that fits nowhere is relaxed one step at a time (preferred terms were treated as required)
    and retried; if still unplaced it goes to the back of the queue with its original preferences.
    The pass ends when the queue cycles without progress.
@@ -86,6 +87,10 @@ class _Pass:
         self.templates: list[Template] = []
         self.skipped: list[tuple[str, Rejection]] = []
         for np in sorted(inp.nodepools, key=lambda n: (-n.weight_or_zero, n.name)):
+            if np.spec.replicas is not None:  # static: its NodeClaims follow replicas, never pending pods
+                why = "static NodePool (spec.replicas): it launches for its replicas, never for pending pods"
+                self.skipped.append((np.name, Rejection("nodepool", "static NodePool", why)))
+                continue
             types = inp.types_for(np.name)
             catalogue = catalogues.get(id(types))
             if catalogue is None:
