@@ -53,3 +53,20 @@ def test_the_page_escapes_what_it_shows_and_embeds_its_data() -> None:
     assert "&lt;b&gt;boom&lt;/b&gt;" in page and 'class="failed"' in page
     assert page.count("<script") == 2  # the data block and the drawing code, nothing injected
     assert '"kind":"interruption"' in page and '"kind":"drain"' in page and '"kind":"error"' in page
+
+
+def test_a_static_nodepool_scale_down_is_told_as_such() -> None:
+    scaled = [
+        (1.0, "NodeClaim", "static-aaaaa created by the reconcile Lambda"),
+        (1.0, "Launched", "NodeClaim/static-aaaaa: " + LAUNCH.format(iid="i-0aaaaaaaaaaaaaaaa")),
+        (2.0, "Registered", "NodeClaim/static-aaaaa: " + REGISTERED.format(node="ip-10-0-0-1.ec2.internal")),
+        (
+            9.0,
+            "DisruptionTerminating",
+            'Node/ip-10-0-0-1.ec2.internal: Disrupting Node: Overprovisioned (static NodePool "static" scaled to '
+            "1 replicas)",
+        ),
+    ]
+    [row] = nodeclaim_rows(scaled)
+    assert row.ended.startswith("static NodePool scale-down at 9.0s")
+    assert 'static NodePool "static" scaled to 1 replicas' in row.ended

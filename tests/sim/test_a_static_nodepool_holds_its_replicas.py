@@ -113,6 +113,12 @@ def test_a_static_pool_reaches_its_replicas_with_no_pods_and_scales_down_empty_n
         assert len(deleting) == 2 and len(live_claims(world)) == 1, "one pass removes the whole excess, no budget"
         assert {c["metadata"]["annotations"][TERMINATION_REASON_ANNOTATION] for c in deleting} == {"Overprovisioned"}
         assert busy not in {c["status"].get("nodeName") for c in deleting}, "the empty nodes go first"
+        told = {
+            e["involvedObject"]["name"]
+            for e in world.store.objects("events")
+            if e["reason"] == "DisruptionTerminating" and 'static NodePool "static"' in e["message"]
+        }
+        assert told == {c["status"]["nodeName"] for c in deleting}
         assert until(world, lambda: ready_nodes(world) == [busy] and len(live_claims(world)) == 1, timeout=120), (
             ready_nodes(world)
         )

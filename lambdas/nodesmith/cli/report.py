@@ -9,7 +9,8 @@ The page needs nothing at view time: no network, no CDN, no external file. It ho
   ``data-series-drawn`` (lines with at least two points) and ``data-markers-drawn`` so a headless
   browser can check that it rendered;
 * a table of the NodeClaims (created, launched with instance / type / zone / capacity type /
-  price, registered on which node, initialized, how it ended), rebuilt from the Kubernetes Events
+  price, registered on which node, initialized, how it ended: a static NodePool's scale-down says so), rebuilt
+  from the Kubernetes Events
   the Lambdas posted, as ``kubectl get events`` would show them;
 * the full timeline of decisions and events.
 
@@ -128,6 +129,8 @@ def nodeclaim_rows(timeline: Sequence[tuple[float, str, str]]) -> list[NodeClaim
             ending = _NODE_ENDINGS.get(kind)
             if claim is not None and ending and not claim.ended:
                 reason = message.split(":", 1)[1].strip() if kind == "DisruptionTerminating" else ""
+                if "static NodePool" in reason:
+                    ending = "static NodePool scale-down"
                 claim.ended = f"{ending} at {at:.1f}s" + (f" ({reason})" if reason else "")
     return sorted(rows.values(), key=lambda r: (r.created if r.created is not None else float("inf"), r.name))
 

@@ -5,7 +5,8 @@ the pass's snapshot into :class:`~nodesmith.core.disruption.static.StaticMember`
 removals. A removed NodeClaim goes the way every disruption goes: annotated with the reason
 ``Overprovisioned``, deleted (its ``karpenter.sh/termination`` finalizer keeps it) and its termination
 request sent to the termination queue, which drains the node through the Eviction API (PDBs honoured) and
-terminates the instance. No disruption budget gates it (Karpenter's static deprovisioning controller).
+terminates the instance. No disruption budget gates it (Karpenter's static deprovisioning controller). Its Node
+(or, before registration, the NodeClaim) gets a ``DisruptionTerminating`` Event naming the static NodePool.
 The launches go through the reconcile pass's own create-and-launch path (:mod:`.reconcile`).
 """
 
@@ -26,7 +27,9 @@ from nodesmith.core.disruption.static import (
 from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.core.errors import KubernetesError, NotFoundError
 from nodesmith.core.objects import parse_timestamp
+from nodesmith.core.ports import ObjectRef
 from nodesmith.services.provisioning.capacity import to_rfc3339
+from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
 from nodesmith.services.termination.requests import request_termination
 
 if TYPE_CHECKING:
@@ -168,12 +171,12 @@ def remove_static(
     the NodeClaim's ``terminationGracePeriod`` bounds the drain) and send the requests to ``queue`` (None: the next
     pass's sweep sends them). A NodeClaim already gone is skipped; other API errors are reported, not raised.
     """
-    wanted = [name for d in decisions for name in d.remove]
+    wanted = [(name, d) for d in decisions for name in d.remove]
     by_name = {nc.name: nc for nc in nodeclaims}
     removed: list[str] = []
     errors: list[str] = []
     requests = []
-    for name in wanted:
+    for name, decision in wanted:
         claim = by_name.get(name)
         if claim is None:
             continue
@@ -187,6 +190,13 @@ def remove_static(
             errors.append(f"scale down NodeClaim {name}: {exc}")
             continue
         removed.append(name)
+        node = claim.status.node_name
+        cluster.record_event(
+            ref=ObjectRef(kind="Node", name=node) if node else nodeclaim_ref(claim),
+            reason="DisruptionTerminating",
+            message=f"Disrupting Node: {REASON_OVERPROVISIONED} "
+            f'(static NodePool "{decision.nodepool}" scaled to {decision.replicas} replicas)',
+        )
     if queue is not None and requests:
         errors += [f"send termination request {p}" for p in queue.send(requests=requests)]
     stamp = to_rfc3339(now)
