@@ -257,7 +257,8 @@ class _Pass:
         capacity = existing_capacity(
             nodes=self.nodes, pods=snap.pods, nodeclaims=self.claims, instances=snap.instances, catalogue=self.merged
         )
-        self.existing: dict[str, ExistingNode] = {n.name: n for n in capacity}
+        # a node going away (its NodeClaim deleting, say) takes no new pods, as Karpenter's marked-for-deletion nodes
+        self.existing: dict[str, ExistingNode] = {n.name: n for n in capacity if n.name not in self.leaving}
         self.usage = nodepool_usage(self.claims)
         self.taken = {nc.name for nc in self.claims}
         if not self.pools:
