@@ -541,3 +541,18 @@ def test_snapshot_is_the_stored_object_itself_and_none_when_absent() -> None:
     store.mutate("pods", "web", lambda p: p["metadata"].setdefault("labels", {}).update(app="web"), namespace="default")
     assert store.snapshot("pods", "web", namespace="default") is not shared  # a write replaces the snapshot
     assert "app" not in shared["metadata"].get("labels", {})
+
+
+def test_a_nodepool_update_never_adds_or_removes_replicas(custom: client.CustomObjectsApi) -> None:
+    template = {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}
+    for name, spec in (("static", {"replicas": 2, "template": template}), ("dynamic", {"template": template})):
+        custom.create_cluster_custom_object(
+            *KARPENTER, "nodepools", {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+                                      "spec": spec}
+        )  # fmt: skip
+    custom.patch_cluster_custom_object(*KARPENTER, "nodepools", "static", {"spec": {"replicas": 0}})  # a scale
+    for name, patch in (("static", {"spec": {"replicas": None}}), ("dynamic", {"spec": {"replicas": 3}})):
+        with pytest.raises(ApiException) as err:
+            custom.patch_cluster_custom_object(*KARPENTER, "nodepools", name, patch)
+        assert err.value.status == 422 and "spec.replicas cannot be added to or removed from" in str(err.value.body)
+    assert custom.get_cluster_custom_object(*KARPENTER, "nodepools", "static")["spec"]["replicas"] == 0

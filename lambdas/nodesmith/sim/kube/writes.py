@@ -88,12 +88,28 @@ def merge_write(
                 name,
                 "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted",
             )
+    if rt.kind == "NodePool" and rt.group == "karpenter.sh":
+        _static_stays_static(old, result, name)
     spec_changed = any(result.get(k) != old.get(k) for k in set(result) | set(old) if k not in ("metadata", "status"))
     new_meta["generation"] = int(old_meta.get("generation", 1)) + (1 if spec_changed else 0)
     new_meta["resourceVersion"] = old_meta["resourceVersion"]
     result["metadata"] = new_meta
     result["apiVersion"], result["kind"] = rt.api_version, rt.kind
     return old if result == old else result
+
+
+def _static_stays_static(old: dict[str, Any], new: dict[str, Any], name: str) -> None:
+    """Karpenter's CRD rule on ``NodePool.spec`` (``has(self.replicas) == has(oldSelf.replicas)``): an update never
+    adds or removes ``spec.replicas`` (422 Invalid), as the API server's CEL validation answers."""
+    had = (old.get("spec") or {}).get("replicas") is not None
+    has = (new.get("spec") or {}).get("replicas") is not None
+    if had != has:
+        raise errors.invalid(
+            "NodePool",
+            name,
+            'spec: Invalid value: "object": spec.replicas cannot be added to or removed from an existing NodePool '
+            "(a NodePool is static or dynamic for its whole life)",
+        )
 
 
 def _validate_name(rt: ResourceType, name: str) -> None:
