@@ -5,22 +5,26 @@ of its victims (reason ``Overprovisioned``) and provisions for their pods at onc
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from reconcile_fakes import FakeCloud, FakeCluster, FakeQueue, make_nodeclass, make_nodepool, make_pod, node_for
 
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.termination import TERMINATION_REASON_ANNOTATION
+from nodesmith.services.disruption.service import DisruptionOutcome, disrupt
+from nodesmith.services.disruption.state import CONDITION_DISRUPTING
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
+
+if TYPE_CHECKING:
+    from nodesmith.core.model import Taint
 
 CLUSTER = "test"
 
 
-def static_pool(replicas: int, *, nodes_limit: int | None = None) -> NodePool:
-    doc: dict[str, Any] = make_nodepool("static", labels={"tier": "static"}).model_dump(
-        by_alias=True, exclude_none=True
-    )
+def static_pool(replicas: int, *, nodes_limit: int | None = None, tier: str = "static") -> NodePool:
+    doc: dict[str, Any] = make_nodepool("static", labels={"tier": tier}).model_dump(by_alias=True, exclude_none=True)
     doc["spec"]["replicas"] = replicas
     doc["spec"]["template"]["spec"]["requirements"] = [
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}
@@ -113,3 +117,45 @@ def test_a_scale_down_removes_the_empty_node_and_provisions_for_the_pods_of_the_
     assert pool_claims(cluster, "static") == []
     assert out.pods_rescheduled == 1, "the pods of a removed node are provisioned for in the same pass"
     assert len(pool_claims(cluster, "default")) == 1
+
+
+@dataclass
+class TaintableCluster(FakeCluster):
+    """FakeCluster whose nodes can be tainted and cordoned (a disruption command does that first)."""
+
+    def taint_and_cordon(self, *, node_name: str, taint: Taint) -> bool:
+        self.nodes = [
+            replace(n, taints=(*n.taints, taint), unschedulable=True) if n.name == node_name else n for n in self.nodes
+        ]
+        return any(n.name == node_name for n in self.nodes)
+
+
+def disrupt_at(cluster: FakeCluster, cloud: FakeCloud, queue: FakeQueue, now: float) -> DisruptionOutcome:
+    cluster.now = cloud.now = now
+    return disrupt(ports=Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER, queue=queue), now=now)
+
+
+def test_a_drifted_static_node_is_replaced_one_for_one_and_static_provisioning_neither_adds_nor_removes() -> None:
+    cluster = TaintableCluster(nodepools=[static_pool(1)], nodeclasses=[make_nodeclass()])
+    cloud, queue = FakeCloud(), FakeQueue()
+    run(cluster, cloud, 1000.0, queue=queue)
+    register(cluster, cloud)
+    run(cluster, cloud, 1001.0, queue=queue)  # registered and initialized
+    [old] = pool_claims(cluster, "static")
+    cluster.nodepools = [static_pool(1, tier="gold")]  # the template changed: NodePoolDrifted
+
+    assert disrupt_at(cluster, cloud, queue, 1100.0).candidates
+    started = disrupt_at(cluster, cloud, queue, 1116.0)
+    assert started.executed == {"drift": 1}
+    [replacement] = started.replacements_launched
+    assert cluster.nodeclaims[replacement].metadata.labels["tier"] == "gold"
+    assert cluster.nodeclaims[old].is_true(CONDITION_DISRUPTING)
+
+    held = run(cluster, cloud, 1117.0, queue=queue)
+    assert held.nodeclaims_created == 0 and held.static_removed == [], "replicas + the node being replaced"
+    register(cluster, cloud)
+    run(cluster, cloud, 1118.0, queue=queue)
+    finished = disrupt_at(cluster, cloud, queue, 1119.0)
+    assert finished.nodes_terminated and queue.nodeclaims() == [old]
+    after = run(cluster, cloud, 1120.0, queue=queue)
+    assert after.nodeclaims_created == 0 and pool_claims(cluster, "static") == [replacement]
