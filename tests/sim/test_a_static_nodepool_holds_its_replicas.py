@@ -6,7 +6,6 @@ gate off the same NodePool gets nothing."""
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -51,26 +50,16 @@ def static_pool(replicas: int) -> dict[str, Any]:
 
 
 @contextmanager
-def start(gates: str) -> Iterator[EmbeddedWorld]:
+def start(gates: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedWorld]:
     """The embedded world with ``gates`` as the reconcile function's feature gates, the demo's EC2NodeClass (no
     dynamic NodePool) and the ``inflate`` Deployment at 0."""
-    os.environ["NODESMITH_FEATURE_GATES"] = gates
+    monkeypatch.setenv("NODESMITH_FEATURE_GATES", gates)
     with EmbeddedWorld() as world:
         for doc in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()):
             if doc and doc["kind"] == "EC2NodeClass":  # the node class only: no dynamic NodePool
                 world.store.apply(doc)
         world.apply_file(MANIFESTS / "inflate.yaml")
         yield world
-
-
-@pytest.fixture
-def gated() -> Iterator[None]:
-    before = os.environ.get("NODESMITH_FEATURE_GATES")
-    yield
-    if before is None:
-        os.environ.pop("NODESMITH_FEATURE_GATES", None)
-    else:
-        os.environ["NODESMITH_FEATURE_GATES"] = before
 
 
 def live_claims(world: EmbeddedWorld) -> list[dict[str, Any]]:
@@ -91,8 +80,10 @@ def ready_nodes(world: EmbeddedWorld) -> list[str]:
     return sorted(out)
 
 
-def test_a_static_pool_reaches_its_replicas_with_no_pods_and_scales_down_empty_nodes_first(gated: None) -> None:
-    with start("StaticCapacity=true") as world:
+def test_a_static_pool_reaches_its_replicas_with_no_pods_and_scales_down_empty_nodes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with start("StaticCapacity=true", monkeypatch) as world:
         world.store.apply(static_pool(3))
         assert until(world, lambda: len(ready_nodes(world)) == 3, timeout=300), "the static pool never reached 3 nodes"
         for _ in range(3):
@@ -133,8 +124,8 @@ def test_a_static_pool_reaches_its_replicas_with_no_pods_and_scales_down_empty_n
             assert until(world, lambda i=instance: state(world, i) in {"shutting-down", "terminated"}, timeout=60)
 
 
-def test_with_the_gate_off_a_static_pool_is_left_alone(gated: None) -> None:
-    with start("") as world:
+def test_with_the_gate_off_a_static_pool_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    with start("", monkeypatch) as world:
         world.store.apply(static_pool(2))
         for _ in range(3):
             world.reconcile()
