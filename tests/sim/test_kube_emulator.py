@@ -544,7 +544,12 @@ def test_snapshot_is_the_stored_object_itself_and_none_when_absent() -> None:
 
 
 def test_a_nodepool_update_never_adds_or_removes_replicas(custom: client.CustomObjectsApi) -> None:
-    template = {"spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}
+    template = {
+        "spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+            "requirements": [],
+        }
+    }
     for name, spec in (("static", {"replicas": 2, "template": template}), ("dynamic", {"template": template})):
         custom.create_cluster_custom_object(
             *KARPENTER, "nodepools", {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
