@@ -17,6 +17,11 @@ lifecycle controller), compressed to seconds:
   deleted ``removal_delay`` seconds later (cloud-node-lifecycle controller);
 * pods whose graceful deletion period has passed are removed (the kubelet confirming termination).
 
+With ``faults`` (:class:`~nodesmith.sim.cluster_faults.ClusterFaults`) it also plays the cluster's faults: an
+instance whose Node is never registered, a Ready Node going NotReady (``Ready=False`` and the
+``node.kubernetes.io/not-ready`` ``NoSchedule`` and ``NoExecute`` taints; no pod deletion on it confirmed while it
+is down), and pods whose deletion is never confirmed.
+
 Only Nodes this kubelet created (annotation ``nodesmith.dev/simulated-kubelet``) are touched.
 """
 
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.model import InstanceType
     from nodesmith.core.ports import Instance
+    from nodesmith.sim.cluster_faults import ClusterFaults
     from nodesmith.sim.kube.store import Store
 
 __all__ = ["MANAGED_ANNOTATION", "NOT_READY_TAINT", "SimKubelet"]
@@ -54,7 +60,8 @@ class SimKubelet:
     """Registers and maintains Nodes for launched instances (see the module docstring).
 
     ``instances`` lists our live instances (e.g. ``cloud.list_instances``); ``instance_types``
-    (optional) supplies the well-known labels of each type. Delays are seconds.
+    (optional) supplies the well-known labels of each type. Delays are seconds. ``faults`` (optional) are the
+    cluster faults to play (see the module docstring).
     """
 
     watch = (_NODES, _CLAIMS, "pods")
@@ -68,6 +75,7 @@ class SimKubelet:
         ready_delay: float = 1.0,
         startup_taint_delay: float | None = None,
         removal_delay: float = 0.0,
+        faults: ClusterFaults | None = None,
     ) -> None:
         self.store = store
         self.instances = instances
@@ -75,6 +83,11 @@ class SimKubelet:
         self.ready_delay = ready_delay
         self.startup_taint_delay = ready_delay if startup_taint_delay is None else startup_taint_delay
         self.removal_delay = removal_delay
+        self.faults = faults
+        self._down: dict[str, float] = {}
+        """Node name -> when it went NotReady (``goes_not_ready``), while it is down."""
+        self._went_down: set[str] = set()
+        """Nodes that went NotReady once (a node goes down at most once)."""
         self._registered_at: dict[str, float] = {}
         self._gone_at: dict[str, float] = {}
         self._settled: dict[str, tuple[Mapping[str, Any], Mapping[str, Any] | None]] = {}
@@ -99,14 +112,23 @@ class SimKubelet:
             claim = claims.get(inst.tags.get("karpenter.sh/nodeclaim", ""))
             node = managed.get(provider_id)
             if node is None:
-                if claim is not None and (claim.get("status") or {}).get("allocatable"):
+                if claim is not None and (claim.get("status") or {}).get("allocatable") and self._registers(inst):
                     self._register(inst, claim, now)
             else:
                 self._advance(node, claim, now)
         for provider_id, node in sorted(managed.items()):
             if provider_id not in live:
                 self._lose(node, now)
-        self.store.finish_graceful_deletions()
+        self.store.finish_graceful_deletions(hold=self._holds if self.faults is not None else None)
+
+    def _registers(self, inst: Instance) -> bool:
+        return self.faults is None or self.faults.registers(inst.instance_id)
+
+    def _holds(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the deletion of ``pod`` goes unconfirmed: its Node is down, or the pod is stuck."""
+        if (pod.get("spec") or {}).get("nodeName") in self._down:
+            return True
+        return self.faults is not None and self.faults.stays_terminating(str(pod["metadata"].get("uid", "")))
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -189,6 +211,12 @@ class SimKubelet:
     def _advance(self, node: Mapping[str, Any], claim: Mapping[str, Any] | None, now: float) -> None:
         name = node["metadata"]["name"]
         self._gone_at.pop(name, None)
+        if name in self._down:
+            self._recover(name, now)
+            return
+        if name not in self._went_down and _is_ready(node) and self.faults and self.faults.goes_not_ready(name):
+            self._go_down(name, now)
+            return
         settled = self._settled.get(name)
         if settled is not None and settled[0] is node and settled[1] is claim:
             return  # Ready, no startup taint left, and neither it nor its NodeClaim written since
@@ -216,6 +244,36 @@ class SimKubelet:
 
         self._mutate(name, edit)
 
+    def _go_down(self, name: str, now: float) -> None:
+        """The kubelet of ``name`` stops: ``Ready=False`` and the node lifecycle controller's not-ready taints."""
+        self._down[name] = now
+        self._went_down.add(name)
+
+        def edit(obj: dict[str, Any]) -> None:
+            spec = obj.setdefault("spec", {})
+            taints = [t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT]
+            spec["taints"] = [*taints, *({"key": NOT_READY_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute"))]
+            conditions = [c for c in obj["status"].get("conditions") or [] if c.get("type") != "Ready"]
+            obj["status"]["conditions"] = [*conditions, self._ready_condition("False", "KubeletNotReady", now)]
+
+        self._mutate(name, edit)
+        LOG.info("simulated kubelet: node %s went NotReady", name)
+
+    def _recover(self, name: str, now: float) -> None:
+        """Ready again once ``faults.not_ready_seconds`` passed since ``name`` went down (never when None)."""
+        seconds = self.faults.not_ready_seconds if self.faults is not None else None
+        if seconds is None or now - self._down[name] < seconds:
+            return
+        del self._down[name]
+
+        def edit(obj: dict[str, Any]) -> None:
+            spec = obj.setdefault("spec", {})
+            spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT]
+            conditions = [c for c in obj["status"].get("conditions") or [] if c.get("type") != "Ready"]
+            obj["status"]["conditions"] = [*conditions, self._ready_condition("True", "KubeletReady", now)]
+
+        self._mutate(name, edit)
+
     def _lose(self, node: Mapping[str, Any], now: float) -> None:
         name = node["metadata"]["name"]
         gone = self._gone_at.setdefault(name, now)
@@ -228,6 +286,8 @@ class SimKubelet:
             self._registered_at.pop(name, None)
             self._gone_at.pop(name, None)
             self._settled.pop(name, None)
+            self._down.pop(name, None)
+            self._went_down.discard(name)
             LOG.info("simulated kubelet removed node %s (instance gone)", name)
             return
         if _condition(node, "Ready") == "Unknown":

@@ -15,6 +15,7 @@ from nodesmith.sim.kube.timefmt import rfc3339
 
 if TYPE_CHECKING:
     import builtins
+    from collections.abc import Callable
 
     from nodesmith.sim.kube.registry import ResourceType
 
@@ -115,14 +116,17 @@ class StoreDeletes(StoreState):
             )
             return [self._copy(self._delete(rt, e, None, None)) for _, e in found]
 
-    def finish_graceful_deletions(self) -> int:
+    def finish_graceful_deletions(self, *, hold: Callable[[dict[str, Any]], bool] | None = None) -> int:
         """Remove terminating pods whose ``deletionTimestamp`` has passed (a kubelet's job), in key order; returns
-        how many. Only the pods being deleted are looked at (``_pods_terminating``), not every pod."""
+        how many. Only the pods being deleted are looked at (``_pods_terminating``), not every pod. ``hold(pod)``
+        True leaves that pod terminating (its kubelet does not confirm the deletion); it is asked in key order."""
         with self.condition:
             rt = self.rt("pods")
             now = rfc3339(self.clock())
             pods = self._objects[rt.key]
             due = sorted(key for key, ts in self._pods_terminating.items() if ts <= now and key in pods)
+            if hold is not None:
+                due = [key for key in due if not hold(pods[key].obj)]
             for key in due:
                 self._delete(rt, pods[key], 0, None)
             return len(due)

@@ -1,0 +1,237 @@
+"""Cluster faults (issue 36) played by the simulated kubelet, met by the real reconcile handler and termination
+service with the real EC2 and Kubernetes adapters on the embedded AWS and API emulator; the simulated components
+are stepped by hand.
+
+* An instance whose Node never registers: its NodeClaim holds the pending pods (no launch after launch), and once
+  the registration TTL (Karpenter's 15 minutes, ``liveness.go``) has passed the NodeClaim is deleted and its instance
+  terminated; the next pass launches again.
+* A Node going NotReady: its ``node.kubernetes.io/not-ready`` taints keep new pods off it, so one NodeClaim is
+  launched for them, once, not one per pass.
+* Pods whose deletion is never confirmed: the drain stops waiting for them a minute past their deletion time
+  (Karpenter's ``IsStuckTerminating``), and the node is terminated.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from nodesmith.core.termination import TerminationRequest
+from nodesmith.handlers import reconcile as reconcile_handler
+from nodesmith.handlers import wiring
+from nodesmith.services.provisioning.lifecycle import REGISTRATION_TTL_SECONDS
+from nodesmith.services.termination.service import Status, run_round
+from nodesmith.sim import aws as embedded_aws
+from nodesmith.sim.cluster_faults import ClusterFaults
+from nodesmith.sim.controllers import SimControllers
+from nodesmith.sim.kube import KubeEmulator
+from nodesmith.sim.kube_scheduler import SimScheduler
+from nodesmith.sim.kubelet import NOT_READY_TAINT, SimKubelet
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = "demo"
+MANIFESTS = Path(__file__).resolve().parents[2] / "lambdas" / "nodesmith" / "sim" / "manifests"
+NODECLAIMS = "nodeclaims.karpenter.sh"
+
+
+class Sim:
+    """The emulator, the embedded AWS and the simulated components, stepped by hand."""
+
+    def __init__(self, emulator: KubeEmulator, aws: embedded_aws.EmbeddedAws, faults: ClusterFaults) -> None:
+        self.store, self.aws, self.faults = emulator.store, aws, faults
+        cloud = wiring.build_cloud(wiring.get_settings())
+        self.controllers = SimControllers(store=self.store)
+        self.scheduler = SimScheduler(store=self.store)
+        self.kubelet = SimKubelet(store=self.store, instances=cloud.list_instances, ready_delay=0.0, faults=faults)
+
+    def scale(self, replicas: int) -> None:
+        self.store.mutate(
+            "deployments.apps", "inflate", lambda d: d["spec"].update(replicas=replicas), namespace="default"
+        )
+
+    def step(self, now: float | None = None) -> None:
+        for component in (self.controllers, self.scheduler, self.kubelet, self.kubelet, self.scheduler):
+            component.step(time.time() if now is None else now)
+
+    def reconcile(self, now: float | None = None) -> Any:
+        out = reconcile_handler.run_pass(now=now)
+        assert not out.errors, out.errors
+        return out
+
+    def live_instances(self) -> set[str]:
+        reservations = self.aws.client("ec2").describe_instances(
+            Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+        )["Reservations"]
+        return {i["InstanceId"] for r in reservations for i in r["Instances"]}
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [p for p in self.store.objects("pods") if (p["metadata"].get("labels") or {}).get("app") == "inflate"]
+
+    def running(self) -> int:
+        return sum(1 for p in self.pods() if p["status"].get("phase") == "Running")
+
+
+@pytest.fixture
+def sim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
+    aws = embedded_aws.start()
+    aws.reset()
+    emulator = KubeEmulator()
+    try:
+        embedded_aws.seed(cluster_name=CLUSTER)
+        endpoint = emulator.start()
+        monkeypatch.setenv("NODESMITH_CLUSTER_NAME", CLUSTER)
+        monkeypatch.setenv("NODESMITH_CLUSTER_ENDPOINT", endpoint)
+        monkeypatch.setenv("NODESMITH_KUBE_AUTH", "none")
+        monkeypatch.setenv("NODESMITH_PRICE_TABLE", str(embedded_aws.write_price_table(path=tmp_path / "p.json")))
+        monkeypatch.setenv("NODESMITH_DISRUPTION", "false")
+        wiring.reset()
+        for path in ("nodepool.yaml", "inflate.yaml"):
+            for doc in yaml.safe_load_all((MANIFESTS / path).read_text()):
+                if doc:
+                    emulator.store.apply(doc)
+        yield Sim(emulator, aws, ClusterFaults(seed=3))
+    finally:
+        wiring.reset()
+        emulator.stop()
+        aws.stop()
+
+
+def test_nodes_that_never_register_hold_their_pods_until_the_registration_ttl_then_go(sim: Sim) -> None:
+    sim.faults.never_register = 1.0
+    sim.scale(3)
+    sim.step()
+    first = sim.reconcile()
+    assert first.nodeclaims_created >= 1 and first.pods_scheduled == 3
+    launched = sim.live_instances()
+    claims = {c["metadata"]["name"] for c in sim.store.objects(NODECLAIMS)}
+    assert len(launched) == len(claims) == first.nodeclaims_created
+
+    for _ in range(3):  # the instances run, their Nodes never come: the pods wait for them, no launch after launch
+        sim.step()
+        again = sim.reconcile()
+        assert again.nodeclaims_created == 0 and again.pods_awaiting_capacity == 3
+    assert not sim.store.objects("nodes") and sim.live_instances() == launched
+    assert sim.faults.counts()["never_registers"] == len(launched)
+
+    early = sim.reconcile(now=time.time() + REGISTRATION_TTL_SECONDS - 60)
+    assert early.nodeclaims_terminated == 0 and sim.live_instances() == launched
+
+    sim.faults.never_register = 0.0  # the instances launched from now on register
+    expired = sim.reconcile(now=time.time() + REGISTRATION_TTL_SECONDS + 1)
+    assert expired.nodeclaims_terminated == len(claims)
+    assert {k[0] for k in expired.terminated_by} == {"RegistrationTimeout"}
+    assert not (launched & sim.live_instances())  # every unregistered instance terminated
+    assert not claims & {c["metadata"]["name"] for c in sim.store.objects(NODECLAIMS)}
+
+    for _ in range(3):
+        sim.step()
+        sim.reconcile()
+    sim.step()
+    assert sim.running() == 3
+
+
+def test_a_node_gone_not_ready_takes_no_new_pods_and_its_replacement_is_launched_once(sim: Sim) -> None:
+    sim.scale(1)
+    sim.step()
+    sim.reconcile()
+    sim.step()
+    sim.reconcile()
+    sim.step()
+    assert sim.running() == 1
+    (node,) = sim.store.objects("nodes")
+
+    sim.kubelet.faults = sim.faults = ClusterFaults(seed=3, not_ready=1.0)
+    sim.step()
+    down = sim.store.snapshot("nodes", node["metadata"]["name"])
+    assert down is not None
+    assert {(t["key"], t["effect"]) for t in down["spec"]["taints"] if t["key"] == NOT_READY_TAINT} == {
+        (NOT_READY_TAINT, "NoSchedule"),
+        (NOT_READY_TAINT, "NoExecute"),
+    }
+    assert sim.faults.counts()["goes_not_ready"] == 1
+    sim.faults.not_ready = 0.0
+
+    sim.scale(2)  # the new pod fits the NotReady node's room, but not its taints
+    sim.step()
+    first = sim.reconcile()
+    assert first.pods_pending == 1 and first.nodeclaims_created == 1
+    for _ in range(2):
+        again = sim.reconcile()
+        assert again.nodeclaims_created == 0
+    sim.step()
+    sim.reconcile()
+    sim.step()
+    assert sim.running() == 2
+    assert len(sim.store.objects("nodes")) == 2
+
+
+def test_a_drain_stops_waiting_for_pods_stuck_terminating_and_the_node_goes(sim: Sim) -> None:
+    sim.store.graceful_pod_deletion = True  # a bound pod is Terminating until its kubelet confirms the deletion
+    grace = {"terminationGracePeriodSeconds": 5}
+    sim.store.mutate(
+        "deployments.apps", "inflate", lambda d: d["spec"]["template"]["spec"].update(grace), namespace="default"
+    )
+    sim.scale(2)
+    for _ in range(3):
+        sim.step()
+        sim.reconcile()
+    sim.step()
+    assert sim.running() == 2
+    (claim, *_) = sim.store.objects(NODECLAIMS)
+    name, instance_id = claim["metadata"]["name"], claim["status"]["providerID"].rsplit("/", 1)[-1]
+    node = claim["status"]["nodeName"]
+    sim.store.delete(NODECLAIMS, name)  # kubectl delete nodeclaim: the termination finalizer holds it
+
+    settings = wiring.get_settings()
+    ports, tuning = wiring.ports(settings), wiring.termination_settings(settings)
+    request = TerminationRequest(nodeclaim=name, instanceId=instance_id, reason="Drifted")
+    now = time.time()
+    first = run_round(ports=ports, settings=tuning, request=request, now=now, attempt=1)
+    assert first.status is Status.DRAINING
+    sim.faults.stuck_terminating = 1.0
+    evicted = [p for p in sim.pods() if p["spec"].get("nodeName") == node]
+    assert evicted and all(p["metadata"].get("deletionTimestamp") for p in evicted)
+
+    sim.store.clock = lambda: time.time() + 10  # past the pods' deletion time: the kubelet confirms none of them
+    sim.step(now + 10)
+    assert sim.faults.counts()["stuck_terminating"] == len(evicted)
+    still = [p for p in sim.pods() if p["spec"].get("nodeName") == node]
+    assert len(still) == len(evicted)
+    waiting = run_round(ports=ports, settings=tuning, request=request, now=now + 10, attempt=2)
+    assert waiting.status is Status.DRAINING  # terminating pods are waited for, at first
+
+    done = run_round(ports=ports, settings=tuning, request=request, now=now + 5 + 61, attempt=3)
+    assert done.status is Status.TERMINATED, done
+    assert instance_id not in sim.live_instances()
+    assert sim.store.snapshot(NODECLAIMS, name) is None
+
+
+def test_decisions_are_seeded_made_once_and_counted() -> None:
+    def draws(seed: int) -> list[bool]:
+        faults = ClusterFaults(seed=seed, never_register=0.5)
+        return [faults.registers(f"i-{n}") for n in range(64)]
+
+    assert draws(7) == draws(7) and draws(7) != draws(8)
+    faults = ClusterFaults(seed=7, never_register=0.5, stuck_terminating=1.0)
+    first = [faults.registers(f"i-{n}") for n in range(64)]
+    assert [faults.registers(f"i-{n}") for n in range(64)] == first  # decided once per instance
+    assert faults.stays_terminating("uid-1") and faults.stays_terminating("uid-1")
+    assert faults.counts() == {"never_registers": first.count(False), "goes_not_ready": 0, "stuck_terminating": 1}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [({"not_ready": 1.5}, "not_ready"), ({"never_register": -0.1}, "never_register"),
+     ({"not_ready_seconds": 0}, "not_ready_seconds")],
+)  # fmt: skip
+def test_a_rate_outside_0_1_or_a_non_positive_duration_is_refused_by_name(kwargs: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        ClusterFaults(**kwargs)
