@@ -138,6 +138,28 @@ def test_nodes_that_never_register_hold_their_pods_until_the_registration_ttl_th
     assert sim.running() == 3
 
 
+def test_the_registration_ttl_setting_shortens_the_wait(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODESMITH_REGISTRATION_TTL_SECONDS", "120")
+    wiring.reset()
+    sim.faults.never_register = 1.0
+    sim.scale(1)
+    sim.step()
+    sim.reconcile()
+    launched = sim.live_instances()
+    assert sim.reconcile(now=time.time() + 100).nodeclaims_terminated == 0
+    assert sim.reconcile(now=time.time() + 121).terminated_by == {("RegistrationTimeout", "default", "spot"): 1}
+    assert not launched & sim.live_instances()
+
+
+def test_a_registration_ttl_outside_10_s_to_an_hour_is_refused_naming_its_variable() -> None:
+    from nodesmith.handlers.settings import SettingsError, load_settings
+
+    env = {"NODESMITH_CLUSTER_NAME": CLUSTER, "NODESMITH_CLUSTER_ENDPOINT": "https://k.invalid"}
+    assert load_settings(env).registration_ttl_seconds == REGISTRATION_TTL_SECONDS
+    with pytest.raises(SettingsError, match="NODESMITH_REGISTRATION_TTL_SECONDS"):
+        load_settings({**env, "NODESMITH_REGISTRATION_TTL_SECONDS": "5"})
+
+
 def test_a_node_gone_not_ready_takes_no_new_pods_and_its_replacement_is_launched_once(sim: Sim) -> None:
     sim.scale(1)
     sim.step()

@@ -126,6 +126,7 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
             collect_garbage=not provision_first or last is None or began - last >= GARBAGE_COLLECTION_INTERVAL_SECONDS,
             request_stale_seconds=settings.termination_request_stale_seconds,
             static_capacity=settings.static_capacity,
+            registration_ttl_seconds=settings.registration_ttl_seconds,
         ),
     )
     if outcome.garbage_collected:

@@ -51,6 +51,7 @@ class ENV:
     RECONCILE_MODE = "NODESMITH_RECONCILE_MODE"
     RECONCILE_FUNCTION = "NODESMITH_RECONCILE_FUNCTION"
     FEATURE_GATES = "NODESMITH_FEATURE_GATES"
+    REGISTRATION_TTL_SECONDS = "NODESMITH_REGISTRATION_TTL_SECONDS"
 
 
 KARPENTER_FEATURE_GATES = (
@@ -196,6 +197,13 @@ class Settings(BaseModel):
         "`StaticCapacity=true` keeps static NodePools at their `replicas`. "
         "Karpenter's other gate names are accepted and change nothing.",
     )
+    registration_ttl_seconds: float = Field(
+        default=900.0,
+        ge=10,
+        le=3600,
+        description="Seconds a launched NodeClaim may go without a registered Node before it is deleted and its "
+        "instance terminated (Karpenter's registration TTL, 15 minutes).",
+    )
 
     @field_validator("feature_gates")
     @classmethod
@@ -253,6 +261,7 @@ ENV_BY_FIELD: Mapping[str, str] = MappingProxyType(
         "reconcile_mode": ENV.RECONCILE_MODE,
         "reconcile_function": ENV.RECONCILE_FUNCTION,
         "feature_gates": ENV.FEATURE_GATES,
+        "registration_ttl_seconds": ENV.REGISTRATION_TTL_SECONDS,
     }
 )
 """The environment variable of each :class:`Settings` field."""

@@ -49,7 +49,13 @@ from nodesmith.services.provisioning.inputs import (
     without_offerings,
 )
 from nodesmith.services.provisioning.launch import Launcher, LaunchOutcome
-from nodesmith.services.provisioning.lifecycle import LifecycleOutcome, collect_garbage, link_nodes
+from nodesmith.services.provisioning.lifecycle import (
+    REGISTRATION_TTL_SECONDS,
+    GcLimits,
+    LifecycleOutcome,
+    collect_garbage,
+    link_nodes,
+)
 from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
 from nodesmith.services.provisioning.nodepool_status import update_nodepool_statuses
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
@@ -122,6 +128,7 @@ class _Pass:
             now=self.now,
             outcome=life,
             fleet_listed=snap.every_instance,
+            limits=GcLimits(registration_ttl_seconds=self.options.registration_ttl_seconds),
         )
         if self.ports.queue is not None:
             swept = sweep_deletions(
@@ -454,6 +461,8 @@ class ReconcileOptions:
     termination request is older than ``request_stale_seconds`` gets another (:func:`~.termination.requests.
     sweep_deletions`). ``static_capacity`` (Karpenter's feature gate ``StaticCapacity``) keeps static NodePools at
     their ``replicas`` (:meth:`_Pass.scale_static`); off, they are left alone.
+    sweep_deletions`). A launched NodeClaim without a registered Node after ``registration_ttl_seconds`` is deleted
+    and its instance terminated (Karpenter's ``registrationTTL``, 15 minutes).
     """
 
     provision_first: bool = False
@@ -464,6 +473,7 @@ class ReconcileOptions:
     clock: Callable[[], float] = time.perf_counter
     request_stale_seconds: float = 300.0
     static_capacity: bool = False
+    registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS
 
 
 def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = None) -> ReconcileOutcome:
