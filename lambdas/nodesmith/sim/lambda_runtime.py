@@ -17,7 +17,7 @@ every AWS call (botocore) and Kubernetes call (the adapter's ``KubeRest``) of an
 raise :class:`LambdaKilled` instead, from its thread or any pool thread it started, so nothing of it reaches
 AWS or the cluster afterwards and none of its records is deleted, as after Lambda ends it.
 :func:`kill_invocation` ends the running invocation the same way at once (a runtime that crashed mid-work);
-:func:`inject_crashes` makes invocations crash so at random calls (:class:`Crashes`).
+:func:`inject_crashes` makes invocations crash so, or run into their timeout, at random calls (:class:`Crashes`).
 
 :class:`AsyncInvocations` runs a function's asynchronous invocations (``InvocationType=Event``) one at a time,
 as Lambda does for a function with reserved concurrency 1 whose throttled events wait and are retried until
@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 __all__ = [
     "AsyncInvocations",
@@ -94,26 +94,46 @@ _INVOCATION = threading.local()
 _TIMED_OUT: set[int] = set()
 _IDS = itertools.count(1)
 _KILLED: set[int] = set()
+_RAN_OUT: set[int] = set()
+"""Invocations a :class:`Crashes` fault made run into their timeout (told apart from ones that were too slow)."""
 _INSTALLED: list[bool] = []
 
 
 class Crashes:
-    """Invocations that crash at a random point: with :func:`install_function_timeouts` installed, each AWS or
-    Kubernetes call an invocation makes ends it first (:func:`kill_invocation`, as a runtime that died mid-work:
-    out of memory, a segfault in a native library) with chance ``rate``, drawn from ``random.Random(seed)``.
-    Thread-safe; :attr:`injected` counts the crashes."""
+    """Invocations that crash or run into their timeout at a random point: with :func:`install_function_timeouts`
+    installed, each AWS or Kubernetes call an invocation makes ends it first with chance ``rate`` as a crash
+    (:func:`kill_invocation`, as a runtime that died mid-work: out of memory, a segfault in a native library), and
+    with chance ``timeouts`` as its timeout (the call is where its time ran out: a dependency that hung, a burst
+    larger than it can work through); draws from ``random.Random(seed)``. Thread-safe; :attr:`injected` counts the
+    crashes, :attr:`timeouts_injected` the timeouts. Raises ``ValueError`` when a chance or their sum is outside
+    0..1."""
 
-    def __init__(self, *, rate: float, seed: int = 0) -> None:
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"crash rate {rate} is outside 0..1")
-        self.rate, self._rng, self._lock, self.injected = rate, random.Random(seed), threading.Lock(), 0
+    def __init__(self, *, rate: float, seed: int = 0, timeouts: float = 0.0) -> None:
+        for what, value in (
+            ("crash rate", rate),
+            ("timeout rate", timeouts),
+            ("crash + timeout rate", rate + timeouts),
+        ):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{what} {value} is outside 0..1")
+        self.rate, self.timeouts, self._rng, self._lock = rate, timeouts, random.Random(seed), threading.Lock()
+        self.injected = self.timeouts_injected = 0
 
     def draw(self) -> bool:
-        """Whether this call crashes its invocation (counted when it does)."""
+        """Whether this call crashes its invocation (counted when it does); no timeout is drawn."""
+        return self.outcome(timeouts=False) == "crash"
+
+    def outcome(self, *, timeouts: bool = True) -> Literal["crash", "timeout"] | None:
+        """What ends the invocation at this call, if anything (counted): one draw per call."""
         with self._lock:
-            crash = self._rng.random() < self.rate
-            self.injected += crash
-        return crash
+            roll = self._rng.random()
+            if roll < self.rate:
+                self.injected += 1
+                return "crash"
+            if timeouts and roll < self.rate + self.timeouts:
+                self.timeouts_injected += 1
+                return "timeout"
+        return None
 
 
 _CRASHES: list[Crashes] = []
@@ -131,8 +151,23 @@ def _check_alive() -> None:
     if invocation in _TIMED_OUT:
         raise LambdaKilled(f"invocation {invocation} ran past the function timeout or was killed")
     crashes = _CRASHES[0] if _CRASHES else None
-    if crashes is not None and crashes.draw():
+    fault = crashes.outcome() if crashes is not None else None
+    if fault == "crash":
         kill_invocation("crash injected")
+    if fault == "timeout":
+        _RAN_OUT.add(invocation)
+        _TIMED_OUT.add(invocation)
+        raise LambdaKilled(f"invocation {invocation} ran into its timeout (injected)")
+
+
+def _count_end(invocation: int, stats: Stats) -> None:
+    """Count an invocation ended by :class:`LambdaKilled` in ``stats``: killed, its timeout injected, or too slow."""
+    if invocation in _KILLED:
+        stats.killed += 1
+    elif invocation in _RAN_OUT:
+        stats.timeouts_injected += 1
+    else:
+        stats.timed_out += 1
 
 
 @contextlib.contextmanager
@@ -222,7 +257,8 @@ class Scaling:
 class Stats:
     """What an event source did: invocations, records handed over, records reported failed, invocations that
     raised, those ended at the function timeout, those ended by :func:`kill_invocation`, messages it sent
-    again (``duplicate_every``) and events dropped at their maximum age (:class:`AsyncInvocations`)."""
+    again (``duplicate_every``), events dropped at their maximum age (:class:`AsyncInvocations`), and the
+    invocations a :class:`Crashes` fault made run into their timeout (``timeouts_injected``, not in ``timed_out``)."""
 
     invocations: int = 0
     records: int = 0
@@ -232,6 +268,7 @@ class Stats:
     killed: int = 0
     duplicated: int = 0
     dropped: int = 0
+    timeouts_injected: int = 0
 
 
 class SqsEventSource:
@@ -332,10 +369,7 @@ class SqsEventSource:
             except LambdaKilled as exc:
                 outcome, failed = exc, {r["messageId"] for r in records}
                 with self._lock:
-                    if invocation in _KILLED:
-                        self.stats.killed += 1
-                    else:
-                        self.stats.timed_out += 1
+                    _count_end(invocation, self.stats)
             except Exception as exc:  # the invocation failed as a whole: SQS delivers every record again
                 LOG.warning("%s invocation failed: %s", self.function_name, exc)
                 outcome, failed = exc, {r["messageId"] for r in records}
@@ -467,12 +501,14 @@ class AsyncInvocations:
             return True
         started = time.monotonic()
         outcome: Any
-        with _invocation(self.timeout_seconds):
+        with _invocation(self.timeout_seconds) as invocation:
             try:
                 outcome = self.handler(event, LambdaContext(self.function_name, timeout_seconds=self.timeout_seconds))
+                if invocation in _TIMED_OUT:
+                    raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
             except LambdaKilled as exc:
                 outcome = exc
-                self.stats.timed_out += 1
+                _count_end(invocation, self.stats)
             except Exception as exc:  # not retried (MaximumRetryAttempts 0): the event is done
                 outcome = exc
                 self.stats.errors.append(f"{type(exc).__name__}: {exc}")
