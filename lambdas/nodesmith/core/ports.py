@@ -8,7 +8,7 @@ takes keyword-only arguments. Errors raised are those of :mod:`nodesmith.core.er
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -38,7 +38,9 @@ __all__ = [
     "Instance",
     "LaunchRequest",
     "LaunchResult",
+    "LaunchTemplateCleanup",
     "LeaseInfo",
+    "NodeClassFinalizers",
     "NodeOverlays",
     "ObjectRef",
     "OfferingMark",
@@ -454,6 +456,31 @@ class StateStore(Protocol):
 
     def list_unavailable(self, *, now: float) -> list[OfferingMark]:
         """Every offering marked unavailable at ``now``."""
+        ...
+
+
+@runtime_checkable
+class NodeClassFinalizers(Protocol):
+    """The Kubernetes side of an EC2NodeClass's finalization (its ``karpenter.k8s.aws/termination`` finalizer)."""
+
+    def add_ec2nodeclass_finalizer(self, *, name: str, finalizer: str) -> bool:
+        """Add ``finalizer`` to the EC2NodeClass unless it has it or is being deleted; False when it is gone.
+        Raises ``KubernetesError``."""
+        ...
+
+    def remove_ec2nodeclass_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` from the EC2NodeClass (gone or without it: nothing to do). Raises
+        ``KubernetesError``."""
+        ...
+
+
+@runtime_checkable
+class LaunchTemplateCleanup(Protocol):
+    """The EC2 side of an EC2NodeClass's finalization: its launch templates."""
+
+    def delete_launch_templates(self, *, nodeclass_name: str) -> list[str]:
+        """Delete this cluster's launch templates of the EC2NodeClass ``nodeclass_name``; returns their names.
+        Raises ``LaunchError``."""
         ...
 
 

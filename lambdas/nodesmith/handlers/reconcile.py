@@ -77,6 +77,7 @@ def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
         "nodeclaims_initialized": outcome.nodeclaims_initialized,
         "nodeclaims_terminated": outcome.nodeclaims_terminated,
         "orphans_terminated": outcome.orphans_terminated,
+        "launch_templates_deleted": list(outcome.launch_templates_deleted),
         "terminations_requested": list(outcome.terminations_requested),
         "garbage_collected": outcome.garbage_collected,
         "launched": list(outcome.launched),

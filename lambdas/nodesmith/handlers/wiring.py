@@ -184,6 +184,7 @@ def build_waker(settings: Settings) -> Callable[[float], None] | None:
 def ports(settings: Settings) -> Ports:
     """The container's :class:`~nodesmith.services.ports.Ports`: cluster, EC2, termination queue, waker, and the
     cluster as the NodeOverlay source when the ``NodeOverlay`` feature gate is on."""
+    from nodesmith.core.ports import LaunchTemplateCleanup, NodeClassFinalizers
     from nodesmith.services.ports import Ports
 
     cluster = build_cluster(settings)
@@ -196,6 +197,8 @@ def ports(settings: Settings) -> Ports:
         wake=build_waker(settings),
         overlays=overlay_source(settings, cluster),
         reservations=build_reservations(settings, cloud),
+        finalizers=cluster if isinstance(cluster, NodeClassFinalizers) else None,
+        templates=cloud if isinstance(cloud, LaunchTemplateCleanup) else None,
     )
 
 

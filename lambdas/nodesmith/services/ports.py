@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from nodesmith.core.ports import CapacityReservations, CloudProvider, Cluster, NodeOverlays, TerminationQueue
+    from nodesmith.core.ports import (
+        CapacityReservations,
+        CloudProvider,
+        Cluster,
+        LaunchTemplateCleanup,
+        NodeClassFinalizers,
+        NodeOverlays,
+        TerminationQueue,
+    )
 
 __all__ = ["Ports"]
 
@@ -27,7 +35,9 @@ class Ports:
     (the NodeOverlays to apply to each NodePool's instance types when the ``NodeOverlay`` feature gate is on;
     None: the gate is off and no overlay is read), and ``reservations``, EC2's capacity reservations (the
     ``ReservedCapacity`` gate: None when it is off, and then no EC2NodeClass status or Capacity Block expiry is
-    looked after)."""
+    looked after). With both ``finalizers`` (Kubernetes) and ``templates`` (EC2), the reconcile pass finalizes
+    EC2NodeClasses (their ``karpenter.k8s.aws/termination`` finalizer and launch templates); None: it leaves them
+    alone."""
 
     cluster: Cluster
     cloud: CloudProvider
@@ -36,3 +46,5 @@ class Ports:
     wake: Callable[[float], None] | None = None
     overlays: NodeOverlays | None = None
     reservations: CapacityReservations | None = None
+    finalizers: NodeClassFinalizers | None = None
+    templates: LaunchTemplateCleanup | None = None

@@ -330,6 +330,33 @@ class LaunchTemplates:
             else:
                 self._known.clear()
 
+    def delete_for_nodeclass(self, *, cluster_name: str, nodeclass_name: str) -> list[str]:
+        """Delete the launch templates of the EC2NodeClass ``nodeclass_name``: named ``nodesmith/<cluster_name>/...``
+        and tagged ``kubernetes.io/cluster/<cluster_name>=owned`` and ``karpenter.k8s.aws/ec2nodeclass=<name>``, the
+        tags Karpenter's controller policy requires of a template it deletes (``AllowScopedDeletion``); returns the
+        names deleted. A template already gone is no error; raises botocore's errors for the others."""
+        wanted = {f"kubernetes.io/cluster/{cluster_name}": "owned", "karpenter.k8s.aws/ec2nodeclass": nodeclass_name}
+        deleted = []
+        paginator = self._ec2.get_paginator("describe_launch_templates")
+        for page in paginator.paginate(
+            Filters=[{"Name": "launch-template-name", "Values": [f"nodesmith/{cluster_name}/*"]}]
+        ):
+            for lt in page.get("LaunchTemplates", []):
+                tags = {t["Key"]: t["Value"] for t in lt.get("Tags") or []}
+                if any(tags.get(k) != v for k, v in wanted.items()):
+                    continue
+                try:
+                    self._ec2.delete_launch_template(LaunchTemplateId=lt["LaunchTemplateId"])
+                    deleted.append(lt["LaunchTemplateName"])
+                except Exception as exc:
+                    if _code(exc) not in (
+                        "InvalidLaunchTemplateId.NotFound",
+                        "InvalidLaunchTemplateName.NotFoundException",
+                    ):
+                        raise
+        self.forget()
+        return deleted
+
     def delete_all(self, *, cluster_name: str) -> list[str]:
         """Delete every launch template named ``nodesmith/<cluster_name>/...``; returns their names."""
         deleted = []

@@ -22,6 +22,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from nodesmith.adapters.aws import clients
 from nodesmith.adapters.aws.capacity_reservations import (
     ReservationAvailability,
@@ -36,7 +38,7 @@ from nodesmith.adapters.aws.pricing import PricingProvider
 from nodesmith.adapters.aws.unavailable import UNAVAILABLE_OFFERINGS_TTL_SECONDS, UnavailableOfferings
 from nodesmith.adapters.aws.unavailable_shared import remember_unavailable, sync_unavailable
 from nodesmith.core.capacityreservations import with_reserved_offerings
-from nodesmith.core.errors import NodeClassNotReadyError
+from nodesmith.core.errors import LaunchError, NodeClassNotReadyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
@@ -315,6 +317,14 @@ class Ec2CloudProvider:
         """Terminate instances; unknown or already-terminated ids are not an error. ``TerminationError`` names
         the instances EC2 refused (each tried alone); the others were terminated."""
         self.instances.terminate(instance_ids=instance_ids)
+
+    def delete_launch_templates(self, *, nodeclass_name: str) -> list[str]:
+        """Delete the EC2NodeClass ``nodeclass_name``'s launch templates of this cluster (tagged as
+        :meth:`LaunchTemplates.delete_for_nodeclass` says); returns their names. ``LaunchError`` when EC2 refuses."""
+        try:
+            return self.launch_templates.delete_for_nodeclass(cluster_name=self._cluster, nodeclass_name=nodeclass_name)
+        except (ClientError, BotoCoreError) as exc:
+            raise LaunchError(f"delete the launch templates of EC2NodeClass {nodeclass_name}: {exc}") from exc
 
 
 class _LazyClient:

@@ -227,6 +227,33 @@ class KarpenterObjects:
         """Remove ``finalizer`` from the NodeClaim (see :meth:`remove_finalizer`)."""
         self.remove_finalizer(_crd(KARPENTER_GROUP, "nodeclaims", name), finalizer=finalizer, what=f"nodeclaim {name}")
 
+    def add_ec2nodeclass_finalizer(self, *, name: str, finalizer: str) -> bool:
+        """Add ``finalizer`` to the EC2NodeClass ``name`` unless it has it or is being deleted (a finalizer cannot be
+        added to an object being deleted); a guarded merge patch (:meth:`guarded_patch`). Returns False when the
+        EC2NodeClass is gone. ``ConflictError`` after repeated conflicts."""
+        url = _crd(KARPENTER_AWS_GROUP, "ec2nodeclasses", name)
+
+        def read(_first: bool) -> dict[str, Any] | None:
+            try:
+                found: dict[str, Any] = self.rest.request("GET", url, what=f"get ec2nodeclass {name}") or {}
+                return found
+            except NotFoundError:
+                return None
+
+        def edit(doc: dict[str, Any]) -> dict[str, Any] | None:
+            meta = doc.get("metadata") or {}
+            finalizers = list(meta.get("finalizers") or [])
+            if finalizer in finalizers or meta.get("deletionTimestamp"):
+                return None
+            return {"metadata": {"finalizers": [*finalizers, finalizer]}}
+
+        return self.guarded_patch(url, what=f"add {finalizer} to ec2nodeclass {name}", edit=edit, read=read)
+
+    def remove_ec2nodeclass_finalizer(self, *, name: str, finalizer: str) -> None:
+        """Remove ``finalizer`` from the EC2NodeClass ``name`` (see :meth:`remove_finalizer`)."""
+        url = _crd(KARPENTER_AWS_GROUP, "ec2nodeclasses", name)
+        self.remove_finalizer(url, finalizer=finalizer, what=f"ec2nodeclass {name}")
+
     def guarded_patch(
         self,
         url_path: str,

@@ -179,12 +179,15 @@ def without_offerings(
 
 def usable_pools(snap: Snapshot, catalogues: Mapping[str, object], out: ReconcileOutcome) -> list[NodePool]:
     """The NodePools a pass provisions for: not being deleted, not static (``replicas``), and with a
-    resolved EC2NodeClass (the others are reported in ``out.errors``)."""
+    resolved EC2NodeClass that is not being deleted (the unresolved ones are reported in ``out.errors``)."""
     pools: list[NodePool] = []
     for np in snap.nodepools:
         ref = np.spec.template.spec.node_class_ref
         if np.metadata.deletion_timestamp or np.spec.replicas is not None:
             continue
+        nodeclass = snap.nodeclasses.get(ref.name)
+        if nodeclass is not None and nodeclass.metadata.deletion_timestamp:
+            continue  # its finalization waits for its NodeClaims to go: no new ones
         if ref.name not in catalogues:
             out.errors.append(f'NodePool {np.name}: EC2NodeClass "{ref.name}" not found or not ready')
             continue

@@ -56,6 +56,8 @@ class ReconcileOutcome:
     request the pass sent (deletions nobody had asked for yet, or whose request went stale).
     ``static_decisions`` are the pass's static NodePool decisions (gate ``StaticCapacity``) and ``static_removed`` the
     NodeClaims a static scale-down removed.
+    ``launch_templates_deleted`` names the launch templates of deleted EC2NodeClasses the pass deleted
+    (:func:`~nodesmith.services.provisioning.nodeclasses.finalize_nodeclasses`).
     """
 
     pods_pending: int = 0
@@ -89,6 +91,7 @@ class ReconcileOutcome:
     terminations_requested: list[str] = field(default_factory=list)
     static_decisions: list[StaticDecision] = field(default_factory=list)
     static_removed: list[str] = field(default_factory=list)
+    launch_templates_deleted: list[str] = field(default_factory=list)
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:

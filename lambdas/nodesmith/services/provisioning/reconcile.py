@@ -57,6 +57,7 @@ from nodesmith.services.provisioning.lifecycle import (
     link_nodes,
 )
 from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
+from nodesmith.services.provisioning.nodeclasses import finalize_nodeclasses
 from nodesmith.services.provisioning.nodepool_status import update_nodepool_statuses
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
@@ -142,6 +143,11 @@ class _Pass:
             out.terminations_requested.extend(swept.requested)
             out.errors.extend(swept.errors)
         self.claims = [nc for nc in claims if nc.name not in life.deleted]
+        classes = finalize_nodeclasses(
+            ports=self.ports, nodeclasses=list(snap.nodeclasses.values()), nodeclaims=self.claims
+        )
+        out.launch_templates_deleted = classes.templates_deleted
+        out.errors.extend(classes.errors)
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
         self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes, nodeclaims=self.claims)
         out.nodeclaims_registered = life.registered
@@ -484,7 +490,8 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     the NodeClaims of Capacity Blocks about to end (:mod:`.reservations`); link NodeClaims to their Nodes and
     garbage-collect (liveness, instance gone, orphans); make sure every deletion has a termination request on its
     way (``ports.queue``; a user's ``kubectl delete nodeclaim`` or ``delete node``,
-    :func:`~.termination.requests.sweep_deletions`); load each EC2NodeClass's catalogue; launch NodeClaims left
+    :func:`~.termination.requests.sweep_deletions`); finalize EC2NodeClasses
+    (:func:`~.nodeclasses.finalize_nodeclasses`); load each EC2NodeClass's catalogue; launch NodeClaims left
     unlaunched by an earlier pass; keep static NodePools at their ``replicas``
     (``options.static_capacity``); solve the pending pods (and those of nodes going away) against registered nodes
     and in-flight NodeClaims; create and launch a NodeClaim per plan, re-solving pods after capacity errors;

@@ -1,0 +1,79 @@
+"""EC2NodeClass finalization: the ``karpenter.k8s.aws/termination`` finalizer and the launch templates it guards.
+
+Karpenter's AWS provider (``[aws]:pkg/controllers/nodeclass``, its finalizer) puts the finalizer on every
+EC2NodeClass; when one is deleted it waits until no NodeClaim refers to it (``spec.nodeClassRef``, deleting ones
+included: their instances still run from its launch templates), then deletes the launch templates it created for
+the class (tagged ``karpenter.k8s.aws/ec2nodeclass=<name>`` and ``kubernetes.io/cluster/<cluster>=owned``, the tags
+its controller policy's ``DeleteLaunchTemplate`` statement requires) and removes the finalizer, so the API server
+deletes the class. A deleting EC2NodeClass provisions nothing meanwhile (its NodePools are skipped).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from nodesmith.core.errors import KubernetesError, LaunchError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.services.ports import Ports
+
+__all__ = ["NODECLASS_TERMINATION_FINALIZER", "NodeClassOutcome", "finalize_nodeclasses"]
+
+NODECLASS_TERMINATION_FINALIZER = "karpenter.k8s.aws/termination"
+"""The EC2NodeClass finalizer of Karpenter's AWS provider (``[aws]:pkg/apis/v1``, ``TerminationFinalizer``)."""
+
+
+@dataclass(slots=True)
+class NodeClassOutcome:
+    """What finalization did: EC2NodeClasses given the finalizer, those released (finalizer removed), those
+    waiting on NodeClaims (name -> how many still refer to it), launch templates deleted (names), errors met."""
+
+    finalizer_added: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    waiting: dict[str, int] = field(default_factory=dict)
+    templates_deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def finalize_nodeclasses(
+    *, ports: Ports, nodeclasses: Sequence[EC2NodeClass], nodeclaims: Sequence[NodeClaim]
+) -> NodeClassOutcome:
+    """Give each live EC2NodeClass the finalizer; release each deleting one no NodeClaim refers to any more, after
+    deleting its launch templates (see the module docstring). Does nothing without ``ports.finalizers`` and
+    ``ports.templates``. Errors on one class are reported in ``outcome.errors`` (its finalizer stays, the next pass
+    tries again) and do not stop the others.
+    """
+    out = NodeClassOutcome()
+    finalizers, templates = ports.finalizers, ports.templates
+    if finalizers is None or templates is None:
+        return out
+    referring: dict[str, int] = {}
+    for claim in nodeclaims:
+        name = claim.spec.node_class_ref.name
+        referring[name] = referring.get(name, 0) + 1
+    for nodeclass in nodeclasses:
+        name, meta = nodeclass.name, nodeclass.metadata
+        ours = NODECLASS_TERMINATION_FINALIZER in meta.finalizers
+        try:
+            if meta.deletion_timestamp is None:
+                if not ours and finalizers.add_ec2nodeclass_finalizer(
+                    name=name, finalizer=NODECLASS_TERMINATION_FINALIZER
+                ):
+                    out.finalizer_added.append(name)
+                continue
+            if not ours:
+                continue
+            if referring.get(name):
+                out.waiting[name] = referring[name]
+                continue
+            out.templates_deleted.extend(templates.delete_launch_templates(nodeclass_name=name))
+            finalizers.remove_ec2nodeclass_finalizer(name=name, finalizer=NODECLASS_TERMINATION_FINALIZER)
+            out.released.append(name)
+        except (KubernetesError, LaunchError) as exc:
+            out.errors.append(f"finalize EC2NodeClass {name}: {exc}")
+    return out
