@@ -29,10 +29,12 @@ GRANTS = {
     ("", "nodes", "delete"),  # a terminated node
     ("", "events", "create"),  # Events on pods, nodes and NodeClaims
     ("karpenter.sh", "nodepools", "list"),
+    ("karpenter.k8s.aws", "ec2nodeclasses", "get"),  # re-read before a guarded finalizer patch
     ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
     ("karpenter.sh", "nodeoverlays", "list"),  # feature gate NodeOverlay
     ("karpenter.sh", "nodeoverlays/status", "patch"),  # ValidationSucceeded / Ready, merge patch
     ("karpenter.k8s.aws", "ec2nodeclasses/status", "patch"),  # status.capacityReservations
+    ("karpenter.k8s.aws", "ec2nodeclasses", "patch"),  # the karpenter.k8s.aws/termination finalizer only
     ("karpenter.sh", "nodeclaims", "get"),
     ("karpenter.sh", "nodeclaims", "list"),
     ("karpenter.sh", "nodeclaims", "create"),
@@ -70,10 +72,16 @@ def test_the_adapter_sends_no_method_the_cluster_role_would_refuse() -> None:
 
 
 def test_users_keep_their_nodepools_and_ec2nodeclasses() -> None:
+    """NodePools are never written; EC2NodeClasses only patched, for the finalizer Karpenter's AWS provider puts on
+    them (a merge patch of ``metadata.finalizers``), never created, replaced or deleted."""
     writes = {"create", "update", "patch", "delete"}
     owned_by_users = {
         ("karpenter.sh", "nodepools"),
         ("karpenter.k8s.aws", "ec2nodeclasses"),
         ("karpenter.sh", "nodeoverlays"),
     }
-    assert not {(g, r, v) for g, r, v in _grants() if (g, r) in owned_by_users and v in writes}
+    written = {(g, r, v) for g, r, v in _grants() if (g, r) in owned_by_users and v in writes}
+    assert written == {("karpenter.k8s.aws", "ec2nodeclasses", "patch")}
+    source = (KUBE_ADAPTER / "karpenter_objects.py").read_text()
+    patches = re.findall(r'"ec2nodeclasses", name\)', source)
+    assert len(patches) == 2  # the finalizer's add and removal, nothing else addresses one EC2NodeClass
