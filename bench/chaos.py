@@ -8,6 +8,7 @@ and the invariants are counted. What it does and what each JSON key means: ``ben
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
@@ -28,8 +29,12 @@ from infra.config import NodesmithConfig
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
 from nodesmith.sim import fleet as sim_fleet
 from nodesmith.sim.aws_faults import FaultPlan, FleetFaults, SqsFaults, fault_counts, set_faults
+from nodesmith.sim.cluster_faults import ClusterFaults
+from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.faults import KubeFaults
+from nodesmith.sim.kubelet import SimKubelet
 from nodesmith.sim.lambda_runtime import (
+    AsyncInvocations,
     Crashes,
     EventSourceOptions,
     SqsEventSource,
@@ -40,8 +45,16 @@ from nodesmith.sim.lambda_runtime import (
 NOTICE_SECONDS = 120.0
 """EC2 reclaims a spot instance two minutes after its interruption warning."""
 TIMEOUTS = {"nodesmith-interruption": float(NodesmithConfig.interruption_timeout_seconds),
-            "nodesmith-termination": float(NodesmithConfig.termination_timeout_seconds)}  # fmt: skip
+            "nodesmith-termination": float(NodesmithConfig.termination_timeout_seconds),
+            "nodesmith-reconcile": float(NodesmithConfig.reconcile_timeout_seconds)}  # fmt: skip
 BUDGETED_REPLICAS = 4
+REGISTRATION_TTL_SECONDS = 60
+"""Karpenter's 15-minute registration TTL, compressed like the rest of the simulated cluster's times."""
+NOT_READY_SECONDS = 30.0
+"""How long a node that goes NotReady stays so."""
+NODECLASSES = "ec2nodeclasses.karpenter.k8s.aws"
+BURST = "burst"
+"""The second NodePool and its own EC2NodeClass, deleted and recreated once in a run."""
 
 
 class ChaosWorld(EmbeddedWorld):
@@ -57,9 +70,41 @@ class ChaosWorld(EmbeddedWorld):
         return self._sources[function_name]
 
     def start_chaos(self) -> ChaosWorld:
-        """Start the world (:meth:`EmbeddedWorld.start`); returns it."""
+        """Start the world (:meth:`EmbeddedWorld.start`) with the registration TTL compressed, pods deleted
+        gracefully (Terminating until their kubelet confirms), and the reconcile function run as Lambda runs the
+        schedule's invocations (one at a time, ended at its timeout); returns it."""
+        from nodesmith.handlers import wiring
+        from nodesmith.handlers.reconcile import handler
+
         self.start()
+        self._set_env({"NODESMITH_REGISTRATION_TTL_SECONDS": str(REGISTRATION_TTL_SECONDS)})
+        wiring.reset()
+        self.store.graceful_pod_deletion = True
+
+        def logged(event: dict[str, Any], context: Any) -> Any:
+            with self._lambda_stdout():
+                return handler(event, context)
+
+        self.reconciler = AsyncInvocations(
+            handler=logged, function_name="nodesmith-reconcile", timeout_seconds=TIMEOUTS["nodesmith-reconcile"]
+        )
         return self
+
+    def reconcile(self) -> dict[str, Any]:
+        """One scheduled invocation of the reconcile function; its summary ({} when it raised or was ended)."""
+        outcomes: list[Any] = []
+        self.reconciler.on_invoke = lambda _event, outcome, _started, _ended: outcomes.append(outcome)
+        self.reconciler.invoke({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}})
+        self.reconciler.run_next(wait=1.0)
+        return outcomes[-1] if outcomes and isinstance(outcomes[-1], dict) else {}
+
+    @property
+    def kubelet(self) -> SimKubelet:
+        """The simulated kubelet."""
+        for runner in self._runners:
+            if isinstance(runner.component, SimKubelet):
+                return runner.component
+        raise RuntimeError("the world runs no simulated kubelet")
 
     def put_ec2_event(self, *, detail_type: str, instance_id: str, zone: str) -> None:
         """Put an ``aws.ec2`` event about ``instance_id`` on the default bus, in the EC2 documentation's shape."""
@@ -77,13 +122,17 @@ class Faults:
     API emulator answers that share of requests with a fault; the embedded AWS throttles half that share of calls
     and fails a quarter with a 5xx, answers capacity errors for some overrides of twice that share of CreateFleets
     (for all of them in a quarter of those), does not describe an instance in its first 2 s, and delivers that
-    share of SQS messages twice and half of it late; each AWS or Kubernetes call of an SQS invocation crashes it
-    with a tenth of that chance."""
+    share of SQS messages twice and half of it late; each AWS or Kubernetes call of an invocation (the SQS ones and
+    the reconcile schedule's) crashes it with a tenth of that chance and makes it run into its timeout with a
+    twentieth; the cluster's instances never register their Node with half that chance, its Ready nodes go NotReady
+    for :data:`NOT_READY_SECONDS` with half that chance, and that share of pod deletions are never confirmed."""
 
     def __init__(self, world: ChaosWorld, *, rate: float, seed: int) -> None:
         self.world, self.rate = world, rate
         self.kube = KubeFaults(seed=seed, rates={"*": rate}) if rate else None
-        self.crashes = Crashes(rate=rate / 10, seed=seed) if rate else None
+        self.crashes = Crashes(rate=rate / 10, timeouts=rate / 20, seed=seed) if rate else None
+        self.cluster = ClusterFaults(seed=seed, never_register=rate / 2, not_ready=rate / 2, stuck_terminating=rate,
+                                     not_ready_seconds=NOT_READY_SECONDS) if rate else None  # fmt: skip
         self.aws = FaultPlan(
             seed=seed, throttle={"*": rate / 2}, server_error={"*": rate / 4},
             fleet=FleetFaults(rate=min(1.0, 2 * rate), share=0.5, launch_nothing=0.25),
@@ -98,6 +147,7 @@ class Faults:
         if self.world.aws is not None:
             set_faults(self.world.aws, self.aws)
         inject_crashes(self.crashes)
+        self.world.kubelet.faults = self.cluster
 
     def off(self) -> None:
         """Stop injecting (the bench's own end-of-run reads are not Nodesmith's)."""
@@ -107,12 +157,15 @@ class Faults:
             self.aws_injected = dict(fault_counts(self.world.aws).by_kind)
             set_faults(self.world.aws, None)
         inject_crashes(None)
+        self.world.kubelet.faults = None  # the kubelets come back: nodes down recover, stuck deletions are confirmed
 
     def injected(self) -> dict[str, int]:
         """Faults injected, by kind (the embedded AWS's as of :meth:`off`)."""
         counts = {f"kube_{k}": n for k, n in (self.kube.counts() if self.kube else {}).items()}
         counts |= {f"aws_{k}": n for k, n in self.aws_injected.items()}
         counts["lambda_crash"] = self.crashes.injected if self.crashes else 0
+        counts["lambda_timeout"] = self.crashes.timeouts_injected if self.crashes else 0
+        counts |= {f"cluster_{k}": n for k, n in (self.cluster.counts() if self.cluster else {}).items()}
         return counts
 
 
@@ -128,6 +181,10 @@ class Chaos:
         self.last_pass: dict[str, Any] = {}
         world.apply_file(MANIFESTS / "nodepool.yaml")
         world.apply_file(MANIFESTS / "inflate.yaml")
+        self.burst = self._burst_manifests()
+        self.burst_state, self.burst_templates_left = "live", 0
+        for doc in self.burst:
+            world.store.apply(doc)
         budgeted = sim_fleet.deploy(world.store, pods=2 * BUDGETED_REPLICAS, replicas=BUDGETED_REPLICAS, pdb_every=1,
                                     cpu="500m", grace_seconds=5)  # fmt: skip
         self.monitor = Monitor(store=world.store, budgeted=budgeted)
@@ -158,6 +215,7 @@ class Chaos:
         began = time.monotonic()
         end = began + 60.0 * self.args.minutes
         next_action, drift_at, drifted = began + 5.0, began + 0.4 * (end - began), False
+        burst_delete_at = began + 0.6 * (end - began)
         while time.monotonic() < end:
             now = time.monotonic()
             if now >= next_action:
@@ -165,6 +223,8 @@ class Chaos:
                 next_action = now + self.rng.uniform(4.0, 12.0)
             if not drifted and now >= drift_at:
                 drifted = self._drift()
+            if self.burst_state == "live" and now >= burst_delete_at:
+                self._delete_burst()
             self._tick()
         self.world.scale(deployment="inflate", replicas=self.rng.randint(1, 6))
         settled = self._settle(time.monotonic() + self.args.settle)
@@ -182,6 +242,7 @@ class Chaos:
             except Exception:  # an unhandled exception ends the invocation: counted, the run goes on
                 self.exceptions.append(f"{name}: {traceback.format_exc(limit=3)}")
         self._reclaim()
+        self._recreate_burst()
         time.sleep(0.2)
 
     def _reconcile(self) -> None:
@@ -242,6 +303,53 @@ class Chaos:
                 self.reclaims.setdefault(instance_id, time.monotonic() + NOTICE_SECONDS)
         self.actions[kind] += 1
 
+    def _burst_manifests(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A second EC2NodeClass (the demo's spec) and a NodePool on it, weight 50 and at most 4 CPUs: the first
+        pods land there, so it has launch templates when it is deleted."""
+        store = self.world.store
+        nodeclass, nodepool = (
+            store.snapshot(NODECLASSES, "default"),
+            store.snapshot("nodepools.karpenter.sh", "default"),
+        )
+        assert nodeclass is not None and nodepool is not None
+        spec = json.loads(json.dumps(nodepool["spec"]))
+        spec["template"]["spec"]["nodeClassRef"]["name"] = BURST
+        spec.update(weight=50, limits={"cpu": "4"})
+        return (
+            {"apiVersion": nodeclass["apiVersion"], "kind": "EC2NodeClass", "metadata": {"name": BURST},
+             "spec": json.loads(json.dumps(nodeclass["spec"]))},
+            {"apiVersion": nodepool["apiVersion"], "kind": "NodePool", "metadata": {"name": BURST}, "spec": spec},
+        )  # fmt: skip
+
+    def _delete_burst(self) -> None:
+        """Delete the burst NodePool, its NodeClaims (what Kubernetes' garbage collector does for their owner
+        references) and its EC2NodeClass, whose finalization then waits for them to go."""
+        store = self.world.store
+        store.delete("nodepools.karpenter.sh", BURST)
+        for claim in store.objects("nodeclaims.karpenter.sh"):
+            if (claim["metadata"].get("labels") or {}).get("karpenter.sh/nodepool") == BURST:
+                with contextlib.suppress(ApiError):
+                    store.delete("nodeclaims.karpenter.sh", claim["metadata"]["name"])
+        store.delete(NODECLASSES, BURST)
+        self.burst_state = "deleting"
+        self.actions["nodeclass_delete"] += 1
+
+    def _burst_templates(self) -> int:
+        """Launch templates tagged for the burst EC2NodeClass."""
+        templates = self.world.client("ec2").describe_launch_templates()["LaunchTemplates"]
+        tags = [{t["Key"]: t["Value"] for t in lt.get("Tags") or []} for lt in templates]
+        return sum(1 for t in tags if t.get("karpenter.k8s.aws/ec2nodeclass") == BURST)
+
+    def _recreate_burst(self) -> None:
+        """Once the deleted burst EC2NodeClass is gone: count the launch templates left for it, recreate both."""
+        if self.burst_state != "deleting" or self.world.store.snapshot(NODECLASSES, BURST) is not None:
+            return
+        self.burst_templates_left = self._burst_templates()
+        for doc in self.burst:
+            self.world.store.apply(doc)
+        self.burst_state = "recreated"
+        self.actions["nodeclass_recreate"] += 1
+
     def _drift(self) -> bool:
         """Point the EC2NodeClass at another AMI: every node drifts (``AMIDrift``)."""
         ami = self.world.register_ami(name="amazon-eks-node-al2023-x86_64-standard-1.31-v20260301")
@@ -277,22 +385,35 @@ class Chaos:
     def _report(self, began: float, settled: bool) -> dict[str, Any]:
         world, monitor = self.world, self.monitor
         stats = {name: source.stats for name, source in world._sources.items()}
+        stats["nodesmith-reconcile"] = world.reconciler.stats
+        ended = end_state(store=world.store, ec2=world.client("ec2"), cluster_name=world.cluster_name)
+        if self.burst_state == "deleting":  # its deletion never finished: its templates are left behind
+            self.burst_templates_left = self._burst_templates()
+        ended["launch_templates_orphaned"] += self.burst_templates_left
         invariants = {
             "pods_lost_to_interruptions": self.lost_to_reclaim + len(monitor.forced_pods) + len(monitor.lost_with_node),
             "pdb_violations": monitor.violations,
-            **end_state(store=world.store, ec2=world.client("ec2"), cluster_name=world.cluster_name),
+            **ended,
             "invocations_past_timeout": sum(s.timed_out for s in stats.values()),
             "unhandled_exceptions": len(self.exceptions) + sum(len(s.errors) for s in stats.values()),
         }
         return {
             "command": vars(self.args),
             "invariants": invariants,
-            "ok": not any(invariants.values()) and settled,
+            "ok": not any(invariants.values()) and settled and self.burst_state == "recreated",
+            "burst_nodeclass": self.burst_state,
             "settled": settled,
             "actions": dict(self.actions),
             "faults_injected": self.faults.injected(),
             "invocations": {
-                name: {"invocations": s.invocations, "records": s.records, "failed": s.failed, "timed_out": s.timed_out}
+                name: {
+                    "invocations": s.invocations,
+                    "records": s.records,
+                    "failed": s.failed,
+                    "timed_out": s.timed_out,
+                    "killed": s.killed,
+                    "timeouts_injected": s.timeouts_injected,
+                }
                 for name, s in stats.items()
             },
             "exceptions": self.exceptions[:3] + [e for s in stats.values() for e in s.errors][:3],

@@ -260,8 +260,9 @@ class SimKubelet:
         LOG.info("simulated kubelet: node %s went NotReady", name)
 
     def _recover(self, name: str, now: float) -> None:
-        """Ready again once ``faults.not_ready_seconds`` passed since ``name`` went down (never when None)."""
-        seconds = self.faults.not_ready_seconds if self.faults is not None else None
+        """Ready again once ``faults.not_ready_seconds`` passed since ``name`` went down (never when None), or at
+        once when the faults were taken away (``faults`` None)."""
+        seconds = self.faults.not_ready_seconds if self.faults is not None else 0.0
         if seconds is None or now - self._down[name] < seconds:
             return
         del self._down[name]
