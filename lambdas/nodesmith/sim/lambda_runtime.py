@@ -12,12 +12,10 @@ for SQS event source mappings"): pollers long-poll the queue (20 s) until it bec
 available, 5 concurrent invocations, then 5 more each second while messages are still available (300 a minute),
 up to ``MaximumConcurrency``; when a long poll finds nothing, it scales back towards 5.
 
-Lambda ends an invocation at its timeout; Python cannot stop a thread. :func:`install_function_timeouts` makes
-every AWS call (botocore) and Kubernetes call (the adapter's ``KubeRest``) of an invocation past its timeout
-raise :class:`LambdaKilled` instead, from its thread or any pool thread it started, so nothing of it reaches
-AWS or the cluster afterwards and none of its records is deleted, as after Lambda ends it.
-:func:`kill_invocation` ends the running invocation the same way at once (a runtime that crashed mid-work);
-:func:`inject_crashes` makes invocations crash so, or run into their timeout, at random calls (:class:`Crashes`).
+Every invocation ends at the function timeout as Lambda ends it, and can be crashed or made to run into its
+timeout (:mod:`nodesmith.sim.invocation_ends`, whose :func:`install_function_timeouts`, :func:`kill_invocation`,
+:func:`inject_crashes` and :class:`Crashes` this module also exports): none of the records of an invocation so
+ended is deleted.
 
 :class:`AsyncInvocations` runs a function's asynchronous invocations (``InvocationType=Event``) one at a time,
 as Lambda does for a function with reserved concurrency 1 whose throttled events wait and are retried until
@@ -28,18 +26,26 @@ answer 202 and queue the event for it, so the caller's code path is the one it h
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import json
 import logging
 import queue
-import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn
+from typing import Any
+
+from nodesmith.sim.invocation_ends import (
+    Crashes,
+    LambdaKilled,
+    ended_by,
+    inject_crashes,
+    install_function_timeouts,
+    invocation,
+    kill_invocation,
+    timed_out,
+)
 
 __all__ = [
     "AsyncInvocations",
@@ -86,159 +92,15 @@ class LambdaContext:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
-class LambdaKilled(BaseException):
-    """An invocation ended by Lambda (its timeout): a BaseException, so no handler code catches it."""
-
-
-_INVOCATION = threading.local()
-_TIMED_OUT: set[int] = set()
-_IDS = itertools.count(1)
-_KILLED: set[int] = set()
-_RAN_OUT: set[int] = set()
-"""Invocations a :class:`Crashes` fault made run into their timeout (told apart from ones that were too slow)."""
-_INSTALLED: list[bool] = []
-
-
-class Crashes:
-    """Invocations that crash or run into their timeout at a random point: with :func:`install_function_timeouts`
-    installed, each AWS or Kubernetes call an invocation makes ends it first with chance ``rate`` as a crash
-    (:func:`kill_invocation`, as a runtime that died mid-work: out of memory, a segfault in a native library), and
-    with chance ``timeouts`` as its timeout (the call is where its time ran out: a dependency that hung, a burst
-    larger than it can work through); draws from ``random.Random(seed)``. Thread-safe; :attr:`injected` counts the
-    crashes, :attr:`timeouts_injected` the timeouts. Raises ``ValueError`` when a chance or their sum is outside
-    0..1."""
-
-    def __init__(self, *, rate: float, seed: int = 0, timeouts: float = 0.0) -> None:
-        for what, value in (
-            ("crash rate", rate),
-            ("timeout rate", timeouts),
-            ("crash + timeout rate", rate + timeouts),
-        ):
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{what} {value} is outside 0..1")
-        self.rate, self.timeouts, self._rng, self._lock = rate, timeouts, random.Random(seed), threading.Lock()
-        self.injected = self.timeouts_injected = 0
-
-    def draw(self) -> bool:
-        """Whether this call crashes its invocation (counted when it does); no timeout is drawn."""
-        return self.outcome(timeouts=False) == "crash"
-
-    def outcome(self, *, timeouts: bool = True) -> Literal["crash", "timeout"] | None:
-        """What ends the invocation at this call, if anything (counted): one draw per call."""
-        with self._lock:
-            roll = self._rng.random()
-            if roll < self.rate:
-                self.injected += 1
-                return "crash"
-            if timeouts and roll < self.rate + self.timeouts:
-                self.timeouts_injected += 1
-                return "timeout"
-        return None
-
-
-_CRASHES: list[Crashes] = []
-
-
-def inject_crashes(crashes: Crashes | None) -> None:
-    """Crash invocations of every event source in this process as ``crashes`` says (None: never)."""
-    _CRASHES[:] = [crashes] if crashes is not None else []
-
-
-def _check_alive() -> None:
-    invocation = getattr(_INVOCATION, "id", None)
-    if invocation is None:
-        return
-    if invocation in _TIMED_OUT:
-        raise LambdaKilled(f"invocation {invocation} ran past the function timeout or was killed")
-    crashes = _CRASHES[0] if _CRASHES else None
-    fault = crashes.outcome() if crashes is not None else None
-    if fault == "crash":
-        kill_invocation("crash injected")
-    if fault == "timeout":
-        _RAN_OUT.add(invocation)
-        _TIMED_OUT.add(invocation)
-        raise LambdaKilled(f"invocation {invocation} ran into its timeout (injected)")
-
-
-def _count_end(invocation: int, stats: Stats) -> None:
+def _count_end(invocation_id: int, stats: Stats) -> None:
     """Count an invocation ended by :class:`LambdaKilled` in ``stats``: killed, its timeout injected, or too slow."""
-    if invocation in _KILLED:
+    how = ended_by(invocation_id)
+    if how == "killed":
         stats.killed += 1
-    elif invocation in _RAN_OUT:
+    elif how == "timeout_injected":
         stats.timeouts_injected += 1
     else:
         stats.timed_out += 1
-
-
-@contextlib.contextmanager
-def _invocation(timeout: float) -> Iterator[int]:
-    """Run the block as one invocation (its id for :func:`_check_alive`), ended after ``timeout`` seconds."""
-    invocation = next(_IDS)
-    timer = threading.Timer(timeout, _TIMED_OUT.add, args=(invocation,))
-    timer.daemon = True
-    timer.start()
-    _INVOCATION.id = invocation
-    try:
-        yield invocation
-    finally:
-        timer.cancel()
-        _INVOCATION.id = None
-
-
-def kill_invocation(reason: str = "killed") -> NoReturn:
-    """End the invocation running in this thread (or in a pool thread it started) now, as Lambda ends one whose
-    runtime crashed: raises :class:`LambdaKilled` here, and every later AWS or Kubernetes call of the invocation
-    raises it too (with :func:`install_function_timeouts` installed). Outside an invocation it only raises."""
-    invocation = getattr(_INVOCATION, "id", None)
-    if invocation is not None:
-        _KILLED.add(invocation)
-        _TIMED_OUT.add(invocation)
-    raise LambdaKilled(f"invocation {invocation}: {reason}")
-
-
-def install_function_timeouts() -> None:
-    """Make the calls of an invocation past its timeout raise :class:`LambdaKilled` (see the module docstring).
-
-    Patches botocore's ``BaseClient._make_api_call``, ``KubeRest.request`` and ``ThreadPoolExecutor.submit``
-    (so pool threads work for the invocation that started them), once per process; calls outside an
-    invocation of :class:`SqsEventSource` are unaffected.
-    """
-    if _INSTALLED:
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    from botocore.client import BaseClient
-
-    from nodesmith.adapters.kube.calls import KubeRest
-
-    submit, api_call, request = ThreadPoolExecutor.submit, BaseClient._make_api_call, KubeRest.request
-
-    def inheriting_submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        invocation = getattr(_INVOCATION, "id", None)
-        if invocation is None:
-            return submit(self, fn, *args, **kwargs)
-
-        def run(*a: Any, **k: Any) -> Any:
-            _INVOCATION.id = invocation
-            try:
-                return fn(*a, **k)
-            finally:
-                _INVOCATION.id = None
-
-        return submit(self, run, *args, **kwargs)
-
-    def checked_api_call(self: Any, operation: str, params: Any) -> Any:
-        _check_alive()
-        return api_call(self, operation, params)
-
-    def checked_request(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_alive()
-        return request(self, *args, **kwargs)
-
-    ThreadPoolExecutor.submit = inheriting_submit  # type: ignore[method-assign]
-    BaseClient._make_api_call = checked_api_call
-    KubeRest.request = checked_request  # type: ignore[method-assign]
-    _INSTALLED.append(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,16 +222,16 @@ class SqsEventSource:
         started = time.monotonic()
         context = LambdaContext(function_name=self.function_name, timeout_seconds=self.options.function_timeout)
         outcome: dict[str, Any] | BaseException
-        with _invocation(self.options.function_timeout) as invocation:
+        with invocation(self.options.function_timeout) as invocation_id:
             try:
                 outcome = self.handler({"Records": records}, context)
-                if invocation in _TIMED_OUT:
-                    raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
+                if timed_out(invocation_id):
+                    raise LambdaKilled(f"invocation {invocation_id} returned after the function timeout")
                 failed = {f["itemIdentifier"] for f in outcome.get("batchItemFailures", [])}
             except LambdaKilled as exc:
                 outcome, failed = exc, {r["messageId"] for r in records}
                 with self._lock:
-                    _count_end(invocation, self.stats)
+                    _count_end(invocation_id, self.stats)
             except Exception as exc:  # the invocation failed as a whole: SQS delivers every record again
                 LOG.warning("%s invocation failed: %s", self.function_name, exc)
                 outcome, failed = exc, {r["messageId"] for r in records}
@@ -501,14 +363,14 @@ class AsyncInvocations:
             return True
         started = time.monotonic()
         outcome: Any
-        with _invocation(self.timeout_seconds) as invocation:
+        with invocation(self.timeout_seconds) as invocation_id:
             try:
                 outcome = self.handler(event, LambdaContext(self.function_name, timeout_seconds=self.timeout_seconds))
-                if invocation in _TIMED_OUT:
-                    raise LambdaKilled(f"invocation {invocation} returned after the function timeout")
+                if timed_out(invocation_id):
+                    raise LambdaKilled(f"invocation {invocation_id} returned after the function timeout")
             except LambdaKilled as exc:
                 outcome = exc
-                _count_end(invocation, self.stats)
+                _count_end(invocation_id, self.stats)
             except Exception as exc:  # not retried (MaximumRetryAttempts 0): the event is done
                 outcome = exc
                 self.stats.errors.append(f"{type(exc).__name__}: {exc}")
