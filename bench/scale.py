@@ -1,0 +1,315 @@
+"""A reconcile pass on a large cluster: what one scheduled invocation costs, by phase, and the handler's memory.
+
+The world: moto in a process of its own (``nodesmith.sim.aws.start_process``) and the Kubernetes API emulator in
+this one, the simulated kubelet, kube-scheduler and controllers stopped so nothing else reads or writes while a
+pass runs. The cluster is built before any pass: the demo's NodePool (no CPU limit) and EC2NodeClass, ``--nodes``
+m5.large spot instances with their NodeClaims (``nodesmith.sim.fleet.launch_fleet``) and Ready Nodes, ``--pods``
+Running pods spread evenly and sized so the nodes are full, and ``--pending`` unschedulable pods of ``--pending-cpu``
+(``nodesmith.sim.full_cluster``).
+
+The reconcile handler runs in a process of its own, as a Lambda container would: it is invoked ``--passes`` times
+(default 2) with a scheduled event, the first on a cold container (``first_pass_seconds``: its imports done, its
+clients, catalogue and caches empty), the others warm (``warm_pass_seconds``: the last). Nothing changes in the
+cluster between passes but what the passes do themselves (the first launches NodeClaims for the pending pods;
+without a kubelet they stay launched, so the warm pass solves the same pods against them). Per pass:
+
+- ``seconds``: the invocation's wall time; ``phases``: seconds listing (HTTP and JSON) and decoding (into the core's
+  types) by the stage that read (``provisioning`` or ``disruption``), the provisioning solve (the scheduler), the
+  launches (NodeClaim creates and CreateFleet calls, run in parallel: wall time), and the disruption pass without
+  its reads;
+- ``kube_requests`` by method, ``kube_bytes_read`` (response bodies), ``kube_lists`` (list calls by collection:
+  how often a pass lists pods), ``ec2_calls`` by operation;
+- ``rss_mib``: the process's peak resident memory after the pass (``ru_maxrss``; as Lambda reports "Max Memory
+  Used"), ``handler_peak_rss_mib`` the peak over every pass.
+
+``--profile DIR`` writes a ``cProfile`` of each pass (``pass-1.pstats``, ...; profiling slows the passes).
+Everything shares the machine's cores, the API emulator and moto included. Results go to ``bench/results/``.
+
+    python bench/scale.py --nodes 1000 --pods 10000 --pending 500 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
+from nodesmith.sim import aws as sim_aws
+from nodesmith.sim import fleet as sim_fleet
+from nodesmith.sim import full_cluster
+
+TARGETS = {"5000/50000/2000": {"first_pass_seconds": 5.0, "warm_pass_seconds": 1.5, "handler_peak_rss_mib": 1024}}
+
+
+class ScaleWorld(EmbeddedWorld):
+    """The demo's world with moto in a process of its own and no simulated kubelet, kube-scheduler or controllers."""
+
+    def _start_aws(self) -> sim_aws.EmbeddedAws:
+        return sim_aws.start_process(cluster_name=self.cluster_name)
+
+    def _start_components(self) -> None:
+        return None
+
+
+def _nodepool_docs() -> list[dict[str, Any]]:
+    """The demo's NodePool and EC2NodeClass, without the NodePool's CPU limit."""
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d]
+    next(d["spec"] for d in docs if d["kind"] == "NodePool").pop("limits", None)
+    return docs
+
+
+def build(world: ScaleWorld, args: argparse.Namespace) -> dict[str, Any]:
+    """Fill ``world`` with the cluster of the command line; returns what was built."""
+    for doc in _nodepool_docs():
+        world.store.apply(doc)
+    fleet = sim_fleet.launch_fleet(ec2=world.client("ec2"), store=world.store, cluster_name=world.cluster_name,
+                                   count=args.nodes)  # fmt: skip
+    full_cluster.create_ready_nodes(world.store, fleet)
+    per_node = max(1, -(-args.pods // max(1, args.nodes)))
+    allocatable = 1930  # m5.large's allocatable millicores (sim_fleet.M5_LARGE)
+    cpu = max(10, (allocatable // per_node) // 10 * 10)
+    full_cluster.bind_running_pods(world.store, fleet, pods=args.pods, cpu=f"{cpu}m")
+    full_cluster.add_pending_pods(world.store, pods=args.pending, cpu=args.pending_cpu)
+    return {"running_pod_cpu": f"{cpu}m", "pods_per_node": per_node}
+
+
+# -- the handler's process ----------------------------------------------------------------------------------------
+
+
+class Meter:
+    """Counters and timers the handler's adapters and services are wrapped with (see :func:`instrument`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stage = "provisioning"
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new pass."""
+        self.stage = "provisioning"
+        self.seconds: dict[str, float] = {}
+        self.requests: Counter[str] = Counter()
+        self.lists: Counter[str] = Counter()
+        self.ec2: Counter[str] = Counter()
+        self.bytes_read = 0
+
+    def add(self, key: str, seconds: float) -> None:
+        """Add ``seconds`` to ``key``."""
+        with self.lock:
+            self.seconds[key] = self.seconds.get(key, 0.0) + seconds
+
+
+def _timed(meter: Meter, key: Any, fn: Any) -> Any:
+    """``fn`` wrapped to add its seconds to ``key`` (a string, or a callable giving one at call time)."""
+
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            meter.add(key() if callable(key) else key, time.perf_counter() - began)
+
+    return wrapper
+
+
+def instrument(meter: Meter) -> None:
+    """Wrap the Kubernetes REST calls, list and parse helpers, the launches, the disruption pass and boto3 calls."""
+    import botocore.client
+
+    from nodesmith.adapters.aws.provider import Ec2CloudProvider
+    from nodesmith.adapters.kube.calls import KubeRest
+    from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
+    from nodesmith.handlers import reconcile as handler_module
+    from nodesmith.services.provisioning.reconcile import _Pass
+
+    send = KubeRest._send
+
+    def counted_send(self: KubeRest, call: Any) -> Any:
+        answer = send(self, call)
+        with meter.lock:
+            meter.requests[call.method] += 1
+            meter.bytes_read += len(answer[1])
+        return answer
+
+    rest_list = KubeRest.list
+
+    def counted_list(self: KubeRest, url_path: str, **kw: Any) -> Any:
+        with meter.lock:
+            meter.lists[url_path + (f"?{kw['fieldSelector']}" if kw.get("fieldSelector") else "")] += 1
+        return rest_list(self, url_path, **kw)
+
+    KubeRest._send = counted_send  # type: ignore[method-assign]
+    KubeRest.list = _timed(meter, lambda: f"list/{meter.stage}", counted_list)  # type: ignore[method-assign]
+    KarpenterObjects._parse = staticmethod(  # type: ignore[method-assign]
+        _timed(meter, lambda: f"decode/{meter.stage}", KarpenterObjects._parse)
+    )
+    _Pass._launch_all = _timed(meter, "launch", _Pass._launch_all)  # type: ignore[method-assign]
+    Ec2CloudProvider.create = _timed(meter, "create_fleet_calls", Ec2CloudProvider.create)  # type: ignore[method-assign]
+    disruption = handler_module.run_disruption
+
+    def staged_disruption(**kw: Any) -> Any:
+        meter.stage = "disruption"
+        try:
+            return _timed(meter, "disruption_total", disruption)(**kw)
+        finally:
+            meter.stage = "provisioning"
+
+    handler_module.run_disruption = staged_disruption
+    make_call = botocore.client.BaseClient._make_api_call
+
+    def counted_call(self: Any, operation: str, params: Any) -> Any:
+        with meter.lock:
+            meter.ec2[operation] += 1
+        return make_call(self, operation, params)
+
+    botocore.client.BaseClient._make_api_call = counted_call
+
+
+def _rss_mib() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[str, Any]:
+    s = meter.seconds
+    reads = sum(v for k, v in s.items() if k.startswith(("list/", "decode/")) and k.endswith("/disruption"))
+    phases = {k: round(v, 3) for k, v in sorted(s.items()) if k.startswith(("list/", "decode/"))}
+    phases["provisioning_solve"] = round(float(summary.get("scheduling_duration_seconds", 0.0)), 3)
+    phases["launch"] = round(s.get("launch", 0.0), 3)
+    phases["disruption"] = round(max(0.0, s.get("disruption_total", 0.0) - reads), 3)
+    return {
+        "seconds": round(seconds, 3),
+        "phases": phases,
+        "kube_requests": dict(meter.requests),
+        "kube_bytes_read": meter.bytes_read,
+        "kube_lists": dict(sorted(meter.lists.items())),
+        "ec2_calls": dict(sorted(meter.ec2.items())),
+        "rss_mib": _rss_mib(),
+        "pods_pending": summary.get("pods_pending"),
+        "pods_awaiting_capacity": summary.get("pods_awaiting_capacity"),
+        "pods_scheduled": summary.get("pods_scheduled"),
+        "nodeclaims_launched": summary.get("nodeclaims_launched"),
+        "errors": list(summary.get("errors") or [])[:5],
+        "disruption": summary.get("disruption"),
+    }
+
+
+def handler_process(conn: Any, passes: int, profile: str | None) -> None:
+    """The reconcile function's container: ``passes`` scheduled invocations; sends back one report per pass."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the handler's log and EMF lines (CloudWatch Logs in Lambda)
+    meter = Meter()
+    from nodesmith.handlers.reconcile import handler
+    from nodesmith.sim.lambda_runtime import LambdaContext
+
+    instrument(meter)
+    reports: list[dict[str, Any]] = [{"rss_after_import_mib": _rss_mib()}]
+    for number in range(1, passes + 1):
+        meter.reset()
+        event = {"id": str(uuid.uuid4()), "detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+        context = LambdaContext(function_name="nodesmith-reconcile", timeout_seconds=900)
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        began = time.perf_counter()
+        summary = handler(event, context)
+        seconds = time.perf_counter() - began
+        if profiler is not None and profile:
+            profiler.disable()
+            profiler.dump_stats(str(Path(profile) / f"pass-{number}.pstats"))
+        reports.append(_pass_report(meter, seconds, summary))
+    conn.send(reports)
+    conn.close()
+
+
+# -- the run ------------------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Build the cluster, run the handler's passes in their own process, return the JSON-ready result."""
+    began = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        world = ScaleWorld()
+        stack.enter_context(world)
+        built = build(world, args)
+        setup = time.monotonic() - began
+        ctx = multiprocessing.get_context("spawn")
+        receive, send = ctx.Pipe(duplex=False)
+        process = ctx.Process(target=handler_process, args=(send, args.passes, args.profile), daemon=True)
+        process.start()
+        send.close()
+        if not receive.poll(args.timeout):
+            process.kill()
+            raise RuntimeError(f"the handler's passes did not finish in {args.timeout} s")
+        reports = receive.recv()
+        process.join(timeout=30)
+    passes = reports[1:]
+    shape = f"{args.nodes}/{args.pods}/{args.pending}"
+    return {
+        "command": "python bench/scale.py " + " ".join(sys.argv[1:]),
+        "cpus": os.cpu_count(),
+        "nodes": args.nodes,
+        "pods": args.pods,
+        "pending": args.pending,
+        "pending_cpu": args.pending_cpu,
+        **built,
+        "setup_seconds": round(setup, 1),
+        "first_pass_seconds": passes[0]["seconds"],
+        "warm_pass_seconds": passes[-1]["seconds"],
+        "handler_peak_rss_mib": max(p["rss_mib"] for p in passes),
+        "handler_rss_after_import_mib": reports[0]["rss_after_import_mib"],
+        "passes": passes,
+        "targets": TARGETS.get(shape),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000, help="Ready m5.large nodes (default 1000)")
+    parser.add_argument("--pods", type=int, default=10000, help="Running pods spread over them (default 10000)")
+    parser.add_argument("--pending", type=int, default=500, help="unschedulable pods (default 500)")
+    parser.add_argument("--pending-cpu", default="1", help="CPU request of each pending pod (default 1)")
+    parser.add_argument("--passes", type=int, default=2, help="handler invocations, the first cold (default 2)")
+    parser.add_argument("--profile", default=None, help="directory for a cProfile of each pass")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the passes may take (default 1800)")
+    parser.add_argument("--json", action="store_true", help="print one JSON line")
+    args = parser.parse_args(argv)
+    if args.nodes < 1 or args.pods < 0 or args.pending < 0 or args.passes < 1:
+        parser.error("--nodes and --passes must be at least 1, --pods and --pending at least 0")
+    with tempfile_stdout():
+        out = run(args)
+    print(json.dumps(out) if args.json else json.dumps(out, indent=2), flush=True)
+    return 0
+
+
+@contextlib.contextmanager
+def tempfile_stdout() -> Any:
+    """Keep whatever the world prints off stdout, which carries only the result."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as sink, contextlib.redirect_stdout(sink):
+        yield
+
+
+if __name__ == "__main__":
+    sys.exit(main())
