@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from nodesmith.services.disruption.service import DisruptionOutcome, PendingCommand
+    from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = ["handler", "outcome_summary", "run_disruption", "run_pass"]
 
@@ -135,9 +136,10 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
     return outcome
 
 
-def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
+def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None) -> DisruptionOutcome | None:
     """One disruption pass after provisioning (None when ``NODESMITH_DISRUPTION`` is off); node repair runs in
-    it when ``NODESMITH_FEATURE_GATES`` turns ``NodeRepair`` on.
+    it when ``NODESMITH_FEATURE_GATES`` turns ``NodeRepair`` on. ``snapshot`` is the provisioning pass's, as
+    that pass left the cluster (None: the disruption pass lists the cluster itself).
 
     Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
     with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``; the nodes it
@@ -160,6 +162,7 @@ def run_disruption(*, now: float | None = None) -> DisruptionOutcome | None:
         pending=_PENDING,
         recent_events=_RECENT_EVENTS,
         validation_delay=settings.disruption_validation_delay_seconds,
+        snapshot=snapshot,
     )
     for decision in outcome.decisions:
         logger.info("disruption decision", extra={"disruption": decision})
@@ -180,8 +183,9 @@ def _reported(outcome: ReconcileOutcome) -> ReconcileOutcome:
 
 
 def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    """A provisioning pass, then a disruption pass on the snapshot it left (the cluster is listed once)."""
     outcome = _reported(run_pass())
-    return outcome, run_disruption()
+    return outcome, run_disruption(snapshot=outcome.snapshot)
 
 
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:

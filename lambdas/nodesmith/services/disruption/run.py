@@ -21,6 +21,7 @@ from nodesmith.services.breakdown import disruption_reason
 from nodesmith.services.disruption.outcome import DisruptionOutcome
 from nodesmith.services.disruption.state import cluster_nodes, write_condition
 from nodesmith.services.provisioning.capacity import disruption_volume_topology
+from nodesmith.services.provisioning.inputs import take_snapshot
 from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
 from nodesmith.services.termination.requests import request_termination
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement
     from nodesmith.core.ports import Instance
     from nodesmith.services.ports import Ports
+    from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = ["EVENT_DEDUPE_SECONDS", "DisruptionPass"]
 
@@ -62,16 +64,23 @@ class DisruptionPass:
 
     # -- snapshot ----------------------------------------------------------------------------------
 
-    def snapshot(self) -> None:
-        """List everything the pass decides on; a node class that is not ready is reported in ``out.errors``."""
+    def snapshot(self, snap: Snapshot | None = None) -> None:
+        """Take what the pass decides on from ``snap`` (the reconcile pass's snapshot as it left the cluster,
+        :attr:`~nodesmith.services.provisioning.outcome.ReconcileOutcome.snapshot`), reading only what it lacks
+        (PodDisruptionBudgets, every instance when it holds only provisioning's); without ``snap``, list
+        everything. A node class that is not ready is reported in ``out.errors``."""
         cluster, cloud = self.cluster, self.cloud
-        self.nodes: list[Node] = cluster.list_nodes()
-        self.pods = cluster.list_pods()
-        self.daemonsets = cluster.list_daemonsets()
-        self.pdbs = cluster.list_pdbs()
-        self.nodepools = [p for p in cluster.list_nodepools() if p.metadata.deletion_timestamp is None]
-        self.nodeclasses: dict[str, EC2NodeClass] = {nc.name: nc for nc in cluster.list_ec2nodeclasses()}
-        self.instances: dict[str, Instance] = {i.instance_id: i for i in cloud.list_instances()}
+        if snap is None:
+            snap = take_snapshot(cluster=cluster, cloud=cloud)
+        self.nodes: list[Node] = snap.nodes
+        self.pods = snap.pods
+        self.daemonsets = snap.daemonsets
+        self.pdbs = snap.pdbs if snap.pdbs is not None else cluster.list_pdbs()
+        self.nodepools = [p for p in snap.nodepools if p.metadata.deletion_timestamp is None]
+        self.nodeclasses: dict[str, EC2NodeClass] = dict(snap.nodeclasses)
+        self.instances: dict[str, Instance] = (
+            snap.instances if snap.every_instance else {i.instance_id: i for i in cloud.list_instances()}
+        )
         self.catalogues: dict[str, dict[str, InstanceType]] = {}
         for name in sorted(self.nodeclasses):
             try:
@@ -95,7 +104,7 @@ class DisruptionPass:
             cluster=cluster,
             nodes=self.nodes,
             pods=self.pods,
-            nodeclaims=cluster.list_nodeclaims(),
+            nodeclaims=snap.nodeclaims,
             instances=self.instances,
             now=self.now,
             errors=self.out.errors,

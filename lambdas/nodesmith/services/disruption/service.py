@@ -54,6 +54,7 @@ from nodesmith.services.provisioning.capacity import pending_pods
 
 if TYPE_CHECKING:
     from nodesmith.services.ports import Ports
+    from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = [
     "COMMAND_VALIDATION_DELAY_SECONDS",
@@ -74,6 +75,7 @@ def disrupt(
     pending: dict[str, PendingCommand] | None = None,
     recent_events: dict[str, float] | None = None,
     validation_delay: float = COMMAND_VALIDATION_DELAY_SECONDS,
+    snapshot: Snapshot | None = None,
 ) -> DisruptionOutcome:
     """Run one disruption pass (see the module docstring) and return what it did.
 
@@ -84,7 +86,10 @@ def disrupt(
     :func:`~nodesmith.core.disruption.still_valid` validation, and the rejection Events already
     posted, for deduplication. Without them the state on the NodeClaims is enough: a command
     found again ``validation_delay`` seconds (default 15) later is executed.
-    ``ports.queue`` takes the termination requests of the nodes the pass disrupts.
+    ``ports.queue`` takes the termination requests of the nodes the pass disrupts. ``snapshot`` is the
+    reconcile pass's snapshot as that pass left the cluster
+    (:attr:`~nodesmith.services.provisioning.outcome.ReconcileOutcome.snapshot`): the pass decides on it and lists
+    only what it lacks; None lists the cluster.
 
     Kubernetes and EC2 errors on one object are reported in ``outcome.errors``; errors while
     listing propagate.
@@ -95,7 +100,7 @@ def disrupt(
         settings=settings or DisruptionSettings(),
         recent_events=recent_events if recent_events is not None else {},
     )
-    run.snapshot()
+    run.snapshot(snapshot)
     if not run.pool_catalogues.evaluated:
         return run.out  # NodeOverlays unread: prices unknown, so nothing is decided (Karpenter waits the same way)
     run.report_invalid_annotations()

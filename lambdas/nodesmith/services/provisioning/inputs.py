@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod
+    from nodesmith.core.model import DaemonSet, InstanceType, Node, Pod, PodDisruptionBudget
     from nodesmith.core.ports import CloudProvider, Cluster, Instance
     from nodesmith.services.provisioning.outcome import ReconcileOutcome
 
@@ -36,8 +36,15 @@ __all__ = [
 
 @dataclass(slots=True)
 class Snapshot:
-    """What a pass reads: the cluster's lists and our EC2 instances by id; ``every_instance`` is False
-    when ``instances`` holds only those provisioning uses (:func:`provisioning_instances`)."""
+    """What a pass reads, once: the cluster's lists and our EC2 instances by id; ``every_instance`` is False
+    when ``instances`` holds only those provisioning uses (:func:`provisioning_instances`). ``pdbs`` are the
+    PodDisruptionBudgets, None when not read (provisioning does not need them; the disruption pass lists them).
+
+    One snapshot serves the whole invocation: provisioning and garbage collection decide on it, and the
+    reconcile pass hands it on, as it left the cluster (:attr:`ReconcileOutcome.snapshot
+    <nodesmith.services.provisioning.outcome.ReconcileOutcome.snapshot>`), to the disruption pass, so pods,
+    Nodes and NodeClaims are listed and decoded once per invocation.
+    """
 
     nodes: list[Node]
     pods: list[Pod]
@@ -47,6 +54,7 @@ class Snapshot:
     nodeclaims: list[NodeClaim]
     instances: dict[str, Instance]
     every_instance: bool = True
+    pdbs: list[PodDisruptionBudget] | None = None
 
 
 def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: bool = True) -> Snapshot:

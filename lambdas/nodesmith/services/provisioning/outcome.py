@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.disruption.static import StaticDecision
     from nodesmith.core.model import InstanceType, Node, Pod
+    from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = ["EVENT_WORKERS", "ReconcileOutcome", "cost_by_pool", "pod_ref", "post_pod_events"]
 
@@ -58,6 +59,9 @@ class ReconcileOutcome:
     NodeClaims a static scale-down removed.
     ``launch_templates_deleted`` names the launch templates of deleted EC2NodeClasses the pass deleted
     (:func:`~nodesmith.services.provisioning.nodeclasses.finalize_nodeclasses`).
+    ``snapshot`` is the cluster as the pass left it: what it read, less the Nodes and NodeClaims it deleted,
+    with the NodeClaims it wrote (registration, launches) as written and the ones it created. The disruption
+    pass of the same invocation decides on it instead of listing the cluster again.
     """
 
     pods_pending: int = 0
@@ -92,6 +96,7 @@ class ReconcileOutcome:
     static_decisions: list[StaticDecision] = field(default_factory=list)
     static_removed: list[str] = field(default_factory=list)
     launch_templates_deleted: list[str] = field(default_factory=list)
+    snapshot: Snapshot | None = None
 
     @property
     def unschedulable_reasons(self) -> dict[str, int]:

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
     from nodesmith.services.ports import Ports
+    from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOptions", "ReconcileOutcome", "reconcile"]
 
@@ -108,6 +109,7 @@ class _Pass:
         self.leaving: set[str] = set()
         self.nominated: list[tuple[Pod, str]] = []
         self.new_cost_by: dict[PoolKey, float] = {}
+        self.created: list[NodeClaim] = []
 
     def list_fleet(self) -> None:
         """Replace the snapshot's instances with every live instance of ours, unless they are already
@@ -364,6 +366,7 @@ class _Pass:
         key = pool_key(nodeclaim=claim, capacity_type=result.capacity_type)
         self.new_cost_by[key] = self.new_cost_by.get(key, 0.0) + result.price
         self.nominated.extend((p, claim.name) for p in plan.pods)
+        self.created.append(claim)
 
     def _launch_all(self, plans: Sequence[NodeClaimPlan]) -> list[LaunchOutcome | None]:
         """:meth:`_create_and_launch` for every plan, :data:`LAUNCH_WORKERS` at a time, results in plan order.
@@ -451,7 +454,15 @@ class _Pass:
             limit=self.options.max_pod_events,
         )
         update_nodepool_statuses(cluster=self.cluster, snap=self.snap, now=self.now, out=out)
+        out.snapshot = self.left()
         return out
+
+    def left(self) -> Snapshot:
+        """The snapshot as this pass left the cluster (:attr:`ReconcileOutcome.snapshot`): Nodes it deleted left
+        out, NodeClaims as it last wrote them, the ones it created and launched added."""
+        kept = {nc.name for nc in self.created}
+        claims = [*(nc for nc in self.claims if nc.name not in kept), *self.created]
+        return replace(self.snap, nodes=list(self.nodes), nodeclaims=claims)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from nodesmith.sim.kube.server import EmulatorServer
@@ -31,6 +32,8 @@ class KubeEmulator:
     <token>`` (401 otherwise); None accepts any request. ``faults``: injected failures
     (:class:`~nodesmith.sim.kube.faults.KubeFaults`; None, the default, serves every request); the
     attribute can be set or cleared while the emulator runs and applies from the next request.
+    ``operations`` counts the requests served by operation (``"list pods"``, ``"update nodeclaims/status"``, as
+    :func:`~nodesmith.sim.kube.faults.request_of` names them; each page of a list is one).
     ``start()`` returns the endpoint (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()``
     ends watches and closes connections. Usable as a context manager (starts on enter).
     """
@@ -51,6 +54,7 @@ class KubeEmulator:
         self.version = version
         self.faults = faults
         self.requests = 0
+        self.operations: Counter[str] = Counter()
         self.last_authorization: str | None = None
         self.stopping = False
         self._server: EmulatorServer | None = None
@@ -64,6 +68,11 @@ class KubeEmulator:
         if self._server is None:
             raise RuntimeError("KubeEmulator is not started")
         return f"http://{self.host}:{self._server.server_address[1]}"
+
+    def count(self, operation: str) -> None:
+        """Count one request of ``operation`` in :attr:`operations` (thread-safe)."""
+        with self._lock:
+            self.operations[operation] += 1
 
     def version_info(self) -> dict[str, str]:
         """The ``/version`` document."""

@@ -165,6 +165,11 @@ class _Handler(WatchingHandler):
             if method == "GET" and self._discovery(path):
                 return
             route = self._route(path)
+            emulator.count(
+                request_of(
+                    method, plural=route.rt.plural, name=route.name, sub=route.sub, query=query, body=body
+                ).operation
+            )
             self.fault = None
             if emulator.faults is not None:
                 self._meet_fault(method, route, query, body)

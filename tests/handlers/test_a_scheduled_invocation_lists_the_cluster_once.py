@@ -1,0 +1,130 @@
+"""One scheduled reconcile invocation reads the cluster once: provisioning, garbage collection and the disruption
+pass decide on one snapshot, so pods, Nodes and NodeClaims are listed once (counted by the API emulator) and EC2's
+instances described once, whatever the pass does between its provisioning and its disruption."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))
+
+from reconcile_fakes import FakeCloud, FakeQueue
+
+from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.handlers import reconcile as reconcile_handler
+from nodesmith.handlers import wiring
+from nodesmith.handlers.settings import Settings
+from nodesmith.sim.kube import KubeEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "lambdas" / "nodesmith" / "sim" / "manifests"
+NODECLAIMS = "nodeclaims.karpenter.sh"
+
+
+class Context:
+    function_name = "nodesmith-reconcile"
+    memory_limit_in_mb = 1024
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:nodesmith-reconcile"
+    aws_request_id = "req-1"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 60_000
+
+
+class CountingCloud(FakeCloud):
+    """The fake cloud, counting how often the whole fleet is listed."""
+
+    listed = 0
+
+    def list_instances(self) -> Any:
+        self.listed += 1
+        return super().list_instances()
+
+
+def _pod(name: str, cpu: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                         "reason": "Unschedulable"}]},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def world() -> Iterator[tuple[KubeEmulator, CountingCloud]]:
+    reconcile_handler._PENDING.clear()
+    reconcile_handler._RECENT_EVENTS.clear()
+    with KubeEmulator() as kube:
+        for doc in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()):
+            if doc:
+                kube.store.apply(doc)
+        cloud = CountingCloud(now=time.time(), cluster_name="demo")
+        cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
+        settings = Settings(cluster_name="demo", cluster_endpoint=kube.endpoint, kube_auth="none")
+        wiring.reset()
+        wiring.set_ports(cluster=cluster, cloud=cloud, queue=FakeQueue(), settings=settings)
+        try:
+            yield kube, cloud
+        finally:
+            wiring.reset()
+            reconcile_handler._PENDING.clear()
+            reconcile_handler._RECENT_EVENTS.clear()
+
+
+def _register(kube: KubeEmulator, cloud: FakeCloud) -> list[str]:
+    """A Ready Node, as its kubelet registers it, for every launched NodeClaim."""
+    names = []
+    for claim in kube.store.objects(NODECLAIMS):
+        pid = claim["status"]["providerID"]
+        instance = next(i for i in cloud.instances.values() if i.provider_id == pid)
+        kube.store.apply({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": instance.private_dns_name, "labels": {
+                **claim["metadata"].get("labels", {}),
+                "node.kubernetes.io/instance-type": instance.instance_type,
+                "topology.kubernetes.io/zone": instance.zone,
+                "karpenter.sh/capacity-type": instance.capacity_type,
+                "kubernetes.io/hostname": instance.private_dns_name,
+            }},
+            "spec": {"providerID": pid},
+            "status": {"allocatable": claim["status"]["allocatable"], "capacity": claim["status"]["capacity"],
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        })  # fmt: skip
+        names.append(instance.private_dns_name)
+    return names
+
+
+def test_a_scheduled_invocation_lists_pods_nodes_and_nodeclaims_once(
+    world: tuple[KubeEmulator, CountingCloud],
+) -> None:
+    kube, cloud = world
+    for i in range(3):
+        kube.store.create("pods", _pod(f"web-{i}", "1"))
+    first = reconcile_handler.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+    assert first["nodeclaims_launched"] >= 1 and "disruption" in first
+    assert kube.operations["list pods"] == 1
+    assert kube.operations["list nodes"] == 1
+    assert kube.operations["list nodeclaims"] == 1
+    assert cloud.listed == 1
+
+    nodes = _register(kube, cloud)
+    for i, node in enumerate(nodes):
+        kube.store.bind(f"web-{i}", namespace="default", node_name=node)
+    kube.store.create("pods", _pod("late", "64"))  # fits nothing: the second pass has work to do too
+    kube.operations.clear()
+    cloud.listed = 0
+    second = reconcile_handler.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+    assert second["nodeclaims_registered"] == len(nodes) and "disruption" in second
+    assert not second["errors"] and not second["disruption"]["errors"], second
+    assert kube.operations["list pods"] == 1
+    assert kube.operations["list nodes"] == 1
+    assert kube.operations["list nodeclaims"] == 1
+    assert cloud.listed == 1
