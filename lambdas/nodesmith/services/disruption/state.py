@@ -144,11 +144,22 @@ def _fingerprint(pods: Sequence[Pod]) -> str:
     return hashlib.sha256(",".join(ids).encode()).hexdigest()[:16]
 
 
-def _claim_for(node: Node, claims: Sequence[NodeClaim]) -> NodeClaim | None:
-    for nc in claims:
-        if nc.status.node_name == node.name or (nc.status.provider_id and nc.status.provider_id == node.provider_id):
-            return nc
-    return None
+class _ClaimIndex:
+    """The NodeClaims by ``status.nodeName`` and by ``status.providerID``: a node's NodeClaim is the first (in
+    list order) naming either, found without scanning every NodeClaim for every node."""
+
+    def __init__(self, claims: Sequence[NodeClaim]) -> None:
+        self.by_node: dict[str, tuple[int, str]] = {}
+        self.by_provider: dict[str, tuple[int, str]] = {}
+        for position, nc in enumerate(claims):
+            if nc.status.node_name:
+                self.by_node.setdefault(nc.status.node_name, (position, nc.name))
+            if nc.status.provider_id:
+                self.by_provider.setdefault(nc.status.provider_id, (position, nc.name))
+
+    def name_for(self, node: Node) -> str | None:
+        found = [hit for hit in (self.by_node.get(node.name), self.by_provider.get(node.provider_id or "")) if hit]
+        return min(found)[1] if found else None
 
 
 def cluster_nodes(
@@ -175,10 +186,12 @@ def cluster_nodes(
         if pod.node_name and not pod.is_terminal:
             by_node.setdefault(pod.node_name, []).append(pod)
     claims = {nc.name: nc for nc in nodeclaims}
+    index = _ClaimIndex(list(claims.values()))
     out: list[ClusterNode] = []
     for node in nodes:
         on_node = tuple(by_node.get(node.name, ()))
-        claim = _claim_for(node, list(claims.values()))
+        found = index.name_for(node)
+        claim = claims[found] if found is not None else None
         last_event: float | None = None
         if claim is not None:
             claim, last_event = _observe_pods(cluster=cluster, claim=claim, pods=on_node, now=now, errors=errors)
