@@ -83,6 +83,9 @@ def test_an_item_without_uid_or_version_is_parsed_every_time_and_failures_are_no
             parsed(bad)
     assert calls.count("bad") == 2
 
-    for n in range(3):  # past the limit the cache starts over rather than growing
+    for n in range(3):  # past the limit the cache keeps what it holds and stops growing
         parsed({"metadata": {"name": f"p{n}", "uid": f"u{n + 1}", "resourceVersion": "1"}})
     assert len(parsed) <= 2
+    first = {"metadata": {"name": "p0", "uid": "u1", "resourceVersion": "1"}}
+    parsed(first)
+    assert calls.count("p0") == 1, "a parse held before the limit was reached is still reused"
