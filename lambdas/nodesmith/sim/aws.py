@@ -31,7 +31,9 @@ approximate counts) and converted the time through ``datetime`` at every look, s
 grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure. A
 CreateFleet repeated with its ``ClientToken`` answers the first call's instances
 (:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
-``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s.
+``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s. An EC2 resource's tags are read from moto's tag store by the resource's
+id: moto scanned every tag of the account, with a regular expression per tag, for each resource it rendered, so
+describing a fleet of thousands of instances took minutes and timed out, where EC2 answers in pages.
 """
 
 from __future__ import annotations
@@ -212,9 +214,28 @@ def fix_moto() -> None:
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
 
     honour_client_tokens()  # with the capacity reservations it checks inside
+    _tags_by_resource_id()
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)
+
+
+def _tags_by_resource_id() -> None:
+    """Make moto's ``TaggedEC2Resource.get_tags`` read the resource's own tags (the answer moto's scan of every
+    tag of the account, filtered by ``resource-id``, gives: ``resource_id``, ``key``, ``value``,
+    ``resource_type`` per tag)."""
+    from moto.ec2.models.core import TaggedEC2Resource
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    def get_tags(self: Any) -> list[dict[str, str]]:
+        resource_id = getattr(self, "id", None)
+        if not resource_id:
+            return []
+        kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(resource_id), "")
+        own = dict(self.ec2_backend.tags.get(resource_id) or {})
+        return [{"resource_id": resource_id, "key": k, "value": v, "resource_type": kind} for k, v in own.items()]
+
+    TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
 
 
 def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws:
