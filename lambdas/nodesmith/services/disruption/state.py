@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from nodesmith.core.disruption import ClusterNode
 from nodesmith.core.errors import KubernetesError
+from nodesmith.services.parallel import map_ordered
 from nodesmith.services.provisioning.capacity import from_rfc3339, instance_id_of, to_rfc3339
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ __all__ = [
     "CONDITION_CANDIDATE",
     "CONDITION_DISRUPTING",
     "CONDITION_POD_SET",
+    "OBSERVE_WORKERS",
     "CommandRecord",
     "cluster_nodes",
     "read_record",
@@ -51,6 +53,9 @@ __all__ = [
 CONDITION_POD_SET: Final = "nodesmith.io/PodSet"
 CONDITION_CANDIDATE: Final = "nodesmith.io/DisruptionCandidate"
 CONDITION_DISRUPTING: Final = "DisruptionReason"
+
+OBSERVE_WORKERS = 16
+"""NodeClaim status writes of :func:`cluster_nodes` in flight at a time (as many as a pass's launches)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +184,8 @@ def cluster_nodes(
     fingerprint of each node with a NodeClaim is compared with the stored ``nodesmith.io/PodSet``
     condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
     creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
-    initialization). A failed status write is reported in ``errors`` and does not stop the pass.
+    initialization). The status writes run :data:`OBSERVE_WORKERS` at a time (a fleet seen for the first time
+    writes one per NodeClaim). A failed status write is reported in ``errors`` and does not stop the pass.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
@@ -187,22 +193,30 @@ def cluster_nodes(
             by_node.setdefault(pod.node_name, []).append(pod)
     claims = {nc.name: nc for nc in nodeclaims}
     index = _ClaimIndex(list(claims.values()))
+    placed = [(node, tuple(by_node.get(node.name, ())), index.name_for(node)) for node in nodes]
+    observed: dict[str, tuple[Pod, ...]] = {}  # a NodeClaim is observed once, with its first node's pods
+    for _, on_node, name in placed:
+        if name is not None:
+            observed.setdefault(name, on_node)
+
+    def observe(item: tuple[str, tuple[Pod, ...]]) -> tuple[NodeClaim, float | None, list[str]]:
+        problems: list[str] = []
+        claim, last = _observe_pods(cluster=cluster, claim=claims[item[0]], pods=item[1], now=now, errors=problems)
+        return claim, last, problems
+
+    last_events: dict[str, float | None] = {}
+    for claim, last, problems in map_ordered(observe, list(observed.items()), workers=OBSERVE_WORKERS, name="podset"):
+        claims[claim.name], last_events[claim.name] = claim, last
+        errors.extend(problems)
     out: list[ClusterNode] = []
-    for node in nodes:
-        on_node = tuple(by_node.get(node.name, ()))
-        found = index.name_for(node)
-        claim = claims[found] if found is not None else None
-        last_event: float | None = None
-        if claim is not None:
-            claim, last_event = _observe_pods(cluster=cluster, claim=claim, pods=on_node, now=now, errors=errors)
-            claims[claim.name] = claim
+    for node, on_node, name in placed:
         inst = instances.get(instance_id_of(node.provider_id) or "")
         out.append(
             ClusterNode(
                 node=node,
                 pods=on_node,
-                nodeclaim=claim,
-                last_pod_event_time=last_event,
+                nodeclaim=claims[name] if name is not None else None,
+                last_pod_event_time=last_events.get(name) if name is not None else None,
                 image_id=(inst.image_id or None) if inst is not None else None,
                 subnet_id=(inst.subnet_id or None) if inst is not None else None,
                 security_group_ids=frozenset(inst.security_group_ids)
