@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from nodesmith.services.disruption.service import DisruptionOutcome, PendingCommand
+    from nodesmith.services.disruption.service import Consolidated, DisruptionOutcome, PendingCommand
     from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = ["handler", "outcome_summary", "run_disruption", "run_pass"]
@@ -51,6 +51,8 @@ _PENDING: dict[str, PendingCommand] = {}
 """Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
 _RECENT_EVENTS: dict[str, float] = {}
 """Rejection Events this container posted recently (deduplication)."""
+_CONSOLIDATED: list[Consolidated] = []
+"""The consolidation state this container's last disruption pass found nothing in (created by the first pass)."""
 
 _GARBAGE_COLLECTED_AT: list[float] = []
 """When (monotonic seconds) a pass of this container last began that listed the fleet and collected garbage."""
@@ -146,11 +148,13 @@ def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None
     disrupts are drained and counted by the termination function.
     """
     from nodesmith.core.disruption import DisruptionSettings
-    from nodesmith.services.disruption.service import disrupt
+    from nodesmith.services.disruption.service import Consolidated, disrupt
 
     settings = wiring.get_settings()
     if not settings.disruption:
         return None
+    if not _CONSOLIDATED:
+        _CONSOLIDATED.append(Consolidated())
     outcome = disrupt(
         ports=wiring.ports(settings),
         now=time.time() if now is None else now,
@@ -163,6 +167,7 @@ def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None
         recent_events=_RECENT_EVENTS,
         validation_delay=settings.disruption_validation_delay_seconds,
         snapshot=snapshot,
+        consolidated=_CONSOLIDATED[0],
     )
     for decision in outcome.decisions:
         logger.info("disruption decision", extra={"disruption": decision})

@@ -22,6 +22,7 @@ again before acting, and act only when the same command comes back (:func:`still
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,16 +52,17 @@ from nodesmith.core.disruption.static import is_static, members_from_nodes, stat
 from nodesmith.core.disruption.types import DisruptionSettings, Rejection
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
     from nodesmith.core.disruption.drift import Drift, NodeClassResolution
+    from nodesmith.core.disruption.simulation import SimulationContext
     from nodesmith.core.disruption.types import ClusterNode, Decision
     from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod, PodDisruptionBudget
 
-__all__ = ["METHOD_CONSOLIDATION", "DisruptionPlan", "decide", "still_valid"]
+__all__ = ["METHOD_CONSOLIDATION", "DisruptionPlan", "consolidation_key", "decide", "still_valid"]
 
 METHOD_CONSOLIDATION = "consolidation"
 """``Rejection.method`` for candidates consolidation (multi- and single-node) cannot consider."""
@@ -74,13 +76,18 @@ class DisruptionPlan:
     commands in the order they would start (:func:`decide` returns at most one).
     ``rejected``: every managed node that was looked at and not disrupted, with why (a node may
     appear once per method that considered it). ``budgets``: reason -> NodePool -> budget, as
-    computed at the start of the (last) pass.
+    computed at the start of the (last) pass. ``consolidation_state`` is the key of what consolidation decided on
+    (:func:`consolidation_key`; empty when the pass did not reach consolidation or was given no
+    ``cluster_state``); ``consolidation_skipped`` is True when it was the ``consolidated`` state :func:`decide` was
+    given, so consolidation was not computed again.
     """
 
     expirations: tuple[Decision, ...] = ()
     commands: tuple[Decision, ...] = ()
     rejected: tuple[Rejection, ...] = ()
     budgets: Mapping[str, Mapping[str, PoolBudget]] = field(default_factory=dict)
+    consolidation_state: str = ""
+    consolidation_skipped: bool = False
 
     @property
     def command(self) -> Decision | None:
@@ -174,6 +181,8 @@ def decide(
     expire: bool = True,
     volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
     nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
+    cluster_state: str = "",
+    consolidated: str = "",
 ) -> DisruptionPlan:
     """Decide one disruption pass over the cluster snapshot.
 
@@ -187,6 +196,15 @@ def decide(
     ``volume_requirements``: pod key -> the node requirements its PersistentVolumeClaims impose
     (volume topology: moved pods stay in their volumes' zones). ``nodepool_instance_types``:
     NodePool name -> the catalogue of its own EC2NodeClass (default: ``instance_types`` for all).
+
+    ``cluster_state`` is a key of what consolidation reads of the cluster (the caller's fingerprint of nodes,
+    pods, NodeClaims, NodePools, budgets; empty: none), and ``consolidated`` the :attr:`~DisruptionPlan.
+    consolidation_state` of an earlier pass whose consolidation found no command. When this pass's state (that
+    key, the candidates eligible for consolidation and their budgets: :func:`consolidation_key`) is that one,
+    consolidation is not computed again and no consolidation command results: Karpenter's
+    ``IsConsolidated`` (``[core]:pkg/controllers/disruption/consolidation.go``), which skips single- and
+    multi-node consolidation while the cluster's consolidation state is the one it last found nothing in.
+    Repair, emptiness and drift are always decided.
 
     Returns a :class:`DisruptionPlan` with the expirations and at most one command.
     Raises nothing for odd nodes or pods: they are rejected with a reason.
@@ -228,12 +246,14 @@ def decide(
     )
     candidates = selection.candidates
 
-    def done(command: Decision | None) -> DisruptionPlan:
+    def done(command: Decision | None, state: str = "", *, skipped: bool = False) -> DisruptionPlan:
         return DisruptionPlan(
             expirations=expirations,
             commands=(command,) if command is not None else (),
             rejected=tuple(rejected),
             budgets=budgets,
+            consolidation_state=state,
+            consolidation_skipped=skipped,
         )
 
     if cfg.node_repair:
@@ -286,18 +306,44 @@ def decide(
         elif c.pod_block is None or block != c.pod_block:
             rejected.append(Rejection(c.name, block, METHOD_CONSOLIDATION))
     under = _allowed(budgets[REASON_UNDERUTILIZED])
-    if cfg.policy == "nodesmith":
-        limits = PdbLimits(pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods])
-        command, why = repack_consolidation(ctx, eligible, budgets=under, settings=cfg, limits=limits)
-        rejected.extend(why)
-        return done(command)
-    multi, why = multi_node_consolidation(ctx, eligible, budgets=under, settings=cfg)
-    if multi is not None:
-        rejected.extend(why)
-        return done(multi)
-    single, why = single_node_consolidation(ctx, eligible, budgets=under, settings=cfg)
+    state = consolidation_key(cluster_state, eligible, under) if cluster_state else ""
+    if state and state == consolidated:
+        return done(None, state, skipped=True)
+    command, why = _consolidation(
+        ctx, eligible, limits=lambda: PdbLimits(pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods]),
+        budgets=under, settings=cfg,
+    )  # fmt: skip
     rejected.extend(why)
-    return done(single)
+    return done(command, state)
+
+
+def _consolidation(
+    ctx: SimulationContext,
+    eligible: list[Candidate],
+    *,
+    limits: Callable[[], PdbLimits],
+    budgets: dict[str, int],
+    settings: DisruptionSettings,
+) -> tuple[Decision | None, list[Rejection]]:
+    """The consolidation command of ``settings.policy`` (``nodesmith``: repacking; ``karpenter``: multi-node,
+    else single-node) and the candidates it rejected."""
+    if settings.policy == "nodesmith":
+        command, why = repack_consolidation(ctx, eligible, budgets=budgets, settings=settings, limits=limits())
+        return command, list(why)
+    multi, why = multi_node_consolidation(ctx, eligible, budgets=budgets, settings=settings)
+    if multi is not None:
+        return multi, list(why)
+    single, why = single_node_consolidation(ctx, eligible, budgets=budgets, settings=settings)
+    return single, list(why)
+
+
+def consolidation_key(cluster_state: str, eligible: Sequence[Candidate], budgets: Mapping[str, int]) -> str:
+    """The consolidation state of a pass: ``cluster_state`` with the names of the candidates eligible for
+    consolidation and the nodes each NodePool's budget allows (a hex digest). A candidate turning eligible
+    (its ``consolidateAfter`` passed) or a budget opening changes it, as the cluster changing does."""
+    names = ",".join(sorted(c.name for c in eligible))
+    text = "|".join((cluster_state, names, ",".join(f"{k}={v}" for k, v in sorted(budgets.items()))))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def still_valid(previous: Decision, fresh: DisruptionPlan) -> bool:

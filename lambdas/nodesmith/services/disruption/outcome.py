@@ -31,7 +31,8 @@ class DisruptionOutcome:
     it by the method that claims it. ``nodes_terminated`` are the nodes whose termination this pass requested
     (the termination function drains them and counts them terminated); ``errors`` describe calls that
     failed without stopping the pass. ``created_by`` / ``launched_by`` count replacement NodeClaims by
-    (NodePool, capacity type).
+    (NodePool, capacity type). ``consolidation_skipped`` is True when consolidation was not computed because the
+    cluster's consolidation state was the one an earlier pass found nothing in (:mod:`.consolidated`).
     """
 
     decisions: list[dict[str, Any]] = field(default_factory=list)
@@ -45,6 +46,7 @@ class DisruptionOutcome:
     replacements_launched: list[str] = field(default_factory=list)
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    consolidation_skipped: bool = False
 
 
 def explain(decision: Decision, *, stage: str) -> dict[str, Any]:
@@ -87,5 +89,6 @@ def summary(outcome: DisruptionOutcome) -> Mapping[str, Any]:
         "nodes_terminated": list(outcome.nodes_terminated),
         "replacements_launched": list(outcome.replacements_launched),
         "savings_usd_per_hour": round(outcome.savings_per_hour, 6),
+        "consolidation_skipped": outcome.consolidation_skipped,
         "errors": list(outcome.errors),
     }

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.disruption import DisruptionSettings, decide
 from nodesmith.services.disruption.command import COMMAND_VALIDATION_DELAY_SECONDS, PendingCommand, expire, run_command
+from nodesmith.services.disruption.consolidated import Consolidated, cluster_state
 from nodesmith.services.disruption.inflight import advance_in_flight
 from nodesmith.services.disruption.outcome import DisruptionOutcome, summary
 from nodesmith.services.disruption.run import DisruptionPass
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMMAND_VALIDATION_DELAY_SECONDS",
+    "Consolidated",
     "DisruptionOutcome",
     "PendingCommand",
     "disrupt",
@@ -76,6 +78,7 @@ def disrupt(
     recent_events: dict[str, float] | None = None,
     validation_delay: float = COMMAND_VALIDATION_DELAY_SECONDS,
     snapshot: Snapshot | None = None,
+    consolidated: Consolidated | None = None,
 ) -> DisruptionOutcome:
     """Run one disruption pass (see the module docstring) and return what it did.
 
@@ -89,7 +92,10 @@ def disrupt(
     ``ports.queue`` takes the termination requests of the nodes the pass disrupts. ``snapshot`` is the
     reconcile pass's snapshot as that pass left the cluster
     (:attr:`~nodesmith.services.provisioning.outcome.ReconcileOutcome.snapshot`): the pass decides on it and lists
-    only what it lacks; None lists the cluster.
+    only what it lacks; None lists the cluster. ``consolidated`` is the consolidation state a long-lived caller
+    remembers between calls (:class:`~nodesmith.services.disruption.consolidated.Consolidated`): while the cluster's
+    state is the one an earlier call found no consolidation command in (for at most five minutes), consolidation
+    is not computed again, as Karpenter's ``IsConsolidated``; None computes it every call.
 
     Kubernetes and EC2 errors on one object are reported in ``outcome.errors``; errors while
     listing propagate.
@@ -106,20 +112,37 @@ def disrupt(
     run.report_invalid_annotations()
     going = advance_in_flight(run)
     views = [v for v in run.views if v.name not in set(run.out.nodes_terminated)]
+    waiting = pending_pods(run.pods)
+    state = ""
+    if consolidated is not None:
+        state = cluster_state(
+            views=views,
+            pending=waiting,
+            nodeclaims=run.claims.values(),
+            nodepools=run.nodepools,
+            pdbs=run.pdbs,
+            daemonsets=run.daemonsets,
+            deleting=going,
+        )
     plan = decide(
         now=now,
         nodes=views,
         nodepools=run.nodepools,
         instance_types=list(run.catalogue.values()),
         nodeclasses=list(run.nodeclasses.values()),
-        pending_pods=pending_pods(run.pods),
+        pending_pods=waiting,
         pdbs=run.pdbs,
         daemonsets=run.daemonsets,
         deleting=going,
         settings=run.settings,
         volume_requirements=run.volume_requirements(),
         nodepool_instance_types=run.pool_types(),
+        cluster_state=state,
+        consolidated=consolidated.current(now=now) if consolidated is not None else "",
     )
+    if consolidated is not None:
+        consolidated.record(plan, now=now)
+    run.out.consolidation_skipped = plan.consolidation_skipped
     expire(run, plan)
     run_command(run, plan, pending=pending if pending is not None else {}, validation_delay=validation_delay)
     for record in run.out.decisions:

@@ -1,0 +1,94 @@
+"""The consolidation state a warm container remembers between passes, so an unchanged cluster is not simulated
+again every pass.
+
+Karpenter's consolidation (``[core]:pkg/controllers/disruption/consolidation.go``, ``IsConsolidated``) records the
+cluster's consolidation state when it finds nothing to do and skips single- and multi-node consolidation until
+that state changes: the cluster state marks itself unconsolidated on every pod binding, Node or NodeClaim change
+and, so that what it cannot see (an instance type becoming available, prices) is looked at again, at least every
+five minutes (``[core]:pkg/controllers/state/cluster.go``, ``ConsolidationState``). Here the state is a
+fingerprint of what consolidation reads (:func:`cluster_state`) plus, in the core, the candidates eligible now and
+their budgets (:func:`~nodesmith.core.disruption.decide.consolidation_key`); :class:`Consolidated` is the memory a
+warm Lambda container keeps (an invocation that starts cold computes consolidation again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption import ClusterNode
+    from nodesmith.core.disruption.decide import DisruptionPlan
+    from nodesmith.core.model import DaemonSet, Pod, PodDisruptionBudget
+
+__all__ = ["CONSOLIDATION_STATE_TTL_SECONDS", "Consolidated", "cluster_state"]
+
+CONSOLIDATION_STATE_TTL_SECONDS = 300.0
+"""Karpenter's five minutes: a state older than this is computed again even when nothing changed (seconds)."""
+
+
+@dataclass(slots=True)
+class Consolidated:
+    """The consolidation state (a key, :attr:`DisruptionPlan.consolidation_state`) the last pass found no
+    consolidation command in, and when (epoch seconds); empty when there is none."""
+
+    state: str = ""
+    since: float = 0.0
+
+    def current(self, *, now: float) -> str:
+        """The remembered state while it is younger than :data:`CONSOLIDATION_STATE_TTL_SECONDS`, else ""."""
+        if self.state and 0.0 <= now - self.since < CONSOLIDATION_STATE_TTL_SECONDS:
+            return self.state
+        return ""
+
+    def record(self, plan: DisruptionPlan, *, now: float) -> None:
+        """Remember ``plan``'s state when its consolidation was computed and found nothing; forget it when the pass
+        found a command (the next pass must compute it again to validate it). A skipped pass keeps the state."""
+        if plan.consolidation_skipped:
+            return
+        if plan.command is None and plan.consolidation_state:
+            self.state, self.since = plan.consolidation_state, now
+        else:
+            self.state, self.since = "", 0.0
+
+
+def _pods(pods: Iterable[Pod]) -> Iterable[str]:
+    for p in pods:
+        yield f"{p.uid or p.key}@{p.node_name or ''}:{p.phase}:{p.deletion_timestamp or ''}"
+
+
+def cluster_state(
+    *,
+    views: Sequence[ClusterNode],
+    pending: Sequence[Pod],
+    nodeclaims: Iterable[NodeClaim],
+    nodepools: Sequence[NodePool],
+    pdbs: Sequence[PodDisruptionBudget],
+    daemonsets: Sequence[DaemonSet],
+    deleting: Iterable[str],
+) -> str:
+    """A fingerprint (hex digest) of what consolidation reads: each node (labels, taints, allocatable, whether it
+    is schedulable, ready or deleting) with its pods, the pending pods, the NodeClaims (by ``resourceVersion``),
+    the NodePools' specs, the PodDisruptionBudgets' allowed disruptions, the DaemonSets and the nodes going away.
+    Any change to one of them (a pod bound or gone, a node labelled, a NodeClaim written) changes it."""
+    digest = hashlib.sha256()
+    for view in sorted(views, key=lambda v: v.name):
+        node = view.node
+        shape = (node.name, node.provider_id, sorted(node.labels.items()), node.taints,
+                 sorted(node.allocatable.items()), node.unschedulable, node.ready, node.deletion_timestamp)  # fmt: skip
+        digest.update(repr(shape).encode())
+        digest.update(",".join(sorted(_pods(view.pods))).encode())
+    digest.update(("pending:" + ",".join(sorted(_pods(pending)))).encode())
+    claims = sorted(f"{nc.name}={nc.metadata.resource_version}" for nc in nodeclaims)
+    digest.update(("claims:" + ",".join(claims)).encode())
+    for pool in sorted(nodepools, key=lambda p: p.name):
+        digest.update(pool.spec.model_dump_json(by_alias=True, exclude_none=True).encode())
+    digest.update(repr(sorted((b.namespace, b.name, b.disruptions_allowed) for b in pdbs)).encode())
+    digest.update(repr(sorted(d.name for d in daemonsets)).encode())
+    digest.update(("deleting:" + ",".join(sorted(deleting))).encode())
+    return digest.hexdigest()
