@@ -246,12 +246,23 @@ class KubeRest:
                 return found
             raise
 
-    def list(self, url_path: str, *, what: str, page_size: int = 500, **query: Any) -> list[dict[str, Any]]:
-        """Every item of a collection, paging with ``limit``/``continue``, as raw dicts."""
+    def list(
+        self, url_path: str, *, what: str, page_size: int = 500, cached: bool = False, **query: Any
+    ) -> list[dict[str, Any]]:
+        """Every item of a collection, paging with ``limit``/``continue``, as raw dicts.
+
+        ``cached`` asks for the first page at ``resourceVersion=0``: any version the API server holds, served
+        from its watch cache instead of a quorum read of etcd (Kubernetes API concepts, "Resource versions"; what
+        client-go's informers list with). The data may trail the latest writes by the cache's delay. Later pages
+        carry only the ``continue`` token, which holds the version (a version beside it is refused).
+        """
         items: list[dict[str, Any]] = []
         token: str | None = None
+        first = {"resourceVersion": "0"} if cached else {}
         while True:
-            doc = self.request("GET", url_path, what=what, query={**query, "limit": page_size, "continue": token}) or {}
+            version = first if token is None else {}
+            page = {**query, **version, "limit": page_size, "continue": token}
+            doc = self.request("GET", url_path, what=what, query=page) or {}
             items.extend(doc.get("items") or [])
             token = (doc.get("metadata") or {}).get("continue") or None
             if not token:

@@ -58,7 +58,11 @@ class KubeCluster(PodWatches):
     ``request_timeout`` is (connect, read) seconds per call; ``page_size`` bounds list pages;
     ``component`` is the Event source; ``clock`` gives epoch seconds for Event timestamps; ``retry`` bounds
     the retries of refused requests and the re-reads of guarded writes
-    (:class:`~nodesmith.adapters.kube.retry.RetryPolicy`, its defaults when None).
+    (:class:`~nodesmith.adapters.kube.retry.RetryPolicy`, its defaults when None). With ``list_from_watch_cache``
+    the snapshot's lists of pods, Nodes, DaemonSets, PodDisruptionBudgets, NodePools and EC2NodeClasses ask for
+    ``resourceVersion=0`` (the API server's watch cache, as an informer lists; pages of ``page_size``); NodeClaims,
+    which the passes themselves create and must read back, and selected lists (a node's pods, the cordoned
+    nodes) are read at the latest version.
     All methods take keyword arguments and raise :mod:`nodesmith.core.errors` types.
     """
 
@@ -71,8 +75,10 @@ class KubeCluster(PodWatches):
         component: str = "nodesmith",
         clock: Callable[[], float] = time.time,
         retry: RetryPolicy | None = None,
+        list_from_watch_cache: bool = True,
     ) -> None:
         self.rest = KubeRest(api_client, timeout=request_timeout, retry=retry)
+        self.list_from_watch_cache = list_from_watch_cache
         self.page_size = page_size
         self.component = component
         self.clock = clock
@@ -87,7 +93,7 @@ class KubeCluster(PodWatches):
 
         A pod listed at a ``resourceVersion`` already parsed is not parsed again (:mod:`.parsed`)."""
         selector = f"spec.nodeName={node_name}" if node_name else None
-        items = self._list(path("api", "v1", "pods"), what="list pods", fieldSelector=selector)
+        items = self._list(path("api", "v1", "pods"), what="list pods", cached=selector is None, fieldSelector=selector)
         pods = [self._parse(self._pods, i, "pod") for i in items]
         if selector is None:
             self._pods.keep_only(items)
@@ -95,7 +101,7 @@ class KubeCluster(PodWatches):
 
     def list_nodes(self) -> list[Node]:
         """All nodes (a node listed at a ``resourceVersion`` already parsed is not parsed again)."""
-        items = self._list(path("api", "v1", "nodes"), what="list nodes")
+        items = self._list(path("api", "v1", "nodes"), what="list nodes", cached=True)
         nodes = [self._parse(self._nodes, i, "node") for i in items]
         self._nodes.keep_only(items)
         return nodes
@@ -109,12 +115,14 @@ class KubeCluster(PodWatches):
 
     def list_daemonsets(self) -> list[DaemonSet]:
         """All DaemonSets as template pods."""
-        items = self._list(path("apis", "apps", "v1", "daemonsets"), what="list daemonsets")
+        items = self._list(path("apis", "apps", "v1", "daemonsets"), what="list daemonsets", cached=True)
         return [self._parse(daemonset_from_dict, i, "daemonset") for i in items]
 
     def list_pdbs(self) -> list[PodDisruptionBudget]:
         """All PodDisruptionBudgets (with ``status.disruptionsAllowed`` when the controller set it)."""
-        items = self._list(path("apis", "policy", "v1", "poddisruptionbudgets"), what="list poddisruptionbudgets")
+        items = self._list(
+            path("apis", "policy", "v1", "poddisruptionbudgets"), what="list poddisruptionbudgets", cached=True
+        )
         return [self._parse(pdb_from_dict, i, "poddisruptionbudget") for i in items]
 
     def volume_context(self) -> VolumeContext:

@@ -65,8 +65,14 @@ class KarpenterObjects:
     rest: KubeRest
     page_size: int
 
-    def _list(self, url_path: str, *, what: str, **query: Any) -> list[dict[str, Any]]:
-        return self.rest.list(url_path, what=what, page_size=self.page_size, **query)
+    list_from_watch_cache: bool = False
+
+    def _list(self, url_path: str, *, what: str, cached: bool = False, **query: Any) -> list[dict[str, Any]]:
+        """Every item at ``url_path``; with ``cached`` (and :attr:`list_from_watch_cache`) read from the API
+        server's watch cache (:meth:`~nodesmith.adapters.kube.calls.KubeRest.list`)."""
+        return self.rest.list(
+            url_path, what=what, page_size=self.page_size, cached=cached and self.list_from_watch_cache, **query
+        )
 
     @staticmethod
     def _parse(parser: Callable[[Any], Any], item: Mapping[str, Any], kind: str) -> Any:
@@ -77,14 +83,16 @@ class KarpenterObjects:
             name = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else meta.get("name")
             raise KubernetesError(f"{kind} {name}: cannot read: {exc}") from exc
 
-    def _custom(self, group: str, plural: str, version: str = CRD_VERSION) -> list[dict[str, Any]]:
-        return self._list(_crd(group, plural, version=version), what=f"list {plural}.{group}")
+    def _custom(
+        self, group: str, plural: str, version: str = CRD_VERSION, *, cached: bool = False
+    ) -> list[dict[str, Any]]:
+        return self._list(_crd(group, plural, version=version), what=f"list {plural}.{group}", cached=cached)
 
     def _valid(self, model: type[_M], group: str, plural: str, version: str = CRD_VERSION) -> list[_M]:
-        """Every object of a user-owned kind that validates as ``model``; one that does not is logged and skipped,
-        so the others still work."""
+        """Every object of a user-owned kind that validates as ``model`` (read from the watch cache when
+        :attr:`list_from_watch_cache`); one that does not is logged and skipped, so the others still work."""
         out: list[_M] = []
-        for item in self._custom(group, plural, version):
+        for item in self._custom(group, plural, version, cached=True):
             try:
                 out.append(model.model_validate(item))
             except ValidationError as exc:

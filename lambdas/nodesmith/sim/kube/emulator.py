@@ -33,7 +33,8 @@ class KubeEmulator:
     (:class:`~nodesmith.sim.kube.faults.KubeFaults`; None, the default, serves every request); the
     attribute can be set or cleared while the emulator runs and applies from the next request.
     ``operations`` counts the requests served by operation (``"list pods"``, ``"update nodeclaims/status"``, as
-    :func:`~nodesmith.sim.kube.faults.request_of` names them; each page of a list is one).
+    :func:`~nodesmith.sim.kube.faults.request_of` names them; each page of a list is one); ``cache_lists`` counts
+    the lists asked at ``resourceVersion=0`` (served from the API server's watch cache) by resource plural.
     ``start()`` returns the endpoint (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()``
     ends watches and closes connections. Usable as a context manager (starts on enter).
     """
@@ -55,6 +56,7 @@ class KubeEmulator:
         self.faults = faults
         self.requests = 0
         self.operations: Counter[str] = Counter()
+        self.cache_lists: Counter[str] = Counter()
         self.last_authorization: str | None = None
         self.stopping = False
         self._server: EmulatorServer | None = None
@@ -73,6 +75,11 @@ class KubeEmulator:
         """Count one request of ``operation`` in :attr:`operations` (thread-safe)."""
         with self._lock:
             self.operations[operation] += 1
+
+    def count_cache_list(self, plural: str) -> None:
+        """Count one list of ``plural`` at ``resourceVersion=0`` in :attr:`cache_lists` (thread-safe)."""
+        with self._lock:
+            self.cache_lists[plural] += 1
 
     def version_info(self) -> dict[str, str]:
         """The ``/version`` document."""

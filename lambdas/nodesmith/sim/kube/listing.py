@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors
+from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
 
 if TYPE_CHECKING:
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 
     from nodesmith.sim.kube.registry import ResourceType
 
-__all__ = ["select"]
+__all__ = ["from_watch_cache", "select"]
 
 
 def _decode(token: str) -> tuple[str, str]:
@@ -71,3 +72,29 @@ def select(
 def _last_key(entries: list[Any]) -> tuple[str, str]:
     meta = entries[-1].obj["metadata"]
     return meta.get("namespace", ""), meta["name"]
+
+
+def from_watch_cache(query: Mapping[str, str], *, current: int) -> bool:
+    """Whether a list with ``query`` is served from the API server's watch cache (``resourceVersion=0``: any
+    version; the emulator's cache is its store, always current), after refusing what the API server refuses
+    (Kubernetes API concepts, "Resource versions" and "Retrieving large results sets in chunks"): a version given
+    with ``continue`` (400: the token carries it), one that is not a version (400), one newer than ``current``
+    (504 "Too large resource version": the cache never caught up) and an ``Exact`` match of a version other than
+    ``current`` (410: the emulator keeps no older states). Without a version, or with one not newer than
+    ``current``, the list is served as the latest (False)."""
+    rv = query.get("resourceVersion", "")
+    if not rv:
+        return False
+    if query.get("continue"):
+        raise errors.bad_request("specifying resource version is not allowed when using continue")
+    if rv == "0":
+        return True
+    try:
+        wanted = int(rv)
+    except ValueError:
+        raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
+    if wanted > current:
+        raise ApiError(504, "Timeout", f"Too large resource version: {wanted}, current: {current}")
+    if query.get("resourceVersionMatch") == "Exact" and wanted != current:
+        raise errors.expired(f"too old resource version: {wanted} ({current})")
+    return False

@@ -40,6 +40,7 @@ from nodesmith.sim.kube import discovery, errors, scale, tables, validation
 from nodesmith.sim.kube.apply import APPLY_PATCH, parse_config, server_side_apply
 from nodesmith.sim.kube.errors import ApiError, status_body
 from nodesmith.sim.kube.faults import request_of
+from nodesmith.sim.kube.listing import from_watch_cache
 from nodesmith.sim.kube.patching import apply_patch
 from nodesmith.sim.kube.timefmt import rfc3339
 from nodesmith.sim.kube.watching import WatchingHandler
@@ -385,6 +386,8 @@ class _Handler(WatchingHandler):
             )
         elif method == "GET":
             limit = int(query["limit"]) if query.get("limit") else None
+            if from_watch_cache(query, current=store.resource_version):
+                self.server.emulator.count_cache_list(rt.plural)
             self._send(
                 200,
                 store.list_json(rt.key, namespace=ns, limit=limit, continue_token=query.get("continue"), **selectors),
