@@ -11,7 +11,9 @@ release and take over (:func:`~nodesmith.services.provisioning.watch.handover_wa
 Pending pods come from the Kubernetes watch API (:class:`~nodesmith.services.provisioning.pod_watch.PendingPodWatch`:
 one list, then a resumed watch in a background thread), which wakes the batcher the moment a pod
 becomes pending; when that watch cannot list within :data:`SYNC_WAIT_SECONDS` the invocation falls
-back to listing pods every poll. Nodes cordoned for an interruption or a disruption owe a pass too
+back to listing pods every poll. The invocation's passes read pods, Nodes, NodeClaims and NodePools from memory
+kept current by watches (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`). Nodes cordoned for an
+interruption or a disruption owe a pass too
 (:class:`~nodesmith.services.provisioning.watch.CordonWatch`), so their pods' capacity launches while they drain.
 """
 
@@ -148,6 +150,7 @@ def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float
         def renew() -> bool:
             return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=clock.wall()))
 
+    unfollow = _follow(cluster)
     source, close = pending_source(cluster=cluster, clock=clock, watched=watch_pods)
     try:
         out = watch(
@@ -161,9 +164,24 @@ def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float
         )
     finally:
         close()
+        unfollow()
         if state is not None:
             state.release_lease(name=LEASE, holder=holder)
     return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
+
+
+def _follow(cluster: Cluster) -> Callable[[], None]:
+    """Have ``cluster`` keep the kinds every pass lists in memory, when it can
+    (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`: one list each, then watches, a 410 Gone answered
+    by listing again), so the watching invocation's passes read memory; returns what stops it. A kind not listed
+    within :data:`SYNC_WAIT_SECONDS` is read from the API as in poll mode."""
+    follow = getattr(cluster, "follow", None)
+    if follow is None:
+        return lambda: None
+    if not follow(wait_seconds=SYNC_WAIT_SECONDS):
+        logger.warning("watch cache did not list in %.0fs; its passes list from the API", SYNC_WAIT_SECONDS)
+    unfollow: Callable[[], None] = cluster.unfollow  # type: ignore[attr-defined]
+    return unfollow
 
 
 def watch_burst(

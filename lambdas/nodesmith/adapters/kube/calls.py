@@ -29,6 +29,7 @@ from nodesmith.adapters.kube.retry import RetryPolicy, retry_after_seconds, retr
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 
 if TYPE_CHECKING:
+    import builtins
     from collections.abc import Callable
 
     from kubernetes.client import ApiClient
@@ -256,14 +257,22 @@ class KubeRest:
         client-go's informers list with). The data may trail the latest writes by the cache's delay. Later pages
         carry only the ``continue`` token, which holds the version (a version beside it is refused).
         """
-        items: list[dict[str, Any]] = []
+        return self.list_versioned(url_path, what=what, page_size=page_size, cached=cached, **query)[0]
+
+    def list_versioned(
+        self, url_path: str, *, what: str, page_size: int = 500, cached: bool = False, **query: Any
+    ) -> tuple[builtins.list[dict[str, Any]], str]:
+        """:meth:`list`, and the list's ``metadata.resourceVersion`` (where a watch of it starts)."""
+        items: builtins.list[dict[str, Any]] = []
         token: str | None = None
         first = {"resourceVersion": "0"} if cached else {}
+        version = ""
         while True:
-            version = first if token is None else {}
-            page = {**query, **version, "limit": page_size, "continue": token}
+            page = {**query, **(first if token is None else {}), "limit": page_size, "continue": token}
             doc = self.request("GET", url_path, what=what, query=page) or {}
             items.extend(doc.get("items") or [])
-            token = (doc.get("metadata") or {}).get("continue") or None
+            meta = doc.get("metadata") or {}
+            version = version or str(meta.get("resourceVersion") or "")
+            token = meta.get("continue") or None
             if not token:
-                return items
+                return items, version

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from kubernetes.client import ApiClient
 
+    from nodesmith.adapters.kube.informer import Informer
     from nodesmith.adapters.kube.retry import RetryPolicy
     from nodesmith.core.model import DaemonSet, Node, Pod, PodDisruptionBudget, Taint
     from nodesmith.core.ports import EvictionOutcome, ObjectRef
@@ -86,6 +87,42 @@ class KubeCluster(PodWatches):
         self._read_lock = threading.Lock()
         self._pods: ParsedObjects[Pod] = ParsedObjects(pod_from_dict)
         self._nodes: ParsedObjects[Node] = ParsedObjects(node_from_dict)
+        self._informers: dict[str, Informer[Any]] = {}
+
+    # ----------------------------------------------------------------- watch mode's cache
+    def follow(self, *, wait_seconds: float = 10.0) -> bool:
+        """Keep pods, Nodes, NodeClaims and NodePools in memory (:class:`~nodesmith.adapters.kube.informer.Informer`:
+        one list each, then their watches, relisting after a 410 Gone) until :meth:`unfollow`; meanwhile the
+        lists of those kinds (all pods, not a node's) read memory, and NodeClaims this process writes are taken in
+        at once. True when every kind was listed within ``wait_seconds``; a kind that was not (or whose informer
+        breaks) is listed from the API as before. Watch mode follows for the invocation's lifetime."""
+        if self._informers:
+            return all(i.items() is not None for i in self._informers.values())
+        from nodesmith.adapters.kube.informer import Informer
+        from nodesmith.core.api.nodeclaim import NodeClaim
+
+        def claim(item: Mapping[str, Any]) -> NodeClaim:
+            parsed: NodeClaim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
+            return parsed
+
+        kinds: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
+            "pods": (path("api", "v1", "pods"), lambda i: self._parse(self._pods, i, "pod")),
+            "nodes": (path("api", "v1", "nodes"), lambda i: self._parse(self._nodes, i, "node")),
+            "nodeclaims": (path("apis", "karpenter.sh", "v1", "nodeclaims"), claim),
+            "nodepools": (path("apis", "karpenter.sh", "v1", "nodepools"), self._nodepool_or_none),
+        }
+        self._informers = {
+            kind: Informer(rest=self.rest, url_path=url, what=kind, parse=parse, page_size=self.page_size)
+            for kind, (url, parse) in kinds.items()
+        }
+        started = [i.start(wait_seconds=wait_seconds) for i in self._informers.values()]  # every one, then wait
+        return all(started)
+
+    def unfollow(self) -> None:
+        """Stop the informers of :meth:`follow`; lists read the API again."""
+        informers, self._informers = self._informers, {}
+        for informer in informers.values():
+            informer.stop()
 
     # ----------------------------------------------------------------- snapshot reads
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:
@@ -93,6 +130,9 @@ class KubeCluster(PodWatches):
 
         A pod listed at a ``resourceVersion`` already parsed is not parsed again (:mod:`.parsed`)."""
         selector = f"spec.nodeName={node_name}" if node_name else None
+        followed = self._followed("pods") if selector is None else None
+        if followed is not None:
+            return followed
         items = self._list(path("api", "v1", "pods"), what="list pods", cached=selector is None, fieldSelector=selector)
         pods = [self._parse(self._pods, i, "pod") for i in items]
         if selector is None:
@@ -101,6 +141,9 @@ class KubeCluster(PodWatches):
 
     def list_nodes(self) -> list[Node]:
         """All nodes (a node listed at a ``resourceVersion`` already parsed is not parsed again)."""
+        followed = self._followed("nodes")
+        if followed is not None:
+            return followed
         items = self._list(path("api", "v1", "nodes"), what="list nodes", cached=True)
         nodes = [self._parse(self._nodes, i, "node") for i in items]
         self._nodes.keep_only(items)

@@ -24,6 +24,8 @@ from nodesmith.core.objects import ObjectParseError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from nodesmith.adapters.kube.informer import Informer
+
 __all__ = ["KARPENTER_AWS_GROUP", "KARPENTER_GROUP", "KarpenterObjects"]
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,18 @@ class KarpenterObjects:
 
     rest: KubeRest
     page_size: int
+    _informers: dict[str, Informer[Any]]
+
+    def _followed(self, kind: str) -> list[Any] | None:
+        """The objects of ``kind`` an informer holds (:meth:`KubeCluster.follow`), or None when not followed."""
+        informer = self._informers.get(kind)
+        return informer.items() if informer is not None else None
+
+    def _observe(self, kind: str, raw: Any) -> None:
+        """Hand an object this process just wrote to the informer of ``kind``, if one follows it."""
+        informer = self._informers.get(kind)
+        if informer is not None and isinstance(raw, dict):
+            informer.observe(raw)
 
     list_from_watch_cache: bool = False
 
@@ -101,7 +115,18 @@ class KarpenterObjects:
 
     def list_nodepools(self) -> list[NodePool]:
         """All NodePools. One that fails validation is logged and skipped, so the others still work."""
+        followed = self._followed("nodepools")
+        if followed is not None:
+            return [np for np in followed if np is not None]
         return self._valid(NodePool, KARPENTER_GROUP, "nodepools")
+
+    def _nodepool_or_none(self, item: Mapping[str, Any]) -> NodePool | None:
+        """A NodePool, or None (logged) when it fails validation: a user's bad NodePool leaves the others working."""
+        try:
+            return NodePool.model_validate(item)
+        except ValidationError as exc:
+            log.warning("skipping invalid NodePool %s: %s", (item.get("metadata") or {}).get("name"), exc)
+            return None
 
     def list_ec2nodeclasses(self) -> list[EC2NodeClass]:
         """All EC2NodeClasses. One that fails validation is logged and skipped."""
@@ -143,6 +168,9 @@ class KarpenterObjects:
 
     def list_nodeclaims(self) -> list[NodeClaim]:
         """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""
+        followed = self._followed("nodeclaims")
+        if followed is not None:
+            return followed
         items = self._custom(KARPENTER_GROUP, "nodeclaims")
         return [self._parse(NodeClaim.model_validate, i, "nodeclaim") for i in items]
 
@@ -171,6 +199,7 @@ class KarpenterObjects:
             what=f"create nodeclaim {nodeclaim.name}",
             same=same_nodeclaim,
         )
+        self._observe("nodeclaims", doc)
         return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
 
     def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
@@ -185,6 +214,7 @@ class KarpenterObjects:
             body=nodeclaim.model_dump_k8s(),
             what=f"update nodeclaim {nodeclaim.name} status",
         )
+        self._observe("nodeclaims", doc)
         return self._parse(NodeClaim.model_validate, doc, "nodeclaim")  # type: ignore[no-any-return]
 
     def update_nodepool_status(self, *, name: str, status: Mapping[str, Any]) -> None:

@@ -1,0 +1,209 @@
+"""A list-then-watch cache of one kind of object, as client-go's reflector and informer keep one.
+
+:class:`Informer` lists a collection once (from the API server's watch cache, ``resourceVersion=0``, in pages),
+then follows a watch from the list's ``resourceVersion`` in a background thread, applying ``ADDED``, ``MODIFIED``
+and ``DELETED`` events and moving its version with every event and ``BOOKMARK``. A stream the server ends at its
+timeout is resumed from that version; a 410 Gone (the version is older than the server still holds: Kubernetes
+API concepts, "Efficient detection of changes") is answered by listing again; other failures are retried with a
+growing pause. :meth:`KubeCluster.follow <nodesmith.adapters.kube.cluster.KubeCluster.follow>` keeps one per kind
+watch mode reads every pass (pods, Nodes, NodeClaims, NodePools): while it follows them, its lists read memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from nodesmith.adapters.kube.calls import JSON
+from nodesmith.core.errors import KubernetesError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+    from nodesmith.adapters.kube.calls import KubeRest
+
+__all__ = ["Informer"]
+
+T = TypeVar("T")
+
+_READ_MARGIN_SECONDS = 10.0
+"""A watch's read timeout is its ``timeoutSeconds`` plus this, so the server ends it first."""
+_MAX_PAUSE_SECONDS = 5.0
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def _newer(version: str, than: str) -> bool:
+    """Whether ``version`` comes after ``than`` (numeric versions compared as numbers; etcd's are)."""
+    try:
+        return int(version) > int(than)
+    except ValueError:
+        return version != than
+
+
+class Informer(Generic[T]):
+    """The objects at ``url_path`` (a collection), kept current by a watch (see the module docstring).
+
+    ``parse`` turns a raw object into ``T`` (it raises ``KubernetesError`` for an unreadable one: the informer
+    then stops serving, :meth:`items` is None, until a later list reads everything). ``page_size`` pages the
+    lists; ``watch_seconds`` is each watch request's ``timeoutSeconds``; ``on_change`` is called after every
+    applied change. :attr:`relists` counts the lists after the first (410 Gone, or a broken parse).
+    """
+
+    def __init__(
+        self,
+        *,
+        rest: KubeRest,
+        url_path: str,
+        what: str,
+        parse: Callable[[Mapping[str, Any]], T],
+        page_size: int = 500,
+        watch_seconds: int = 60,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self.rest, self.url_path, self.what, self.parse = rest, url_path, what, parse
+        self.page_size, self.watch_seconds, self.on_change = page_size, watch_seconds, on_change
+        self.version = ""
+        self.relists = 0
+        self.failure = ""
+        self._objects: dict[str, tuple[str, T]] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lists = 0
+
+    # -- use ----------------------------------------------------------------------------------------
+
+    def start(self, *, wait_seconds: float) -> bool:
+        """Start following in a daemon thread; True when the first list is read within ``wait_seconds``."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"informer-{self.what}", daemon=True)
+            self._thread.start()
+        return self._synced.wait(wait_seconds)
+
+    def stop(self) -> None:
+        """Stop following (the thread ends at its next event or at the watch's timeout); :meth:`items` is None."""
+        self._stopping.set()
+        self._synced.clear()
+
+    def items(self) -> list[T] | None:
+        """The objects now (by namespace and name), or None while not synced (not started, stopped, broken)."""
+        if not self._synced.is_set():
+            return None
+        with self._lock:
+            return [self._objects[k][1] for k in sorted(self._objects)]
+
+    def observe(self, raw: Mapping[str, Any]) -> None:
+        """Take in an object this process just wrote (the API server's answer), so a read right after sees it
+        before its watch event arrives; an older version than the one held is ignored."""
+        version = str((raw.get("metadata") or {}).get("resourceVersion") or "")
+        if not version:
+            return
+        key = _key(raw)
+        value = self.parse(raw)
+        with self._lock:
+            held = self._objects.get(key)
+            if held is None or _newer(version, held[0]):
+                self._objects[key] = (version, value)
+
+    # -- the thread ---------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                if not self.version:
+                    self._list()
+                for _ in self._watch():
+                    failures = 0
+                failures = 0  # the server ended the stream at its timeout: resume from the version
+            except KubernetesError as exc:
+                self.failure = str(exc)
+                failures += 1
+                if exc.status == 410:
+                    self.version = ""  # too old: list again, at once the first time
+                    if failures == 1:
+                        continue
+                self._stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
+            except Exception as exc:  # a broken stream must not end the thread silently
+                self.failure = f"{self.what}: {exc!r}"
+                self.version = ""
+                self._synced.clear()
+                failures += 1
+                self._stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
+
+    def _list(self) -> None:
+        items, version = self.rest.list_versioned(self.url_path, what=self.what, page_size=self.page_size, cached=True)
+        parsed = {_key(i): (str((i.get("metadata") or {}).get("resourceVersion") or ""), self.parse(i)) for i in items}
+        with self._lock:
+            self._objects = parsed
+            self.version = version
+            if self._lists:
+                self.relists += 1
+            self._lists += 1
+        self._synced.set()
+        if self.on_change is not None:
+            self.on_change()
+
+    def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        key, version = _key(obj), str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        value = None if kind == "DELETED" else self.parse(obj)
+        with self._lock:
+            if value is None:
+                self._objects.pop(key, None)
+            else:
+                self._objects[key] = (version, value)
+        if self.on_change is not None:
+            self.on_change()
+
+    def _watch(self) -> Iterator[str]:
+        """One watch request from :attr:`version`, applying its events; yields each event's type. Raises
+        ``KubernetesError``: the status of an ``ERROR`` event or a refused request, 0 for a lost connection."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.watch import Watch
+        from urllib3.exceptions import HTTPError
+
+        watcher = Watch()  # type: ignore[no-untyped-call]
+        try:
+            stream = watcher.stream(self._open, timeout_seconds=self.watch_seconds)  # type: ignore[no-untyped-call]
+            for event in stream:
+                if self._stopping.is_set():
+                    return
+                kind, obj = str(event.get("type")), event.get("raw_object") or {}
+                version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self._apply(kind, obj)
+                if version:
+                    self.version = version
+                yield kind
+        except ApiException as exc:  # an ERROR event (410 Gone when the version is too old)
+            raise KubernetesError(
+                f"watch {self.what}: HTTP {exc.status}: {exc.reason}", status=int(exc.status or 0)
+            ) from exc
+        except (HTTPError, OSError) as exc:
+            raise KubernetesError(f"watch {self.what}: connection lost: {exc}", status=0) from exc
+        finally:
+            watcher.stop()  # type: ignore[no-untyped-call]
+
+    def _open(self, **_: Any) -> Any:
+        """GET ``url_path?watch=true`` from :attr:`version`: the raw urllib3 response the watch reads lines from."""
+        from nodesmith.adapters.kube.calls import error_for
+
+        api = self.rest.api_client
+        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true")]
+        query += [("resourceVersion", self.version), ("timeoutSeconds", self.watch_seconds)]
+        serialized = api.param_serialize(
+            "GET", self.url_path, query_params=query, header_params={"Accept": JSON}, auth_settings=["BearerToken"]
+        )
+        url, headers = serialized[1], serialized[2]
+        timeout = (self.rest.timeout[0], float(self.watch_seconds) + _READ_MARGIN_SECONDS)
+        response = api.call_api("GET", url, header_params=headers, _request_timeout=timeout).response
+        if not 200 <= response.status <= 299:
+            data = response.read()
+            response.release_conn()
+            raise error_for(response.status, data, f"watch {self.what}", str(response.reason or ""))
+        return response

@@ -1,0 +1,70 @@
+"""Watch mode's cache: while a KubeCluster follows pods, Nodes, NodeClaims and NodePools, it lists each once and
+its lists read memory kept current by watches; a watch answered 410 Gone (its version too old) lists again;
+after unfollow the lists read the API again."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from nodesmith.sim.kube.faults import KubeFaults
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from nodesmith.adapters.kube import KubeCluster
+    from nodesmith.sim.kube import KubeEmulator
+
+
+def _pod(kube: KubeEmulator, name: str) -> None:
+    kube.store.create(
+        "pods", {"metadata": {"name": name, "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+    )
+
+
+def _eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
+
+
+def test_a_followed_cluster_lists_once_then_reads_what_its_watches_bring(
+    cluster: KubeCluster, kube: KubeEmulator
+) -> None:
+    _pod(kube, "a")
+    kube.store.create("nodes", {"metadata": {"name": "n1"}, "spec": {"providerID": "aws:///us-east-1a/i-1"}})
+    try:
+        assert cluster.follow(wait_seconds=10.0)
+        for _ in range(3):
+            assert [p.name for p in cluster.list_pods()] == ["a"]
+            assert [n.name for n in cluster.list_nodes()] == ["n1"]
+            assert cluster.list_nodeclaims() == [] and cluster.list_nodepools() == []
+        assert kube.operations["list pods"] == 1 and kube.operations["list nodes"] == 1
+        assert kube.operations["list nodeclaims"] == 1 and kube.operations["list nodepools"] == 1
+
+        _pod(kube, "b")
+        kube.store.delete("pods", "a", namespace="default")
+        assert _eventually(lambda: [p.name for p in cluster.list_pods()] == ["b"])
+        assert kube.operations["list pods"] == 1, "the change came by the watch, not by listing"
+    finally:
+        cluster.unfollow()
+    cluster.list_pods()
+    assert kube.operations["list pods"] == 2, "unfollowed: the list reads the API"
+
+
+def test_a_watch_answered_410_gone_lists_again_and_follows_on(cluster: KubeCluster, kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    kube.faults = KubeFaults(rates={"watch pods": {"expired": 1.0}})  # every resumed pod watch: 410 Gone
+    try:
+        assert cluster.follow(wait_seconds=10.0)
+        pods = cluster._informers["pods"]
+        assert _eventually(lambda: pods.relists >= 1), pods.failure
+        assert kube.operations["list pods"] >= 2 and "410" in pods.failure
+        kube.faults = None
+        _pod(kube, "late")
+        assert _eventually(lambda: {p.name for p in cluster.list_pods()} == {"a", "late"})
+    finally:
+        cluster.unfollow()
