@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from reconcile_fakes import FakeCloud, FakeCluster, FakeQueue, make_nodeclass, make_nodepool, make_pod, node_for
 
-from nodesmith.services.disruption.consolidated import CONSOLIDATION_STATE_TTL_SECONDS, Consolidated
+from nodesmith.services.disruption.consolidated import CONSOLIDATION_STATE_TTL_SECONDS, Consolidated, cluster_state
 from nodesmith.services.disruption.service import DisruptionOutcome, disrupt
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
@@ -97,3 +97,17 @@ def test_a_pass_that_found_a_command_is_not_remembered() -> None:
     assert memo.current(now=301.0) == "now"
     memo.record(decide_module.DisruptionPlan(consolidation_state="now", consolidation_skipped=True), now=400.0)
     assert memo.since == 300.0, "a skipped pass keeps the time the state was found"
+
+
+def test_a_label_the_launch_adds_leaves_the_state_and_a_condition_changes_it() -> None:
+    cluster, _ = _cluster()
+    claim = next(iter(cluster.nodeclaims.values()))
+    others: dict[str, Any] = {"views": [], "pending": [], "nodepools": [], "pdbs": [], "daemonsets": [], "deleting": []}
+    before = cluster_state(nodeclaims=[claim], **others)
+    relabelled = claim.model_copy(deep=True)
+    relabelled.metadata.labels["node.kubernetes.io/instance-type"] = "m5.xlarge"
+    relabelled.metadata.resource_version = "999"
+    assert cluster_state(nodeclaims=[relabelled], **others) == before
+    marked = claim.model_copy(deep=True)
+    marked.set_condition("nodesmith.io/DisruptionCandidate", "True", "Underutilized", "{}", "2026-11-29T00:00:00Z")
+    assert cluster_state(nodeclaims=[marked], **others) != before

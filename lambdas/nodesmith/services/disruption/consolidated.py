@@ -17,6 +17,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from nodesmith.core.labels import LABEL_NODEPOOL
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -62,6 +64,19 @@ def _pods(pods: Iterable[Pod]) -> Iterable[str]:
         yield f"{p.uid or p.key}@{p.node_name or ''}:{p.phase}:{p.deletion_timestamp or ''}"
 
 
+def _claim(nc: NodeClaim) -> str:
+    """What consolidation reads of a NodeClaim: its NodePool, whether it is deleting, its instance and node, its
+    conditions (type, status, reason, message: a disruption command's record) and ``lastPodEventTime``. Not its
+    ``resourceVersion`` nor its other labels: a write consolidation does not read (the labels a launch adds)
+    changes nothing."""
+    status = nc.status
+    conditions = sorted((c.type, c.status, c.reason or "", c.message or "") for c in status.conditions)
+    return repr(
+        (nc.name, nc.metadata.labels.get(LABEL_NODEPOOL), nc.metadata.deletion_timestamp is not None,
+         status.provider_id, status.node_name, conditions, status.last_pod_event_time)
+    )  # fmt: skip
+
+
 def cluster_state(
     *,
     views: Sequence[ClusterNode],
@@ -73,7 +88,7 @@ def cluster_state(
     deleting: Iterable[str],
 ) -> str:
     """A fingerprint (hex digest) of what consolidation reads: each node (labels, taints, allocatable, whether it
-    is schedulable, ready or deleting) with its pods, the pending pods, the NodeClaims (by ``resourceVersion``),
+    is schedulable, ready or deleting) with its pods, the pending pods, the NodeClaims (:func:`_claim`),
     the NodePools' specs, the PodDisruptionBudgets' allowed disruptions, the DaemonSets and the nodes going away.
     Any change to one of them (a pod bound or gone, a node labelled, a NodeClaim written) changes it."""
     digest = hashlib.sha256()
@@ -84,8 +99,7 @@ def cluster_state(
         digest.update(repr(shape).encode())
         digest.update(",".join(sorted(_pods(view.pods))).encode())
     digest.update(("pending:" + ",".join(sorted(_pods(pending)))).encode())
-    claims = sorted(f"{nc.name}={nc.metadata.resource_version}" for nc in nodeclaims)
-    digest.update(("claims:" + ",".join(claims)).encode())
+    digest.update(("claims:" + ",".join(sorted(_claim(nc) for nc in nodeclaims))).encode())
     for pool in sorted(nodepools, key=lambda p: p.name):
         digest.update(pool.spec.model_dump_json(by_alias=True, exclude_none=True).encode())
     digest.update(repr(sorted((b.namespace, b.name, b.disruptions_allowed) for b in pdbs)).encode())
