@@ -18,7 +18,8 @@ without a kubelet they stay launched, so the warm pass solves the same pods agai
   launches (NodeClaim creates and CreateFleet calls, run in parallel: wall time), and the disruption pass without
   its reads;
 - ``kube_requests`` by method, ``kube_bytes_read`` (response bodies), ``kube_lists`` (list calls by collection:
-  how often a pass lists pods), ``ec2_calls`` by operation;
+  how often a pass lists pods), ``ec2_calls`` by operation and ``aws_seconds``, the seconds spent in them (calls
+  made in parallel add up);
 - ``rss_mib``: the process's peak resident memory after the pass (``ru_maxrss``; as Lambda reports "Max Memory
   Used"), ``handler_peak_rss_mib`` the peak over every pass.
 
@@ -175,7 +176,7 @@ def instrument(meter: Meter) -> None:
     def counted_call(self: Any, operation: str, params: Any) -> Any:
         with meter.lock:
             meter.ec2[operation] += 1
-        return make_call(self, operation, params)
+        return _timed(meter, f"aws/{operation}", make_call)(self, operation, params)
 
     botocore.client.BaseClient._make_api_call = counted_call
 
@@ -190,6 +191,7 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
     s = meter.seconds
     reads = sum(v for k, v in s.items() if k.startswith(("list/", "decode/")) and k.endswith("/disruption"))
     phases = {k: round(v, 3) for k, v in sorted(s.items()) if k.startswith(("list/", "decode/"))}
+    aws = {k.removeprefix("aws/"): round(v, 3) for k, v in sorted(s.items()) if k.startswith("aws/")}
     phases["provisioning_solve"] = round(float(summary.get("scheduling_duration_seconds", 0.0)), 3)
     phases["launch"] = round(s.get("launch", 0.0), 3)
     phases["disruption"] = round(max(0.0, s.get("disruption_total", 0.0) - reads), 3)
@@ -200,6 +202,7 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
         "kube_bytes_read": meter.bytes_read,
         "kube_lists": dict(sorted(meter.lists.items())),
         "ec2_calls": dict(sorted(meter.ec2.items())),
+        "aws_seconds": aws,
         "rss_mib": _rss_mib(),
         "pods_pending": summary.get("pods_pending"),
         "pods_awaiting_capacity": summary.get("pods_awaiting_capacity"),
