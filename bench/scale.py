@@ -20,7 +20,7 @@ without a kubelet they stay launched, so the warm pass solves the same pods agai
 - ``kube_requests`` by method, ``kube_bytes_read`` (response bodies), ``kube_lists`` (list calls by collection:
   how often a pass lists pods), ``ec2_calls`` by operation and ``aws_seconds``, the seconds spent in them (calls
   made in parallel add up);
-- ``rss_mib``: the process's peak resident memory after the pass (``ru_maxrss``; as Lambda reports "Max Memory
+- ``rss_mib``: the process's peak resident memory after the pass (``VmHWM``; as Lambda reports "Max Memory
   Used"), ``handler_peak_rss_mib`` the peak over every pass.
 
 ``--profile DIR`` writes a ``cProfile`` of each pass (``pass-1.pstats``, ...; profiling slows the passes).
@@ -182,6 +182,11 @@ def instrument(meter: Meter) -> None:
 
 
 def _rss_mib() -> float:
+    """This process's peak resident memory (MiB): ``VmHWM`` of ``/proc/self/status``, which starts afresh at
+    ``exec`` (``ru_maxrss`` keeps the high-water mark of the bench process the handler's was forked from)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024.0, 1)
     import resource
 
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
