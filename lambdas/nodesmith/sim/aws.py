@@ -31,9 +31,10 @@ approximate counts) and converted the time through ``datetime`` at every look, s
 grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure. A
 CreateFleet repeated with its ``ClientToken`` answers the first call's instances
 (:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
-``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s. An EC2 resource's tags are read from moto's tag store by the resource's
-id: moto scanned every tag of the account, with a regular expression per tag, for each resource it rendered, so
-describing a fleet of thousands of instances took minutes and timed out, where EC2 answers in pages.
+``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s.
+An EC2 resource's tags are read from moto's tag store by the resource's id: moto scanned every tag of the account,
+with a regular expression per tag, for each resource it rendered, so describing a fleet of thousands of instances
+took minutes and timed out, where EC2 answers in pages.
 """
 
 from __future__ import annotations
