@@ -161,6 +161,7 @@ class NodesmithConfig:
     pending_pod_age_alarm_seconds: int = 300
     log_retention_days: int = 30
     feature_gates: str = ""
+    registration_ttl_seconds: int = 900
 
     def __post_init__(self) -> None:
         """Check every field; raise :class:`ConfigError` naming the context key on the first bad one."""
@@ -289,6 +290,12 @@ class NodesmithConfig:
             f"draining node's request is refreshed every {_REQUEST_HEARTBEAT_SECONDS} s plus one backoff "
             "(terminationRetryMaxSeconds), and a shorter staleness would re-send requests for drains under way",
         )
+        _check(
+            60 <= self.registration_ttl_seconds <= 3600,
+            "registrationTtlSeconds",
+            f"{self.registration_ttl_seconds} is outside 60..3600 seconds: a node takes about a minute to "
+            "register, and a NodeClaim left longer without one holds capacity the pods cannot use",
+        )
         visibility = queue_visibility_seconds(self.termination_timeout_seconds)
         longest = self.termination_max_receive_count * visibility
         _check(
@@ -356,6 +363,7 @@ class NodesmithConfig:
             pending_pod_age_alarm_seconds=_int(get, "pendingPodAgeAlarmSeconds", d.pending_pod_age_alarm_seconds),
             log_retention_days=_int(get, "logRetentionDays", d.log_retention_days),
             feature_gates=_text(get, "featureGates", d.feature_gates),
+            registration_ttl_seconds=_int(get, "registrationTtlSeconds", d.registration_ttl_seconds),
         )
 
 

@@ -234,5 +234,14 @@ CONTEXT_KEYS: tuple[ContextKey, ...] = (
         "change nothing.",
         rule="gates among " + ", ".join(f"`{name}`" for name in KARPENTER_FEATURE_GATES),
     ),
+    ContextKey(
+        key="registrationTtlSeconds",
+        attribute="registration_ttl_seconds",
+        meaning="A launched NodeClaim whose Node has not registered after this long is deleted and its instance "
+        "terminated (Karpenter's registration TTL, 15 minutes).",
+        unit="seconds",
+        low=60,
+        high=3600,
+    ),
 )
 """Every ``nodesmith:*`` context key, in the order of ``cdk.json``."""

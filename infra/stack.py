@@ -214,6 +214,7 @@ def reconcile_environment(config: NodesmithConfig, *, node_role_arn: str) -> dic
             ENV.RECONCILE_MODE: config.reconcile_mode,
             ENV.TERMINATION_REQUEST_STALE_SECONDS: str(config.termination_request_stale_seconds),
             ENV.FEATURE_GATES: config.feature_gates,
+            ENV.REGISTRATION_TTL_SECONDS: str(config.registration_ttl_seconds),
         }
     )
 

@@ -68,6 +68,8 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("terminationRetryMaxSeconds", 901, "terminationRetrySeconds..900"),
         ("terminationRequestStaleSeconds", 65, "drains under way"),
         ("terminationRequestStaleSeconds", 3601, "3600"),
+        ("registrationTtlSeconds", 30, "60..3600"),
+        ("registrationTtlSeconds", 3601, "60..3600"),
         ("evictionWorkers", 0, "1..64"),
         ("evictionWorkers", 65, "1..64"),
         ("rebalanceAction", "reboot", "ignore, event, cordon, drain"),
@@ -165,6 +167,16 @@ def test_feature_gates_reach_the_reconcile_function_and_turn_node_repair_on() ->
     assert "NODESMITH_FEATURE_GATES" not in interruption_environment(config)
     off = reconcile_environment(NodesmithConfig(), node_role_arn="arn:aws:iam::123456789012:role/n")
     assert not load_settings(off).node_repair  # Karpenter's default: the gate is off
+
+
+def test_the_registration_ttl_reaches_the_reconcile_function() -> None:
+    from infra.stack import reconcile_environment
+    from nodesmith.handlers.settings import load_settings
+
+    role = "arn:aws:iam::123456789012:role/n"
+    assert load_settings(reconcile_environment(NodesmithConfig(), node_role_arn=role)).registration_ttl_seconds == 900
+    env = reconcile_environment(_config(registrationTtlSeconds=600), node_role_arn=role)
+    assert load_settings(env).registration_ttl_seconds == 600
 
 
 def test_reserved_capacity_is_on_unless_the_gate_turns_it_off() -> None:
