@@ -333,7 +333,7 @@ def test_functions_share_runtime_tracing_and_json_logs(synth: Synth, handler: st
         (
             RECONCILE,
             {"NODE_ROLE_ARN", "RECONCILE_MODE", "STATE_TABLE", "TERMINATION_QUEUE_URL",
-             "TERMINATION_REQUEST_STALE_SECONDS"},
+             "TERMINATION_REQUEST_STALE_SECONDS", "REGISTRATION_TTL_SECONDS"},
         ),
         (INTERRUPTION, {"REBALANCE_ACTION", "STATE_TABLE", "TERMINATION_QUEUE_URL", "RECONCILE_FUNCTION"}),
         (
@@ -360,6 +360,7 @@ def test_each_function_gets_the_settings_it_reads_under_the_handlers_env_names(
     assert settings.kube_auth == "eks"
     if handler == RECONCILE:
         assert settings.node_role_arn == NODE_ROLE
+        assert settings.registration_ttl_seconds == 900  # Karpenter's registration TTL
     if handler == TERMINATION:
         assert (settings.eviction_workers, settings.termination_retry_seconds) == (8, 2)
         assert settings.termination_retry_max_seconds == 10  # Karpenter's eviction backoff cap
