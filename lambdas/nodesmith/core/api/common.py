@@ -14,7 +14,7 @@ Go's ``time.ParseDuration``.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -41,6 +41,7 @@ __all__ = [
     "Condition",
     "Duration",
     "KubeModel",
+    "NamedObject",
     "NillableDuration",
     "NodeClassReference",
     "NodeSelectorRequirementWithMinValues",
@@ -273,6 +274,27 @@ class ObjectMeta(StatusModel):
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
         return {} if value is None else value
+
+
+class NamedObject(KubeModel):
+    """Base of a cluster-scoped CRD model whose ``metadata`` field (declared by the subclass, so its fields keep
+    Kubernetes' order: apiVersion, kind, metadata, spec, status) must carry a name, as the API server requires;
+    :attr:`name` is ``metadata.name``. A nameless object raises ``pydantic.ValidationError`` at ``metadata``."""
+
+    if TYPE_CHECKING:
+        metadata: ObjectMeta
+
+    @field_validator("metadata", check_fields=False)
+    @classmethod
+    def _named(cls, metadata: ObjectMeta) -> ObjectMeta:
+        if not metadata.name:
+            raise ValueError("'name' is required")
+        return metadata
+
+    @property
+    def name(self) -> str:
+        """``metadata.name``."""
+        return self.metadata.name
 
 
 LabelKey = Annotated[str, StringConstraints(max_length=316, pattern=QUALIFIED_NAME_RE.pattern)]

@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, StringConstraints, field_validator, 
 
 from nodesmith.core.api.common import (
     Condition,
-    KubeModel,
+    NamedObject,
     ObjectMeta,
     SpecModel,
     StatusModel,
@@ -360,7 +360,7 @@ class EC2NodeClassStatus(StatusModel):
 _ALIAS_RE = re.compile(r"^([a-zA-Z0-9]+)@(.+)$")
 
 
-class EC2NodeClass(KubeModel):
+class EC2NodeClass(NamedObject):
     """A ``karpenter.k8s.aws/v1`` EC2NodeClass with Karpenter's validation and defaults."""
 
     api_version: Literal["karpenter.k8s.aws/v1"] = API_VERSION
@@ -368,18 +368,6 @@ class EC2NodeClass(KubeModel):
     metadata: ObjectMeta
     spec: EC2NodeClassSpec
     status: EC2NodeClassStatus | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _named(cls, metadata: ObjectMeta) -> ObjectMeta:
-        if not metadata.name:
-            raise ValueError("'name' is required")
-        return metadata
-
-    @property
-    def name(self) -> str:
-        """``metadata.name``."""
-        return self.metadata.name
 
     @property
     def ami_family(self) -> str:

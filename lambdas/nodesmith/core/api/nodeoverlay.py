@@ -35,7 +35,7 @@ from nodesmith.core.api.common import (
     NORMALIZED_LABELS,
     QUALIFIED_NAME_RE,
     Condition,
-    KubeModel,
+    NamedObject,
     ObjectMeta,
     Quantity,
     SpecModel,
@@ -180,7 +180,7 @@ class NodeOverlayStatus(StatusModel):
     conditions: list[Condition] = Field(default_factory=list, exclude_if=omit_empty)
 
 
-class NodeOverlay(KubeModel):
+class NodeOverlay(NamedObject):
     """A ``karpenter.sh/v1alpha1`` NodeOverlay (cluster-scoped, short name ``overlays``).
 
     ``model_validate(manifest_dict)`` applies Karpenter's validation and raises ``pydantic.ValidationError``
@@ -192,18 +192,6 @@ class NodeOverlay(KubeModel):
     metadata: ObjectMeta
     spec: NodeOverlaySpec
     status: NodeOverlayStatus | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _named(cls, metadata: ObjectMeta) -> ObjectMeta:
-        if not metadata.name:
-            raise ValueError("'name' is required")
-        return metadata
-
-    @property
-    def name(self) -> str:
-        """``metadata.name``."""
-        return self.metadata.name
 
     @property
     def weight_or_zero(self) -> int:

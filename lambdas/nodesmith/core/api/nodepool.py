@@ -18,7 +18,7 @@ from nodesmith.core.api.common import (
     QUALIFIED_NAME_RE,
     Condition,
     Duration,
-    KubeModel,
+    NamedObject,
     NillableDuration,
     NodeClassReference,
     NodeSelectorRequirementWithMinValues,
@@ -233,7 +233,7 @@ class NodePoolStatus(StatusModel):
     conditions: list[Condition] = Field(default_factory=list, exclude_if=omit_empty)
 
 
-class NodePool(KubeModel):
+class NodePool(NamedObject):
     """A ``karpenter.sh/v1`` NodePool.
 
     ``model_validate(manifest_dict)`` applies Karpenter's defaults and validation and raises
@@ -246,18 +246,6 @@ class NodePool(KubeModel):
     metadata: ObjectMeta
     spec: NodePoolSpec
     status: NodePoolStatus | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _named(cls, metadata: ObjectMeta) -> ObjectMeta:
-        if not metadata.name:
-            raise ValueError("'name' is required")
-        return metadata
-
-    @property
-    def name(self) -> str:
-        """``metadata.name``."""
-        return self.metadata.name
 
     def requirements_core(self) -> tuple[core_model.NodeSelectorRequirement, ...]:
         """The template requirements as core types (deprecated keys normalized, order kept)."""
