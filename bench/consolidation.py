@@ -51,7 +51,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 
 from nodesmith.core.api.nodepool import NodePool
-from nodesmith.core.disruption import ClusterNode, DisruptionSettings, plan_disruptions
+from nodesmith.core.disruption import ClusterNode, DisruptionSettings, DisruptionSnapshot, plan_disruptions
 from nodesmith.core.disruption.sequence import REPLACEMENT_PREFIX, _advance, replacement_node
 from nodesmith.core.model import InstanceType, LabelSelector, Node, Pod, PodDisruptionBudget
 from nodesmith.core.requirements import LABEL_CAPACITY_TYPE, LABEL_INITIALIZED, LABEL_INSTANCE_TYPE, LABEL_ZONE
@@ -234,7 +234,9 @@ def consolidate(
     started = time.perf_counter()
     for rounds in range(1, max_rounds + 1):
         plan = plan_disruptions(
-            now=now, nodes=state, nodepools=[pool], instance_types=catalogue, pdbs=pdbs, settings=settings
+            DisruptionSnapshot(nodes=state, nodepools=[pool], instance_types=catalogue, pdbs=pdbs),
+            now=now,
+            settings=settings,
         )
         if not plan.commands:
             break

@@ -4,7 +4,7 @@ node's zone rather than being consolidated away from its volume."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
@@ -15,6 +15,9 @@ from nodesmith.core.scheduling.volumes import PersistentVolume, VolumeClaim, Vol
 from nodesmith.services.disruption import service as disruption
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.capacity import disruption_volume_topology
+
+if TYPE_CHECKING:
+    from nodesmith.core.disruption import DisruptionSnapshot
 
 ZONE = "topology.kubernetes.io/zone"
 IN_1B = (NodeSelectorRequirement(ZONE, "In", ("us-east-1b",)),)
@@ -30,9 +33,11 @@ def decided(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     real = disruption.decide
 
-    def spy(**kwargs: Any) -> Any:
-        seen.update(kwargs)
-        return real(**kwargs)
+    def spy(snapshot: DisruptionSnapshot, **kwargs: Any) -> Any:
+        seen.update(
+            volume_requirements=snapshot.volume_requirements, nodepool_instance_types=snapshot.nodepool_instance_types
+        )
+        return real(snapshot, **kwargs)
 
     monkeypatch.setattr(disruption, "decide", spy)
     return seen

@@ -241,7 +241,7 @@ def _plan(
     policy: str = "karpenter",
     per_pool: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> DisruptionPlan:
-    from nodesmith.core.disruption import DisruptionSettings, plan_disruptions
+    from nodesmith.core.disruption import DisruptionSettings, DisruptionSnapshot, plan_disruptions
     from nodesmith.core.scheduling.volumes import VolumeContext
 
     ready = _nodes_without_ready_condition(bundle, files)
@@ -256,17 +256,19 @@ def _plan(
             if reqs:
                 volumes[pod.key] = reqs
     return plan_disruptions(
+        DisruptionSnapshot(
+            nodes=nodes,
+            nodepools=bundle.nodepools,
+            instance_types=catalogue,
+            nodeclasses=bundle.ec2nodeclasses,
+            pending_pods=pending,
+            pdbs=bundle.pdbs,
+            daemonsets=bundle.daemonsets,
+            volume_requirements=volumes,
+            nodepool_instance_types=per_pool,
+        ),
         now=now,
-        nodes=nodes,
-        nodepools=bundle.nodepools,
-        instance_types=catalogue,
-        nodeclasses=bundle.ec2nodeclasses,
-        pending_pods=pending,
-        pdbs=bundle.pdbs,
-        daemonsets=bundle.daemonsets,
         settings=DisruptionSettings(min_savings_per_hour=min_savings, policy=_policy(policy)),
-        volume_requirements=volumes,
-        nodepool_instance_types=per_pool,
     )
 
 

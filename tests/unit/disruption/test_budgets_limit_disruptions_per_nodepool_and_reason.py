@@ -11,7 +11,7 @@ from croniter import CroniterBadDateError, croniter
 from disruption_factories import NOW, make_node, make_nodepool
 
 from nodesmith.core.api.nodepool import Budget
-from nodesmith.core.disruption import decide
+from nodesmith.core.disruption import DisruptionSnapshot, decide
 from nodesmith.core.disruption.budgets import (
     UNBOUNDED,
     BudgetNode,
@@ -104,7 +104,7 @@ def test_misconfigured_budget_fails_closed_for_every_reason(schedule: str) -> No
 def test_emptiness_removes_only_what_the_default_ten_percent_budget_allows() -> None:
     pool = make_nodepool()  # Karpenter's default budget: 10%
     cluster = [make_node(f"empty-{i}") for i in range(12)]
-    plan = decide(now=NOW, nodes=cluster, nodepools=[pool], instance_types=[], expire=False)
+    plan = decide(DisruptionSnapshot(nodes=cluster, nodepools=[pool], instance_types=[]), now=NOW, expire=False)
     assert plan.command is not None and plan.command.method == "emptiness"
     assert len(plan.command.nodes) == 2, "ceil(10% of 12) = 2"
     assert sum("Empty budget exhausted" in r.reason for r in plan.rejected) == 10
@@ -113,10 +113,14 @@ def test_emptiness_removes_only_what_the_default_ten_percent_budget_allows() -> 
 def test_a_freeze_window_blocks_emptiness_until_it_ends() -> None:
     pool = make_nodepool(budgets=[{"nodes": "100%"}, {"nodes": "0", "schedule": "0 9 * * *", "duration": "8h"}])
     cluster = [make_node("empty-a")]
-    frozen = decide(now=at("2025-10-13 12:00"), nodes=cluster, nodepools=[pool], instance_types=[], expire=False)
+    frozen = decide(
+        DisruptionSnapshot(nodes=cluster, nodepools=[pool], instance_types=[]), now=at("2025-10-13 12:00"), expire=False
+    )
     assert frozen.command is None
     assert any("Empty budget exhausted" in r.reason for r in frozen.rejected)
-    thawed = decide(now=at("2025-10-13 17:00"), nodes=cluster, nodepools=[pool], instance_types=[], expire=False)
+    thawed = decide(
+        DisruptionSnapshot(nodes=cluster, nodepools=[pool], instance_types=[]), now=at("2025-10-13 17:00"), expire=False
+    )
     assert thawed.command is not None and thawed.command.nodes == ("empty-a",)
 
 

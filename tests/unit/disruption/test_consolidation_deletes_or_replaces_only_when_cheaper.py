@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from disruption_factories import NOW, catalogue, make_node, make_nodepool, make_pod
 
-from nodesmith.core.disruption import ClusterNode, DisruptionSettings, decide
+from nodesmith.core.disruption import ClusterNode, DisruptionSettings, DisruptionSnapshot, decide
 from nodesmith.core.disruption.consolidation import worst_launch_price
 
 TYPES = catalogue()
@@ -28,7 +28,7 @@ def anchor(name: str = "anchor", **kwargs: Any) -> ClusterNode:
 def test_node_is_deleted_when_its_pods_fit_on_the_remaining_nodes() -> None:
     pool = make_nodepool(budgets=ALL)
     n1 = make_node("n1", instance_type="m5.xlarge", pods=(make_pod("web", cpu="1", memory="2Gi", node="n1"),))
-    plan = decide(now=NOW, nodes=[anchor(), n1], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[anchor(), n1], nodepools=[pool], instance_types=TYPES), now=NOW)
     cmd = plan.command
     assert cmd is not None and cmd.method == "single-node-consolidation"
     assert cmd.nodes == ("n1",) and cmd.replacement is None and cmd.is_delete
@@ -39,7 +39,7 @@ def test_node_is_deleted_when_its_pods_fit_on_the_remaining_nodes() -> None:
 def test_node_is_replaced_by_a_strictly_cheaper_nodeclaim() -> None:
     pool = make_nodepool(budgets=ALL)
     node = make_node("n1", instance_type="m5.2xlarge", pods=(make_pod("web", cpu="1500m", memory="3Gi", node="n1"),))
-    plan = decide(now=NOW, nodes=[node], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES), now=NOW)
     cmd = plan.command
     assert cmd is not None and cmd.method == "single-node-consolidation" and cmd.nodes == ("n1",)
     replacement = cmd.replacement
@@ -58,7 +58,7 @@ def test_node_is_replaced_by_a_strictly_cheaper_nodeclaim() -> None:
 def test_no_replacement_when_nothing_cheaper_fits() -> None:
     pool = make_nodepool(budgets=ALL)
     node = make_node("n1", instance_type="t3.medium", pods=(make_pod("web", cpu="1500m", memory="2Gi", node="n1"),))
-    plan = decide(now=NOW, nodes=[node], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES), now=NOW)
     assert plan.command is None
     assert [r.reason for r in plan.rejected if r.node == "n1"] == ["can't replace with a cheaper node"]
 
@@ -73,7 +73,7 @@ def test_no_op_when_the_pods_would_need_more_than_one_new_nodeclaim() -> None:
     )
     pods = tuple(make_pod(f"web-{i}", cpu="1500m", memory="1Gi", node="n1") for i in range(3))
     node = make_node("n1", instance_type="m5.2xlarge", pods=pods)
-    plan = decide(now=NOW, nodes=[node], nodepools=[capped, overflow], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[node], nodepools=[capped, overflow], instance_types=TYPES), now=NOW)
     assert plan.command is None
     assert [r.reason for r in plan.rejected if r.node == "n1"] == ["can't remove without creating 2 NodeClaims"]
 
@@ -82,7 +82,7 @@ def test_multi_node_merges_two_underutilised_nodes_into_one_cheaper_node() -> No
     pool = make_nodepool(budgets=ALL)
     n1 = make_node("n1", instance_type="m5.xlarge", pods=(make_pod("a", cpu="1", memory="2Gi", node="n1"),))
     n2 = make_node("n2", instance_type="m5.xlarge", pods=(make_pod("b", cpu="1", memory="2Gi", node="n2"),))
-    plan = decide(now=NOW, nodes=[n1, n2], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[n1, n2], nodepools=[pool], instance_types=TYPES), now=NOW)
     cmd = plan.command
     assert cmd is not None and cmd.method == "multi-node-consolidation"
     assert set(cmd.nodes) == {"n1", "n2"} and cmd.replacement is not None
@@ -97,7 +97,7 @@ def test_multi_node_does_not_replace_with_a_candidates_own_type_unless_cheaper()
         "small", instance_type="t3.xlarge", pods=(make_pod("a", cpu="1500m", memory="2Gi", node="small"),)
     )
     big = make_node("big", instance_type="m5.2xlarge", pods=(make_pod("b", cpu="500m", memory="1Gi", node="big"),))
-    plan = decide(now=NOW, nodes=[small, big], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[small, big], nodepools=[pool], instance_types=TYPES), now=NOW)
     cmd = plan.command
     assert cmd is not None
     assert (cmd.method, cmd.nodes, cmd.is_delete) == ("single-node-consolidation", ("big",), True), (
@@ -108,7 +108,7 @@ def test_multi_node_does_not_replace_with_a_candidates_own_type_unless_cheaper()
 def test_on_demand_node_replaced_by_a_spot_pinned_nodeclaim_when_spot_is_allowed() -> None:
     pool = make_nodepool(capacity_types=("spot", "on-demand"), budgets=ALL)
     node = make_node("n1", instance_type="m5.2xlarge", pods=(make_pod("web", cpu="1", memory="2Gi", node="n1"),))
-    cmd = decide(now=NOW, nodes=[node], nodepools=[pool], instance_types=TYPES).command
+    cmd = decide(DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES), now=NOW).command
     assert cmd is not None and cmd.replacement is not None
     assert cmd.replacement.capacity_types == frozenset({"spot"})
     assert any(r.key == "karpenter.sh/capacity-type" and r.values == ("spot",) for r in cmd.replacement.requirements)
@@ -122,7 +122,7 @@ def test_spot_to_spot_needs_fifteen_cheaper_spot_types() -> None:
         capacity_type="spot",
         pods=(make_pod("a", cpu="1500m", memory="2Gi", node="few"),),
     )
-    plan = decide(now=NOW, nodes=[few], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[few], nodepools=[pool], instance_types=TYPES), now=NOW)
     assert plan.command is None
     [why] = [r.reason for r in plan.rejected if r.node == "few"]
     assert why.startswith("spot-to-spot consolidation requires 15 cheaper instance type options") and "got 10" in why
@@ -133,13 +133,15 @@ def test_spot_to_spot_needs_fifteen_cheaper_spot_types() -> None:
         capacity_type="spot",
         pods=(make_pod("b", cpu="1500m", memory="2Gi", node="many"),),
     )
-    cmd = decide(now=NOW, nodes=[many], nodepools=[pool], instance_types=TYPES).command
+    cmd = decide(DisruptionSnapshot(nodes=[many], nodepools=[pool], instance_types=TYPES), now=NOW).command
     assert cmd is not None and cmd.replacement is not None
     assert len(cmd.replacement.instance_types) == 15, "launch is cut to the 15 cheapest so it is not consolidated again"
     assert cmd.replacement.capacity_types == frozenset({"spot"})
 
     off = decide(
-        now=NOW, nodes=[many], nodepools=[pool], instance_types=TYPES, settings=DisruptionSettings(spot_to_spot=False)
+        DisruptionSnapshot(nodes=[many], nodepools=[pool], instance_types=TYPES),
+        now=NOW,
+        settings=DisruptionSettings(spot_to_spot=False),
     )
     assert off.command is None
 
@@ -148,10 +150,8 @@ def test_minimum_savings_setting_keeps_small_wins_out() -> None:
     pool = make_nodepool(budgets=ALL)
     node = make_node("n1", instance_type="m5.2xlarge", pods=(make_pod("web", cpu="1500m", memory="3Gi", node="n1"),))
     plan = decide(
+        DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES),
         now=NOW,
-        nodes=[node],
-        nodepools=[pool],
-        instance_types=TYPES,
         settings=DisruptionSettings(min_savings_per_hour=0.5),
     )
     assert plan.command is None
@@ -164,7 +164,7 @@ def test_pods_never_move_onto_an_uninitialized_node() -> None:
         "launching", instance_type="m5.4xlarge", labels={"karpenter.sh/initialized": "false"}, daemonsets=False
     )
     n1 = make_node("n1", instance_type="t3.medium", pods=(make_pod("web", cpu="1500m", memory="2Gi", node="n1"),))
-    plan = decide(now=NOW, nodes=[launching, n1], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[launching, n1], nodepools=[pool], instance_types=TYPES), now=NOW)
     assert plan.command is None
     assert any(r.node == "n1" and "uninitialized node launching" in r.reason for r in plan.rejected)
 
@@ -173,7 +173,7 @@ def test_nodes_inside_their_consolidate_after_window_receive_no_moved_pods() -> 
     pool = make_nodepool(consolidate_after="10m", budgets=ALL)
     busy_recently = anchor(last_pod_event=NOW - 60)
     n1 = make_node("n1", instance_type="m5.xlarge", pods=(make_pod("web", cpu="1", memory="2Gi", node="n1"),))
-    cmd = decide(now=NOW, nodes=[busy_recently, n1], nodepools=[pool], instance_types=TYPES).command
+    cmd = decide(DisruptionSnapshot(nodes=[busy_recently, n1], nodepools=[pool], instance_types=TYPES), now=NOW).command
     assert cmd is not None and cmd.nodes == ("n1",)
     assert cmd.replacement is not None, "the anchor is off limits, so the pod needs a (cheaper) new node"
 
@@ -184,5 +184,5 @@ def test_budget_caps_how_many_nodes_multi_node_takes() -> None:
         make_node(f"n{i}", instance_type="m5.xlarge", pods=(make_pod(f"p{i}", cpu="500m", memory="1Gi", node=f"n{i}"),))
         for i in range(5)
     ]
-    cmd = decide(now=NOW, nodes=cluster, nodepools=[pool], instance_types=TYPES).command
+    cmd = decide(DisruptionSnapshot(nodes=cluster, nodepools=[pool], instance_types=TYPES), now=NOW).command
     assert cmd is not None and cmd.method == "multi-node-consolidation" and len(cmd.nodes) == 2

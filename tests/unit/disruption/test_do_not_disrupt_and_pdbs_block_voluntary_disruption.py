@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from disruption_factories import HOUR, NOW, catalogue, make_node, make_nodepool, make_pdb, make_pod
 
-from nodesmith.core.disruption import ClusterNode, DisruptionPlan, decide, select_candidates
+from nodesmith.core.disruption import ClusterNode, DisruptionPlan, DisruptionSnapshot, decide, select_candidates
 
 if TYPE_CHECKING:
     from nodesmith.core.model import PodDisruptionBudget
@@ -24,7 +24,11 @@ def underused(name: str, **pod_kwargs: Any) -> ClusterNode:
 
 
 def plan_for(*nodes: ClusterNode, pdbs: tuple[PodDisruptionBudget, ...] = ()) -> DisruptionPlan:
-    return decide(now=NOW, nodes=list(nodes), nodepools=[POOL], instance_types=TYPES, pdbs=list(pdbs), expire=False)
+    return decide(
+        DisruptionSnapshot(nodes=list(nodes), nodepools=[POOL], instance_types=TYPES, pdbs=list(pdbs)),
+        now=NOW,
+        expire=False,
+    )
 
 
 def test_underused_node_is_consolidated_without_protection() -> None:

@@ -20,6 +20,7 @@ from disruption_factories import (
 
 from nodesmith.core.disruption import (
     ClusterNode,
+    DisruptionSnapshot,
     NodeClassResolution,
     ResolvedAMI,
     decide,
@@ -222,7 +223,10 @@ def test_drifted_node_is_replaced_by_a_nodeclaim_from_the_current_nodepool() -> 
     busy = make_pod("busy", cpu="3", memory="12Gi", node="n1")
     node = node_with_claim(pods=(busy,))
     plan = decide(
-        now=NOW, nodes=[node], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass(ami=NEW_AMI)]
+        DisruptionSnapshot(
+            nodes=[node], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass(ami=NEW_AMI)]
+        ),
+        now=NOW,
     )
     cmd = plan.command
     assert cmd is not None and cmd.method == "drift" and cmd.cause == "AMIDrift"
@@ -242,7 +246,10 @@ def test_drift_deletes_when_pods_fit_elsewhere_and_respects_the_drifted_budget()
     d1 = node_with_claim("d1", pods=(make_pod("a", node="d1", cpu="1"),))
     d2 = node_with_claim("d2", pods=(make_pod("b", node="d2", cpu="1"),))
     plan = plan_disruptions(
-        now=NOW, nodes=[big, d1, d2], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass(ami=NEW_AMI)]
+        DisruptionSnapshot(
+            nodes=[big, d1, d2], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass(ami=NEW_AMI)]
+        ),
+        now=NOW,
     )
     drifts = [c for c in plan.commands if c.method == "drift"]
     assert len(drifts) == 1, "the Drifted budget allows one node at a time"
@@ -256,14 +263,18 @@ def test_drift_waits_for_do_not_disrupt_pods_unless_termination_grace_period_bou
     pinned = make_pod("batch", node="n1", annotations={"karpenter.sh/do-not-disrupt": "true"})
     node = node_with_claim(pods=(pinned,))
     nodeclass = make_nodeclass(ami=NEW_AMI)
-    plan = decide(now=NOW, nodes=[node], nodepools=[pool], instance_types=TYPES, nodeclasses=[nodeclass])
+    plan = decide(
+        DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES, nodeclasses=[nodeclass]), now=NOW
+    )
     assert plan.command is None
     assert any(r.method == "drift" and "AMIDrift, but pod default/batch" in r.reason for r in plan.rejected)
     claim = make_nodeclaim(
         "n1-claim", node="n1", image_id=OLD_AMI, termination_grace_period="1h", created=NOW - 2 * DAY
     )
     bounded = make_node("n1", pods=(pinned,), nodeclaim=claim, created=NOW - 2 * DAY)
-    plan = decide(now=NOW, nodes=[bounded], nodepools=[pool], instance_types=TYPES, nodeclasses=[nodeclass])
+    plan = decide(
+        DisruptionSnapshot(nodes=[bounded], nodepools=[pool], instance_types=TYPES, nodeclasses=[nodeclass]), now=NOW
+    )
     assert plan.command is not None and plan.command.method == "drift"
 
 
@@ -274,6 +285,9 @@ def test_empty_drifted_nodes_go_first() -> None:
     busy = node_with_claim("a-busy", pods=(make_pod("x", node="a-busy"),))
     empty = node_with_claim("z-empty")
     plan = decide(
-        now=NOW, nodes=[busy, empty], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass(ami=NEW_AMI)]
+        DisruptionSnapshot(
+            nodes=[busy, empty], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass(ami=NEW_AMI)]
+        ),
+        now=NOW,
     )
     assert plan.command is not None and plan.command.nodes == ("z-empty",)

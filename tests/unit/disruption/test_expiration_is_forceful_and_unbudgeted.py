@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from disruption_factories import DAY, HOUR, NOW, catalogue, make_node, make_nodeclaim, make_nodepool, make_pod
 
-from nodesmith.core.disruption import decide
+from nodesmith.core.disruption import DisruptionSnapshot, decide
 from nodesmith.core.disruption.expiration import expired_nodes
 
 TYPES = catalogue()
@@ -16,7 +16,7 @@ def test_node_older_than_expire_after_expires_even_with_a_zero_budget_and_do_not
     protected = make_pod("db", node="old", annotations={"karpenter.sh/do-not-disrupt": "true"})
     old = make_node("old", pods=(protected,), created=NOW - 25 * HOUR)
     young = make_node("young", created=NOW - 23 * HOUR)
-    plan = decide(now=NOW, nodes=[old, young], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[old, young], nodepools=[pool], instance_types=TYPES), now=NOW)
     assert [(d.method, d.nodes) for d in plan.expirations] == [("expiration", ("old",))]
     assert plan.expirations[0].cause == "Expired"
     assert plan.expirations[0].pods == ("default/db",)
@@ -47,7 +47,7 @@ def test_expired_nodes_consume_budget_and_are_not_candidates_for_other_methods()
     pool = make_nodepool(expire_after="24h", budgets=[{"nodes": "1"}])
     old = make_node("old", created=NOW - 2 * DAY)  # empty and expired
     empty = make_node("empty", created=NOW - HOUR)
-    plan = decide(now=NOW, nodes=[old, empty], nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=[old, empty], nodepools=[pool], instance_types=TYPES), now=NOW)
     assert [d.nodes for d in plan.expirations] == [("old",)]
     assert plan.command is None, "the expiring node already uses the pool's single disruption"
     assert not any(r.node == "old" for r in plan.rejected)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from disruption_factories import NOW, catalogue, make_node, make_nodeclaim, make_nodepool, make_pod
 
-from nodesmith.core.disruption import ClusterNode, DisruptionPlan, DisruptionSettings, decide
+from nodesmith.core.disruption import ClusterNode, DisruptionPlan, DisruptionSettings, DisruptionSnapshot, decide
 from nodesmith.core.disruption.repair import effective_drain_bound, tripped_pools, unhealthy_condition
 from nodesmith.core.model import NodeCondition
 
@@ -45,7 +45,12 @@ def plan(*nodes: ClusterNode, budgets: list[dict[str, object]] | None = None, **
     if "limits" in kwargs:
         pool = pool.model_copy(update={"spec": pool.spec.model_copy(update={"limits": kwargs.pop("limits")})})
     settings = kwargs.pop("settings", ON)
-    return decide(now=NOW, nodes=list(nodes), nodepools=[pool], instance_types=TYPES, settings=settings, expire=False)  # type: ignore[arg-type]
+    return decide(
+        DisruptionSnapshot(nodes=list(nodes), nodepools=[pool], instance_types=TYPES),
+        now=NOW,
+        settings=settings,  # type: ignore[arg-type]
+        expire=False,
+    )
 
 
 def repaired(p: DisruptionPlan) -> tuple[str, ...]:

@@ -5,11 +5,9 @@ allows; Karpenter's policy stays the default."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from disruption_factories import NOW, catalogue, make_node, make_nodepool, make_pod
 
-from nodesmith.core.disruption import ClusterNode, DisruptionSettings, decide, plan_disruptions
+from nodesmith.core.disruption import ClusterNode, DisruptionSettings, DisruptionSnapshot, decide, plan_disruptions
 from nodesmith.core.model import LabelSelector, PodDisruptionBudget
 
 TYPES = catalogue()
@@ -31,10 +29,12 @@ def fragmented() -> list[ClusterNode]:
     return big + small
 
 
-def outcome(settings: DisruptionSettings, nodes: list[ClusterNode], **kwargs: Any) -> tuple[float, set[str]]:
+def outcome(settings: DisruptionSettings, nodes: list[ClusterNode]) -> tuple[float, set[str]]:
     """Cluster cost after every command of the pass (USD/hour) and the nodes disrupted."""
     plan = plan_disruptions(
-        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=settings, **kwargs
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES),
+        now=NOW,
+        settings=settings,
     )
     cost = sum(price(cn) for cn in nodes) - sum(cmd.savings_per_hour for cmd in plan.commands)
     return cost, {n for cmd in plan.commands for n in cmd.nodes}
@@ -52,7 +52,9 @@ def test_nodesmith_reaches_a_cheaper_cluster_with_fewer_disruptions_than_karpent
 def test_the_command_may_launch_several_cheaper_replacements_at_worst_case_prices() -> None:
     nodes = fragmented()
     plan = decide(
-        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=NODESMITH
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES),
+        now=NOW,
+        settings=NODESMITH,
     )
     cmd = plan.command
     assert cmd is not None and cmd.cause == "Underutilized" and "nodesmith policy" in cmd.reason
@@ -83,11 +85,8 @@ def test_one_command_does_not_drain_two_nodes_into_the_same_pdb() -> None:
 
     def first(settings: DisruptionSettings) -> tuple[str, ...]:
         plan = decide(
+            DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, pdbs=[pdb]),
             now=NOW,
-            nodes=nodes,
-            nodepools=[make_nodepool(budgets=ALL)],
-            instance_types=TYPES,
-            pdbs=[pdb],
             settings=settings,
         )
         assert plan.command is not None
@@ -102,10 +101,8 @@ def test_budgets_and_do_not_disrupt_still_bind_the_nodesmith_policy() -> None:
     pinned = make_pod("db", cpu="1", memory="1Gi", node="big-1", annotations={"karpenter.sh/do-not-disrupt": "true"})
     nodes[1] = make_node("big-1", instance_type="m5.4xlarge", pods=(pinned,), pod_specs=[("1", "2Gi")])
     plan = decide(
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=[{"nodes": "1"}])], instance_types=TYPES),
         now=NOW,
-        nodes=nodes,
-        nodepools=[make_nodepool(budgets=[{"nodes": "1"}])],
-        instance_types=TYPES,
         settings=NODESMITH,
     )
     cmd = plan.command
@@ -115,9 +112,13 @@ def test_budgets_and_do_not_disrupt_still_bind_the_nodesmith_policy() -> None:
 def test_karpenter_is_the_default_policy() -> None:
     assert DisruptionSettings().policy == "karpenter"
     nodes = fragmented()
-    default = decide(now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES)
+    default = decide(
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES), now=NOW
+    )
     karpenter = decide(
-        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=KARPENTER
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES),
+        now=NOW,
+        settings=KARPENTER,
     )
     assert default.command == karpenter.command
     assert default.command is not None and "nodesmith policy" not in default.command.reason
@@ -127,7 +128,9 @@ def test_capacity_that_is_not_initialized_is_no_destination_rather_than_a_veto()
     nodes = fragmented()
     nodes.append(make_node("launching", instance_type="m5.4xlarge", labels={"karpenter.sh/initialized": "false"}))
     plan = decide(
-        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=NODESMITH
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES),
+        now=NOW,
+        settings=NODESMITH,
     )
     cmd = plan.command
     assert cmd is not None and set(cmd.nodes) == {"big-0", "big-1"}
@@ -137,12 +140,18 @@ def test_capacity_that_is_not_initialized_is_no_destination_rather_than_a_veto()
 def test_a_charge_per_evicted_pod_can_hold_back_a_command_that_moves_many_pods() -> None:
     nodes = fragmented()
     cheap = decide(
-        now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=NODESMITH
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES),
+        now=NOW,
+        settings=NODESMITH,
     )
     assert cheap.command is not None
     saving = cheap.command.savings_per_hour
     strict = DisruptionSettings(policy="nodesmith", min_savings_per_evicted_pod=saving)  # more than any pod is worth
-    held = decide(now=NOW, nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES, settings=strict)
+    held = decide(
+        DisruptionSnapshot(nodes=nodes, nodepools=[make_nodepool(budgets=ALL)], instance_types=TYPES),
+        now=NOW,
+        settings=strict,
+    )
     assert held.command is None
 
 
@@ -152,12 +161,14 @@ def test_spot_to_spot_replacements_follow_karpenters_fifteen_type_rule() -> None
     replacement keeps spot fallbacks instead of the one or two types within 10 % of the cheapest."""
     pool = make_nodepool(capacity_types=("spot",), budgets=ALL)
     few = make_node("few", instance_type="c5.xlarge", capacity_type="spot", pod_specs=[("1500m", "2Gi")])
-    plan = decide(now=NOW, nodes=[few], nodepools=[pool], instance_types=TYPES, settings=NODESMITH)
+    plan = decide(DisruptionSnapshot(nodes=[few], nodepools=[pool], instance_types=TYPES), now=NOW, settings=NODESMITH)
     assert plan.command is None
     assert any("requires 15 cheaper instance type options" in r.reason for r in plan.rejected if r.node == "few")
 
     many = make_node("many", instance_type="m5.4xlarge", capacity_type="spot", pod_specs=[("1500m", "2Gi")])
-    cmd = decide(now=NOW, nodes=[many], nodepools=[pool], instance_types=TYPES, settings=NODESMITH).command
+    cmd = decide(
+        DisruptionSnapshot(nodes=[many], nodepools=[pool], instance_types=TYPES), now=NOW, settings=NODESMITH
+    ).command
     assert cmd is not None and "nodesmith policy" in cmd.reason
     [replacement] = cmd.replacements
     assert replacement.capacity_types == frozenset({"spot"})

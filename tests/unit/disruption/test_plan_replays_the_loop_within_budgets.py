@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from disruption_factories import DAY, NOW, catalogue, make_node, make_nodeclaim, make_nodeclass, make_nodepool, make_pod
 
-from nodesmith.core.disruption import decide, plan_disruptions, still_valid
+from nodesmith.core.disruption import DisruptionSnapshot, decide, plan_disruptions, still_valid
 
 TYPES = catalogue()
 
@@ -25,7 +25,10 @@ def test_emptiness_drift_and_consolidation_are_all_started_in_one_replay() -> No
     )
     idle = make_node("idle", instance_type="m5.2xlarge", pods=(make_pod("web", cpu="500m", memory="1Gi", node="idle"),))
     plan = plan_disruptions(
-        now=NOW, nodes=[empty, drifted, idle], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass()]
+        DisruptionSnapshot(
+            nodes=[empty, drifted, idle], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass()]
+        ),
+        now=NOW,
     )
     assert [(c.method, c.nodes) for c in plan.commands] == [
         ("emptiness", ("empty",)),
@@ -49,7 +52,10 @@ def test_later_passes_do_not_rely_on_replacements_that_are_still_launching() -> 
         "small", instance_type="t3.medium", pods=(make_pod("tiny", cpu="1500m", memory="1Gi", node="small"),)
     )
     plan = plan_disruptions(
-        now=NOW, nodes=[drifted, small], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass()]
+        DisruptionSnapshot(
+            nodes=[drifted, small], nodepools=[pool], instance_types=TYPES, nodeclasses=[make_nodeclass()]
+        ),
+        now=NOW,
     )
     assert [c.method for c in plan.commands] == ["drift"]
     assert any(r.node == "small" and "uninitialized node replacement-1-0" in r.reason for r in plan.rejected), (
@@ -61,17 +67,17 @@ def test_later_passes_do_not_rely_on_replacements_that_are_still_launching() -> 
 def test_budget_is_shared_across_the_replayed_commands() -> None:
     pool = make_nodepool(budgets=[{"nodes": "1"}])
     nodes = [make_node("e1"), make_node("e2"), make_node("b1", instance_type="m5.2xlarge", pod_specs=[("500m", "1Gi")])]
-    plan = plan_disruptions(now=NOW, nodes=nodes, nodepools=[pool], instance_types=TYPES)
+    plan = plan_disruptions(DisruptionSnapshot(nodes=nodes, nodepools=[pool], instance_types=TYPES), now=NOW)
     assert len(plan.commands) == 1 and len(plan.commands[0].nodes) == 1
 
 
 def test_a_command_stays_valid_only_if_a_later_pass_proposes_it_again() -> None:
     pool = make_nodepool(budgets=[{"nodes": "100%"}])
     node = make_node("n1", instance_type="m5.2xlarge", pods=(make_pod("web", cpu="1500m", memory="3Gi", node="n1"),))
-    first = decide(now=NOW, nodes=[node], nodepools=[pool], instance_types=TYPES)
+    first = decide(DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES), now=NOW)
     assert first.command is not None
-    again = decide(now=NOW + 15, nodes=[node], nodepools=[pool], instance_types=TYPES)
+    again = decide(DisruptionSnapshot(nodes=[node], nodepools=[pool], instance_types=TYPES), now=NOW + 15)
     assert still_valid(first.command, again)
     grown = replace(node, pods=(*node.pods, make_pod("late", cpu="5", memory="20Gi", node="n1")))
-    changed = decide(now=NOW + 15, nodes=[grown], nodepools=[pool], instance_types=TYPES)
+    changed = decide(DisruptionSnapshot(nodes=[grown], nodepools=[pool], instance_types=TYPES), now=NOW + 15)
     assert not still_valid(first.command, changed)

@@ -10,7 +10,7 @@ import pytest
 from disruption_factories import DAY, NOW, catalogue, daemon_pod, make_node, make_nodeclaim, make_nodepool, make_pod
 
 from nodesmith.core.api.nodepool import NodePool
-from nodesmith.core.disruption import ClusterNode, decide
+from nodesmith.core.disruption import ClusterNode, DisruptionSnapshot, decide
 from nodesmith.core.disruption.drift import NODEPOOL_HASH_VERSION
 from nodesmith.core.disruption.static import (
     StaticMember,
@@ -181,7 +181,7 @@ def drift_pool(replicas: int, **kwargs: Any) -> NodePool:
 
 def test_a_drifted_static_node_is_replaced_one_for_one_by_a_template_nodeclaim() -> None:
     nodes = [static_node("a", drifted=True, pod_specs=[("1", "1Gi")]), static_node("b")]
-    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES), now=NOW)
     command = plan.command
     assert command is not None and command.method == "drift" and command.nodes == ("a",)
     [replacement] = command.replacements
@@ -191,31 +191,35 @@ def test_a_drifted_static_node_is_replaced_one_for_one_by_a_template_nodeclaim()
 
 def test_static_nodes_are_never_emptied_or_consolidated() -> None:
     nodes = [static_node("a", daemonsets=False), static_node("b", pod_specs=[("100m", "128Mi")])]
-    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES), now=NOW)
     assert plan.command is None
     assert any("static" in r.reason for r in plan.rejected if r.node == "a")
 
 
 def test_static_drift_waits_while_the_pool_is_scaling_down() -> None:
     nodes = [static_node("a", drifted=True), static_node("b"), static_node("c")]
-    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=nodes, nodepools=[drift_pool(2)], instance_types=TYPES), now=NOW)
     assert plan.command is None
     assert any("scaling down to 2" in r.reason for r in plan.rejected if r.node == "a")
 
 
 def test_static_drift_needs_room_under_the_node_limit_to_stage_its_replacement() -> None:
     nodes = [static_node("a", drifted=True), static_node("b")]
-    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2, nodes_limit=2)], instance_types=TYPES)
+    plan = decide(
+        DisruptionSnapshot(nodes=nodes, nodepools=[drift_pool(2, nodes_limit=2)], instance_types=TYPES), now=NOW
+    )
     assert plan.command is None
     assert any("limits.nodes 2 reached" in r.reason for r in plan.rejected if r.node == "a")
-    roomy = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(2, nodes_limit=3)], instance_types=TYPES)
+    roomy = decide(
+        DisruptionSnapshot(nodes=nodes, nodepools=[drift_pool(2, nodes_limit=3)], instance_types=TYPES), now=NOW
+    )
     assert roomy.command is not None and roomy.command.nodes == ("a",)
 
 
 def test_static_drift_stays_within_the_drifted_budget() -> None:
     nodes = [static_node("a", drifted=True), static_node("b")]
     pool = static_pool(2, budgets=[{"nodes": "0", "reasons": ["Drifted"]}])
-    plan = decide(now=NOW, nodes=nodes, nodepools=[pool], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=nodes, nodepools=[pool], instance_types=TYPES), now=NOW)
     assert plan.command is None
     assert any("Drifted budget exhausted" in r.reason for r in plan.rejected if r.node == "a")
 
@@ -230,5 +234,5 @@ def test_a_consolidation_simulation_never_plans_a_static_nodeclaim() -> None:
         make_node("busy", nodepool="dynamic", instance_type="m5.2xlarge", pod_specs=[("500m", "512Mi")]),
         static_node("full", pod_specs=[("1500m", "6Gi")]),
     ]
-    plan = decide(now=NOW, nodes=nodes, nodepools=[drift_pool(1), dynamic], instance_types=TYPES)
+    plan = decide(DisruptionSnapshot(nodes=nodes, nodepools=[drift_pool(1), dynamic], instance_types=TYPES), now=NOW)
     assert plan.command is None, "only a static NodeClaim would be cheaper, and no simulation may plan one"

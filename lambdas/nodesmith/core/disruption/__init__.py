@@ -4,8 +4,8 @@ disruption budgets, and why every other node stays.
 
 Entry points: :func:`decide` (one pass: expirations + at most one command, Karpenter's loop) and
 :func:`plan_disruptions` (every command the loop would start back to back on a snapshot). The
-inputs are :class:`ClusterNode` views (Node + pods + NodeClaim + EC2 facts), the NodePools,
-EC2NodeClasses, the priced instance catalogue, pending pods, PDBs and DaemonSets; the output is a
+input is a :class:`DisruptionSnapshot`: :class:`ClusterNode` views (Node + pods + NodeClaim + EC2 facts),
+the NodePools, EC2NodeClasses, the priced instance catalogue, pending pods, PDBs and DaemonSets; the output is a
 :class:`DisruptionPlan` of :class:`Decision` objects. See each module for its Karpenter sources.
 """
 
@@ -21,7 +21,7 @@ from nodesmith.core.disruption.drift import (
     resolution_from_nodeclass,
 )
 from nodesmith.core.disruption.sequence import plan_disruptions
-from nodesmith.core.disruption.types import ClusterNode, Decision, DisruptionSettings, Rejection
+from nodesmith.core.disruption.types import ClusterNode, Decision, DisruptionSettings, DisruptionSnapshot, Rejection
 
 __all__ = [
     "Candidate",
@@ -29,6 +29,7 @@ __all__ = [
     "Decision",
     "DisruptionPlan",
     "DisruptionSettings",
+    "DisruptionSnapshot",
     "NodeClassResolution",
     "PoolBudget",
     "Rejection",

@@ -49,7 +49,7 @@ from nodesmith.core.disruption.repack import repack_consolidation
 from nodesmith.core.disruption.repair import repair_command
 from nodesmith.core.disruption.simulation import build_context
 from nodesmith.core.disruption.static import is_static, members_from_nodes, static_drift_command
-from nodesmith.core.disruption.types import DisruptionSettings, Rejection
+from nodesmith.core.disruption.types import DisruptionSettings, DisruptionSnapshot, Rejection
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Mapping, Sequence
@@ -59,8 +59,8 @@ if TYPE_CHECKING:
     from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
     from nodesmith.core.disruption.drift import Drift, NodeClassResolution
     from nodesmith.core.disruption.simulation import SimulationContext
-    from nodesmith.core.disruption.types import ClusterNode, Decision
-    from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod, PodDisruptionBudget
+    from nodesmith.core.disruption.types import Decision
+    from nodesmith.core.model import InstanceType
 
 __all__ = ["METHOD_CONSOLIDATION", "DisruptionPlan", "consolidation_key", "decide", "still_valid"]
 
@@ -166,36 +166,20 @@ def _recent(selection: CandidateSelection, nodepools: Sequence[NodePool], now: f
 
 
 def decide(
+    snapshot: DisruptionSnapshot,
     *,
     now: float,
-    nodes: Sequence[ClusterNode],
-    nodepools: Sequence[NodePool],
-    instance_types: Sequence[InstanceType],
-    nodeclasses: Sequence[EC2NodeClass] = (),
-    pending_pods: Sequence[Pod] = (),
-    pdbs: Sequence[PodDisruptionBudget] = (),
-    daemonsets: Sequence[DaemonSet] = (),
-    resolutions: Mapping[str, NodeClassResolution] | None = None,
     deleting: Collection[str] = (),
     settings: DisruptionSettings | None = None,
     expire: bool = True,
-    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
-    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
     cluster_state: str = "",
     consolidated: str = "",
 ) -> DisruptionPlan:
-    """Decide one disruption pass over the cluster snapshot.
+    """Decide one disruption pass over the cluster ``snapshot`` (:class:`~.types.DisruptionSnapshot`) at ``now``
+    (epoch seconds).
 
-    ``nodes``: every Node with its pods and NodeClaim (:class:`~.types.ClusterNode`).
-    ``nodepools``/``nodeclasses``: the Karpenter objects. ``instance_types``: the priced catalogue
-    (offerings in USD/hour). ``pending_pods``: pods not bound to a node. ``pdbs``: every
-    PodDisruptionBudget. ``daemonsets``: for DaemonSet overhead on new NodeClaims.
-    ``resolutions``: node class name -> what its selectors resolve to now (default: what each
-    EC2NodeClass states, :func:`~.drift.resolution_from_nodeclass`). ``deleting``: node names
-    already being disrupted by earlier commands. ``expire=False`` skips expiration.
-    ``volume_requirements``: pod key -> the node requirements its PersistentVolumeClaims impose
-    (volume topology: moved pods stay in their volumes' zones). ``nodepool_instance_types``:
-    NodePool name -> the catalogue of its own EC2NodeClass (default: ``instance_types`` for all).
+    ``deleting``: node names already being disrupted by earlier commands. ``settings``: the
+    :class:`~.types.DisruptionSettings` (None: the defaults). ``expire=False`` skips expiration.
 
     ``cluster_state`` is a key of what consolidation reads of the cluster (the caller's fingerprint of nodes,
     pods, NodeClaims, NodePools, budgets; empty: none), and ``consolidated`` the :attr:`~DisruptionPlan.
@@ -209,6 +193,11 @@ def decide(
     Returns a :class:`DisruptionPlan` with the expirations and at most one command.
     Raises nothing for odd nodes or pods: they are rejected with a reason.
     """
+    nodes = snapshot.nodes
+    nodepools = snapshot.nodepools
+    instance_types = snapshot.instance_types
+    pending_pods = snapshot.pending_pods
+    nodepool_instance_types = snapshot.nodepool_instance_types
     cfg = settings or DisruptionSettings()
     catalogue = {it.name: it for it in instance_types}
     expiries = (
@@ -225,7 +214,7 @@ def decide(
         nodes=nodes,
         nodepools=nodepools,
         instance_types=instance_types,
-        pdbs=pdbs,
+        pdbs=snapshot.pdbs,
         other_pods=pending_pods,
         now=now,
         deleting=gone,
@@ -233,17 +222,7 @@ def decide(
     )
     budgets = _budgets(selection, nodepools, now)
     rejected: list[Rejection] = [r for r in selection.rejected if r.node not in {e.node for e in expiries}]
-    ctx = build_context(
-        nodes=nodes,
-        facts=selection.facts,
-        nodepools=nodepools,
-        instance_types=instance_types,
-        daemonsets=daemonsets,
-        pending=pending_pods,
-        recent=_recent(selection, nodepools, now),
-        volume_requirements=volume_requirements,
-        nodepool_instance_types=nodepool_instance_types,
-    )
+    ctx = build_context(snapshot, facts=selection.facts, recent=_recent(selection, nodepools, now))
     candidates = selection.candidates
 
     def done(command: Decision | None, state: str = "", *, skipped: bool = False) -> DisruptionPlan:
@@ -275,8 +254,8 @@ def decide(
 
     drifted = _drifted(
         candidates,
-        nodeclasses={nc.name: nc for nc in nodeclasses},
-        resolutions=resolutions or {},
+        nodeclasses={nc.name: nc for nc in snapshot.nodeclasses},
+        resolutions=snapshot.resolutions or {},
         catalogue=catalogue,
         now=now,
         settings=cfg,
@@ -310,7 +289,7 @@ def decide(
     if state and state == consolidated:
         return done(None, state, skipped=True)
     command, why = _consolidation(
-        ctx, eligible, limits=lambda: PdbLimits(pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods]),
+        ctx, eligible, limits=lambda: PdbLimits(snapshot.pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods]),
         budgets=under, settings=cfg,
     )  # fmt: skip
     rejected.extend(why)

@@ -30,13 +30,10 @@ from nodesmith.core.requirements import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping, Sequence
+    from collections.abc import Collection, Sequence
 
-    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
-    from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.disruption.drift import NodeClassResolution
-    from nodesmith.core.disruption.types import Decision, DisruptionSettings
-    from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod, PodDisruptionBudget
+    from nodesmith.core.disruption.types import Decision, DisruptionSettings, DisruptionSnapshot
+    from nodesmith.core.model import Pod
     from nodesmith.core.scheduling.types import NodeClaimPlan
 
 __all__ = ["REPLACEMENT_PREFIX", "plan_disruptions", "replacement_node"]
@@ -117,47 +114,25 @@ def _advance(
 
 
 def plan_disruptions(
+    snapshot: DisruptionSnapshot,
     *,
     now: float,
-    nodes: Sequence[ClusterNode],
-    nodepools: Sequence[NodePool],
-    instance_types: Sequence[InstanceType],
-    nodeclasses: Sequence[EC2NodeClass] = (),
-    pending_pods: Sequence[Pod] = (),
-    pdbs: Sequence[PodDisruptionBudget] = (),
-    daemonsets: Sequence[DaemonSet] = (),
-    resolutions: Mapping[str, NodeClassResolution] | None = None,
     deleting: Collection[str] = (),
     settings: DisruptionSettings | None = None,
     max_commands: int = 100,
-    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
-    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
 ) -> DisruptionPlan:
     """Expirations plus every graceful command the loop would start now (see the module docstring).
 
-    Arguments are those of :func:`~nodesmith.core.disruption.decide.decide`; ``max_commands``
-    bounds the replay. ``budgets`` in the result are those of the first pass; ``rejected`` those
-    of the last pass (the nodes still left alone, and why; nodes already chosen are not repeated).
+    ``snapshot``, ``now`` (epoch seconds), ``deleting`` and ``settings`` are those of
+    :func:`~nodesmith.core.disruption.decide.decide`; ``max_commands`` bounds the replay. ``budgets`` in the
+    result are those of the first pass; ``rejected`` those of the last pass (the nodes still left alone, and why;
+    nodes already chosen are not repeated).
     """
 
-    def run(snapshot: Sequence[ClusterNode], gone: Collection[str], *, expire: bool) -> DisruptionPlan:
-        return decide(
-            now=now,
-            nodes=snapshot,
-            nodepools=nodepools,
-            instance_types=instance_types,
-            nodeclasses=nodeclasses,
-            pending_pods=pending_pods,
-            pdbs=pdbs,
-            daemonsets=daemonsets,
-            resolutions=resolutions,
-            deleting=gone,
-            settings=settings,
-            expire=expire,
-            volume_requirements=volume_requirements,
-            nodepool_instance_types=nodepool_instance_types,
-        )
+    def run(nodes: Sequence[ClusterNode], gone: Collection[str], *, expire: bool) -> DisruptionPlan:
+        return decide(replace(snapshot, nodes=nodes), now=now, deleting=gone, settings=settings, expire=expire)
 
+    nodes = snapshot.nodes
     first = run(nodes, deleting, expire=True)
     gone = set(deleting) | {n for e in first.expirations for n in e.nodes}
     state = list(nodes)

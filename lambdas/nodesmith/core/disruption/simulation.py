@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.candidates import Candidate, NodeFacts
-    from nodesmith.core.disruption.types import ClusterNode
+    from nodesmith.core.disruption.types import DisruptionSnapshot
     from nodesmith.core.model import DaemonSet, InstanceType, NodeSelectorRequirement, Pod
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.types import NodeClaimPlan, Packing, SchedulingResult
@@ -79,24 +79,17 @@ class SimulationContext:
 
 
 def build_context(
-    *,
-    nodes: Sequence[ClusterNode],
-    facts: Mapping[str, NodeFacts],
-    nodepools: Sequence[NodePool],
-    instance_types: Sequence[InstanceType],
-    daemonsets: Sequence[DaemonSet],
-    pending: Sequence[Pod],
-    recent: Collection[str],
-    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None,
-    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
+    snapshot: DisruptionSnapshot, *, facts: Mapping[str, NodeFacts], recent: Collection[str]
 ) -> SimulationContext:
-    """Build the :class:`SimulationContext`. ``facts`` must hold every node of ``nodes``.
+    """Build the :class:`SimulationContext` of ``snapshot``. ``facts`` must hold every node of ``snapshot.nodes``;
+    ``recent`` names the nodes inside their NodePool's ``consolidateAfter`` quiet period.
 
     A node's allocatable is what its status reports, else its instance type's (snapshots often
-    leave status out). ``pending`` are the cluster's pending pods; terminal pods are ignored. Static NodePools
-    (``spec.replicas``) are left out of the pools a simulation may open NodeClaims from, as Karpenter's provisioner
-    leaves them out; their nodes are destinations like any other.
+    leave status out). ``snapshot.pending_pods`` are the cluster's pending pods; terminal pods are ignored. Static
+    NodePools (``spec.replicas``) are left out of the pools a simulation may open NodeClaims from, as Karpenter's
+    provisioner leaves them out; their nodes are destinations like any other.
     """
+    nodes, nodepools = snapshot.nodes, snapshot.nodepools
     pools = {p.name: p for p in nodepools}
     dynamic = tuple(p for p in nodepools if p.spec.replicas is None)  # no simulation plans a static NodeClaim
     destinations: dict[str, ExistingNode] = {}
@@ -133,14 +126,16 @@ def build_context(
     return SimulationContext(
         destinations=destinations,
         capacity=capacity,
-        pending=tuple(as_pending(p) for p in pending if not p.is_terminal and p.deletion_timestamp is None),
+        pending=tuple(
+            as_pending(p) for p in snapshot.pending_pods if not p.is_terminal and p.deletion_timestamp is None
+        ),
         deleting_pods=tuple(deleting),
         nodepools=dynamic,
-        instance_types=usable_types(instance_types, dynamic),
-        daemonsets=tuple(daemonsets),
+        instance_types=usable_types(snapshot.instance_types, dynamic),
+        daemonsets=tuple(snapshot.daemonsets),
         recent=frozenset(recent),
-        volume_requirements=dict(volume_requirements or {}),
-        nodepool_instance_types=_usable_per_pool(nodepool_instance_types or {}, dynamic),
+        volume_requirements=dict(snapshot.volume_requirements or {}),
+        nodepool_instance_types=_usable_per_pool(snapshot.nodepool_instance_types or {}, dynamic),
     )
 
 

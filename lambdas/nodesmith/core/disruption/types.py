@@ -9,8 +9,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
-    from nodesmith.core.model import Node, Pod
+    from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.drift import NodeClassResolution
+    from nodesmith.core.model import (
+        DaemonSet,
+        InstanceType,
+        Node,
+        NodeSelectorRequirement,
+        Pod,
+        PodDisruptionBudget,
+    )
     from nodesmith.core.scheduling.types import NodeClaimPlan
 
 __all__ = [
@@ -25,6 +37,7 @@ __all__ = [
     "ClusterNode",
     "Decision",
     "DisruptionSettings",
+    "DisruptionSnapshot",
     "Method",
     "Policy",
     "Rejection",
@@ -72,6 +85,34 @@ class ClusterNode:
     def name(self) -> str:
         """The node name."""
         return self.node.name
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionSnapshot:
+    """The cluster a disruption pass decides on: what Karpenter's disruption controller reads from its cluster state.
+
+    ``nodes``: every Node with its pods and NodeClaim (:class:`ClusterNode`). ``nodepools`` and
+    ``nodeclasses``: the ``karpenter.sh/v1`` NodePools and ``karpenter.k8s.aws/v1`` EC2NodeClasses.
+    ``instance_types``: the priced catalogue (offering prices in USD per hour; resources in millicores
+    and bytes). ``pending_pods``: pods not bound to a node. ``pdbs``: every PodDisruptionBudget.
+    ``daemonsets``: for the DaemonSet overhead of new NodeClaims. ``resolutions``: EC2NodeClass name ->
+    what its selectors resolve to now (None: what each EC2NodeClass states,
+    :func:`~nodesmith.core.disruption.drift.resolution_from_nodeclass`). ``volume_requirements``: pod key
+    (``namespace/name``) -> the node requirements its PersistentVolumeClaims impose (volume topology: moved
+    pods stay in their volumes' zones). ``nodepool_instance_types``: NodePool name -> the catalogue of its
+    own EC2NodeClass (None, or a NodePool not named: ``instance_types``).
+    """
+
+    nodes: Sequence[ClusterNode]
+    nodepools: Sequence[NodePool]
+    instance_types: Sequence[InstanceType]
+    nodeclasses: Sequence[EC2NodeClass] = ()
+    pending_pods: Sequence[Pod] = ()
+    pdbs: Sequence[PodDisruptionBudget] = ()
+    daemonsets: Sequence[DaemonSet] = ()
+    resolutions: Mapping[str, NodeClassResolution] | None = None
+    volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None
+    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from nodesmith.core.disruption import DisruptionSettings, decide
+from nodesmith.core.disruption import DisruptionSettings, DisruptionSnapshot, decide
 from nodesmith.services.disruption.command import COMMAND_VALIDATION_DELAY_SECONDS, PendingCommand, expire, run_command
 from nodesmith.services.disruption.consolidated import Consolidated, cluster_state
 from nodesmith.services.disruption.inflight import advance_in_flight
@@ -125,18 +125,20 @@ def disrupt(
             deleting=going,
         )
     plan = decide(
+        DisruptionSnapshot(
+            nodes=views,
+            nodepools=run.nodepools,
+            instance_types=list(run.catalogue.values()),
+            nodeclasses=list(run.nodeclasses.values()),
+            pending_pods=waiting,
+            pdbs=run.pdbs,
+            daemonsets=run.daemonsets,
+            volume_requirements=run.volume_requirements(),
+            nodepool_instance_types=run.pool_types(),
+        ),
         now=now,
-        nodes=views,
-        nodepools=run.nodepools,
-        instance_types=list(run.catalogue.values()),
-        nodeclasses=list(run.nodeclasses.values()),
-        pending_pods=waiting,
-        pdbs=run.pdbs,
-        daemonsets=run.daemonsets,
         deleting=going,
         settings=run.settings,
-        volume_requirements=run.volume_requirements(),
-        nodepool_instance_types=run.pool_types(),
         cluster_state=state,
         consolidated=consolidated.current(now=now) if consolidated is not None else "",
     )
