@@ -11,7 +11,7 @@ import boto3
 import yaml
 from ec2_support import CLUSTER, REGION
 
-from nodesmith.adapters.aws.launch_template import LaunchTemplates, LaunchTemplateSpec, render_user_data
+from nodesmith.adapters.aws.launch_template import LaunchTemplates, LaunchTemplateSpec, NodeadmCluster, render_user_data
 from nodesmith.core.model import Taint
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nfake\n").decode()
@@ -30,10 +30,6 @@ def node_config(user_data: str) -> dict[str, Any]:
 
 def render(**overrides: Any) -> str:
     args: dict[str, Any] = {
-        "cluster_name": CLUSTER,
-        "cluster_endpoint": "https://ABC.gr7.us-east-1.eks.amazonaws.com",
-        "cluster_ca": CA,
-        "cluster_cidr": "172.20.0.0/16",
         "labels": {
             "karpenter.sh/nodepool": "default",
             "karpenter.sh/capacity-type": "spot",
@@ -44,7 +40,10 @@ def render(**overrides: Any) -> str:
         "taints": (Taint(key="dedicated", value="gpu", effect="NoSchedule"), Taint(key="startup", effect="NoExecute")),
     }
     args.update(overrides)
-    return render_user_data(**args)
+    cluster = NodeadmCluster(
+        name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca=CA, cidr="172.20.0.0/16"
+    )
+    return render_user_data(cluster, **args)
 
 
 def test_node_config_names_the_cluster_and_registers_labels_and_taints() -> None:

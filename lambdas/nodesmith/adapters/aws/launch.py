@@ -27,7 +27,7 @@ from nodesmith.adapters.aws.fleet import (
     read_create_fleet_response,
 )
 from nodesmith.adapters.aws.instances import NODECLASS_TAG, NODEPOOL_TAG
-from nodesmith.adapters.aws.launch_template import LaunchTemplateSpec, render_user_data
+from nodesmith.adapters.aws.launch_template import LaunchTemplateSpec, NodeadmCluster, render_user_data
 from nodesmith.adapters.aws.nodeclass import field_value
 from nodesmith.adapters.aws.tags import launch_tags, static_tags
 from nodesmith.core.capacityreservations import (
@@ -273,10 +273,12 @@ class FleetLauncher:
             labels[LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE] = "false"
         kubelet = field_value(resolved.spec, "kubelet") or {}
         user_data = render_user_data(
-            cluster_name=cluster,
-            cluster_endpoint=self._bootstrap.cluster_endpoint,
-            cluster_ca=self._bootstrap.cluster_ca,
-            cluster_cidr=self._bootstrap.cluster_cidr(),
+            NodeadmCluster(
+                name=cluster,
+                endpoint=self._bootstrap.cluster_endpoint,
+                ca=self._bootstrap.cluster_ca,
+                cidr=self._bootstrap.cluster_cidr(),
+            ),
             labels=labels,
             taints=(*request.taints, *request.startup_taints),
             kubelet=kubelet,

@@ -40,6 +40,7 @@ __all__ = [
     "BOUNDARY",
     "LaunchTemplateSpec",
     "LaunchTemplates",
+    "NodeadmCluster",
     "launch_template_data",
     "launch_template_name",
     "node_labels",
@@ -107,12 +108,25 @@ def _custom_parts(user_data: str) -> list[tuple[str, str]]:
     return [(SHELL_CONTENT_TYPE, user_data)]
 
 
+@dataclass(frozen=True, slots=True)
+class NodeadmCluster:
+    """The ``spec.cluster`` of a nodeadm ``NodeConfig``: what a node needs to join the EKS cluster.
+
+    ``name`` is the EKS cluster name, ``endpoint`` the API server URL, ``ca`` the base64 CA bundle as EKS
+    DescribeCluster returns it (``certificateAuthority.data``), ``cidr`` the service IPv4 CIDR
+    (``kubernetesNetworkConfig.serviceIpv4Cidr``). Source: ``node.eks.aws/v1alpha1`` ``NodeConfig``
+    (awslabs/amazon-eks-ami nodeadm) and Karpenter ``pkg/providers/amifamily/bootstrap/nodeadm.go``.
+    """
+
+    name: str
+    endpoint: str
+    ca: str
+    cidr: str
+
+
 def render_user_data(
+    cluster: NodeadmCluster,
     *,
-    cluster_name: str,
-    cluster_endpoint: str,
-    cluster_ca: str,
-    cluster_cidr: str,
     labels: Mapping[str, str],
     taints: Sequence[Taint] = (),
     kubelet: Mapping[str, Any] | None = None,
@@ -121,13 +135,14 @@ def render_user_data(
 ) -> str:
     """AL2023 user data (plain text MIME multi-part, boundary ``//``) for nodeadm.
 
-    ``cluster_ca`` is the base64 CA bundle as EKS DescribeCluster returns it; ``kubelet`` the
-    EC2NodeClass ``spec.kubelet`` in Karpenter JSON; ``max_pods`` the pods capacity to register
-    (overrides ``kubelet.maxPods``). Raises ``ValueError`` when the CA is not base64.
+    ``cluster`` says which cluster the node joins; ``labels`` and ``taints`` are registered by the kubelet;
+    ``kubelet`` is the EC2NodeClass ``spec.kubelet`` in Karpenter JSON; ``max_pods`` the pods capacity to
+    register (overrides ``kubelet.maxPods``); ``custom_user_data`` the EC2NodeClass ``spec.userData``, whose
+    parts come first. Raises ``ValueError`` when ``cluster.ca`` is not base64.
     """
-    if cluster_ca:
+    if cluster.ca:
         try:
-            base64.b64decode(cluster_ca, validate=True)
+            base64.b64decode(cluster.ca, validate=True)
         except ValueError as exc:
             raise ValueError(f"cluster CA bundle is not base64: {exc}") from exc
     # AL2023 passes the EC2NodeClass kubelet map through as is (Karpenter v1.14
@@ -147,10 +162,10 @@ def render_user_data(
         "kind": "NodeConfig",
         "spec": {
             "cluster": {
-                "name": cluster_name,
-                "apiServerEndpoint": cluster_endpoint,
-                "certificateAuthority": cluster_ca,
-                "cidr": cluster_cidr,
+                "name": cluster.name,
+                "apiServerEndpoint": cluster.endpoint,
+                "certificateAuthority": cluster.ca,
+                "cidr": cluster.cidr,
             },
             "kubelet": kubelet_spec,
         },
