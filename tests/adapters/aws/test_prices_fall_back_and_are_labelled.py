@@ -11,7 +11,13 @@ import pytest
 from botocore.stub import ANY, Stubber
 from ec2_support import REGION, SHARED_PRICES
 
-from nodesmith.adapters.aws.pricing import PriceTableError, PricingProvider, estimate_on_demand, load_price_table
+from nodesmith.adapters.aws.pricing import (
+    PriceRefresh,
+    PriceTableError,
+    PricingProvider,
+    estimate_on_demand,
+    load_price_table,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -111,6 +117,14 @@ def test_without_table_or_api_prices_are_estimates_and_say_so() -> None:
     assert price.source == "estimate"
     assert price.usd_per_hour == estimate_on_demand(M5)
     assert 0.05 < price.usd_per_hour < 0.2  # same order as the 0.096 list price
+
+
+def test_the_assumed_spot_discount_is_a_setting() -> None:
+    refresh = PriceRefresh(spot_discount_estimate=0.5)
+    prices = PricingProvider(ec2=offline_client("ec2"), region=REGION, pricing=None, refresh=refresh)
+    spot = prices.spot(instance_type="m5.large", zone="us-east-1a", info=M5)
+    assert (spot.estimated, spot.source) == (True, "estimate")
+    assert spot.usd_per_hour == pytest.approx(estimate_on_demand(M5) * 0.5)
 
 
 def test_a_table_for_another_region_prices_but_is_marked_estimated(tmp_path: Path) -> None:

@@ -18,10 +18,10 @@ Spot, first that knows the (type, zone) wins:
    AWS cannot be given spot prices, so the simulator writes them here;
 2. ``DescribeSpotPriceHistory`` (Linux/UNIX, latest price per type x zone), ignoring prices under
    1 % of on-demand (the embedded AWS answers a 0.00001 placeholder for everything);
-3. on-demand x ``(1 - spot_discount_estimate)``, marked estimated.
+3. on-demand x ``(1 - PriceRefresh.spot_discount_estimate)``, marked estimated.
 
 Failures of either API are logged and fall back (the embedded AWS has no Pricing API at all); a
-failed API is not asked again for ``retry_after_seconds``.
+failed API is not asked again for ``PriceRefresh.retry_after_seconds``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SPOT_DISCOUNT_ESTIMATE",
     "Price",
+    "PriceRefresh",
     "PriceTable",
     "PriceTableError",
     "PricingProvider",
@@ -152,12 +153,29 @@ def estimate_on_demand(info: Mapping[str, Any]) -> float:
     return round(base + _PER_GPU_GIB * gpu_gib + _PER_NEURON_DEVICE * neuron, 6)
 
 
+@dataclass(frozen=True, slots=True)
+class PriceRefresh:
+    """How long :class:`PricingProvider` keeps prices and what it assumes without a spot price.
+
+    ``on_demand_ttl_seconds``: the Pricing API's on-demand prices are kept this long (12 h, as Karpenter's
+    pricing controller refreshes them). ``spot_ttl_seconds``: spot price history is kept this long (5 min).
+    ``retry_after_seconds``: after a failed Pricing API or spot history call, wait this long before asking
+    again (spot: at most ``spot_ttl_seconds``). ``spot_discount_estimate``: the fraction off on-demand assumed
+    for a spot offering with no known price (0.65: spot = on-demand x 0.35), labelled estimated.
+    """
+
+    spot_discount_estimate: float = DEFAULT_SPOT_DISCOUNT_ESTIMATE
+    on_demand_ttl_seconds: float = 12 * 3600.0
+    spot_ttl_seconds: float = 300.0
+    retry_after_seconds: float = 600.0
+
+
 class PricingProvider:
     """On-demand and spot prices for one region, cached per process.
 
     ``ec2`` is a boto3 EC2 client (spot history); ``pricing`` a Pricing API client or None to skip
-    the API; ``price_table_path`` the configured table (None: none). Caches: on-demand
-    ``on_demand_ttl_seconds`` (12 h, as Karpenter), spot ``spot_ttl_seconds`` (5 min); ``clock``
+    the API; ``price_table_path`` the configured table (None: none). ``refresh`` says how long prices are
+    cached and the spot discount assumed without a spot price (:class:`PriceRefresh`); ``clock``
     returns seconds (monotonic).
 
     Raises ``PriceTableError`` at construction when a configured table cannot be read.
@@ -170,10 +188,7 @@ class PricingProvider:
         region: str,
         pricing: Any | None = None,
         price_table_path: str | Path | None = None,
-        spot_discount_estimate: float = DEFAULT_SPOT_DISCOUNT_ESTIMATE,
-        on_demand_ttl_seconds: float = 12 * 3600.0,
-        spot_ttl_seconds: float = 300.0,
-        retry_after_seconds: float = 600.0,
+        refresh: PriceRefresh | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ec2 = ec2
@@ -187,10 +202,11 @@ class PricingProvider:
                 self._table.region,
                 region,
             )
-        self._spot_ratio = 1.0 - spot_discount_estimate
-        self._on_demand_ttl = on_demand_ttl_seconds
-        self._spot_ttl = spot_ttl_seconds
-        self._retry_after = retry_after_seconds
+        refresh = refresh or PriceRefresh()
+        self._spot_ratio = 1.0 - refresh.spot_discount_estimate
+        self._on_demand_ttl = refresh.on_demand_ttl_seconds
+        self._spot_ttl = refresh.spot_ttl_seconds
+        self._retry_after = refresh.retry_after_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._api_prices: dict[str, float] = {}
