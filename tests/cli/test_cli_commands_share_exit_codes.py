@@ -13,6 +13,7 @@ from nodesmith.cli.exits import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, StepFaile
 from nodesmith.cli.explain import run_explain
 from nodesmith.cli.playground import run_interrupt
 from nodesmith.cli.simulate import run_simulate
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,10 +46,8 @@ def test_each_command_answers_a_missing_manifest_with_exit_2(
 ) -> None:
     missing = [tmp_path / "missing.yaml"]
     codes = {
-        "simulate": run_simulate(files=missing, region="us-east-1", price_table=None, output="table", use_aws=False),
-        "disrupt": run_simulate_disrupt(
-            files=missing, region="us-east-1", price_table=None, output="table", use_aws=False
-        ),
+        "simulate": run_simulate(files=missing, source=CatalogueSource(region="us-east-1"), output="table"),
+        "disrupt": run_simulate_disrupt(files=missing, source=CatalogueSource(region="us-east-1"), output="table"),
         "explain": run_explain(
             pod="p", files=missing, region="us-east-1", price_table=None, output="table", packing="karpenter"
         ),

@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from nodesmith.cli.disrupt import run_simulate_disrupt
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -100,7 +101,7 @@ def _decide(
 ) -> list[dict[str, object]]:
     nodes = NODE.format(name="anchor", zone="us-east-1a") + NODE.format(name="n1", zone="us-east-1b")
     path = write("cluster.yaml", SNAPSHOT.format(nodes=nodes, volume_zone=zone))
-    code = run_simulate_disrupt(files=[path], now="2026-01-02T00:00:00Z", instance_types=types)
+    code = run_simulate_disrupt(files=[path], now="2026-01-02T00:00:00Z", source=CatalogueSource(instance_types=types))
     assert code == 0
     return json.loads(capsys.readouterr().out)["decisions"]
 

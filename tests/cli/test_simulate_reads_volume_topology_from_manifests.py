@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING
 
 from nodesmith.cli.simulate import run_simulate
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -102,7 +103,7 @@ def test_each_pod_goes_to_the_zone_of_its_volume_or_storage_class(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     path = write("all.yaml", MANIFESTS)
-    assert run_simulate(files=[path], output="json", instance_types=small_catalogue) == 0
+    assert run_simulate(files=[path], output="json", source=CatalogueSource(instance_types=small_catalogue)) == 0
     out = json.loads(capsys.readouterr().out)
     zone_of = {pod: nc["zone"] for nc in out["nodeclaims"] for pod in nc["pods"]}
     assert zone_of["db/bound"] == "us-east-1a"  # the bound volume's node affinity wins over its class

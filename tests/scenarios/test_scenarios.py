@@ -57,6 +57,7 @@ import yaml
 
 from nodesmith.adapters.manifests import load_manifests
 from nodesmith.cli.simulate import load_catalogue, run_simulate
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 from nodesmith.core.model import InstanceType
 
 HERE = Path(__file__).resolve().parent
@@ -93,13 +94,14 @@ def _simulate(scenario: Path, instance_types: Sequence[InstanceType], capsys: py
     files = sorted(p for p in scenario.glob("*.yaml") if p.name != "expect.yaml")
     code = run_simulate(
         files=files,
-        region=REGION,
-        price_table=PRICE_TABLE,
+        source=CatalogueSource(
+            region=REGION,
+            price_table=PRICE_TABLE,
+            # The shared catalogue has Karpenter's default node settings; a scenario whose node class
+            # changes capacity gets the catalogue simulate builds for it (from the on-disk cache).
+            instance_types=None if _shapes_capacity(files) else instance_types,
+        ),
         output="json",
-        use_aws=False,
-        # The shared catalogue has Karpenter's default node settings; a scenario whose node class
-        # changes capacity gets the catalogue simulate builds for it (from the on-disk cache).
-        instance_types=None if _shapes_capacity(files) else instance_types,
         capacity_reservations=reservations if (reservations := scenario / RESERVATIONS).is_file() else None,
     )
     captured = capsys.readouterr()

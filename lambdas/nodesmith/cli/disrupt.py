@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from nodesmith.cli.exits import EXIT_OK, BadInput, StepFailed, check_choice, check_manifests, report
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 from nodesmith.core.errors import ManifestError
 
 if TYPE_CHECKING:
@@ -69,38 +70,37 @@ def _err(message: str) -> None:
 def run_simulate_disrupt(
     *,
     files: Sequence[Path],
-    price_table: Path | None = None,
-    region: str = "us-east-1",
+    source: CatalogueSource | None = None,
     output: str = "json",
     now: float | str | None = None,
-    use_aws: bool = False,
     min_savings_per_hour: float = 0.0,
     policy: str = "karpenter",
-    instance_types: Sequence[InstanceType] | None = None,
 ) -> int:
     """Print the disruption decisions for the manifests in ``files``; returns the exit code (0, 1 or 2).
 
-    ``price_table``: JSON price table (``$NODESMITH_PRICE_TABLE`` when None). ``output``: ``json``
-    or ``table``. ``now``: when the decisions are taken, epoch seconds or RFC 3339
-    (``2025-10-09T08:00:00Z``); default the current time — pass the snapshot's time to replay an
-    old snapshot, or expireAfter will judge its nodes by today's clock.
-    ``use_aws``: read the catalogue from real AWS. ``min_savings_per_hour``: consolidation must save
-    at least this (USD/hour). ``policy``: the consolidation policy, ``karpenter`` (default, Karpenter's
-    multi- and single-node consolidation) or ``nodesmith`` (:mod:`nodesmith.core.disruption.repack`).
-    ``instance_types`` skips the catalogue step (tests).
+    ``source``: where the priced catalogue comes from (:class:`~nodesmith.cli.simulate_catalogue.CatalogueSource`;
+    None: the embedded AWS in us-east-1). ``output``: ``json`` or ``table``. ``now``: when the decisions are
+    taken, epoch seconds or RFC 3339 (``2025-10-09T08:00:00Z``); default the current time — pass the snapshot's
+    time to replay an old snapshot, or expireAfter will judge its nodes by today's clock.
+    ``min_savings_per_hour``: consolidation must save at least this (USD/hour). ``policy``: the consolidation
+    policy, ``karpenter`` (default, Karpenter's multi- and single-node consolidation) or ``nodesmith``
+    (:mod:`nodesmith.core.disruption.repack`).
     """
     from nodesmith.cli import simulate
 
-    table = price_table if price_table is not None else simulate._env_price_table()
+    source = source or CatalogueSource()
+    table = source.price_table if source.price_table is not None else simulate._env_price_table()
     try:
         _check_arguments(files=files, output=output, price_table=table, policy=policy)
         with contextlib.redirect_stdout(sys.stderr):  # only the result may reach stdout
             bundle = _load(files)
             per_pool: dict[str, list[InstanceType]] = {}
-            if instance_types is None:
-                catalogue, per_pool = _catalogue(bundle, region=region, price_table=table, use_aws=use_aws)
+            if source.instance_types is None:
+                catalogue, per_pool = _catalogue(
+                    bundle, region=source.region, price_table=table, use_aws=source.use_aws
+                )
             else:
-                catalogue = list(instance_types)
+                catalogue = list(source.instance_types)
             overlaid, _ = simulate.overlay_nodepool_catalogues(bundle, catalogue, per_pool)
             at = _when(now)
             plan = _plan(

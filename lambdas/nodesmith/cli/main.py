@@ -70,19 +70,15 @@ def simulate(
     With ``--disrupt``, print the disruption decisions (expiration, emptiness, drift, consolidation)
     Nodesmith would take on the cluster snapshot the manifests describe.
     """
+    from nodesmith.cli.simulate_catalogue import CatalogueSource
+
+    source = CatalogueSource(region=region, price_table=price_table, use_aws=use_aws)
     if disrupt:
         from nodesmith.cli.disrupt import run_simulate_disrupt
 
         raise typer.Exit(
             run_simulate_disrupt(
-                files=files,
-                region=region,
-                price_table=price_table,
-                output=output,
-                use_aws=use_aws,
-                now=now,
-                min_savings_per_hour=min_savings,
-                policy=policy,
+                files=files, source=source, output=output, now=now, min_savings_per_hour=min_savings, policy=policy
             )
         )
     from nodesmith.cli.simulate import run_simulate
@@ -90,10 +86,8 @@ def simulate(
     raise typer.Exit(
         run_simulate(
             files=files,
-            region=region,
-            price_table=price_table,
+            source=source,
             output=output,
-            use_aws=use_aws,
             packing=packing,
             capacity_reservations=capacity_reservations,
         )

@@ -53,6 +53,7 @@ from nodesmith.cli.exits import EXIT_OK, BadInput, StepFailed, check_choice, che
 from nodesmith.cli.simulate_catalogue import (
     CACHED_OPERATIONS,
     PRICE_TABLE_ENV,
+    CatalogueSource,
     catalogue_cache_path,
     load_catalogue,
 )
@@ -98,29 +99,26 @@ def _err(message: str) -> None:
 def run_simulate(
     *,
     files: Sequence[Path],
-    region: str = "us-east-1",
-    price_table: Path | None = None,
+    source: CatalogueSource | None = None,
     output: str = "table",
-    use_aws: bool = False,
-    instance_types: Sequence[InstanceType] | None = None,
     packing: str = "karpenter",
     capacity_reservations: Path | None = None,
 ) -> int:
     """Run the simulation and print the plan; returns the process exit code (0, 1 or 2).
 
-    ``files`` are manifest files (multi-document YAML); ``price_table`` a JSON price table
-    (``$NODESMITH_PRICE_TABLE`` when None); ``output`` ``json`` or ``table``; ``use_aws`` reads
-    the catalogue from real AWS. ``instance_types`` skips the catalogue step (tests share one
-    catalogue across many runs). ``packing``: ``karpenter`` (default: Karpenter's own grouping,
-    what the Karpenter-semantics scenarios expect) or ``nodesmith`` (cost-aware re-packing, the
-    reconcile Lambda's default; :mod:`nodesmith.core.scheduling.repack`). Pods that cannot be
-    placed are part of the plan, not an error. ``capacity_reservations`` is a saved DescribeCapacityReservations
-    answer (see the module docstring).
+    ``files`` are manifest files (multi-document YAML); ``source`` where the priced catalogue comes from
+    (:class:`~nodesmith.cli.simulate_catalogue.CatalogueSource`; None: the embedded AWS in us-east-1, priced by
+    ``$NODESMITH_PRICE_TABLE`` when set); ``output`` ``json`` or ``table``. ``packing``: ``karpenter``
+    (default: Karpenter's own grouping, what the Karpenter-semantics scenarios expect) or ``nodesmith``
+    (cost-aware re-packing, the reconcile Lambda's default; :mod:`nodesmith.core.scheduling.repack`). Pods that
+    cannot be placed are part of the plan, not an error. ``capacity_reservations`` is a saved
+    DescribeCapacityReservations answer (see the module docstring).
     """
     from nodesmith.core.scheduling.types import PACKING_POLICIES
 
     out = sys.stdout
-    table = price_table if price_table is not None else _env_price_table()
+    source = source or CatalogueSource()
+    table = source.price_table if source.price_table is not None else _env_price_table()
     try:
         _check_arguments(files=files, output=output, price_table=table)
         if packing not in PACKING_POLICIES:
@@ -129,10 +127,10 @@ def run_simulate(
         with contextlib.redirect_stdout(sys.stderr):
             result, overlays, static = _plan(
                 files=files,
-                region=region,
+                region=source.region,
                 price_table=table,
-                use_aws=use_aws,
-                instance_types=instance_types,
+                use_aws=source.use_aws,
+                instance_types=source.instance_types,
                 packing=packing,
                 capacity_reservations=capacity_reservations,
             )

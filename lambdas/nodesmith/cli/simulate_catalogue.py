@@ -26,13 +26,14 @@ import json
 import logging
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.cli.exits import BadInput
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterator, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.model import InstanceType
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CACHED_OPERATIONS",
     "PRICE_TABLE_ENV",
+    "CatalogueSource",
     "catalogue_cache_path",
     "load_catalogue",
 ]
@@ -53,6 +55,22 @@ CACHED_OPERATIONS = frozenset({"DescribeInstanceTypes", "DescribeInstanceTypeOff
 """Embedded-AWS (moto) operations whose answers are static per moto version and region, hence cached on disk."""
 
 _CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogueSource:
+    """Where ``nodesmith simulate`` (and ``simulate --disrupt``) read the priced instance catalogue from.
+
+    ``region``: the AWS region of the catalogue. ``price_table``: a JSON price table (on-demand USD per hour
+    per instance type; None: ``$NODESMITH_PRICE_TABLE``, else the Pricing API with real AWS or labelled
+    estimates). ``use_aws``: read the catalogue from real AWS, not the embedded one. ``instance_types``: a
+    catalogue already built, used as is instead of loading one (tests share one across many runs).
+    """
+
+    region: str = "us-east-1"
+    price_table: Path | None = None
+    use_aws: bool = False
+    instance_types: Sequence[InstanceType] | None = None
 
 
 def load_catalogue(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from disruption_factories import NOW, catalogue
 
 from nodesmith.cli.disrupt import run_simulate_disrupt
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -74,7 +75,9 @@ OTHER_POOL = RESERVED_PRICE.replace(
 def decide(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> dict[str, object]:
     path = tmp_path / "cluster.yaml"
     path.write_text(textwrap.dedent(text))
-    code = run_simulate_disrupt(files=[path], output="json", now=NOW, instance_types=catalogue())
+    code = run_simulate_disrupt(
+        files=[path], output="json", now=NOW, source=CatalogueSource(instance_types=catalogue())
+    )
     out = capsys.readouterr().out
     assert code == 0
     body: dict[str, object] = json.loads(out)

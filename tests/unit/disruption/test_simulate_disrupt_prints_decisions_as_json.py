@@ -11,6 +11,7 @@ import pytest
 from disruption_factories import NOW, catalogue
 
 from nodesmith.cli.disrupt import run_simulate_disrupt
+from nodesmith.cli.simulate_catalogue import CatalogueSource
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -91,7 +92,9 @@ def snapshot(tmp_path: Path) -> Path:
 
 
 def run(capsys: pytest.CaptureFixture[str], *files: Path, output: str = "json") -> tuple[int, str, str]:
-    code = run_simulate_disrupt(files=list(files), output=output, now=NOW, instance_types=catalogue())
+    code = run_simulate_disrupt(
+        files=list(files), output=output, now=NOW, source=CatalogueSource(instance_types=catalogue())
+    )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -166,11 +169,18 @@ def test_now_may_be_given_as_rfc3339_to_replay_an_old_snapshot(
     path = tmp_path / "old.yaml"
     path.write_text("---\n".join([docs[0], docs[1], aged, docs[5]]))
     at_capture = run_simulate_disrupt(
-        files=[path], output="json", now="2025-01-20T00:00:00Z", instance_types=catalogue()
+        files=[path], output="json", now="2025-01-20T00:00:00Z", source=CatalogueSource(instance_types=catalogue())
     )
     body = json.loads(capsys.readouterr().out)
     assert at_capture == 0 and all(d["method"] != "expiration" for d in body["decisions"])
-    today = run_simulate_disrupt(files=[path], output="json", now="2025-03-01T00:00:00Z", instance_types=catalogue())
+    today = run_simulate_disrupt(
+        files=[path], output="json", now="2025-03-01T00:00:00Z", source=CatalogueSource(instance_types=catalogue())
+    )
     body = json.loads(capsys.readouterr().out)
     assert today == 0 and body["decisions"][0]["method"] == "expiration", "720h after creation"
-    assert run_simulate_disrupt(files=[path], output="json", now="yesterday", instance_types=catalogue()) == 2
+    assert (
+        run_simulate_disrupt(
+            files=[path], output="json", now="yesterday", source=CatalogueSource(instance_types=catalogue())
+        )
+        == 2
+    )
