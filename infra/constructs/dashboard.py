@@ -1,4 +1,4 @@
-"""The Nodesmith CloudWatch dashboard and alarms.
+"""The Nodesmith CloudWatch dashboard, and the construct that puts it and the controller's alarms together.
 
 The dashboard reads top to bottom the way a platform engineer asks questions: what does the
 cluster cost and is anything waiting (capacity and cost), are nodes coming up (provisioning), are
@@ -23,6 +23,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.constructs.alarms import controller_alarms
 from infra.constructs.metric_queries import (
     PERIOD,
     SERVICE_DIMENSION,
@@ -34,7 +35,7 @@ from infra.constructs.metric_queries import (
 from infra.metric_names import BREAKDOWNS, Dimension, MetricName
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
 
 __all__ = ["SERVICE_DIMENSION", "NodesmithMonitoring", "insights_query", "search_each", "search_total"]
 
@@ -160,9 +161,9 @@ class NodesmithMonitoring(Construct):
     ``extra_alarms``
         Alarms defined elsewhere (the DLQ alarms) to show in the alarm status widget.
 
-    Alarms (the stack sends their alarm and OK actions to the optional SNS topic): oldest pending
-    pod older than the threshold, reconcile errors, launch failures rate, drains that missed their
-    deadline, and errors of each function; the dead-letter queue alarms live with
+    Alarms (:func:`~infra.constructs.alarms.controller_alarms`; the stack sends their alarm and OK actions to the
+    optional SNS topic): oldest pending pod older than the threshold, reconcile errors, launch failures rate, drains
+    that missed their deadline, and errors of each function; the dead-letter queue alarms live with
     their queues (:class:`~infra.constructs.interruption.Interruption`,
     :class:`~infra.constructs.termination.Termination`).
 
@@ -190,7 +191,7 @@ class NodesmithMonitoring(Construct):
             "interruption": interruption_function,
             "termination": termination_function,
         }
-        self.alarms = self._alarms(functions=functions, pending_pod_age_threshold=pending_pod_age_threshold)
+        self.alarms = controller_alarms(self, functions=functions, pending_pod_age_threshold=pending_pod_age_threshold)
         threshold_line = cloudwatch.HorizontalAnnotation(
             value=pending_pod_age_threshold.to_seconds(), label="alarm threshold"
         )
@@ -407,100 +408,3 @@ class NodesmithMonitoring(Construct):
                 height=_GRAPH_HEIGHT,
             ),
         )
-
-    def _alarm(
-        self,
-        construct_id: str,
-        *,
-        description: str,
-        metric: cloudwatch.IMetric,
-        threshold: float,
-        periods: tuple[int, int],
-        comparison: cloudwatch.ComparisonOperator = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-    ) -> cloudwatch.Alarm:
-        """An alarm that treats missing data as not breaching; ``periods`` is (datapoints to alarm, out of)."""
-        datapoints, evaluation_periods = periods
-        return cloudwatch.Alarm(
-            self,
-            construct_id,
-            alarm_description=description,
-            metric=metric,
-            threshold=threshold,
-            comparison_operator=comparison,
-            evaluation_periods=evaluation_periods,
-            datapoints_to_alarm=datapoints,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-        )
-
-    def _alarms(
-        self, *, functions: Mapping[str, lambda_.IFunction], pending_pod_age_threshold: Duration
-    ) -> list[cloudwatch.Alarm]:
-        """Create the alarms (:data:`_ALARM_DESCRIPTIONS` says what each means and where to look first).
-
-        ``functions`` maps ``reconcile``, ``interruption`` and ``termination`` to their Lambdas.
-        """
-        age = pending_pod_age_threshold.to_seconds()
-        five_minutes = Duration.minutes(5)
-        above = cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
-        at_least = cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD
-
-        def errors(name: str) -> cloudwatch.IMetric:
-            return functions[name].metric_errors(period=_PERIOD, statistic="Sum")
-
-        # construct id, metric, threshold, (datapoints to alarm, out of periods), comparison
-        rows: list[tuple[str, cloudwatch.IMetric, float, tuple[int, int], cloudwatch.ComparisonOperator]] = [
-            ("OldestPendingPodAge", insights_query(M.OLDEST_PENDING_POD_AGE_SECONDS, function="MAX", period=_PERIOD),
-             age, (2, 2), above),
-            ("ReconcileErrors", insights_query(M.RECONCILE_ERRORS, function="SUM", period=_PERIOD),
-             1, (3, 5), at_least),
-            ("LaunchFailures", insights_query(M.LAUNCH_FAILURES, function="SUM", period=five_minutes),
-             5, (2, 3), at_least),
-            ("DrainsMissedDeadline", insights_query(M.DRAINS_MISSED_DEADLINE, function="SUM", period=five_minutes),
-             1, (1, 1), at_least),
-            ("ReconcileFunctionErrors", errors("reconcile"), 1, (3, 5), at_least),
-            ("InterruptionFunctionErrors", errors("interruption"), 1, (2, 3), at_least),
-            ("TerminationFunctionErrors", errors("termination"), 1, (2, 3), at_least),
-        ]  # fmt: skip
-        return [
-            self._alarm(
-                construct_id,
-                description=_ALARM_DESCRIPTIONS[construct_id].format(age=int(age)),
-                metric=metric,
-                threshold=threshold,
-                periods=periods,
-                comparison=comparison,
-            )
-            for construct_id, metric, threshold, periods, comparison in rows
-        ]
-
-
-_ALARM_DESCRIPTIONS = {
-    "OldestPendingPodAge": (
-        "A pod has waited more than {age} s for capacity. "
-        "Check LaunchFailures, NodePool limits and requirements, and the reconcile logs."
-    ),
-    "ReconcileErrors": (
-        "Reconcile passes are failing in 3 of the last 5 minutes: provisioning and disruption may "
-        "have stopped. Check the reconcile function's logs and traces."
-    ),
-    "LaunchFailures": (
-        "At least 5 launches failed in each of two 5-minute windows out of three: capacity errors "
-        "across many offerings, quotas, or IAM/launch-template problems. Check the reasons in logs."
-    ),
-    "DrainsMissedDeadline": (
-        "A drain did not finish before its deadline (a spot interruption's two-minute notice, or the "
-        "NodeClaim's terminationGracePeriod): its last pods were deleted past their PodDisruptionBudgets and "
-        "the instance terminated. Check PodsBlockedByPDB, long terminationGracePeriodSeconds, do-not-disrupt "
-        "pods, InterruptionQueueAgeSeconds and the termination queue's backlog."
-    ),
-    "ReconcileFunctionErrors": "The reconcile Lambda raised (or timed out) in 3 of the last 5 minutes.",
-    "InterruptionFunctionErrors": (
-        "The interruption Lambda failed whole batches in 2 of the last 3 minutes; messages are "
-        "retried, then dead-lettered."
-    ),
-    "TerminationFunctionErrors": (
-        "The termination Lambda failed whole invocations (errors or timeouts) in 2 of the last 3 minutes: "
-        "drains are not progressing. Requests are retried, then dead-lettered; check its logs and traces."
-    ),
-}
-"""What each alarm means and where to look first (``{age}``: the pending-pod threshold in seconds)."""
