@@ -1,8 +1,8 @@
 """Shared fixtures for the infra tests: one synthesized stack without an alarm topic.
 
 Synthesis goes through jsii and takes seconds, so modules that only read the template share this
-session-scoped one (they are in the ``infra-synth`` xdist group, hence on one worker).
-``test_stack.py`` synthesizes its own, with a topic and a cluster-specific context.
+session-scoped one (they are in the ``infra-synth`` xdist group, hence on one worker). The
+``test_stack_*`` modules share ``synth``, one synthesis with a topic and a cluster-specific context.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from stack_synth import Synth
 
 REPO = Path(__file__).resolve().parents[2]
 PENDING_POD_AGE_ALARM_SECONDS = 600
@@ -35,3 +36,9 @@ def template_without_topic() -> dict[str, Any]:
     app = cdk.App(context=context)
     stack = NodesmithStack(app, "NodesmithStack", config=NodesmithConfig.from_context(app.node.try_get_context))
     return dict(Template.from_stack(stack).to_json())
+
+
+@pytest.fixture(scope="session")
+def synth() -> Synth:
+    """The stack synthesized with a cluster-specific context and an alarm topic (:class:`stack_synth.Synth`)."""
+    return Synth()
