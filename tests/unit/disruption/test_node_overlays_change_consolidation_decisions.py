@@ -7,40 +7,16 @@ import json
 import textwrap
 from typing import TYPE_CHECKING
 
-from disruption_factories import NOW, catalogue
-
-from nodesmith.cli.disrupt import run_simulate_disrupt
-from nodesmith.cli.simulate_catalogue import CatalogueSource
+from simulate_disrupt_support import ON_DEMAND_POOL, simulate_disrupt
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import pytest
 
-SNAPSHOT = """\
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      requirements:
-        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
-  disruption:
-    consolidateAfter: 30s
-    budgets: [{nodes: "100%"}]
----
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole
-  amiFamily: AL2023
-  amiSelectorTerms: [{id: ami-0new0000000000001}]
-  subnetSelectorTerms: [{id: subnet-0aaa}]
-  securityGroupSelectorTerms: [{id: sg-0aaa}]
----
+SNAPSHOT = (
+    ON_DEMAND_POOL
+    + """\
 apiVersion: v1
 kind: Node
 metadata:
@@ -55,6 +31,7 @@ spec:
   nodeName: big
   containers: [{name: app, image: nginx, resources: {requests: {cpu: 500m, memory: 1Gi}}}]
 """
+)
 
 RESERVED_PRICE = """\
 ---
@@ -75,10 +52,7 @@ OTHER_POOL = RESERVED_PRICE.replace(
 def decide(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> dict[str, object]:
     path = tmp_path / "cluster.yaml"
     path.write_text(textwrap.dedent(text))
-    code = run_simulate_disrupt(
-        files=[path], output="json", now=NOW, source=CatalogueSource(instance_types=catalogue())
-    )
-    out = capsys.readouterr().out
+    code, out, _ = simulate_disrupt(capsys, path)
     assert code == 0
     body: dict[str, object] = json.loads(out)
     return body

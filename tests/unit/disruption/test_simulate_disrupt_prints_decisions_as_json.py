@@ -8,38 +8,14 @@ import textwrap
 from typing import TYPE_CHECKING
 
 import pytest
-from disruption_factories import NOW, catalogue
-
-from nodesmith.cli.disrupt import run_simulate_disrupt
-from nodesmith.cli.simulate_catalogue import CatalogueSource
+from simulate_disrupt_support import ON_DEMAND_POOL, simulate_disrupt
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-SNAPSHOT = """\
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      requirements:
-        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
-  disruption:
-    consolidateAfter: 30s
-    budgets: [{nodes: "100%"}]
----
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole
-  amiFamily: AL2023
-  amiSelectorTerms: [{id: ami-0new0000000000001}]
-  subnetSelectorTerms: [{id: subnet-0aaa}]
-  securityGroupSelectorTerms: [{id: sg-0aaa}]
----
+SNAPSHOT = (
+    ON_DEMAND_POOL
+    + """\
 apiVersion: v1
 kind: Node
 metadata:
@@ -82,6 +58,7 @@ spec:
   minAvailable: 1
   selector: {matchLabels: {app: db}}
 """
+)
 
 
 @pytest.fixture
@@ -91,18 +68,10 @@ def snapshot(tmp_path: Path) -> Path:
     return path
 
 
-def run(capsys: pytest.CaptureFixture[str], *files: Path, output: str = "json") -> tuple[int, str, str]:
-    code = run_simulate_disrupt(
-        files=list(files), output=output, now=NOW, source=CatalogueSource(instance_types=catalogue())
-    )
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def test_snapshot_yields_emptiness_then_consolidation_and_explains_the_guarded_node(
     snapshot: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, snapshot)
+    code, out, _ = simulate_disrupt(capsys, snapshot)
     assert code == 0
     body = json.loads(out)  # exactly one JSON object on stdout
     assert out.count("\n") == 1
@@ -120,7 +89,7 @@ def test_snapshot_yields_emptiness_then_consolidation_and_explains_the_guarded_n
 
 
 def test_table_output_names_methods_and_savings(snapshot: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, snapshot, output="table")
+    code, out, _ = simulate_disrupt(capsys, snapshot, output="table")
     assert code == 0
     assert "1. emptiness: empty" in out and "2. single-node-consolidation: idle" in out
     assert "guarded: [all methods] PodDisruptionBudget shop/db allows 0 disruptions" in out
@@ -131,7 +100,7 @@ def test_invalid_manifest_exits_2_and_prints_nothing_on_stdout(
 ) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: x}\nspec: {template: {spec: {}}}\n")
-    code, out, err = run(capsys, bad)
+    code, out, err = simulate_disrupt(capsys, bad)
     assert code == 2 and out == ""
     assert "bad.yaml" in err
 
@@ -139,8 +108,8 @@ def test_invalid_manifest_exits_2_and_prints_nothing_on_stdout(
 def test_unknown_output_and_missing_file_exit_2(
     snapshot: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert run(capsys, snapshot, output="yaml")[0] == 2
-    assert run(capsys, tmp_path / "nope.yaml")[0] == 2
+    assert simulate_disrupt(capsys, snapshot, output="yaml")[0] == 2
+    assert simulate_disrupt(capsys, tmp_path / "nope.yaml")[0] == 2
 
 
 def test_replacement_is_described_with_pool_types_capacity_type_zone_and_price(
@@ -149,7 +118,7 @@ def test_replacement_is_described_with_pool_types_capacity_type_zone_and_price(
     docs = textwrap.dedent(SNAPSHOT).split("---\n")
     only_idle = tmp_path / "idle.yaml"
     only_idle.write_text("---\n".join(docs[i] for i in (0, 1, 3, 5)))  # pool, class, idle node, its pod
-    code, out, _ = run(capsys, only_idle)
+    code, out, _ = simulate_disrupt(capsys, only_idle)
     assert code == 0
     [decision] = json.loads(out)["decisions"]
     assert decision["method"] == "single-node-consolidation" and decision["nodes"] == ["idle"]
@@ -168,19 +137,8 @@ def test_now_may_be_given_as_rfc3339_to_replay_an_old_snapshot(
     aged = docs[3].replace("  name: idle\n", "  name: idle\n  creationTimestamp: '2025-01-01T00:00:00Z'\n")
     path = tmp_path / "old.yaml"
     path.write_text("---\n".join([docs[0], docs[1], aged, docs[5]]))
-    at_capture = run_simulate_disrupt(
-        files=[path], output="json", now="2025-01-20T00:00:00Z", source=CatalogueSource(instance_types=catalogue())
-    )
-    body = json.loads(capsys.readouterr().out)
-    assert at_capture == 0 and all(d["method"] != "expiration" for d in body["decisions"])
-    today = run_simulate_disrupt(
-        files=[path], output="json", now="2025-03-01T00:00:00Z", source=CatalogueSource(instance_types=catalogue())
-    )
-    body = json.loads(capsys.readouterr().out)
-    assert today == 0 and body["decisions"][0]["method"] == "expiration", "720h after creation"
-    assert (
-        run_simulate_disrupt(
-            files=[path], output="json", now="yesterday", source=CatalogueSource(instance_types=catalogue())
-        )
-        == 2
-    )
+    at_capture, out, _ = simulate_disrupt(capsys, path, now="2025-01-20T00:00:00Z")
+    assert at_capture == 0 and all(d["method"] != "expiration" for d in json.loads(out)["decisions"])
+    today, out, _ = simulate_disrupt(capsys, path, now="2025-03-01T00:00:00Z")
+    assert today == 0 and json.loads(out)["decisions"][0]["method"] == "expiration", "720h after creation"
+    assert simulate_disrupt(capsys, path, now="yesterday")[0] == 2
