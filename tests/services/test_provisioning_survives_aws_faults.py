@@ -15,6 +15,7 @@ service tests; every EC2 call goes over HTTP to moto through the fault layer, wi
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
@@ -33,6 +34,8 @@ from nodesmith.sim.aws_faults import FaultPlan, FleetFaults, fault_counts, set_f
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from nodesmith.core.api.nodeclaim import NodeClaim
 
 pytestmark = pytest.mark.slow
 
@@ -80,6 +83,37 @@ def world(
 def run(cluster: FakeCluster, cloud: Ec2CloudProvider, now: float) -> ReconcileOutcome:
     cluster.now = now
     return reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER), now=now)
+
+
+@dataclass(frozen=True)
+class UnseenLaunch:
+    """A pass at ``start`` (epoch seconds) launched ``claim`` while DescribeInstances does not show it yet."""
+
+    cluster: FakeCluster
+    cloud: Ec2CloudProvider
+    start: float
+    claim: NodeClaim
+
+    @property
+    def instance_id(self) -> str:
+        return self.claim.status.provider_id.rsplit("/", 1)[-1]
+
+    def deleted_by_user(self) -> tuple[Ports, TerminationRequest]:
+        """``kubectl delete`` of the NodeClaim (kept by its finalizer), and the termination request that follows."""
+        self.cluster.delete_nodeclaim(name=self.claim.name)
+        request = TerminationRequest(nodeclaim=self.claim.name, instance_id=self.instance_id, reason="Deleted")
+        return Ports(cluster=self.cluster, cloud=self.cloud, cluster_name=CLUSTER), request
+
+
+@pytest.fixture
+def unseen_launch(aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]) -> UnseenLaunch:
+    """One NodeClaim launched by a pass, with EC2's DescribeInstances lagging 600 s behind its launches."""
+    cluster, cloud = world
+    set_faults(aws, FaultPlan(describe_lag_seconds=600))
+    start = time.time()
+    assert run(cluster, cloud, start).nodeclaims_launched == 1
+    [claim] = cluster.nodeclaims.values()
+    return UnseenLaunch(cluster=cluster, cloud=cloud, start=start, claim=claim)
 
 
 def test_a_partial_fleet_launches_on_another_offering_and_marks_the_failed_ones(
@@ -174,16 +208,12 @@ def test_throttles_and_server_errors_on_every_call_leave_the_pass_whole(
 
 
 def test_a_fresh_instance_describe_does_not_see_yet_is_neither_collected_nor_launched_again(
-    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+    aws: embedded_aws.EmbeddedAws, unseen_launch: UnseenLaunch
 ) -> None:
-    cluster, cloud = world
-    set_faults(aws, FaultPlan(describe_lag_seconds=600))
-    start = time.time()
-    first = run(cluster, cloud, start)
-    assert first.nodeclaims_launched == 1
-    [claim] = cluster.nodeclaims.values()
+    cluster, cloud, claim = unseen_launch.cluster, unseen_launch.cloud, unseen_launch.claim
 
-    second = run(cluster, cloud, start + 5)  # within Karpenter's 10 s before an unlisted instance counts as gone
+    # within Karpenter's 10 s before an unlisted instance counts as gone
+    second = run(cluster, cloud, unseen_launch.start + 5)
 
     assert fault_counts(aws).by_kind["describe_hidden"] >= 1  # the pass listed the fleet and did not see it
     assert cluster.nodeclaims.keys() == {claim.name} and cluster.deleted_nodeclaims == []
@@ -193,21 +223,14 @@ def test_a_fresh_instance_describe_does_not_see_yet_is_neither_collected_nor_lau
 
 
 def test_a_termination_right_after_launch_waits_for_ec2_to_describe_the_instance(
-    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+    aws: embedded_aws.EmbeddedAws, unseen_launch: UnseenLaunch
 ) -> None:
-    cluster, cloud = world
-    set_faults(aws, FaultPlan(describe_lag_seconds=600))
-    start = time.time()
-    assert run(cluster, cloud, start).nodeclaims_launched == 1
-    [claim] = cluster.nodeclaims.values()
-    instance_id = claim.status.provider_id.rsplit("/", 1)[-1]
-    cluster.delete_nodeclaim(name=claim.name)  # kept by its finalizer: a user's kubectl delete, moments after launch
-    request = TerminationRequest(nodeclaim=claim.name, instance_id=instance_id, reason="Deleted")
-    ports = Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER)
+    cluster, cloud, claim = unseen_launch.cluster, unseen_launch.cloud, unseen_launch.claim
+    ports, request = unseen_launch.deleted_by_user()  # moments after launch
 
     launched = claim.condition("Launched")
     launched_at = from_rfc3339(launched.last_transition_time if launched is not None else None)
-    assert launched_at is not None and launched_at >= int(start)  # when CreateFleet answered
+    assert launched_at is not None and launched_at >= int(unseen_launch.start)  # when CreateFleet answered
 
     early = run_round(ports=ports, settings=TerminationSettings(), request=request, now=launched_at + 3, attempt=1)
 
@@ -242,39 +265,27 @@ def test_a_launch_that_answers_late_in_its_pass_is_stamped_when_it_answered(
 
 
 def test_a_nodeclaim_whose_instance_ec2_still_does_not_show_goes_with_its_instance(
-    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+    aws: embedded_aws.EmbeddedAws, unseen_launch: UnseenLaunch
 ) -> None:
-    cluster, cloud = world
-    set_faults(aws, FaultPlan(describe_lag_seconds=600))
-    start = time.time()
-    assert run(cluster, cloud, start).nodeclaims_launched == 1
-    [claim] = cluster.nodeclaims.values()
+    cluster, cloud, claim = unseen_launch.cluster, unseen_launch.cloud, unseen_launch.claim
 
-    later = run(cluster, cloud, start + 30)  # past the 10 s wait, and EC2 still answers NotFound
+    later = run(cluster, cloud, unseen_launch.start + 30)  # past the 10 s wait, and EC2 still answers NotFound
 
     assert later.nodeclaims_terminated == 1 and claim.name not in cluster.nodeclaims
     set_faults(aws, None)
-    instance = cloud.get_instance(instance_id=claim.status.provider_id.rsplit("/", 1)[-1])
+    instance = cloud.get_instance(instance_id=unseen_launch.instance_id)
     assert instance is not None and instance.state in {"shutting-down", "terminated"}  # terminated by id, not leaked
 
 
 def test_a_termination_whose_instance_ec2_still_does_not_show_terminates_it_by_id(
-    aws: embedded_aws.EmbeddedAws, world: tuple[FakeCluster, Ec2CloudProvider]
+    aws: embedded_aws.EmbeddedAws, unseen_launch: UnseenLaunch
 ) -> None:
-    cluster, cloud = world
-    set_faults(aws, FaultPlan(describe_lag_seconds=600))
-    start = time.time()
-    assert run(cluster, cloud, start).nodeclaims_launched == 1
-    [claim] = cluster.nodeclaims.values()
-    cluster.delete_nodeclaim(name=claim.name)
-    request = TerminationRequest(
-        nodeclaim=claim.name, instance_id=claim.status.provider_id.rsplit("/", 1)[-1], reason="Deleted"
-    )
-    ports = Ports(cluster=cluster, cloud=cloud, cluster_name=CLUSTER)
+    ports, request = unseen_launch.deleted_by_user()
+    now = unseen_launch.start + 30
 
-    done = run_round(ports=ports, settings=TerminationSettings(), request=request, now=start + 30, attempt=3)
+    done = run_round(ports=ports, settings=TerminationSettings(), request=request, now=now, attempt=3)
 
-    assert done.status is Status.TERMINATED and claim.name not in cluster.nodeclaims
+    assert done.status is Status.TERMINATED and unseen_launch.claim.name not in unseen_launch.cluster.nodeclaims
     set_faults(aws, None)
-    instance = cloud.get_instance(instance_id=request.instance_id)
+    instance = unseen_launch.cloud.get_instance(instance_id=request.instance_id)
     assert instance is not None and instance.state in {"shutting-down", "terminated"}
