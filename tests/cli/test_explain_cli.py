@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from explain_support import DEFAULT_NODECLASS, explain_pod
 
 from nodesmith.cli.explain import run_explain
 
 if TYPE_CHECKING:
     from nodesmith.core.model import InstanceType
 
-MANIFESTS = """\
+MANIFESTS = (
+    """\
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {name: gpu}
@@ -36,15 +38,9 @@ spec:
       requirements:
         - {key: karpenter.k8s.aws/instance-category, operator: In, values: [c]}
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole-test
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
----
+"""
+    + DEFAULT_NODECLASS
+    + """\
 apiVersion: v1
 kind: Pod
 metadata: {name: pinned, namespace: shop}
@@ -75,6 +71,7 @@ metadata: {name: small, namespace: other}
 spec:
   containers: [{name: a, image: x, resources: {requests: {cpu: "1"}}}]
 """
+)
 
 Write = Callable[[str, str], Path]
 
@@ -95,11 +92,8 @@ def catalogue(small_catalogue: list[InstanceType]) -> list[InstanceType]:
 def explain(
     capsys: pytest.CaptureFixture[str], write: Write, catalogue: list[InstanceType], pod: str, *extra: str
 ) -> tuple[int, str, str]:
-    path = write("all.yaml", MANIFESTS)
     output = "json" if "json" in extra else "table"
-    code = run_explain(pod=pod, files=[path], instance_types=catalogue, output=output)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return explain_pod(capsys, write("all.yaml", MANIFESTS), catalogue, pod, output=output)
 
 
 def test_an_unschedulable_pod_gets_one_row_per_nodepool_with_funnel_and_hint(

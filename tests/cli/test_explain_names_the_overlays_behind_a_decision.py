@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from nodesmith.cli.explain import run_explain
+from explain_support import DEFAULT_NODECLASS, explain_pod
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from nodesmith.core.model import InstanceType
 
-POOL = """\
+POOL = (
+    """\
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {name: default}
@@ -28,21 +29,16 @@ spec:
         - {key: kubernetes.io/arch, operator: In, values: [amd64]}
         - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole-test
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
----
+"""
+    + DEFAULT_NODECLASS
+    + """\
 apiVersion: v1
 kind: Pod
 metadata: {name: web, namespace: shop}
 spec:
   containers: [{name: a, image: x, resources: {requests: {cpu: "3", memory: 1Gi}}}]
 """
+)
 
 C5_DEAL = """\
 ---
@@ -68,10 +64,9 @@ spec:
 def explain(
     capsys: pytest.CaptureFixture[str], write: Callable[[str, str], Path], catalogue: list[InstanceType], text: str
 ) -> dict[str, object]:
-    path = write("all.yaml", text)
-    code = run_explain(pod="shop/web", files=[path], instance_types=catalogue, output="json")
+    code, out, _ = explain_pod(capsys, write("all.yaml", text), catalogue, "shop/web", output="json")
     assert code == 0
-    body: dict[str, object] = json.loads(capsys.readouterr().out)
+    body: dict[str, object] = json.loads(out)
     return body
 
 
