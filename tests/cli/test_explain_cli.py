@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from explain_support import DEFAULT_NODECLASS, explain_pod
+from cli_support import DEFAULT_NODECLASS, explain_pod
 
 from nodesmith.cli.explain import run_explain
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from explain_support import DEFAULT_NODECLASS, explain_pod
+from cli_support import DEFAULT_NODECLASS, explain_pod
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from cli_support import DEFAULT_NODECLASS
+
 from nodesmith.cli.simulate import run_simulate
 from nodesmith.cli.simulate_catalogue import CatalogueSource
 
@@ -17,7 +19,8 @@ if TYPE_CHECKING:
 
     from nodesmith.core.model import InstanceType
 
-MANIFESTS = """\
+MANIFESTS = (
+    """\
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata: {name: default}
@@ -27,15 +30,9 @@ spec:
       nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
       requirements: []
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole-test
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: test}}]
----
+"""
+    + DEFAULT_NODECLASS
+    + """\
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata: {name: gp3-b}
@@ -94,6 +91,7 @@ spec:
   containers: [{name: a, image: x, resources: {requests: {cpu: "1"}}}]
   volumes: [{name: gone, persistentVolumeClaim: {claimName: gone}}]
 """
+)
 
 
 def test_each_pod_goes_to_the_zone_of_its_volume_or_storage_class(

@@ -1,5 +1,5 @@
-"""Shared setup of the ``nodesmith explain`` tests: the EC2NodeClass their NodePools reference, and a run of
-:func:`~nodesmith.cli.explain.run_explain` on a given catalogue (no embedded AWS)."""
+"""Shared setup of the CLI tests: the EC2NodeClass their NodePools reference, and a run of ``nodesmith explain``
+(:func:`~nodesmith.cli.explain.run_explain`) on a given catalogue (no embedded AWS)."""
 
 from __future__ import annotations
 
