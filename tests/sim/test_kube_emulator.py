@@ -3,78 +3,13 @@
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
 
 import pytest
+from kube_objects import KARPENTER, names, nodeclaim, pod
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from nodesmith.sim.kube import KubeEmulator, Store
-from nodesmith.sim.kube.errors import ApiError
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-KARPENTER = ("karpenter.sh", "v1")
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def api(kube: KubeEmulator) -> Iterator[client.ApiClient]:
-    api_client = client.ApiClient(client.Configuration(host=kube.endpoint))
-    yield api_client
-    api_client.close()
-
-
-@pytest.fixture
-def v1(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
-
-
-@pytest.fixture
-def custom(api: client.ApiClient) -> client.CustomObjectsApi:
-    return client.CustomObjectsApi(api)
-
-
-def pod(
-    name: str,
-    *,
-    labels: dict[str, str] | None = None,
-    node: str | None = None,
-    phase: str = "Running",
-    owner: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": labels or {}}
-    if owner:
-        meta["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": owner[0], "name": owner[1], "uid": "u", "controller": True}
-        ]
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "pause"}]}
-    if node:
-        spec["nodeName"] = node
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
-
-
-def nodeclaim(name: str, **meta: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {"name": name, **meta},
-        "spec": {
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
-            "requirements": [],
-        },
-        "status": {"providerID": "aws:///us-east-1a/i-1"},
-    }
-
-
-def names(items: list[Any]) -> list[str]:
-    return sorted(i.metadata.name for i in items)
 
 
 def test_create_assigns_identity_and_lists_filter_by_label_and_field_selectors(v1: client.CoreV1Api) -> None:
@@ -192,81 +127,6 @@ def test_watch_from_an_expired_version_is_410() -> None:
         with pytest.raises(ApiException) as err:
             list(watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version="1", timeout_seconds=1))
         assert err.value.status == 410
-
-
-def _evict(v1: client.CoreV1Api, name: str) -> int:
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "default"}}
-    try:
-        v1.create_namespaced_pod_eviction(name, "default", body)
-    except ApiException as exc:
-        return int(exc.status)
-    return 201
-
-
-def test_eviction_honours_pod_disruption_budgets(api: client.ApiClient, v1: client.CoreV1Api) -> None:
-    for i in range(3):
-        v1.create_namespaced_pod("default", pod(f"web-{i}", labels={"app": "web"}, node="n1"))
-    v1.create_namespaced_pod("default", pod("lonely", node="n1"))
-    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
-        "default",
-        {"metadata": {"name": "web"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}},
-    )
-    assert _evict(v1, "lonely") == 201  # no budget selects it
-    assert _evict(v1, "web-0") == 201  # 3 healthy, 2 needed
-    assert _evict(v1, "web-1") == 429  # 2 healthy, 2 needed
-    assert _evict(v1, "web-0") == 404  # already gone
-    assert names(v1.list_namespaced_pod("default").items) == ["web-1", "web-2"]
-    pdb = client.PolicyV1Api(api).read_namespaced_pod_disruption_budget("web", "default")
-    assert (pdb.status.current_healthy, pdb.status.desired_healthy, pdb.status.disruptions_allowed) == (2, 2, 0)
-
-
-def test_eviction_counts_controller_replicas_for_max_unavailable(api: client.ApiClient, v1: client.CoreV1Api) -> None:
-    client.AppsV1Api(api).create_namespaced_replica_set(
-        "default", {"metadata": {"name": "rs"}, "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "w"}}}}
-    )
-    for i in range(4):
-        v1.create_namespaced_pod("default", pod(f"w-{i}", labels={"app": "w"}, owner=("ReplicaSet", "rs")))
-    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
-        "default",
-        {"metadata": {"name": "w"}, "spec": {"maxUnavailable": "25%", "selector": {"matchLabels": {"app": "w"}}}},
-    )
-    assert _evict(v1, "w-0") == 201
-    # Three pods remain but the ReplicaSet still wants four: one is already unavailable.
-    assert _evict(v1, "w-1") == 429
-
-
-def test_pending_and_unready_pods_are_evictable_when_the_budget_is_met(
-    api: client.ApiClient, v1: client.CoreV1Api
-) -> None:
-    v1.create_namespaced_pod("default", pod("ok-0", labels={"app": "x"}))
-    v1.create_namespaced_pod("default", pod("pending", labels={"app": "x"}, phase="Pending"))
-    unready = pod("unready", labels={"app": "x"})
-    unready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    v1.create_namespaced_pod("default", unready)
-    client.PolicyV1Api(api).create_namespaced_pod_disruption_budget(
-        "default", {"metadata": {"name": "x"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "x"}}}}
-    )
-    assert _evict(v1, "ok-0") == 429
-    assert _evict(v1, "pending") == 201
-    assert _evict(v1, "unready") == 201
-
-
-def test_finalizers_delay_deletion_until_removed(custom: client.CustomObjectsApi) -> None:
-    custom.create_cluster_custom_object(
-        *KARPENTER, "nodeclaims", nodeclaim("nc", finalizers=["karpenter.sh/termination"])
-    )
-    custom.delete_cluster_custom_object(*KARPENTER, "nodeclaims", "nc")
-    marked = custom.get_cluster_custom_object(*KARPENTER, "nodeclaims", "nc")
-    assert marked["metadata"]["deletionTimestamp"]
-    with pytest.raises(ApiException) as err:
-        custom.patch_cluster_custom_object(
-            *KARPENTER, "nodeclaims", "nc", {"metadata": {"finalizers": ["karpenter.sh/termination", "other"]}}
-        )
-    assert err.value.status == 422
-    custom.patch_cluster_custom_object(*KARPENTER, "nodeclaims", "nc", {"metadata": {"finalizers": None}})
-    with pytest.raises(ApiException) as gone:
-        custom.get_cluster_custom_object(*KARPENTER, "nodeclaims", "nc")
-    assert gone.value.status == 404
 
 
 def test_custom_resource_status_is_only_written_through_the_status_subresource(custom: client.CustomObjectsApi) -> None:
@@ -393,27 +253,6 @@ def test_token_is_required_when_configured() -> None:
         assert client.CoreV1Api(client.ApiClient(config)).list_node().items == []
 
 
-def test_graceful_pod_deletion_waits_for_the_grace_period() -> None:
-    now = [1_000.0]
-    store = Store(clock=lambda: now[0], graceful_pod_deletion=True)
-    store.create("pods", pod("bound", node="n1"))
-    store.create("pods", pod("quick", node="n1"))
-    store.create("pods", pod("staying", node="n1"))
-    store.delete("pods", "bound", namespace="default", grace_period_seconds=30)
-    store.delete("pods", "quick", namespace="default", grace_period_seconds=10)
-    assert store.get("pods", "bound", namespace="default")["metadata"]["deletionGracePeriodSeconds"] == 30
-    assert store.finish_graceful_deletions() == 0
-    now[0] += 11
-    assert store.finish_graceful_deletions() == 1
-    assert store.find("pods", "quick", namespace="default") is None
-    now[0] += 20
-    assert store.finish_graceful_deletions() == 1
-    assert store.find("pods", "bound", namespace="default") is None
-    now[0] += 3600
-    assert store.finish_graceful_deletions() == 0
-    assert store.find("pods", "staying", namespace="default") is not None
-
-
 def test_scale_subresource_sets_replicas_only(api: client.ApiClient) -> None:
     apps = client.AppsV1Api(api)
     body = {
@@ -447,72 +286,6 @@ def test_pages_cover_every_namespace_in_order(v1: client.CoreV1Api) -> None:
         if not token:
             break
     assert seen == sorted(seen) and len(seen) == 6
-
-
-def test_the_pods_by_node_index_follows_creates_binds_graceful_and_final_deletes() -> None:
-    """``spec.nodeName=X`` lists come from an index by node (as the apiserver's watch cache keeps one):
-    it must follow every write, or a drain would see pods that left or miss ones that arrived."""
-    now = [1_000.0]
-    store = Store(clock=lambda: now[0], graceful_pod_deletion=True)
-
-    def on(node: str) -> list[str]:
-        return sorted(o["metadata"]["name"] for o in store.list("pods", field_selector=f"spec.nodeName={node}").items)
-
-    store.create("pods", pod("a", node="n1"))
-    store.create("pods", pod("b"))
-    store.create("pods", pod("c", node="n2"))
-    assert (on("n1"), on(""), on("n2")) == (["a"], ["b"], ["c"])
-
-    store.bind("b", namespace="default", node_name="n1")
-    assert (on("n1"), on("")) == (["a", "b"], [])
-
-    store.delete("pods", "a", namespace="default", grace_period_seconds=30)  # terminating: still on n1
-    assert on("n1") == ["a", "b"]
-    now[0] += 31
-    store.finish_graceful_deletions()
-    assert on("n1") == ["b"]
-
-    store.delete("pods", "c", namespace="default", grace_period_seconds=0)
-    assert on("n2") == [] and on("n3") == []
-    store.create("pods", pod("c", node="n3"))  # the same name again, elsewhere
-    assert (on("n2"), on("n3")) == ([], ["c"])
-    # selectors the index does not serve still scan
-    assert sorted(o["metadata"]["name"] for o in store.list("pods", field_selector="spec.nodeName!=n1").items) == ["c"]
-
-
-def test_the_budget_counts_follow_relabels_deletes_and_namespaces() -> None:
-    """An eviction's budget check reads the pods its selector matches from an index by label: the
-    index must follow every write, or a budget would count pods it no longer selects (and allow an
-    eviction it must refuse) or miss new ones."""
-    store = Store()
-    store.create("namespaces", {"metadata": {"name": "other"}})
-    for i in range(3):
-        store.create("pods", pod(f"web-{i}", labels={"app": "web", "tier": "front"}, node="n1"))
-    store.create("pods", pod("twin", labels={"app": "web", "tier": "front"}, node="n1"), namespace="other")
-    budget = {"minAvailable": 2, "selector": {"matchLabels": {"app": "web", "tier": "front"}}}
-    store.create("poddisruptionbudgets.policy", {"metadata": {"name": "web", "namespace": "default"}, "spec": budget})
-
-    def healthy() -> int:
-        pdb = store.get("poddisruptionbudgets.policy", "web", namespace="default")
-        return int(pdb["status"]["currentHealthy"])
-
-    assert healthy() == 3  # the pod of the same labels in "other" is not counted
-    relabelled = store.get("pods", "web-2", namespace="default")
-    relabelled["metadata"]["labels"] = {"app": "web", "tier": "back"}
-    store.replace("pods", relabelled, namespace="default")
-    assert healthy() == 2
-    with pytest.raises(ApiError) as refused:
-        store.evict("web-0", namespace="default")
-    assert refused.value.code == 429
-    store.create("pods", pod("web-3", labels={"tier": "front", "app": "web"}, node="n2"))
-    assert healthy() == 3
-    store.evict("web-0", namespace="default")
-    store.delete("pods", "web-1", namespace="default")
-    assert healthy() == 1
-    # a selector with only matchExpressions is not served by the index and still matches
-    expressions = {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["back"]}]}
-    backs = store.pdb_status_of({"metadata": {"namespace": "default"}, "spec": {"selector": expressions}})
-    assert backs["currentHealthy"] == 1
 
 
 def test_lists_stay_in_order_across_creates_and_deletes_after_the_first_list() -> None:

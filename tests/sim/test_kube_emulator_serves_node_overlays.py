@@ -5,14 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pytest
 from kubernetes import client
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
-from nodesmith.sim.kube import KubeEmulator
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from nodesmith.sim.kube import KubeEmulator
 
 OVERLAYS = ("karpenter.sh", "v1alpha1", "nodeoverlays")
 DOC: dict[str, Any] = {
@@ -21,19 +19,6 @@ DOC: dict[str, Any] = {
     "metadata": {"name": "fuse"},
     "spec": {"capacity": {"smarter-devices/fuse": "1"}, "weight": 10},
 }
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-def api(kube: KubeEmulator) -> Iterator[client.ApiClient]:
-    api_client = client.ApiClient(client.Configuration(host=kube.endpoint))
-    yield api_client
-    api_client.close()
 
 
 def test_discovery_names_the_nodeoverlay_resource_like_the_crd(api: client.ApiClient) -> None:

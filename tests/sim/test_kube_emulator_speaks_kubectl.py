@@ -13,21 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from nodesmith.sim.kube import KubeEmulator
 from nodesmith.sim.kube.tables import human_duration, jsonpath, wants_table
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from nodesmith.sim.kube import KubeEmulator
 
 TABLE = (
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
 )
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeEmulator]:
-    with KubeEmulator() as emulator:
-        yield emulator
 
 
 def call(
