@@ -17,10 +17,10 @@ set, with the unit ``infra/metric_names.py`` gives the name.
 
 The scenarios are in ``metric_emissions.py``: the interruption and termination ones run on the small fakes of
 ``interruption_world.py`` (the Cluster and CloudProvider ports of ``nodesmith.core.ports``, just what the two
-handlers call), the reconcile ones on the service tests' ``reconcile_fakes``. Only where a path cannot be exercised (the disruption pass, when the
-reconcile handler has none) does the test fall back to reading the handlers' source for
-``add_metric`` / ``count_by`` / ``emit`` calls, and it marks just those metrics xfail when even that
-finds nothing.
+handlers call), the reconcile ones on the service tests' ``reconcile_fakes``. Only where a path cannot be
+exercised (the disruption pass, when the reconcile handler has none) does the test fall back to reading the
+handlers' source for ``add_metric`` / ``count_by`` / ``emit`` calls, and it marks just those metrics xfail when
+even that finds nothing.
 """
 
 from __future__ import annotations
