@@ -75,7 +75,15 @@ class TerminationError(LaunchError):
 
 
 class NodeClassNotReadyError(NodesmithError):
-    """The EC2NodeClass did not resolve: no subnet, security group or AMI matched its selector terms."""
+    """The EC2NodeClass did not resolve: no subnet, security group or AMI matched its selector terms.
+
+    ``problems`` maps each dependent readiness condition that failed (``SubnetsReady``, ``AMIsReady``, ...; see
+    :mod:`nodesmith.core.nodeclass_status`) to its (reason, message); empty when the resolver did not say which.
+    """
+
+    def __init__(self, message: str, *, problems: Mapping[str, tuple[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = dict(problems or {})
 
 
 class KubernetesError(NodesmithError):

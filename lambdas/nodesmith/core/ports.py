@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         PodDisruptionBudget,
         Taint,
     )
+    from nodesmith.core.nodeclass_status import Check
     from nodesmith.core.scheduling.volumes import VolumeContext
     from nodesmith.core.termination import TerminationRequest
 
@@ -41,6 +42,7 @@ __all__ = [
     "LaunchTemplateCleanup",
     "LeaseInfo",
     "NodeClassFinalizers",
+    "NodeClassReadiness",
     "NodeOverlays",
     "ObjectRef",
     "OfferingMark",
@@ -217,6 +219,19 @@ class CapacityReservations(Protocol):
     def describe_capacity_reservations(self, *, ids: Sequence[str]) -> list[CapacityReservation]:
         """The active reservations among ``ids`` (ended or unknown ones are left out). Raises ``LaunchError``
         when EC2 cannot be asked."""
+        ...
+
+
+@runtime_checkable
+class NodeClassReadiness(Protocol):
+    """What EC2 says of an EC2NodeClass's parts, for its status conditions (Karpenter's ``nodeclass``
+    controller, :mod:`nodesmith.core.nodeclass_status`)."""
+
+    def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
+        """One :class:`~nodesmith.core.nodeclass_status.Check` per dependent condition (``SubnetsReady``,
+        ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady``, and ``CapacityReservationsReady`` with the
+        ``ReservedCapacity`` gate). A part that does not resolve is a failed check, never an error; raises
+        ``NodesmithError`` only when EC2 could not be asked."""
         ...
 
 

@@ -184,7 +184,7 @@ def build_waker(settings: Settings) -> Callable[[float], None] | None:
 def ports(settings: Settings) -> Ports:
     """The container's :class:`~nodesmith.services.ports.Ports`: cluster, EC2, termination queue, waker, and the
     cluster as the NodeOverlay source when the ``NodeOverlay`` feature gate is on."""
-    from nodesmith.core.ports import LaunchTemplateCleanup, NodeClassFinalizers
+    from nodesmith.core.ports import LaunchTemplateCleanup, NodeClassFinalizers, NodeClassReadiness
     from nodesmith.services.ports import Ports
 
     cluster = build_cluster(settings)
@@ -199,6 +199,7 @@ def ports(settings: Settings) -> Ports:
         reservations=build_reservations(settings, cloud),
         finalizers=cluster if isinstance(cluster, NodeClassFinalizers) else None,
         templates=cloud if isinstance(cloud, LaunchTemplateCleanup) else None,
+        readiness=cloud if isinstance(cloud, NodeClassReadiness) else None,
     )
 
 

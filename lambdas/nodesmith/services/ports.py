@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         Cluster,
         LaunchTemplateCleanup,
         NodeClassFinalizers,
+        NodeClassReadiness,
         NodeOverlays,
         TerminationQueue,
     )
@@ -37,7 +38,8 @@ class Ports:
     ``ReservedCapacity`` gate: None when it is off, and then no EC2NodeClass status or Capacity Block expiry is
     looked after). With both ``finalizers`` (Kubernetes) and ``templates`` (EC2), the reconcile pass finalizes
     EC2NodeClasses (their ``karpenter.k8s.aws/termination`` finalizer and launch templates); None: it leaves them
-    alone."""
+    alone. With ``readiness`` (EC2), the pass writes each EC2NodeClass's status conditions (``Ready``,
+    ``SubnetsReady``, ...); None: they are not written."""
 
     cluster: Cluster
     cloud: CloudProvider
@@ -48,3 +50,4 @@ class Ports:
     reservations: CapacityReservations | None = None
     finalizers: NodeClassFinalizers | None = None
     templates: LaunchTemplateCleanup | None = None
+    readiness: NodeClassReadiness | None = None

@@ -153,3 +153,43 @@ def test_root_volume_size_comes_from_the_root_mapping() -> None:
         == 50 * 10**9
     )
     assert root_volume_bytes({}) == 20 * 2**30
+
+
+def test_readiness_checks_name_the_part_that_did_not_resolve_with_karpenters_reason(seeded: SeededAws) -> None:
+    ready = resolver(instance_profile=seeded.instance_profile).checks(nodeclass=nodeclass())
+    assert [(c.type, c.ok) for c in ready] == [
+        ("SubnetsReady", True),
+        ("SecurityGroupsReady", True),
+        ("AMIsReady", True),
+        ("InstanceProfileReady", True),
+        ("CapacityReservationsReady", True),
+    ]
+    broken = resolver(instance_profile=seeded.instance_profile).checks(
+        nodeclass=nodeclass(
+            subnet_terms=[{"tags": {"karpenter.sh/discovery": "other-cluster"}}],
+            ami_terms=[{"alias": "al2023@v19990101"}],
+        )
+    )
+    failed = {c.type: (c.reason, c.message) for c in broken if not c.ok}
+    assert set(failed) == {"SubnetsReady", "AMIsReady"}
+    reason, message = failed["SubnetsReady"]
+    assert reason == "SubnetsNotFound"
+    assert message.startswith("SubnetSelector did not match any Subnets")
+    assert '{"tags":{"karpenter.sh/discovery":"other-cluster"}}' in message
+    assert failed["AMIsReady"][0] == "AMINotFound"
+    assert "al2023@v19990101" in failed["AMIsReady"][1]
+
+
+def test_readiness_checks_leave_out_capacity_reservations_with_the_gate_off(seeded: SeededAws) -> None:
+    gate_off = NodeClassResolver(
+        ec2=boto3.client("ec2", region_name=REGION),
+        ssm=boto3.client("ssm", region_name=REGION),
+        cluster_name=CLUSTER,
+        kubernetes_version="1.31",
+        instance_profile=seeded.instance_profile,
+        reserved_capacity=False,
+    )
+    checks = gate_off.checks(nodeclass=nodeclass(sg_terms=[{"id": "sg-0000000000000000"}]))
+    assert [c.type for c in checks] == ["SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady"]
+    [failed] = [c for c in checks if not c.ok]
+    assert (failed.type, failed.reason) == ("SecurityGroupsReady", "SecurityGroupsNotFound")

@@ -55,6 +55,14 @@ from nodesmith.adapters.aws.nodeclass_spec import (
 )
 from nodesmith.core.errors import NodeClassNotReadyError
 from nodesmith.core.instancetypes import KubeletSettings
+from nodesmith.core.nodeclass_status import (
+    AMIS_READY,
+    CAPACITY_RESERVATIONS_READY,
+    INSTANCE_PROFILE_READY,
+    SECURITY_GROUPS_READY,
+    SUBNETS_READY,
+    Check,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -214,6 +222,27 @@ class NodeClassResolver:
             self._cache[key] = (now + self._ttl, resolved)
         return resolved
 
+    def checks(self, *, nodeclass: Any) -> list[Check]:
+        """One readiness check per part of ``nodeclass`` (model or manifest dict), in Karpenter's condition types:
+        ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady`` and, with the
+        ``ReservedCapacity`` gate, ``CapacityReservationsReady`` (:mod:`nodesmith.core.nodeclass_status`). Resolves
+        as :meth:`resolve` does (the same cache), so a ready class costs no EC2 call within the TTL. Raises what
+        :meth:`resolve` raises other than ``NodeClassNotReadyError``.
+        """
+        types = [SUBNETS_READY, SECURITY_GROUPS_READY, AMIS_READY, INSTANCE_PROFILE_READY]
+        if self._reserved_capacity:
+            types.append(CAPACITY_RESERVATIONS_READY)
+        failed: dict[str, tuple[str, str]] = {}
+        try:
+            self.resolve(nodeclass=nodeclass)
+        except NodeClassNotReadyError as exc:
+            failed = exc.problems
+        out = []
+        for type_ in types:
+            reason, message = failed.get(type_, ("", ""))
+            out.append(Check(type=type_, ok=type_ not in failed, reason=reason, message=message))
+        return out
+
     def invalidate(self) -> None:
         """Forget cached resolutions (after a launch failed on a stale subnet or AMI)."""
         with self._lock:
@@ -221,28 +250,46 @@ class NodeClassResolver:
 
     def _resolve(self, name: str, spec: Mapping[str, Any]) -> ResolvedNodeClass:
         problems: list[str] = []
+        failed: dict[str, tuple[str, str]] = {}
         subnet_terms = list(field_value(spec, "subnetSelectorTerms") or [])
         sg_terms = list(field_value(spec, "securityGroupSelectorTerms") or [])
         ami_terms = list(field_value(spec, "amiSelectorTerms") or [])
         subnets = self.subnets(subnet_terms) if subnet_terms else []
         if not subnets:
             problems.append(f"no subnet matched subnetSelectorTerms {_terms_text(subnet_terms)}")
+            failed[SUBNETS_READY] = (
+                "SubnetsNotFound",
+                f"SubnetSelector did not match any Subnets: subnetSelectorTerms {_terms_text(subnet_terms)}",
+            )
         groups = self.security_groups(sg_terms) if sg_terms else []
         if not groups:
             problems.append(f"no security group matched securityGroupSelectorTerms {_terms_text(sg_terms)}")
+            failed[SECURITY_GROUPS_READY] = (
+                "SecurityGroupsNotFound",
+                "SecurityGroupSelector did not match any SecurityGroups: "
+                f"securityGroupSelectorTerms {_terms_text(sg_terms)}",
+            )
         images: list[Image] = []
         if ami_terms:
             try:
                 images = self.images(ami_terms)
             except NodeClassNotReadyError as exc:
                 problems.append(str(exc))
-        if not images and not any("amiSelectorTerms" in p for p in problems):
+                failed[AMIS_READY] = exc.problems.get(AMIS_READY, ("AMINotFound", str(exc)))
+        if not images and AMIS_READY not in failed:
             problems.append(f"no AMI matched amiSelectorTerms {_terms_text(ami_terms)}")
+            failed[AMIS_READY] = (
+                "AMINotFound",
+                f"AMISelector did not match any AMIs: amiSelectorTerms {_terms_text(ami_terms)}",
+            )
         profile = ""
         try:
             profile = self.instance_profile(spec)
         except NodeClassNotReadyError as exc:
             problems.append(str(exc))
+            failed[INSTANCE_PROFILE_READY] = exc.problems.get(
+                INSTANCE_PROFILE_READY, ("InstanceProfileCreationFailed", str(exc))
+            )
         reservations: list[CapacityReservation] = []
         reservation_terms = list(field_value(spec, "capacityReservationSelectorTerms") or [])
         if self._reserved_capacity and reservation_terms:
@@ -251,9 +298,12 @@ class NodeClassResolver:
                 reservations = describe_capacity_reservations(ec2=self._ec2, terms=reservation_terms, now=self._wall())
             except NodeClassNotReadyError as exc:
                 problems.append(str(exc))
+                failed[CAPACITY_RESERVATIONS_READY] = ("CapacityReservationsNotFound", str(exc))
             self.reservations.observe(reservations, described_at=described_at)
         if problems:
-            raise NodeClassNotReadyError(f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(problems))
+            raise NodeClassNotReadyError(
+                f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(problems), problems=failed
+            )
         by_zone: dict[str, Subnet] = {}
         for subnet in sorted(subnets, key=lambda s: (-s.available_ips, s.id)):
             by_zone.setdefault(subnet.zone, subnet)
@@ -325,7 +375,8 @@ class NodeClassResolver:
     def _alias_images(self, alias: str) -> list[Image]:
         family, _, version = alias.partition("@")
         if family.lower() != "al2023" or not version:
-            raise NodeClassNotReadyError(f"amiSelectorTerms alias {alias!r}: only al2023@latest or al2023@vYYYYMMDD")
+            message = f"amiSelectorTerms alias {alias!r}: only al2023@latest or al2023@vYYYYMMDD"
+            raise NodeClassNotReadyError(message, problems={AMIS_READY: ("UnsupportedAlias", message)})
         k8s = self.kubernetes_version()
         images: list[Image] = []
         tried: list[str] = []
@@ -402,7 +453,10 @@ class NodeClassResolver:
             return str(profile)
         role = field_value(spec, "role")
         if not role:
-            raise NodeClassNotReadyError("neither spec.role nor spec.instanceProfile is set")
+            message = "neither spec.role nor spec.instanceProfile is set"
+            raise NodeClassNotReadyError(
+                message, problems={INSTANCE_PROFILE_READY: ("InstanceProfileNotFound", message)}
+            )
         if self._instance_profile and self._profile_role in (None, str(role).rsplit("/", 1)[-1]):
             return self._instance_profile
         if self._iam is None:

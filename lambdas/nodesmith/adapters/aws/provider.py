@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from nodesmith.core.capacityreservations import CapacityReservation
     from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import InstanceType
+    from nodesmith.core.nodeclass_status import Check
     from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, StateStore
 
 __all__ = [
@@ -246,6 +247,11 @@ class Ec2CloudProvider:
         """The active capacity reservations ``nodeclass`` selects, with the instances each can take now (empty with
         the ``ReservedCapacity`` gate off). Raises ``NodeClassNotReadyError`` when the node class does not resolve."""
         return self._current(self.nodeclasses.resolve(nodeclass=nodeclass).capacity_reservations)
+
+    def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
+        """Readiness checks of ``nodeclass``'s parts (:meth:`NodeClassResolver.checks
+        <nodesmith.adapters.aws.nodeclass.NodeClassResolver.checks>`), for its status conditions."""
+        return self.nodeclasses.checks(nodeclass=nodeclass)
 
     def describe_capacity_reservations(self, *, ids: Sequence[str]) -> list[CapacityReservation]:
         """The active reservations among ``ids`` (one call per id; unknown ids left out), the same set of ids

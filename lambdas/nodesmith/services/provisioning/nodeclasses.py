@@ -6,6 +6,12 @@ included: their instances still run from its launch templates), then deletes the
 the class (tagged ``karpenter.k8s.aws/ec2nodeclass=<name>`` and ``kubernetes.io/cluster/<cluster>=owned``, the tags
 its controller policy's ``DeleteLaunchTemplate`` statement requires) and removes the finalizer, so the API server
 deletes the class. A deleting EC2NodeClass provisions nothing meanwhile (its NodePools are skipped).
+
+Its status conditions (:func:`update_nodeclass_conditions`) are those of Karpenter's ``nodeclass`` controller
+(``[aws]:pkg/controllers/nodeclass``): ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``,
+``InstanceProfileReady`` (and ``CapacityReservationsReady`` with the ``ReservedCapacity`` gate) from resolving the
+class against EC2, and ``Ready`` over them (:mod:`nodesmith.core.nodeclass_status`). They report; they do not
+decide: a class that does not resolve gets no offerings, so nothing launches from it whatever its status says.
 """
 
 from __future__ import annotations
@@ -13,16 +19,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodesmith.core.errors import KubernetesError, LaunchError
+from nodesmith.core.errors import KubernetesError, LaunchError, NodesmithError
+from nodesmith.core.nodeclass_status import conditions_changed, nodeclass_conditions
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.services.ports import Ports
 
-__all__ = ["NODECLASS_TERMINATION_FINALIZER", "NodeClassOutcome", "finalize_nodeclasses"]
+__all__ = [
+    "NODECLASS_TERMINATION_FINALIZER",
+    "NodeClassOutcome",
+    "finalize_nodeclasses",
+    "update_nodeclass_conditions",
+]
 
 NODECLASS_TERMINATION_FINALIZER = "karpenter.k8s.aws/termination"
 """The EC2NodeClass finalizer of Karpenter's AWS provider (``[aws]:pkg/apis/v1``, ``TerminationFinalizer``)."""
@@ -77,3 +89,28 @@ def finalize_nodeclasses(
         except (KubernetesError, LaunchError) as exc:
             out.errors.append(f"finalize EC2NodeClass {name}: {exc}")
     return out
+
+
+def update_nodeclass_conditions(*, ports: Ports, nodeclasses: Iterable[EC2NodeClass], now: float) -> list[str]:
+    """Write the status conditions of each live EC2NodeClass in ``nodeclasses`` whose conditions changed (see the
+    module docstring) at ``now`` (epoch seconds), one merge patch of ``status.conditions`` each; an unchanged class
+    costs no write, and a condition whose status stays keeps its ``lastTransitionTime``. Deleting classes are left
+    alone, as Karpenter's controller only finalizes them. Does nothing without ``ports.readiness``. Returns the
+    errors met (one class's error does not stop the others; the next pass tries again); never raises.
+    """
+    readiness = ports.readiness
+    if readiness is None:
+        return []
+    errors: list[str] = []
+    for nodeclass in nodeclasses:
+        if nodeclass.metadata.deletion_timestamp is not None:
+            continue
+        try:
+            checks = readiness.nodeclass_checks(nodeclass=nodeclass)
+            conditions = nodeclass_conditions(nodeclass=nodeclass, checks=checks, now=now)
+            if not conditions_changed(nodeclass, conditions):
+                continue
+            ports.cluster.patch_ec2nodeclass_status(name=nodeclass.name, status={"conditions": conditions})
+        except NodesmithError as exc:
+            errors.append(f"status conditions of EC2NodeClass {nodeclass.name}: {exc}")
+    return errors
