@@ -313,3 +313,52 @@ def test_server_side_apply_needs_a_field_manager_and_a_valid_karpenter_object(ku
     assert code == 422
     assert "spec.template.spec.nodeClassRef" in status["message"]
     assert kube.store.find("nodepools.karpenter.sh", "p") is None
+
+
+def _static_nodepool(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
+    ref = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+    template = {"spec": {"requirements": [], "nodeClassRef": ref}}
+    return {
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "template": template, **spec},
+    }
+
+
+def test_nodepools_serve_the_scale_subresource_as_karpenters_crd_declares_it(kube: KubeEmulator) -> None:
+    _, doc = call(kube, "GET", "/apis/karpenter.sh/v1")
+    scale = next(r for r in doc["resources"] if r["name"] == "nodepools/scale")
+    assert (scale["group"], scale["version"], scale["kind"]) == ("autoscaling", "v1", "Scale")
+    assert sorted(scale["verbs"]) == ["get", "patch", "update"]
+    kube.store.create("nodepools.karpenter.sh", _static_nodepool("static", 2))
+    kube.store.mutate("nodepools.karpenter.sh", "static", lambda o: o.update(status={"nodes": 1}))
+    path = "/apis/karpenter.sh/v1/nodepools/static/scale"
+
+    code, got = call(kube, "GET", path)
+    assert code == 200
+    assert (got["kind"], got["spec"], got["status"]) == ("Scale", {"replicas": 2}, {"replicas": 1})
+
+    stale = {**got, "metadata": {**got["metadata"], "resourceVersion": "1"}, "spec": {"replicas": 4}}
+    assert call(kube, "PUT", path, stale)[0] == 409
+    code, put = call(kube, "PUT", path, {**got, "spec": {"replicas": 4}})
+    assert (code, put["spec"]) == (200, {"replicas": 4})
+    assert kube.store.get("nodepools.karpenter.sh", "static")["spec"]["replicas"] == 4
+    code, status = call(kube, "PATCH", path, {"spec": {"replicas": -1}}, ctype="application/merge-patch+json")
+    assert code == 422
+    assert "spec.replicas" in status["message"]
+
+
+def test_scaling_a_static_nodepool_that_sets_a_weight_is_refused_whole(kube: KubeEmulator) -> None:
+    pool = _static_nodepool("weighted", 1)
+    kube.store.create("nodepools.karpenter.sh", pool)  # in-process writes are not validated, as a controller's
+    kube.store.mutate("nodepools.karpenter.sh", "weighted", lambda o: o["spec"].update(weight=10))
+
+    code, status = call(
+        kube, "PATCH", "/apis/karpenter.sh/v1/nodepools/weighted/scale", {"spec": {"replicas": 3}},
+        ctype="application/merge-patch+json",
+    )  # fmt: skip
+
+    assert code == 422
+    assert "'weight' is not supported on static NodePools" in status["message"]
+    assert kube.store.get("nodepools.karpenter.sh", "weighted")["spec"]["replicas"] == 1

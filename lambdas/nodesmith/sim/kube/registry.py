@@ -84,6 +84,10 @@ class ResourceType:
                 "kind": kind,
                 "verbs": verbs,
             }
+            if sub == "scale":
+                # the API server names the Scale's own group and version (autoscaling/v1), as kubectl's scale client
+                # reads them from discovery (k8s.io/client-go scale NewDiscoveryScaleKindResolver)
+                entry.update(kind="Scale", group="autoscaling", version="v1")
             if sub == "eviction":
                 # kubectl drain evicts only when discovery names the Eviction's group and version
                 # (k8s.io/kubectl pkg/drain CheckEvictionSupport); otherwise it deletes the pods.
@@ -186,7 +190,16 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, short_names=("pdb",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, ()),
     # names, short names and categories as in Karpenter's CRDs (pkg/apis/crds); "all" as upstream's workloads
-    ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, custom=True, categories=("karpenter",)),
+    ResourceType(
+        "karpenter.sh",
+        "v1",
+        "nodepools",
+        "NodePool",
+        False,
+        ("status", "scale"),
+        custom=True,
+        categories=("karpenter",),
+    ),
     ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, custom=True, categories=("karpenter",)),
     ResourceType(
         "karpenter.k8s.aws",

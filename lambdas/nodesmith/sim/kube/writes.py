@@ -104,12 +104,14 @@ def _static_stays_static(old: dict[str, Any], new: dict[str, Any], name: str) ->
     had = (old.get("spec") or {}).get("replicas") is not None
     has = (new.get("spec") or {}).get("replicas") is not None
     if had != has:
-        raise errors.invalid(
-            "NodePool",
-            name,
-            'spec: Invalid value: "object": spec.replicas cannot be added to or removed from an existing NodePool '
-            "(a NodePool is static or dynamic for its whole life)",
+        message = (
+            'Invalid value: "object": spec.replicas cannot be added to or removed from an existing NodePool '
+            "(a NodePool is static or dynamic for its whole life)"
         )
+        error = errors.invalid("NodePool", name, f"spec: {message}")
+        # kubectl prints details.causes, one "field: message" each (StandardErrorMessage)
+        error.details["causes"] = [{"reason": "FieldValueInvalid", "message": message, "field": "spec"}]
+        raise error
 
 
 def _validate_name(rt: ResourceType, name: str) -> None:
