@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
+from nodesmith.core.api.ec2nodeclass import EC2NodeClassStatus
 from nodesmith.core.nodepool_status import nodepool_status, status_changed
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import ReconcileOutcome, reconcile
@@ -73,3 +74,41 @@ def test_an_unchanged_status_keeps_its_transition_times_and_is_not_rewritten() -
     assert {c["type"]: c["lastTransitionTime"] for c in again["conditions"]} == before
     assert before["Ready"] == "1970-01-01T00:16:40Z"
     assert not status_changed(pool, again)
+
+
+def test_nodeclass_ready_follows_the_ec2nodeclass_ready_condition() -> None:
+    pool = make_nodepool()
+    unready = make_nodeclass().model_copy(
+        update={
+            "status": EC2NodeClassStatus.model_validate(
+                {
+                    "conditions": [
+                        {"type": "SubnetsReady", "status": "False", "reason": "SubnetsNotFound", "message": "none"},
+                        {
+                            "type": "Ready",
+                            "status": "False",
+                            "reason": "UnhealthyDependents",
+                            "message": "SubnetsReady=False",
+                        },
+                    ]
+                }
+            )
+        }
+    )
+
+    status = nodepool_status(nodepool=pool, nodes=[], nodeclaims=[], nodeclass=unready, now=1000.0)
+
+    found = {c["type"]: c for c in status["conditions"]}
+    assert (found["NodeClassReady"]["status"], found["NodeClassReady"]["reason"]) == ("False", "UnhealthyDependents")
+    assert found["NodeClassReady"]["message"] == "SubnetsReady=False"
+    assert found["Ready"]["status"] == "False"
+
+    unknown = unready.model_copy(
+        update={"status": EC2NodeClassStatus.model_validate({"conditions": [{"type": "Ready", "status": "Unknown"}]})}
+    )
+    status = nodepool_status(nodepool=pool, nodes=[], nodeclaims=[], nodeclass=unknown, now=1000.0)
+    found = {c["type"]: c for c in status["conditions"]}
+    assert (found["NodeClassReady"]["status"], found["NodeClassReady"]["reason"]) == (
+        "False",
+        "NodeClassReadinessUnknown",
+    )

@@ -1,7 +1,7 @@
 """EC2NodeClass status conditions end to end, through the real reconcile handler on the embedded AWS and Kubernetes:
 a class whose subnet selector matches nothing gets ``SubnetsReady=False`` (``SubnetsNotFound``) and ``Ready=False``
-naming it, while its NodePool launches nothing; a pass that finds nothing new writes nothing; once the selector is
-fixed the class turns ``Ready`` and the pending pods get capacity."""
+naming it, while its NodePool launches nothing and its ``NodeClassReady`` says why; a pass that finds nothing new
+writes nothing; once the selector is fixed the class turns ``Ready`` and the pending pods get capacity."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("embedded-world")]
 
 NODECLASSES = "ec2nodeclasses.karpenter.k8s.aws"
 NODECLAIMS = "nodeclaims.karpenter.sh"
+NODEPOOLS = "nodepools.karpenter.sh"
 
 
 def demo_nodeclass() -> dict[str, Any]:
@@ -67,6 +68,9 @@ def test_a_selector_matching_nothing_is_reported_on_the_class_and_blocks_launche
     world.reconcile()
     assert world.store.get(NODECLASSES, "default")["metadata"]["resourceVersion"] == version
     assert world.store.objects(NODECLAIMS) == []
+    pool = {c["type"]: c for c in world.store.get(NODEPOOLS, "default")["status"]["conditions"]}
+    assert (pool["NodeClassReady"]["status"], pool["NodeClassReady"]["reason"]) == ("False", "UnhealthyDependents")
+    assert pool["NodeClassReady"]["message"] == "SubnetsReady=False"
 
     world.store.apply(demo_nodeclass())
     assert until(world, lambda: conditions(world)["Ready"]["status"] == "True", timeout=30, terminations=False)

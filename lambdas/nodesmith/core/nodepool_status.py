@@ -4,8 +4,11 @@ Karpenter's ``nodepool.counter`` controller (``pkg/controllers/nodepool/counter`
 ``status.resources`` to the capacity summed over the pool's nodes, starting from zero for cpu,
 memory, pods, ephemeral-storage and nodes, and ``status.nodes`` to the node count; its
 ``nodepool.readiness`` controller sets ``NodeClassReady`` (``NodeClassNotFound`` /
-``NodeClassTerminating`` when it is missing or deleting), and ``Ready`` is true when
-``ValidationSucceeded`` and ``NodeClassReady`` both are (``pkg/apis/v1/nodepool_status.go``).
+``NodeClassTerminating`` when it is missing or deleting, else the EC2NodeClass's own ``Ready``: False with its
+reason and message, ``NodeClassReadinessUnknown`` when Unknown), and ``Ready`` is true when
+``ValidationSucceeded`` and ``NodeClassReady`` both are (``pkg/apis/v1/nodepool_status.go``). An EC2NodeClass
+without a ``Ready`` condition yet counts as ready here (Karpenter says ``NodeClassReadinessUnknown``): the reconcile
+pass writes the class's conditions itself, and a NodePool's status is not held back a pass for them.
 
 A node of the pool is a Node labelled ``karpenter.sh/nodepool: <name>``, or a NodeClaim of the
 pool whose Node has not registered yet (its ``status.capacity`` counts). A NodePool reaching this
@@ -78,6 +81,15 @@ def _condition(
     return condition
 
 
+def _nodeclass_readiness(nodeclass: EC2NodeClass) -> tuple[bool, str, str]:
+    ready = next((c for c in (nodeclass.status.conditions if nodeclass.status else []) if c.type == "Ready"), None)
+    if ready is None or ready.status == "True":
+        return True, "", ""
+    if ready.status == "Unknown":
+        return False, "NodeClassReadinessUnknown", "Node Class Readiness Unknown"
+    return False, ready.reason or "NodeClassNotReady", ready.message or ""
+
+
 def nodepool_status(
     *,
     nodepool: NodePool,
@@ -106,7 +118,7 @@ def nodepool_status(
     elif nodeclass.metadata.deletion_timestamp:
         class_ok, class_reason, class_message = False, "NodeClassTerminating", f"EC2NodeClass {ref} is terminating"
     else:
-        class_ok, class_reason, class_message = True, "", ""
+        class_ok, class_reason, class_message = _nodeclass_readiness(nodeclass)
     conditions = [
         _condition("ValidationSucceeded", True, "", "", previous=previous, now=now, generation=generation),
         _condition(
