@@ -250,8 +250,13 @@ class Ec2CloudProvider:
 
     def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
         """Readiness checks of ``nodeclass``'s parts (:meth:`NodeClassResolver.checks
-        <nodesmith.adapters.aws.nodeclass.NodeClassResolver.checks>`), for its status conditions."""
-        return self.nodeclasses.checks(nodeclass=nodeclass)
+        <nodesmith.adapters.aws.nodeclass.NodeClassResolver.checks>`), for its status conditions. Raises
+        ``LaunchError`` when EC2 could not be asked (throttled, denied, unreachable): the conditions are then left as
+        they are."""
+        try:
+            return self.nodeclasses.checks(nodeclass=nodeclass)
+        except (ClientError, BotoCoreError) as exc:
+            raise LaunchError(f"resolve EC2NodeClass {nodeclass.name}: {exc}") from exc
 
     def describe_capacity_reservations(self, *, ids: Sequence[str]) -> list[CapacityReservation]:
         """The active reservations among ``ids`` (one call per id; unknown ids left out), the same set of ids
