@@ -1,0 +1,93 @@
+"""The reconcile pass's condition step (``update_nodeclass_conditions``) writes each live EC2NodeClass's
+status conditions from the readiness port: once when they change and not again while nothing changes, never for a
+class being deleted, and an EC2 error on one class is reported without stopping the others; without the port
+nothing is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass
+
+from nodesmith.core.api.ec2nodeclass import EC2NodeClass, EC2NodeClassStatus
+from nodesmith.core.errors import LaunchError
+from nodesmith.core.nodeclass_status import Check
+from nodesmith.services.ports import Ports
+from nodesmith.services.provisioning.nodeclasses import update_nodeclass_conditions
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+NOW = 1_800_000_000.0
+PARTS = ("SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady")
+
+
+@dataclass
+class StatusCluster(FakeCluster):
+    statuses: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+        self.statuses.setdefault(name, []).append(dict(status))
+
+
+@dataclass
+class Readiness:
+    """Every part resolves except the ``failing`` ones (class name -> condition type); ``refusing`` classes raise."""
+
+    failing: dict[str, str] = field(default_factory=dict)
+    refusing: set[str] = field(default_factory=set)
+
+    def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
+        if nodeclass.name in self.refusing:
+            raise LaunchError("DescribeSubnets: RequestLimitExceeded")
+        bad = self.failing.get(nodeclass.name)
+        return [Check(type=t, ok=t != bad, reason="SubnetsNotFound", message="nothing matched") for t in PARTS]
+
+
+def ports(cluster: StatusCluster, readiness: Readiness | None) -> Ports:
+    return Ports(cluster=cluster, cloud=FakeCloud(), cluster_name="test", readiness=readiness)
+
+
+def with_status(nodeclass: EC2NodeClass, written: Mapping[str, Any]) -> EC2NodeClass:
+    return nodeclass.model_copy(update={"status": EC2NodeClassStatus.model_validate(dict(written))})
+
+
+def test_conditions_are_written_once_and_not_again_while_nothing_changes() -> None:
+    cluster = StatusCluster()
+    readiness = Readiness(failing={"broken": "SubnetsReady"})
+    classes = [make_nodeclass("default"), make_nodeclass("broken")]
+
+    errors = update_nodeclass_conditions(ports=ports(cluster, readiness), nodeclasses=classes, now=NOW)
+
+    assert errors == []
+    [ready] = cluster.statuses["default"]
+    [broken] = cluster.statuses["broken"]
+    assert {c["type"]: c["status"] for c in ready["conditions"]}["Ready"] == "True"
+    assert {c["type"]: c["status"] for c in broken["conditions"]}["Ready"] == "False"
+
+    again = [with_status(classes[0], ready), with_status(classes[1], broken)]
+    assert update_nodeclass_conditions(ports=ports(cluster, readiness), nodeclasses=again, now=NOW + 60) == []
+    assert [len(v) for v in cluster.statuses.values()] == [1, 1]
+
+
+def test_a_deleting_class_is_left_alone_and_one_refusal_does_not_stop_the_others() -> None:
+    cluster = StatusCluster()
+    deleting = make_nodeclass("old")
+    deleting = deleting.model_copy(
+        update={"metadata": deleting.metadata.model_copy(update={"deletion_timestamp": "2027-01-15T08:00:00Z"})}
+    )
+    classes = [make_nodeclass("throttled"), deleting, make_nodeclass("default")]
+
+    errors = update_nodeclass_conditions(
+        ports=ports(cluster, Readiness(refusing={"throttled"})), nodeclasses=classes, now=NOW
+    )
+
+    assert errors == ["status conditions of EC2NodeClass throttled: DescribeSubnets: RequestLimitExceeded"]
+    assert set(cluster.statuses) == {"default"}
+
+
+def test_without_the_readiness_port_nothing_is_written() -> None:
+    cluster = StatusCluster()
+    assert update_nodeclass_conditions(ports=ports(cluster, None), nodeclasses=[make_nodeclass()], now=NOW) == []
+    assert cluster.statuses == {}
