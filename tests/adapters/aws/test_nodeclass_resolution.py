@@ -193,3 +193,16 @@ def test_readiness_checks_leave_out_capacity_reservations_with_the_gate_off(seed
     assert [c.type for c in checks] == ["SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady"]
     [failed] = [c for c in checks if not c.ok]
     assert (failed.type, failed.reason) == ("SecurityGroupsReady", "SecurityGroupsNotFound")
+
+
+def test_readiness_checks_never_call_a_part_ready_when_the_failure_names_none(
+    seeded: SeededAws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unready = resolver(instance_profile=seeded.instance_profile)
+
+    def unnamed(**_: Any) -> None:
+        raise NodeClassNotReadyError("EC2NodeClass default is not ready: something")
+
+    monkeypatch.setattr(unready, "resolve", unnamed)
+    with pytest.raises(NodeClassNotReadyError, match="something"):
+        unready.checks(nodeclass=nodeclass())

@@ -227,7 +227,7 @@ class NodeClassResolver:
         ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady`` and, with the
         ``ReservedCapacity`` gate, ``CapacityReservationsReady`` (:mod:`nodesmith.core.nodeclass_status`). Resolves
         as :meth:`resolve` does (the same cache), so a ready class costs no EC2 call within the TTL. Raises what
-        :meth:`resolve` raises other than ``NodeClassNotReadyError``.
+        :meth:`resolve` raises, ``NodeClassNotReadyError`` only when it does not name the parts that failed.
         """
         types = [SUBNETS_READY, SECURITY_GROUPS_READY, AMIS_READY, INSTANCE_PROFILE_READY]
         if self._reserved_capacity:
@@ -236,6 +236,8 @@ class NodeClassResolver:
         try:
             self.resolve(nodeclass=nodeclass)
         except NodeClassNotReadyError as exc:
+            if not exc.problems:  # not said which part: no condition can be told True
+                raise
             failed = exc.problems
         out = []
         for type_ in types:
