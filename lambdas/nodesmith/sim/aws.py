@@ -21,7 +21,8 @@ for everything), so :func:`write_price_table` writes a price table with per-zone
 that the pricing adapter prefers (``NODESMITH_PRICE_TABLE``).
 
 :func:`fix_moto` makes moto behave as AWS does where our handlers depend on it: an EventBridge event
-delivered to an SQS target carries its ``account`` (moto's default input template leaves it out); a
+delivered to an SQS target without an input transformer is the event itself, ``account`` included (moto rebuilt
+it through a default input template that leaves ``account`` out, parsing eight JSONPath expressions per event); a
 DynamoDB conditional write checks and writes atomically, and a Query or Scan reads under the same lock
 (moto's server threads could otherwise both pass the condition of one lease, or change a table while a
 Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages before reading their groups
@@ -192,11 +193,7 @@ def fix_moto() -> None:
 
     from nodesmith.sim.aws_idempotency import honour_client_tokens
 
-    template = EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE
-    if '"account"' not in template:
-        EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = template.replace(
-            '"version": "0",', '"version": "0", "account": "<account>",'
-        )
+    _deliver_events_whole(EventTemplateParser)
     lock = threading.RLock()
 
     def atomic(call: Any) -> Any:
@@ -219,6 +216,25 @@ def fix_moto() -> None:
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)
+
+
+EVENT_ENVELOPE = ("version", "id", "detail-type", "source", "account", "time", "region", "resources", "detail")
+"""The fields of an event EventBridge delivers to a target that has no input transformer (``Input``,
+``InputPath`` or ``InputTransformer``): the event itself (EventBridge user guide, "Amazon EventBridge events")."""
+
+
+def _deliver_events_whole(parser: Any) -> None:
+    """Make moto deliver an event to a target without an input transformer as EventBridge does: the event's
+    envelope (:data:`EVENT_ENVELOPE`), ``account`` included, as it was put; a target's own transformer is still
+    applied by moto. ``parser`` is moto's ``EventTemplateParser``."""
+    transform = parser.parse
+
+    def parse(input_template: str | None, input_paths_map: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+        if input_template or input_paths_map:
+            return transform(input_template, input_paths_map, event)  # type: ignore[no-any-return]
+        return {key: event[key] for key in EVENT_ENVELOPE if key in event}
+
+    parser.parse = staticmethod(parse)
 
 
 def _tags_by_resource_id() -> None:
