@@ -145,3 +145,24 @@ def test_spot_warnings_reach_the_interruption_queue(aws: embedded_aws.EmbeddedAw
         assert event["source"] == "aws.ec2"
         assert event["account"] == "123456789012"
         assert event["detail"]["instance-action"] == "terminate"
+
+
+def test_the_kubelet_view_learns_at_its_resync_which_known_instances_ended_and_only_those(
+    aws: embedded_aws.EmbeddedAws, store: Store
+) -> None:
+    fleet, _ = _registered(store, aws, 3)  # their Nodes run: only the resync can tell one ended
+    ec2 = aws.client("ec2")
+    answered: list[list[str]] = []
+    ec2.meta.events.register(
+        "after-call.ec2.DescribeInstanceStatus",
+        lambda parsed, **_: answered.append([s["InstanceId"] for s in parsed["InstanceStatuses"]]),
+    )
+    instances = KubeletInstances(ec2=ec2, store=store, resync_seconds=0)
+    assert sorted(i.instance_id for i in instances()) == sorted(n.instance_id for n in fleet)
+    answered.clear()
+
+    aws.client("ec2").terminate_instances(InstanceIds=[fleet[0].instance_id])  # EC2 takes it back: no refresh
+    listed = {i.instance_id for i in instances()}
+
+    assert listed == {fleet[1].instance_id, fleet[2].instance_id}
+    assert answered == [[fleet[0].instance_id]]  # the running instances are not described again

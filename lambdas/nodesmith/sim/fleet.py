@@ -231,16 +231,22 @@ def deploy(
     return budgeted
 
 
+ENDED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+"""The instance states in which its kubelet no longer runs (EC2 instance lifecycle)."""
+STATUS_IDS_PER_CALL = 100
+"""The instance ids one ``DescribeInstanceStatus`` accepts (EC2 API reference: at most 100 explicit ids)."""
+
+
 class KubeletInstances:
     """The simulated kubelet's view of EC2 (its ``instances`` callable): the running and stopping instances.
 
-    moto's ``DescribeInstances`` costs time in proportion to the instances described times every tag of the
-    account, so listing thousands of instances with the adapter's tag filters at every kubelet step would keep
-    moto busy. Instead each instance is described by id (with its tags) when a NodeClaim first names it; every
-    ``resync_seconds`` one ``DescribeInstanceStatus`` gives every instance's state; and an instance running
-    without a Node yet (about to be registered, or its Node just deleted) is described again at every call, so
-    no Node is registered for an instance terminated meanwhile. :meth:`refresh` re-reads instances at once (one
-    just terminated, whose Node is still there). ``ec2`` is a boto3 EC2 client.
+    A kubelet runs on its instance and stops with it; it never lists the account. So each instance is described by
+    id (with its tags) when a NodeClaim first names it; every ``resync_seconds`` the instances known to run are
+    asked, :data:`STATUS_IDS_PER_CALL` at a time, which of them ended (``DescribeInstanceStatus`` filtered by
+    :data:`ENDED_STATES`: the answer names only those); and an instance running without a Node yet (about to be
+    registered, or its Node just deleted) is described again at every call, so no Node is registered for an
+    instance terminated meanwhile. :meth:`refresh` re-reads instances at once (one just terminated, whose Node is
+    still there). ``ec2`` is a boto3 EC2 client.
     """
 
     def __init__(self, *, ec2: Any, store: Store, resync_seconds: float = 5.0) -> None:
@@ -264,22 +270,22 @@ class KubeletInstances:
                 i.instance_id for i in self._known.values() if i.state == "running" and i.provider_id not in with_node
             }
             if time.monotonic() - self._synced >= self.resync_seconds:
-                stale |= self._resync()
+                self._resync()
             self._describe(stale)
             return list(self._known.values())
 
-    def _resync(self) -> set[str]:
-        """Every instance's state from ``DescribeInstanceStatus``; returns the ids not known yet."""
+    def _resync(self) -> None:
+        """The known instances that ended since, from ``DescribeInstanceStatus`` by id, filtered by state."""
         self._synced = time.monotonic()
-        unknown: set[str] = set()
-        for page in self.ec2.get_paginator("describe_instance_status").paginate(IncludeAllInstances=True):
-            for status in page["InstanceStatuses"]:
-                iid, state = status["InstanceId"], status["InstanceState"]["Name"]
-                if iid in self._known:
-                    self._set(self._known[iid], state)
-                elif iid not in self._gone and state != "terminated":
-                    unknown.add(iid)
-        return unknown
+        ids = sorted(i.instance_id for i in self._known.values() if i.state not in ENDED_STATES)
+        ended = [{"Name": "instance-state-name", "Values": list(ENDED_STATES)}]
+        for start in range(0, len(ids), STATUS_IDS_PER_CALL):
+            chunk = ids[start : start + STATUS_IDS_PER_CALL]
+            answer = self.ec2.describe_instance_status(InstanceIds=chunk, IncludeAllInstances=True, Filters=ended)
+            for status in answer["InstanceStatuses"]:
+                known = self._known.get(status["InstanceId"])
+                if known is not None:
+                    self._set(known, status["InstanceState"]["Name"])
 
     def _describe(self, ids: set[str]) -> None:
         ordered = sorted(ids)
