@@ -34,6 +34,7 @@ from infra.config import NodesmithConfig
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
 from nodesmith.sim import aws as sim_aws
 from nodesmith.sim import fleet as sim_fleet
+from nodesmith.sim.lambda_runtime import Stats
 
 NOTICE_SECONDS = 120.0
 SCHEDULE_SECONDS = 60.0
@@ -159,12 +160,6 @@ class Bench:
         while not self.stop.wait(SCHEDULE_SECONDS):
             self.wakes.put((time.time(), {}))
 
-    def _deliver(self) -> dict[str, float]:
-        ids = [n.instance_id for n in self.fleet]
-        if self.args.deliver == "sqs":
-            return sim_fleet.send_spot_warnings(self.world.client("sqs"), self.world.queue_url, ids)
-        return sim_fleet.put_spot_warnings(self.world.client("events"), ids)
-
     def _cpu(self) -> dict[str, float]:
         """CPU seconds (user + system, from ``/proc``) so far: this process (the emulator, the simulated cluster,
         the bench), moto, the invocation processes and the reconcile function's."""
@@ -182,12 +177,11 @@ class Bench:
     def burst(self) -> dict[str, Any]:
         """Put the warnings, follow the run to its end and return the figures."""
         args, monitor = self.args, self.monitor
-        put = self._deliver() if args.preload else {}
         calibration = {"before": calibrate()}
         cpu0, t0 = self._cpu(), time.monotonic()
         monitor.start(t0, self.total)
         self.go.set()
-        put = put or self._deliver()
+        put = sim_fleet.put_spot_warnings(self.world.client("events"), [n.instance_id for n in self.fleet])
         events_put = time.monotonic() - t0
         threading.Thread(target=self._reclaim, args=(put,), daemon=True).start()
         threading.Thread(target=self._schedule, daemon=True).start()
@@ -216,40 +210,26 @@ class Bench:
                                "machine_cpu_share": share, "events_put_seconds": round(events_put, 2),
                                "calibration_loop_seconds": calibration}  # fmt: skip
 
-    def close(self) -> None:
-        for process in self.processes:
-            process.terminate()
-        self.world.stop()
-
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Set the world up, run the burst and return the figures."""
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     os.environ["NODESMITH_DISRUPTION"] = "false"
-    if not args.no_reconcile_wake:
-        os.environ["NODESMITH_RECONCILE_FUNCTION"] = RECONCILE
+    os.environ["NODESMITH_RECONCILE_FUNCTION"] = RECONCILE
     began, bench = time.monotonic(), Bench(args)
     try:
         bench.set_up()
         return {"setup_seconds": round(time.monotonic() - began, 1)} | bench.burst()
     finally:
-        bench.close()
+        for process in bench.processes:
+            process.terminate()
+        bench.world.stop()
 
 
 def _spread(values: list[float]) -> dict[str, float] | None:
     """``{min, p50, max}`` of ``values`` (rounded), or None when there are none."""
     v = sorted(round(x, 2) for x in values)
     return {"min": v[0], "p50": v[len(v) // 2], "max": v[-1]} if v else None
-
-
-def _merged(stats: list[tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
-    """The event sources' :class:`~nodesmith.sim.lambda_runtime.Stats` summed over the processes, per function."""
-    out: dict[str, dict[str, Any]] = {}
-    for name, part in stats:
-        into = out.setdefault(name, {})
-        for key, value in part.items():
-            into[key] = (into.get(key, []) + value)[:5] if isinstance(value, list) else into.get(key, 0) + value
-    return out
 
 
 def report(bench: Bench) -> dict[str, Any]:
@@ -260,7 +240,10 @@ def report(bench: Bench) -> dict[str, Any]:
     queued = sorted({m: (int(a["SentTimestamp"]) / 1000, int(a["ApproximateFirstReceiveTimestamp"]) / 1000)
                      for function, records in bench.of("records") if function == TERMINATION
                      for m, _, a in records}.values())  # (sent, first received) per message  # fmt: skip
-    invocations = _merged(bench.of("stats"))
+    summed: dict[str, Stats] = {}  # per function, over the processes
+    for function, stats in bench.of("stats"):
+        summed.setdefault(function, Stats()).add(stats)
+    invocations = {function: dataclasses.asdict(stats) for function, stats in summed.items()}
     with monitor.lock:
         nodes = monitor.nodes
         fresh = Counter(node for node, attempt in bench.of("drain") if attempt == 1 and node in nodes)
@@ -312,20 +295,10 @@ def main() -> None:
     add("--processes", type=int, default=4, help="processes the concurrent invocations run in")
     add("--duplicate-every", type=int, default=10, help="deliver every n-th warning twice (0: never)")
     add("--crash-every", type=int, default=0, help="kill every n-th node's first drain round (0: never)")
-    add("--deliver", choices=["eventbridge", "sqs"], default="eventbridge", help="where the warnings are put")
-    add("--preload", action="store_true", help="deliver every warning before the clock starts")
-    add("--no-function-timeout", action="store_true", help="let invocations run past the function timeout")
-    add("--no-reconcile-wake", action="store_true", help="no wakes: the schedule's next tick provisions")
     add("--timeout", type=float, default=600.0, help="seconds to wait for the pods to run again")
-    add("--cpus", type=int, default=0, help="run everything on this many of the machine's CPUs (0: all)")
     add("--json", action="store_true", help="print one JSON line")
     add("--verbose", action="store_true", help="progress and the handlers' logs on stderr")
     args = parser.parse_args()
-    if args.cpus:
-        available = sorted(os.sched_getaffinity(0))
-        if not 0 < args.cpus <= len(available):
-            parser.error(f"--cpus {args.cpus}: this machine offers 1..{len(available)}")
-        os.sched_setaffinity(0, available[: args.cpus])  # inherited by the processes started from here
     result = run(args)
     lines = [json.dumps(result, sort_keys=True)] if args.json else [f"{k:32} {v}" for k, v in sorted(result.items())]
     print("\n".join(lines))

@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sys
 import threading
@@ -33,8 +32,6 @@ TIMEOUT_SECONDS = {INTERRUPTION: float(NodesmithConfig.interruption_timeout_seco
                    TERMINATION: float(NodesmithConfig.termination_timeout_seconds),
                    RECONCILE: float(NodesmithConfig.reconcile_timeout_seconds)}  # fmt: skip
 """The functions' timeouts: the stack's defaults."""
-RECONCILE_MAX_EVENT_AGE_SECONDS = 60.0
-"""The reconcile function's asynchronous ``max_event_age`` (``infra/constructs/reconcile.py``)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +123,7 @@ def _source(spec: Spec, function: str, handler: Any, report: Any) -> Any:
     args, interruptions = spec.args, function == INTERRUPTION
     options = EventSourceOptions(batch_size=args.batch_size, batching_window=1.0 if interruptions else 0.0,
                                  duplicate_every=args.duplicate_every if interruptions else 0,
-                                 function_timeout=1e9 if args.no_function_timeout else TIMEOUT_SECONDS[function],
+                                 function_timeout=TIMEOUT_SECONDS[function],
                                  on_invoke=lambda records, *_: report.put(("records", function, [
                                      (r["messageId"], r["body"], r["attributes"]) for r in records])))  # fmt: skip
     sqs = boto3.client("sqs", region_name=os.environ.get("AWS_DEFAULT_REGION"))
@@ -136,8 +133,8 @@ def _source(spec: Spec, function: str, handler: Any, report: Any) -> Any:
 
 def invocations_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) -> None:
     """One process of concurrent invocations (a ``multiprocessing`` target): warm up, say so on ``ready``, wait for
-    ``go``, run the pollers k, k + n, ... of both event sources until ``stop``, then report their stats. With
-    wakes on, the interruption function's asynchronous Invoke of the reconcile function goes on ``wakes``."""
+    ``go``, run the pollers k, k + n, ... of both event sources until ``stop``, then report their stats. The
+    interruption function's asynchronous Invoke of the reconcile function goes on ``wakes``."""
     go, stop, ready, report, wakes = channels
     with _warm(spec):
         from nodesmith.adapters.aws import clients
@@ -145,8 +142,7 @@ def invocations_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) ->
         from nodesmith.sim.lambda_runtime import Scaling, route_async_invokes
 
         _instrument(spec, report)
-        if not spec.args.no_reconcile_wake:
-            route_async_invokes(clients.client("lambda", region=wiring.region()), function_name=RECONCILE, events=wakes)
+        route_async_invokes(clients.client("lambda", region=wiring.region()), function_name=RECONCILE, events=wakes)
         sources = [_source(spec, INTERRUPTION, interruption.handler, report),
                    _source(spec, TERMINATION, termination.handler, report)]  # fmt: skip
         ready.put(os.getpid())
@@ -158,7 +154,7 @@ def invocations_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) ->
         for poller in pollers:
             poller.join()
         for source in sources:
-            report.put(("stats", source.function_name, dataclasses.asdict(source.stats)))
+            report.put(("stats", source.function_name, source.stats))
 
 
 def reconcile_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) -> None:
@@ -184,7 +180,7 @@ def reconcile_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) -> N
             handler({}, LambdaContext(RECONCILE, timeout_seconds=TIMEOUT_SECONDS[RECONCILE]))
         function = AsyncInvocations(handler=reconcile, function_name=RECONCILE, events=wakes,
                                     timeout_seconds=TIMEOUT_SECONDS[RECONCILE],
-                                    max_event_age=RECONCILE_MAX_EVENT_AGE_SECONDS)  # fmt: skip
+                                    max_event_age=60.0)  # the stack's (infra/constructs/reconcile.py)  # fmt: skip
         ready.put(os.getpid())
         go.wait()
         function.serve(stop)

@@ -14,10 +14,12 @@ import pytest
 from nodesmith.adapters.aws.wake import ReconcileWaker, provision_event
 from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.lambda_runtime import (
+    ERRORS_KEPT,
     AsyncInvocations,
     Crashes,
     EventSourceOptions,
     SqsEventSource,
+    Stats,
     inject_crashes,
     install_function_timeouts,
     kill_invocation,
@@ -128,3 +130,14 @@ def test_injected_crashes_end_invocations_at_a_call_and_leave_their_records(sqs:
     assert Crashes(rate=0.5, seed=7).draw() == Crashes(rate=0.5, seed=7).draw()  # seeded
     with pytest.raises(ValueError, match="crash rate"):
         Crashes(rate=1.5)
+
+
+def test_stats_of_one_function_from_several_processes_add_up() -> None:
+    one = Stats(invocations=3, records=20, failed=2, errors=["a", "b", "c"], timed_out=1, duplicated=2)
+    other = Stats(invocations=4, records=31, killed=1, dropped=5, errors=["d", "e", "f"], timeouts_injected=2)
+
+    one.add(other)
+
+    assert one == Stats(invocations=7, records=51, failed=2, errors=["a", "b", "c", "d", "e"][:ERRORS_KEPT],
+                        timed_out=1, killed=1, duplicated=2, dropped=5, timeouts_injected=2)  # fmt: skip
+    assert other.invocations == 4

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from nodesmith.sim.invocation_ends import (
@@ -115,6 +115,10 @@ class Scaling:
     long_poll_seconds: int = 20
 
 
+ERRORS_KEPT = 5
+"""How many error messages :meth:`Stats.add` keeps."""
+
+
 @dataclass(slots=True)
 class Stats:
     """What an event source did: invocations, records handed over, records reported failed, invocations that
@@ -131,6 +135,14 @@ class Stats:
     duplicated: int = 0
     dropped: int = 0
     timeouts_injected: int = 0
+
+    def add(self, other: Stats) -> None:
+        """Add ``other``'s counts to these, and its errors after these (the first :data:`ERRORS_KEPT` in all): the
+        stats of one function whose pollers ran in several processes, as Lambda's metrics sum an event source's
+        concurrent invocations."""
+        for name in (f.name for f in fields(self) if f.name != "errors"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.errors = (self.errors + other.errors)[:ERRORS_KEPT]
 
 
 class SqsEventSource:
