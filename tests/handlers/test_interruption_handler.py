@@ -26,11 +26,13 @@ A, B = "i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2"
 
 
 class Failing(fakes.FakeCluster):  # type: ignore[misc,name-defined]
-    """A cluster whose patch of ``node-b`` fails (an API server answering 503)."""
+    """A cluster whose patch of ``node-b`` (of the nodes in ``failing``) fails (an API server answering 503)."""
+
+    failing: frozenset[str] = frozenset({"node-b"})
 
     def taint_and_cordon(self, *, node_name: str, taint: Any) -> bool:
-        if node_name == "node-b":
-            raise KubernetesError("patch node node-b: 503 Service Unavailable", status=503)
+        if node_name in self.failing:
+            raise KubernetesError(f"patch node {node_name}: 503 Service Unavailable", status=503)
         return bool(super().taint_and_cordon(node_name=node_name, taint=taint))
 
 
@@ -120,3 +122,17 @@ def test_two_copies_of_a_message_in_one_batch_are_handled_once(world: dict[str, 
     assert [r.nodeclaim for r in world["queue"].sent] == ["claim-a"]  # one termination request
     assert world["cluster"].reasons().count("SpotInterrupted") == 1
     assert points(docs, "InterruptionMessagesAcknowledged") == [(2.0, {})]
+
+
+def test_the_batch_sends_its_requests_together_and_a_refused_one_comes_back(world: dict[str, Any]) -> None:
+    world["cluster"].failing = frozenset()
+    world["queue"].refuse_only = {"claim-b"}
+    records = [fakes.sqs_record(fakes.event(A), message_id="m-a"), fakes.sqs_record(fakes.event(B), message_id="m-b")]
+    response, docs = invoke(world, records)
+
+    assert world["queue"].calls == 1  # one SendMessageBatch for the batch, not one per node
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}  # SQS delivers it again
+    assert [r.nodeclaim for r in world["queue"].sent] == ["claim-a"]
+    requested = {d["nodeclaim"]: d["termination_requested"] for d in docs if d.get("message") == "interruption handled"}
+    assert requested == {"claim-a": True, "claim-b": False}
+    assert points(docs, "InterruptionMessagesAcknowledged") == [(1.0, {})]

@@ -186,17 +186,20 @@ class FakeCloud:
 
 
 class FakeQueue:
-    """TerminationQueue fake: records what it is sent; ``refuse`` makes it report every request unsent."""
+    """TerminationQueue fake: records what it is sent and how many calls; ``refuse`` makes it report every request
+    unsent, ``refuse_only`` the requests of those NodeClaims."""
 
     def __init__(self) -> None:
         self.sent: list[TerminationRequest] = []
         self.refuse = False
+        self.refuse_only: set[str] = set()
+        self.calls = 0
 
     def send(self, *, requests: Sequence[TerminationRequest]) -> list[str]:
-        if self.refuse:
-            return [f"{r.nodeclaim}: AccessDenied" for r in requests]
-        self.sent += requests
-        return []
+        self.calls += 1
+        refused = [r for r in requests if self.refuse or r.nodeclaim in self.refuse_only]
+        self.sent += [r for r in requests if r not in refused]
+        return [f"{r.nodeclaim}: AccessDenied" for r in refused]
 
 
 @dataclass

@@ -2,11 +2,12 @@
 
 Parses each record strictly (:func:`~nodesmith.core.interruption.parse_message`; malformed: logged, counted,
 acknowledged), runs the batch (:class:`~nodesmith.services.interruption.service.InterruptionBatch`: one
-``DescribeInstances``, then per message against what EC2 and the cluster say) and reports it. Our account and
-region are those of the queue the records came from (their ``eventSourceARN``). Powertools'
-``AsyncBatchProcessor`` handles the records at once (each in a worker thread) and gives partial batch
-responses: a record whose work raised is retried by SQS, every other one is deleted. Records of one message id
-(copies SQS delivered twice into one batch) are handled once.
+``DescribeInstances``, then per message against what EC2 and the cluster say, then the batch's termination
+requests sent together) and reports it. Our account and region are those of the queue the records came from
+(their ``eventSourceARN``). Powertools' ``AsyncBatchProcessor`` handles the records at once (each in a worker
+thread) and gives partial batch responses: a record whose work raised, or whose termination request SQS refused,
+is retried by SQS, every other one is deleted. Records of one message id (copies SQS delivered twice into one
+batch) are handled once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from nodesmith.core.interruption import MalformedEventError, parse_message
 from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import logger, metrics, tracer
-from nodesmith.services.interruption.service import InterruptionBatch, InterruptionSettings, Received
+from nodesmith.services.interruption.service import InterruptionBatch, InterruptionSettings, MessageOutcome, Received
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -69,18 +70,23 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     batch.prepare()
 
     handled: set[str] = set()  # read and written on the event loop's thread only
+    outcomes: dict[str, MessageOutcome] = {}
 
     async def record_handler(record: SQSRecord) -> None:
         # a second copy of a message in this batch (SQS delivers at least once) is acknowledged with the first
         if record.message_id in batch.received and record.message_id not in handled:
             handled.add(record.message_id)
-            outcome = await asyncio.to_thread(batch.handle, record.message_id)
-            age = now - batch.received[record.message_id].received_at
-            reporting.report_message(outcome, queue_age_seconds=age)
+            outcomes[record.message_id] = await asyncio.to_thread(batch.handle, record.message_id)
 
     processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     response = async_process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
-    reporting.acknowledged(len(records) - len(response.get("batchItemFailures") or []))
-    return dict(response)
+    sent, unsent = batch.send(outcomes)  # the requests of the whole batch, together
+    for message_id, outcome in sent.items():
+        reporting.report_message(outcome, queue_age_seconds=now - batch.received[message_id].received_at)
+    failures = list(response.get("batchItemFailures") or [])
+    failed = {f["itemIdentifier"] for f in failures}
+    failures += [{"itemIdentifier": m} for m in dict.fromkeys(r.message_id for r in records) if m in unsent - failed]
+    reporting.acknowledged(len(records) - len(failures))
+    return {"batchItemFailures": failures}

@@ -21,12 +21,17 @@ termination controller drains. Here, per batch (:class:`InterruptionBatch`), in 
    (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the
    kinds that end the instance, request its termination
    (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
-   warning's deadline, counted from when our queue received it, delete the NodeClaim) and send the request to the
-   termination queue. A message that repeats one already handled (its NodeClaim's termination was requested for
-   the same reason, and SQS had not delivered it before) only moves the deadline earlier, if it does; of two
-   copies handled at once, the guarded request lets exactly one through. The reconcile function is woken as soon
-   as the batch cordons its first node to drain, for a provisioning pass whose snapshot treats the pods of
-   cordoned nodes as pending, so replacement capacity launches while the nodes drain.
+   warning's deadline, counted from when our queue received it, delete the NodeClaim). A message that repeats
+   one already handled (its NodeClaim's termination was requested for the same reason, and SQS had not delivered
+   it before) only moves the deadline earlier, if it does; of two copies handled at once, the guarded request lets
+   exactly one through.
+3. :meth:`~InterruptionBatch.send`, once every message of the batch was handled: the requests go to the
+   termination queue together (one ``SendMessageBatch`` per ten requests, not one call per node); a message
+   whose request SQS refused is delivered again.
+
+The reconcile function is woken as soon as the batch cordons its first node to drain, for a provisioning pass
+whose snapshot treats the pods of cordoned nodes as pending, so replacement capacity launches while the nodes
+drain.
 
 Every Kubernetes and EC2 write is idempotent, so a redelivered message is harmless.
 """
@@ -40,7 +45,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT
-from nodesmith.core.errors import ConflictError, QueueError, UnavailableOffering
+from nodesmith.core.errors import ConflictError, UnavailableOffering
 from nodesmith.core.interruption import (
     EVENT_REASONS,
     Action,
@@ -57,7 +62,7 @@ from nodesmith.services.parallel import map_ordered
 from nodesmith.services.termination.requests import request_termination
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.interruption import InterruptionMessage, RebalanceAction
@@ -155,7 +160,7 @@ _NOT_FOUND = _Found(nodeclaim=None, node=None)
 
 class InterruptionBatch:
     """One batch of received messages, worked in two steps (see the module docstring): :meth:`prepare` once,
-    then :meth:`handle` per message, from any number of threads at once.
+    then :meth:`handle` per message, from any number of threads at once, then :meth:`send` once.
 
     Records with the same ``message_id`` are copies of one message (SQS delivers at least once, and Lambda's
     batching window gathers several receives into a batch): they are one message, a first delivery when any copy
@@ -186,7 +191,8 @@ class InterruptionBatch:
         self.found: dict[str, _Found] = {}
         self.judged: dict[tuple[str, str], Verdict] = {}
         self.acted = False
-        self._wake_lock = threading.Lock()
+        self._wake_lock, self._lock = threading.Lock(), threading.Lock()
+        self._unsent: list[tuple[str, TerminationRequest]] = []  # (message id, request) made by handle()
 
     def prepare(self) -> None:
         """Describe the acted-on messages' instances in one call, read each owned one's NodeClaim and node,
@@ -272,9 +278,10 @@ class InterruptionBatch:
             if request is None:
                 return replace(result, cordoned=cordoned, duplicate=True)
         posted = self._post_events(received.message, verdict, instance_id, claim, node)
-        requested = request is not None and self._send(request)
-        self._wake_once(requested)
-        return replace(result, cordoned=cordoned, requested=requested, events=posted)
+        if request is not None and self.ports.queue is not None:
+            with self._lock:
+                self._unsent.append((received.message_id, request))
+        return replace(result, cordoned=cordoned, events=posted)
 
     def _repeat(self, received: Received, verdict: Verdict, claim: NodeClaim) -> bool:
         """Whether ``claim``'s termination was already requested for this reason by a delivery before this one (a
@@ -326,14 +333,30 @@ class InterruptionBatch:
         except Exception as exc:
             LOG.warning("interruption batch: wake the reconcile function: %s", exc)
 
-    def _send(self, request: TerminationRequest) -> bool:
-        """Send ``request``; False without a termination queue. Raises :class:`QueueError` when SQS refuses it."""
-        if self.ports.queue is None:
-            return False
-        errors = self.ports.queue.send(requests=[request])
-        if errors:
-            raise QueueError(f"termination request not sent: {errors[0]}")
-        return True
+    def send(self, outcomes: Mapping[str, MessageOutcome]) -> tuple[dict[str, MessageOutcome], set[str]]:
+        """Send the termination requests :meth:`handle` made, all in one go (the queue takes them ten to a
+        ``SendMessageBatch``), once every message of the batch was handled; wake the reconcile function when one
+        was sent. Returns ``outcomes`` (message id -> what :meth:`handle` returned) with each sent request's
+        instance marked ``requested``, and the ids of the messages a request of which SQS did not take: they are
+        to be delivered again (a redelivery requests the termination again). Never raises."""
+        with self._lock:
+            unsent, self._unsent = self._unsent, []
+        if not unsent or self.ports.queue is None:
+            return dict(outcomes), set()
+        problems = self.ports.queue.send(requests=[request for _, request in unsent])
+        refused = {p.split(":", 1)[0] for p in problems}
+        failed = {mid for mid, request in unsent if request.nodeclaim in refused}
+        sent = {(mid, request.instance_id) for mid, request in unsent if request.nodeclaim not in refused}
+        self._wake_once(bool(sent))
+        for problem in problems:
+            LOG.warning("interruption batch: termination request not sent: %s", problem)
+        marked = {
+            mid: replace(outcome, instances=tuple(
+                replace(i, requested=True) if (mid, i.instance_id) in sent else i for i in outcome.instances
+            ))
+            for mid, outcome in outcomes.items()
+        }  # fmt: skip
+        return marked, failed
 
     def _post_events(
         self, message: InterruptionMessage, verdict: Verdict, instance_id: str, claim: NodeClaim, node: Node | None
