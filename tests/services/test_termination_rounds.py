@@ -69,6 +69,7 @@ def test_a_node_drains_tier_by_tier_then_goes_with_its_finalizers_last() -> None
     # the instance goes first, the NodeClaim's finalizer last
     order = [name for name, _ in cluster.calls if name in ("delete_node", "remove_nodeclaim_finalizer")]
     assert order == ["delete_node", "remove_nodeclaim_finalizer"]
+    assert cluster.count("delete_nodeclaim") == 0  # it was being deleted already: no second DELETE
     assert done.seconds_since_deletion == pytest.approx(10 + 10 + 30)
 
 

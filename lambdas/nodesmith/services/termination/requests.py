@@ -76,10 +76,17 @@ def request_termination(
 
 
 def finish_termination(
-    *, cluster: Cluster, cloud: CloudProvider, nodeclaim_name: str, node_name: str | None, terminate: Sequence[str]
+    *,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    nodeclaim_name: str,
+    node_name: str | None,
+    terminate: Sequence[str],
+    nodeclaim_deleting: bool = False,
 ) -> None:
     """Terminate the instances ``terminate`` (ours, still up), delete the Node ``node_name`` (when given) and
-    remove its finalizer, then DELETE the NodeClaim and remove its finalizer, so it goes.
+    remove its finalizer, then DELETE the NodeClaim (unless ``nodeclaim_deleting``: the caller just read it with
+    its ``deletionTimestamp``) and remove its finalizer, so it goes.
 
     Each step is idempotent. Raises the cloud provider's ``LaunchError`` / ``TerminationError`` or a
     ``KubernetesError`` when a step fails; the NodeClaim then keeps its finalizer, and the next attempt
@@ -90,7 +97,8 @@ def finish_termination(
     if node_name:
         cluster.delete_node(name=node_name)
         cluster.remove_node_finalizer(name=node_name, finalizer=TERMINATION_FINALIZER)
-    cluster.delete_nodeclaim(name=nodeclaim_name)
+    if not nodeclaim_deleting:
+        cluster.delete_nodeclaim(name=nodeclaim_name)
     cluster.remove_nodeclaim_finalizer(name=nodeclaim_name, finalizer=TERMINATION_FINALIZER)
 
 

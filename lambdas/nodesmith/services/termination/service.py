@@ -230,6 +230,7 @@ def run_round(
         nodeclaim_name=claim.name,
         node_name=node.name if node is not None else None,
         terminate=terminate,
+        nodeclaim_deleting=True,  # _check read its deletionTimestamp
     )
     return replace(
         base,
