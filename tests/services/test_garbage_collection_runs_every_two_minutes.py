@@ -6,7 +6,6 @@ and prices registered nodes by their labels."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -136,23 +135,52 @@ def test_a_pass_that_did_not_list_the_fleet_prices_registered_nodes_by_their_lab
     assert labelled.cost_by == pytest.approx(listed.cost_by)
 
 
-def test_the_handler_lists_the_fleet_in_a_batch_pass_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("provision_first", [True, False])
+def test_the_handler_lists_the_fleet_once_per_interval_whatever_the_pass(
+    monkeypatch: pytest.MonkeyPatch, provision_first: bool
+) -> None:
+    from nodesmith.handlers import reconcile as handler
+
+    cluster, cloud = _registered_node_and_an_orphan()
+    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
+    wiring.reset()
+    wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
+    try:
+        first = handler.run_pass(now=2000.0, provision_first=provision_first)
+        assert first.garbage_collected and cloud.terminated == ["i-orphan"]  # a new container collects at once
+        assert len(cloud.listings) == 1
+        late = replace(
+            cloud.instances["i-orphan"], instance_id="i-late", state="running", tags={"karpenter.sh/nodeclaim": "gone"}
+        )
+        cloud.instances[late.instance_id] = late
+
+        within = handler.run_pass(now=2000.0 + GARBAGE_COLLECTION_INTERVAL_SECONDS - 1, provision_first=provision_first)
+        assert not within.garbage_collected and len(cloud.listings) == 1  # the fleet is not listed again
+        assert cloud.terminated == ["i-orphan"]  # nor swept
+
+        due = handler.run_pass(now=2000.0 + GARBAGE_COLLECTION_INTERVAL_SECONDS, provision_first=provision_first)
+        assert due.garbage_collected and len(cloud.listings) == 2
+        assert cloud.terminated == ["i-orphan", "i-late"]
+    finally:
+        wiring.reset()
+
+
+def test_the_handler_collects_at_once_with_new_ports_or_when_the_clock_went_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from nodesmith.handlers import reconcile as handler
 
     cluster, cloud = _registered_node_and_an_orphan()
     del cloud.instances["i-orphan"]
-    collected_at: list[float] = []
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED_AT", collected_at)
+    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
     wiring.reset()
     wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
     try:
-        assert handler.run_pass(provision_first=True).garbage_collected  # a new container collects at once
-        assert not handler.run_pass(provision_first=True).garbage_collected  # the next batch pass does not
-        assert len(cloud.listings) == 1
-        assert handler.run_pass().garbage_collected  # a scheduled pass always does
-        assert len(cloud.listings) == 2
-        collected_at[:] = [time.monotonic() - GARBAGE_COLLECTION_INTERVAL_SECONDS]  # two minutes on
-        assert handler.run_pass(provision_first=True).garbage_collected
-        assert len(cloud.listings) == 3
+        assert handler.run_pass(now=2000.0).garbage_collected
+        assert handler.run_pass(now=1990.0).garbage_collected  # earlier than the last collection: due
+        other = CountingCloud(instances=dict(cloud.instances))
+        wiring.set_ports(cloud=other)
+        assert handler.run_pass(now=1991.0).garbage_collected  # another provider has listed nothing yet
+        assert len(cloud.listings) == 2 and len(other.listings) == 1
     finally:
         wiring.reset()

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from nodesmith.services.disruption.service import Consolidated, DisruptionOutcome, PendingCommand
     from nodesmith.services.provisioning.inputs import Snapshot
 
-__all__ = ["handler", "outcome_summary", "run_disruption", "run_pass"]
+__all__ = ["garbage_collection_due", "handler", "outcome_summary", "run_disruption", "run_pass"]
 
 _PENDING: dict[str, PendingCommand] = {}
 """Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
@@ -54,8 +54,9 @@ _RECENT_EVENTS: dict[str, float] = {}
 _CONSOLIDATED: list[Consolidated] = []
 """The consolidation state this container's last disruption pass found nothing in (created by the first pass)."""
 
-_GARBAGE_COLLECTED_AT: list[float] = []
-"""When (monotonic seconds) a pass of this container last began that listed the fleet and collected garbage."""
+_GARBAGE_COLLECTED: list[tuple[object, float]] = []
+"""The cloud provider of this container's last pass that listed the fleet and collected garbage, and the pass time
+(epoch seconds) it ran at: the provider's identity ties the cadence to the EC2 client and instance cache it used."""
 _LAST_PASS_BEGAN: list[float] = []
 """When (epoch seconds) a pass of this container last began: a wake for cordons before that is served."""
 
@@ -109,32 +110,48 @@ def _emit(outcome: ReconcileOutcome) -> None:
         count_by("LaunchFailures", dimension="ErrorCode", value=code, count=count)
 
 
+def garbage_collection_due(*, cloud: object, now: float) -> bool:
+    """True when a pass at ``now`` (epoch seconds) with the cloud provider ``cloud`` lists the fleet and collects
+    garbage: this container never did with that provider (a cold container's first pass, or its ports replaced), or
+    did at least :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (2 minutes)
+    before ``now``, or after it (the clock went back: better list than trust a time to come).
+
+    Karpenter's garbage collection controllers requeue every 2 minutes whatever triggers its provisioning
+    (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``,
+    ``[aws]:pkg/controllers/nodeclaim/garbagecollection/controller.go``); scheduled passes, watch mode's batch passes
+    and a wake's passes follow the same cadence here.
+    """
+    if not _GARBAGE_COLLECTED or _GARBAGE_COLLECTED[-1][0] is not cloud:
+        return True
+    elapsed = now - _GARBAGE_COLLECTED[-1][1]
+    return elapsed < 0 or elapsed >= GARBAGE_COLLECTION_INTERVAL_SECONDS
+
+
 def run_pass(*, now: float | None = None, provision_first: bool = False) -> ReconcileOutcome:
     """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds).
 
     ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes and a wake's,
-    see :func:`~nodesmith.services.provisioning.reconcile.reconcile`). Such a pass lists the fleet for garbage
-    collection only when no pass of this container began one in the last
-    :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (Karpenter's 2 minutes). A
-    scheduled pass always collects garbage; a new container's first pass too.
+    see :func:`~nodesmith.services.provisioning.reconcile.reconcile`). Any pass lists the fleet for garbage
+    collection (the instance-gone check and the orphan sweep) only when :func:`garbage_collection_due` says so;
+    in between, it reads only the instances of in-flight NodeClaims, by id.
     """
     settings = wiring.get_settings()
-    began = time.monotonic()
     _LAST_PASS_BEGAN[:] = [time.time()]
-    last = _GARBAGE_COLLECTED_AT[-1] if _GARBAGE_COLLECTED_AT else None
+    at = time.time() if now is None else now
+    ports = wiring.ports(settings)
     outcome = reconcile(
-        ports=wiring.ports(settings),
-        now=time.time() if now is None else now,
+        ports=ports,
+        now=at,
         options=ReconcileOptions(
             provision_first=provision_first,
-            collect_garbage=not provision_first or last is None or began - last >= GARBAGE_COLLECTION_INTERVAL_SECONDS,
+            collect_garbage=garbage_collection_due(cloud=ports.cloud, now=at),
             request_stale_seconds=settings.termination_request_stale_seconds,
             static_capacity=settings.static_capacity,
             registration_ttl_seconds=settings.registration_ttl_seconds,
         ),
     )
     if outcome.garbage_collected:
-        _GARBAGE_COLLECTED_AT[:] = [began]
+        _GARBAGE_COLLECTED[:] = [(ports.cloud, at)]
     return outcome
 
 
