@@ -20,7 +20,7 @@ from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.api.nodepool import NodePool, NodePoolStatus
 from nodesmith.core.errors import ConflictError, InsufficientCapacityError, NotFoundError, UnavailableOffering
 from nodesmith.core.model import DaemonSet, InstanceType, Node, Offering, Pod, PodDisruptionBudget, Taint
-from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, ObjectRef, PodEvent
+from nodesmith.core.ports import Instance, InstanceFacts, LaunchRequest, LaunchResult, ObjectRef, PodEvent
 from nodesmith.core.resources import parse_quantity
 from nodesmith.core.scheduling.volumes import VolumeContext
 from nodesmith.services.provisioning.capacity import to_rfc3339
@@ -355,6 +355,7 @@ class FakeCloud:
     requests: list[LaunchRequest] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     marked: set[tuple[str, str, str]] = field(default_factory=set)
+    facts_read: list[str] = field(default_factory=list)
 
     def instance_types(self, *, nodeclass: EC2NodeClass | None = None) -> list[InstanceType]:
         out = []
@@ -412,6 +413,10 @@ class FakeCloud:
 
     def get_instances(self, *, instance_ids: Sequence[str]) -> dict[str, Instance]:
         return {i: self.instances[i] for i in instance_ids if i in self.instances}
+
+    def instance_facts(self, *, instance_ids: Sequence[str]) -> dict[str, InstanceFacts]:
+        self.facts_read.extend(instance_ids)
+        return {i: InstanceFacts.of(self.instances[i]) for i in instance_ids if i in self.instances}
 
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
         for iid in instance_ids:

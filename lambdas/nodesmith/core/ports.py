@@ -37,6 +37,7 @@ __all__ = [
     "Cluster",
     "EvictionOutcome",
     "Instance",
+    "InstanceFacts",
     "LaunchRequest",
     "LaunchResult",
     "LaunchTemplateCleanup",
@@ -134,6 +135,41 @@ class Instance:
 
 
 @dataclass(frozen=True, slots=True)
+class InstanceFacts:
+    """What an EC2 instance was launched with, which its life does not change: type, zone, capacity type,
+    launch time (epoch seconds), AMI, subnet and security groups (ids). No state: whether it still runs is
+    :class:`Instance`'s, read fresh.
+
+    Karpenter's AWS provider reads these through its instance provider's cache for drift
+    (``[aws]:pkg/cloudprovider/drift.go``: subnet and security group drift; the AMI comes from the NodeClaim's
+    ``status.imageID``).
+    """
+
+    instance_id: str
+    instance_type: str
+    zone: str
+    capacity_type: str
+    launch_time: float
+    image_id: str = ""
+    subnet_id: str = ""
+    security_group_ids: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, instance: Instance) -> InstanceFacts:
+        """The facts of a described ``instance`` (its state left behind)."""
+        return cls(
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            zone=instance.zone,
+            capacity_type=instance.capacity_type,
+            launch_time=instance.launch_time,
+            image_id=instance.image_id,
+            subnet_id=instance.subnet_id,
+            security_group_ids=instance.security_group_ids,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ObjectRef:
     """A reference to a Kubernetes object, for Events (``kind`` Pod, Node, NodeClaim, ...)."""
 
@@ -192,6 +228,13 @@ class CloudProvider(Protocol):
     def get_instances(self, *, instance_ids: Sequence[str]) -> dict[str, Instance]:
         """Several instances by id (any tags), in as few calls as the provider can (EC2: one
         ``DescribeInstances`` per 200 ids); ids EC2 does not know are left out."""
+        ...
+
+    def instance_facts(self, *, instance_ids: Sequence[str]) -> dict[str, InstanceFacts]:
+        """The launch facts of instances by id (any tags): those the provider already described answered from its
+        cache, only the others read (EC2: one ``DescribeInstances`` per 200 ids); ids EC2 does not know are left
+        out. For what a launch fixed (drift's subnet and security groups), never for whether an instance still runs.
+        Raises ``LaunchError`` (or the client's error) when EC2 cannot be read."""
         ...
 
     def terminate(self, *, instance_ids: Sequence[str]) -> None:

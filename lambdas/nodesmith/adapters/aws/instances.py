@@ -4,23 +4,31 @@
 ``kubernetes.io/cluster/<cluster>=owned`` **and** carrying the ``karpenter.sh/nodepool`` and
 ``karpenter.k8s.aws/ec2nodeclass`` tag keys, so managed node groups (which also carry the cluster
 tag) are never listed, hence never garbage-collected. Terminated instances are left out of lists.
+
+Every DescribeInstances answer also fills a per-container cache of each instance's launch facts
+(:class:`~nodesmith.core.ports.InstanceFacts`), so drift reads a fleet's subnets and security groups by id only for
+instances never described, as Karpenter's instance provider answers ``Get`` from its cache
+(``[aws]:pkg/providers/instance/instance.go``). A fleet list replaces the cache with what it saw (an instance gone
+from the fleet is forgotten, and a change to a running instance's security groups shows after the next list).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.capacityreservations import RESERVATION_TYPE_CAPACITY_BLOCK, RESERVATION_TYPE_DEFAULT
 from nodesmith.core.errors import LaunchError, TerminationError
 from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT
-from nodesmith.core.ports import Instance
+from nodesmith.core.ports import Instance, InstanceFacts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
+    "FACTS_CACHE_MAX",
     "LIVE_STATES",
     "NODECLASS_TAG",
     "NODEPOOL_TAG",
@@ -33,6 +41,9 @@ LOG = logging.getLogger(__name__)
 NODEPOOL_TAG = "karpenter.sh/nodepool"
 NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
+FACTS_CACHE_MAX = 50_000
+"""Instances whose launch facts one container keeps at most: a container that reads instances by id but never lists
+the fleet (interruption, termination) forgets the oldest beyond it."""
 _TERMINATE_BATCH = 1000  # TerminateInstances accepts at most 1000 ids per call
 _DESCRIBE_BATCH = 200
 _REQUEST_WIDE = frozenset(
@@ -98,14 +109,26 @@ def _instances(pages: Iterable[Mapping[str, Any]]) -> list[Instance]:
 
 
 class Instances:
-    """EC2 instance operations for ``cluster_name`` with the boto3 EC2 client ``ec2``."""
+    """EC2 instance operations for ``cluster_name`` with the boto3 EC2 client ``ec2``, and the launch facts of the
+    instances they described (see the module docstring; safe to use from several threads)."""
 
     def __init__(self, *, ec2: Any, cluster_name: str) -> None:
         self._ec2 = ec2
         self._cluster = cluster_name
+        self._facts: dict[str, InstanceFacts] = {}
+        self._lock = threading.Lock()
+
+    def _remember(self, found: Sequence[Instance]) -> None:
+        with self._lock:
+            for instance in found:
+                self._facts.pop(instance.instance_id, None)  # re-inserted last: the oldest go first
+                self._facts[instance.instance_id] = InstanceFacts.of(instance)
+            for stale in list(self._facts)[: max(0, len(self._facts) - FACTS_CACHE_MAX)]:
+                del self._facts[stale]
 
     def list_all(self) -> list[Instance]:
-        """Our instances that are not terminated (paginated DescribeInstances, tag and state filters)."""
+        """Our instances that are not terminated (paginated DescribeInstances, tag and state filters); their launch
+        facts replace the cache's."""
         paginator = self._ec2.get_paginator("describe_instances")
         pages = paginator.paginate(
             Filters=[
@@ -116,7 +139,11 @@ class Instances:
             ],
             PaginationConfig={"PageSize": 1000},
         )
-        return sorted(_instances(pages), key=lambda i: i.instance_id)
+        found = sorted(_instances(pages), key=lambda i: i.instance_id)
+        with self._lock:
+            self._facts = {}
+        self._remember(found)
+        return found
 
     def get(self, *, instance_id: str) -> Instance | None:
         """One instance by id, whatever its tags or state; None when EC2 does not know the id."""
@@ -127,21 +154,34 @@ class Instances:
                 return None
             raise
         found = _instances([response])
+        self._remember(found)
         return found[0] if found else None
 
     def describe(self, *, instance_ids: Sequence[str]) -> list[Instance]:
-        """Several instances by id (unknown ids are skipped)."""
+        """Several instances by id, one DescribeInstances per 200 (unknown ids are skipped)."""
         out: list[Instance] = []
         ids = list(dict.fromkeys(instance_ids))
         for start in range(0, len(ids), _DESCRIBE_BATCH):
             batch = ids[start : start + _DESCRIBE_BATCH]
             try:
-                out += _instances([self._ec2.describe_instances(InstanceIds=batch)])
+                found = _instances([self._ec2.describe_instances(InstanceIds=batch)])
             except Exception as exc:
                 if _code(exc) != "InvalidInstanceID.NotFound":
                     raise
-                out += [i for i in (self.get(instance_id=x) for x in batch) if i is not None]
+                found = [i for i in (self.get(instance_id=x) for x in batch) if i is not None]
+            self._remember(found)
+            out += found
         return out
+
+    def facts(self, *, instance_ids: Sequence[str]) -> dict[str, InstanceFacts]:
+        """The launch facts of ``instance_ids`` by id: cached ones as they are, the others described
+        (:meth:`describe`, which caches them); ids EC2 does not know are absent. Client errors propagate."""
+        with self._lock:
+            known = {iid: self._facts[iid] for iid in instance_ids if iid in self._facts}
+        missing = [iid for iid in dict.fromkeys(instance_ids) if iid not in known]
+        if missing:
+            known.update((i.instance_id, InstanceFacts.of(i)) for i in self.describe(instance_ids=missing))
+        return known
 
     def terminate(self, *, instance_ids: Sequence[str]) -> list[str]:
         """Terminate instances in batches; ids EC2 does not know (or cannot parse) are skipped.

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import InstanceType
     from nodesmith.core.nodeclass_status import Check
-    from nodesmith.core.ports import Instance, LaunchRequest, LaunchResult, StateStore
+    from nodesmith.core.ports import Instance, InstanceFacts, LaunchRequest, LaunchResult, StateStore
 
 __all__ = [
     "PREFETCH_AHEAD_SECONDS",
@@ -323,6 +323,11 @@ class Ec2CloudProvider:
     def get_instances(self, *, instance_ids: Sequence[str]) -> dict[str, Instance]:
         """Several instances by id in one DescribeInstances per 200 ids; ids EC2 does not know are absent."""
         return {i.instance_id: i for i in self.instances.describe(instance_ids=instance_ids)}
+
+    def instance_facts(self, *, instance_ids: Sequence[str]) -> dict[str, InstanceFacts]:
+        """The launch facts of instances by id, from this container's cache of every instance it described, the
+        others read in one DescribeInstances per 200 ids (:meth:`Instances.facts <.instances.Instances.facts>`)."""
+        return self.instances.facts(instance_ids=instance_ids)
 
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
         """Terminate instances; unknown or already-terminated ids are not an error. ``TerminationError`` names

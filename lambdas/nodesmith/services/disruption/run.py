@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from nodesmith.core.do_not_disrupt import INVALID_ANNOTATION_REASON, do_not_disrupt, invalid_annotation_message
 from nodesmith.core.errors import KubernetesError, NodeClassNotReadyError
 from nodesmith.core.labels import LABEL_NODEPOOL
-from nodesmith.core.ports import ObjectRef
+from nodesmith.core.ports import InstanceFacts, ObjectRef
 from nodesmith.services.breakdown import disruption_reason
 from nodesmith.services.disruption.outcome import DisruptionOutcome
 from nodesmith.services.disruption.state import cluster_nodes, write_condition
-from nodesmith.services.provisioning.capacity import disruption_volume_topology
+from nodesmith.services.provisioning.capacity import disruption_volume_topology, instance_id_of
 from nodesmith.services.provisioning.inputs import take_snapshot
 from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
@@ -31,14 +31,26 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.disruption import ClusterNode, DisruptionSettings
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement
-    from nodesmith.core.ports import Instance
+    from nodesmith.core.ports import CloudProvider, Instance
     from nodesmith.services.ports import Ports
     from nodesmith.services.provisioning.inputs import Snapshot
 
-__all__ = ["EVENT_DEDUPE_SECONDS", "DisruptionPass"]
+__all__ = ["EVENT_DEDUPE_SECONDS", "DisruptionPass", "drift_facts"]
 
 EVENT_DEDUPE_SECONDS = 600.0
 """An identical rejection Event (node, reason, message) is not posted again within this many seconds."""
+
+
+def drift_facts(*, cloud: CloudProvider, snap: Snapshot) -> dict[str, InstanceFacts]:
+    """The launch facts (subnet, security groups, AMI) of the instances behind ``snap``'s Nodes that have a NodeClaim,
+    by instance id: from the snapshot when it listed the fleet, else through ``cloud.instance_facts`` (its cache; EC2
+    is read, 200 ids a call, only for instances the container never described). The fleet is never listed for
+    them: whether an instance still runs is garbage collection's, on its own cadence."""
+    if snap.every_instance:
+        return {iid: InstanceFacts.of(i) for iid, i in snap.instances.items()}
+    claimed = {nc.status.provider_id for nc in snap.nodeclaims if nc.status.provider_id}
+    ids = sorted({iid for n in snap.nodes if n.provider_id in claimed and (iid := instance_id_of(n.provider_id))})
+    return cloud.instance_facts(instance_ids=ids) if ids else {}
 
 
 def _node_ref(node: str) -> ObjectRef:
@@ -67,8 +79,9 @@ class DisruptionPass:
     def snapshot(self, snap: Snapshot | None = None) -> None:
         """Take what the pass decides on from ``snap`` (the reconcile pass's snapshot as it left the cluster,
         :attr:`~nodesmith.services.provisioning.outcome.ReconcileOutcome.snapshot`), reading only what it lacks
-        (PodDisruptionBudgets, every instance when it holds only provisioning's); without ``snap``, list
-        everything. A node class that is not ready is reported in ``out.errors``."""
+        (PodDisruptionBudgets; the drift facts of the nodes' instances when it did not list the fleet,
+        :func:`drift_facts`); without ``snap``, list everything. A node class that is not ready is reported in
+        ``out.errors``."""
         cluster, cloud = self.cluster, self.cloud
         if snap is None:
             snap = take_snapshot(cluster=cluster, cloud=cloud)
@@ -78,9 +91,7 @@ class DisruptionPass:
         self.pdbs = snap.pdbs if snap.pdbs is not None else cluster.list_pdbs()
         self.nodepools = [p for p in snap.nodepools if p.metadata.deletion_timestamp is None]
         self.nodeclasses: dict[str, EC2NodeClass] = dict(snap.nodeclasses)
-        self.instances: dict[str, Instance] = (
-            snap.instances if snap.every_instance else {i.instance_id: i for i in cloud.list_instances()}
-        )
+        self.instances: dict[str, Instance] = snap.instances
         self.catalogues: dict[str, dict[str, InstanceType]] = {}
         for name in sorted(self.nodeclasses):
             try:
@@ -105,7 +116,7 @@ class DisruptionPass:
             nodes=self.nodes,
             pods=self.pods,
             nodeclaims=snap.nodeclaims,
-            instances=self.instances,
+            facts=drift_facts(cloud=cloud, snap=snap),
             now=self.now,
             errors=self.out.errors,
         )

@@ -16,8 +16,8 @@ written to the NodeClaims' ``status.conditions`` (the status subresource; no new
   (seconds). Its nodes carry the ``karpenter.sh/disrupted`` taint.
 
 This module builds the :class:`~nodesmith.core.disruption.ClusterNode` views the pure core decides
-on (pods, NodeClaim, the instance's AMI/subnet/security groups, ``last_pod_event_time``) and reads
-and writes those conditions. Times are epoch seconds.
+on (pods, NodeClaim, the AMI of the NodeClaim's ``status.imageID``, the instance's subnet and security groups,
+``last_pod_event_time``) and reads and writes those conditions. Times are epoch seconds.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.model import Node, Pod
-    from nodesmith.core.ports import Cluster, Instance
+    from nodesmith.core.ports import Cluster, InstanceFacts
 
 __all__ = [
     "CONDITION_CANDIDATE",
@@ -173,14 +173,17 @@ def cluster_nodes(
     nodes: Sequence[Node],
     pods: Sequence[Pod],
     nodeclaims: Sequence[NodeClaim],
-    instances: Mapping[str, Instance],
+    facts: Mapping[str, InstanceFacts],
     now: float,
     errors: list[str],
 ) -> tuple[list[ClusterNode], dict[str, NodeClaim]]:
     """The :class:`ClusterNode` views of ``nodes`` and the NodeClaims by name (as updated here).
 
-    Pods are grouped by ``spec.nodeName`` (terminal pods left out). The instance behind each node
-    (by providerID) gives ``image_id``, ``subnet_id`` and ``security_group_ids``. The pod-set
+    Pods are grouped by ``spec.nodeName`` (terminal pods left out). ``image_id`` is the NodeClaim's
+    ``status.imageID`` (Karpenter's AMI drift reads ``nodeClaim.Status.ImageID``), else the AMI of the instance
+    behind the node; the instance's launch facts (``facts``, by instance id of the node's providerID) give
+    ``subnet_id`` and ``security_group_ids`` (Karpenter's AWS provider reads them from the instance,
+    ``[aws]:pkg/cloudprovider/drift.go``); None where unknown. The pod-set
     fingerprint of each node with a NodeClaim is compared with the stored ``nodesmith.io/PodSet``
     condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
     creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
@@ -210,14 +213,16 @@ def cluster_nodes(
         errors.extend(problems)
     out: list[ClusterNode] = []
     for node, on_node, name in placed:
-        inst = instances.get(instance_id_of(node.provider_id) or "")
+        inst = facts.get(instance_id_of(node.provider_id) or "")
+        owner = claims[name] if name is not None else None
+        image = (owner.status.image_id if owner is not None else None) or (inst.image_id if inst is not None else "")
         out.append(
             ClusterNode(
                 node=node,
                 pods=on_node,
-                nodeclaim=claims[name] if name is not None else None,
+                nodeclaim=owner,
                 last_pod_event_time=last_events.get(name) if name is not None else None,
-                image_id=(inst.image_id or None) if inst is not None else None,
+                image_id=image or None,
                 subnet_id=(inst.subnet_id or None) if inst is not None else None,
                 security_group_ids=frozenset(inst.security_group_ids)
                 if inst is not None and inst.security_group_ids
