@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import pytest
 from ec2_support import CLUSTER
 
 from nodesmith.adapters.aws import instances as instances_module
 from nodesmith.adapters.aws.instances import NODECLASS_TAG, NODEPOOL_TAG, Instances
 
 if TYPE_CHECKING:
+    import pytest
+
     from nodesmith.sim.aws import SeededAws
 
 
@@ -41,7 +42,8 @@ def _counting(ec2: Any) -> list[int]:
     """How many ids each DescribeInstances asks for (0: a filtered list)."""
     calls: list[int] = []
     ec2.meta.events.register(
-        "before-parameter-build.ec2.DescribeInstances", lambda params, **_: calls.append(len(params.get("InstanceIds") or []))
+        "before-parameter-build.ec2.DescribeInstances",
+        lambda params, **_: calls.append(len(params.get("InstanceIds") or [])),
     )
     return calls
 
