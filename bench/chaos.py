@@ -52,6 +52,9 @@ REGISTRATION_TTL_SECONDS = 60
 """Karpenter's 15-minute registration TTL, compressed like the rest of the simulated cluster's times."""
 NOT_READY_SECONDS = 30.0
 """How long a node that goes NotReady stays so."""
+TOLERATION_SECONDS = 20
+"""The API server's default not-ready and unreachable toleration (Kubernetes' 300 s), compressed like the
+registration TTL: pods on a node NotReady for :data:`NOT_READY_SECONDS` are evicted before it recovers."""
 NODECLASSES = "ec2nodeclasses.karpenter.k8s.aws"
 BURST = "burst"
 """The second NodePool and its own EC2NodeClass, deleted and recreated once in a run."""
@@ -70,9 +73,10 @@ class ChaosWorld(EmbeddedWorld):
         return self._sources[function_name]
 
     def start_chaos(self) -> ChaosWorld:
-        """Start the world (:meth:`EmbeddedWorld.start`) with the registration TTL compressed, pods deleted
-        gracefully (Terminating until their kubelet confirms), and the reconcile function run as Lambda runs the
-        schedule's invocations (one at a time, ended at its timeout); returns it."""
+        """Start the world (:meth:`EmbeddedWorld.start`) with the registration TTL and the default not-ready and
+        unreachable tolerations compressed, pods deleted gracefully (Terminating until their kubelet confirms), and
+        the reconcile function run as Lambda runs the schedule's invocations (one at a time, ended at its timeout);
+        returns it."""
         from nodesmith.handlers import wiring
         from nodesmith.handlers.reconcile import handler
 
@@ -80,6 +84,7 @@ class ChaosWorld(EmbeddedWorld):
         self._set_env({"NODESMITH_REGISTRATION_TTL_SECONDS": str(REGISTRATION_TTL_SECONDS)})
         wiring.reset()
         self.store.graceful_pod_deletion = True
+        self.store.not_ready_toleration_seconds = self.store.unreachable_toleration_seconds = TOLERATION_SECONDS
 
         def logged(event: dict[str, Any], context: Any) -> Any:
             with self._lambda_stdout():
@@ -419,6 +424,12 @@ class Chaos:
             "exceptions": self.exceptions[:3] + [e for s in stats.values() for e in s.errors][:3],
             "monitor_errors": monitor.errors[:3],
             "pdb_violation_details": monitor.details,
+            "pods_evicted_from_not_ready_nodes": monitor.involuntary,
+            "pods_lost": {
+                "to_reclaim": self.lost_to_reclaim,
+                "force_deleted": sorted(monitor.forced_pods)[:5],
+                "with_their_node": sorted(monitor.lost_with_node)[:5],
+            },
             "last_pass_unschedulable": self.last_pass.get("unschedulable"),
             "empty_at_end": self._empty_nodes()[:5],
             "pending_at_end": [

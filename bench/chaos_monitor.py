@@ -28,8 +28,11 @@ class Monitor:
 
     ``budgeted`` maps an app label to its Deployment's replicas, behind a ``maxUnavailable: 1`` budget: a
     violation is the budgeted app going below ``replicas - 1`` healthy (Ready, not terminating) pods, counted once
-    per dip. A pod lost with its node is a Ready pod deleted after its node was (the pod garbage collector's
-    work: it was never evicted). :meth:`forced` records a pod the termination function deleted directly.
+    per dip. Pods the node lifecycle controller evicts from a Node that is not Ready (an involuntary disruption,
+    which a PodDisruptionBudget does not stop) are excused from the count until the app is back within its budget;
+    :attr:`involuntary` counts them. A pod lost with its node is a Ready pod deleted after its node was (the pod
+    garbage collector's work: it was never evicted). :meth:`forced` records a pod the termination function deleted
+    directly.
     """
 
     def __init__(self, *, store: Any, budgeted: dict[str, int]) -> None:
@@ -40,6 +43,9 @@ class Monitor:
         self.lost_with_node: set[str] = set()
         self.forced_pods: set[str] = set()
         self.violations, self.in_violation = 0, set[str]()
+        self.not_ready: set[str] = set()
+        self.excused: Counter[str] = Counter()
+        self.involuntary = 0
         self.details: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self.lock, self.stopped = threading.Lock(), threading.Event()
@@ -75,13 +81,21 @@ class Monitor:
 
     def _handle(self, ev: Any) -> None:
         if ev.resource == "nodes":
+            name = ev.object["metadata"]["name"]
             if ev.type == "DELETED":
-                self.removed_nodes.add(ev.object["metadata"]["name"])
+                self.removed_nodes.add(name)
+            if conditions(ev.object).get("Ready") == "True" or ev.type == "DELETED":
+                self.not_ready.discard(name)
+            else:
+                self.not_ready.add(name)
             return
         self._pod(ev.object, deleted=ev.type == "DELETED")
         for app, replicas in self.budgeted.items():
             if self.healthy[app] >= replicas - 1:
                 self.in_violation.discard(app)
+                self.excused[app] = 0
+            elif self.healthy[app] + self.excused[app] >= replicas - 1:
+                continue
             elif app not in self.in_violation:
                 self.violations += 1
                 self.in_violation.add(app)
@@ -97,6 +111,9 @@ class Monitor:
             self.healthy[old[0]] -= 1
             if deleted and old[1] in self.removed_nodes:
                 self.lost_with_node.add(key)
+            elif not deleted and meta.get("deletionTimestamp") and old[1] in self.not_ready:
+                self.excused[old[0]] += 1  # evicted for its node's NoExecute taint
+                self.involuntary += 1
         if deleted or not app:
             return
         healthy = not meta.get("deletionTimestamp") and conditions(pod).get("Ready") == "True"

@@ -24,7 +24,7 @@ from nodesmith.handlers import wiring
 from nodesmith.services.provisioning.lifecycle import REGISTRATION_TTL_SECONDS
 from nodesmith.services.termination.service import Status, run_round
 from nodesmith.sim.cluster_faults import ClusterFaults
-from nodesmith.sim.kubelet import NOT_READY_TAINT
+from nodesmith.sim.kube.admission import NOT_READY_TAINT, UNREACHABLE_TAINT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -107,11 +107,13 @@ def test_a_node_gone_not_ready_takes_no_new_pods_and_its_replacement_is_launched
 
     sim.kubelet.faults = sim.faults = ClusterFaults(seed=3, not_ready=1.0)
     sim.step()
+    sim.step()  # the node lifecycle controller (in the controllers) taints it by its Ready condition
     down = sim.store.snapshot("nodes", node["metadata"]["name"])
     assert down is not None
-    assert {(t["key"], t["effect"]) for t in down["spec"]["taints"] if t["key"] == NOT_READY_TAINT} == {
-        (NOT_READY_TAINT, "NoSchedule"),
-        (NOT_READY_TAINT, "NoExecute"),
+    key = UNREACHABLE_TAINT if sim.faults.stops_reporting(node["metadata"]["name"]) else NOT_READY_TAINT
+    assert {(t["key"], t["effect"]) for t in down["spec"]["taints"] if t["key"] == key} == {
+        (key, "NoSchedule"),
+        (key, "NoExecute"),
     }
     assert sim.faults.counts()["goes_not_ready"] == 1
     sim.faults.not_ready = 0.0
@@ -128,6 +130,67 @@ def test_a_node_gone_not_ready_takes_no_new_pods_and_its_replacement_is_launched
     sim.step()
     assert sim.running() == 2
     assert len(sim.store.objects("nodes")) == 2
+
+
+@pytest.mark.parametrize("silent", [False, True], ids=["ready-false", "ready-unknown"])
+def test_pods_evicted_from_a_not_ready_node_run_again_on_one_new_nodeclaim(sim: Sim, silent: bool) -> None:
+    """Taint-based eviction (Kubernetes docs, "Taint based evictions"): the pods of a node whose Ready condition is
+    False or Unknown are evicted once their default 300 s toleration (compressed to 20 s here) runs out; they stay
+    Terminating while the kubelet is down, their ReplicaSet replaces them, and the reconcile handler launches one
+    NodeClaim for the replacements, not one per pass, and none before the eviction."""
+    sim.store.graceful_pod_deletion = True
+    sim.store.not_ready_toleration_seconds = sim.store.unreachable_toleration_seconds = 20
+    sim.scale(1)
+    for _ in range(3):
+        sim.step()
+        sim.reconcile()
+    sim.step()
+    assert sim.running() == 1
+    (node,) = {p["spec"]["nodeName"] for p in sim.pods()}
+    old = {p["metadata"]["name"] for p in sim.pods()}
+    assert all(t.get("tolerationSeconds") == 20 for p in sim.pods() for t in p["spec"]["tolerations"]
+               if t["effect"] == "NoExecute")  # fmt: skip
+
+    faults = ClusterFaults(seed=3, not_ready=1.0, not_ready_seconds=60)
+    faults.stops_reporting = lambda _name: silent  # type: ignore[method-assign]
+    sim.kubelet.faults = sim.faults = faults
+    t0 = time.time()
+    sim.step(t0)
+    assert faults.counts()["goes_not_ready"] == 1
+    faults.not_ready = 0.0  # the replacement node stays Ready
+    sim.step(t0 + 1)
+    taint = UNREACHABLE_TAINT if silent else NOT_READY_TAINT
+    tainted = sim.store.get("nodes", node)["spec"]["taints"]
+    assert {(taint, "NoSchedule"), (taint, "NoExecute")} <= {(t["key"], t["effect"]) for t in tainted}
+
+    sim.step(t0 + 19)
+    assert sim.running() == 1 and not any(p["metadata"].get("deletionTimestamp") for p in sim.pods())
+    assert sim.reconcile(now=t0 + 19).nodeclaims_created == 0  # bound, Running pods: nothing to provision
+
+    sim.step(t0 + 21)  # the tolerations ran out: evicted, Terminating (the kubelet is down), replaced
+    sim.step(t0 + 21)
+    evicted = [p for p in sim.pods() if p["metadata"]["name"] in old]
+    assert len(evicted) == 1 and all(p["metadata"].get("deletionTimestamp") for p in evicted)
+    fresh = [p for p in sim.pods() if p["metadata"]["name"] not in old]
+    assert len(fresh) == 1 and not any(p["spec"].get("nodeName") for p in fresh)
+
+    first = sim.reconcile(now=t0 + 22)
+    assert first.pods_pending == 1 and first.nodeclaims_created == 1
+    for _ in range(2):
+        assert sim.reconcile(now=t0 + 23).nodeclaims_created == 0
+    for _ in range(3):
+        sim.step(t0 + 24)
+        sim.reconcile(now=t0 + 24)
+    running = [p for p in sim.pods() if p["status"].get("phase") == "Running" and p["metadata"]["name"] not in old]
+    assert len(running) == 1 and {p["spec"]["nodeName"] for p in running} != {node}
+    assert len(sim.store.objects(NODECLAIMS)) == 2
+
+    sim.store.clock = lambda: time.time() + 120  # the node is back: its kubelet confirms the evicted pods' deletion
+    sim.step(t0 + 61)
+    sim.step(t0 + 61)
+    assert not sim.store.pods_on(node)
+    ready = sim.store.get("nodes", node)
+    assert not [t for t in ready["spec"].get("taints") or [] if t["key"] in (NOT_READY_TAINT, UNREACHABLE_TAINT)]
 
 
 def test_a_drain_stops_waiting_for_pods_stuck_terminating_and_the_node_goes(sim: Sim) -> None:

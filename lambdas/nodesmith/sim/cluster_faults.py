@@ -7,11 +7,13 @@
   cluster endpoint or CA, an AMI whose nodeadm cannot join, a security group that blocks the API server). Karpenter
   deletes such a NodeClaim and terminates its instance after the registration TTL, 15 minutes
   (``[core]:pkg/controllers/nodeclaim/lifecycle/liveness.go``); drawn once per instance, at ``never_register``.
-* ``goes_not_ready``: a registered, Ready Node whose kubelet stops: ``Ready`` becomes ``False``
-  (``KubeletNotReady``) and the node lifecycle controller taints it ``node.kubernetes.io/not-ready`` with
-  ``NoSchedule`` and ``NoExecute`` (Kubernetes docs, "Taint based evictions" and "Taint nodes by condition"). Its
-  kubelet confirms no pod deletion while it is down. It recovers after ``not_ready_seconds`` (None: never, until
-  its instance goes). Drawn once per node when it first is Ready, at ``not_ready``.
+* ``goes_not_ready``: a registered, Ready Node whose kubelet fails: half of them (drawn once per node,
+  :meth:`ClusterFaults.stops_reporting`) stop posting status, and ``Ready`` becomes ``Unknown``
+  (``NodeStatusUnknown``), the others report ``Ready=False`` (``KubeletNotReady``); the node lifecycle controller
+  then taints it ``node.kubernetes.io/unreachable`` or ``node.kubernetes.io/not-ready`` with ``NoSchedule`` and
+  ``NoExecute`` and evicts the pods whose tolerations run out (:mod:`nodesmith.sim.node_lifecycle`). Its kubelet
+  confirms no pod deletion while it is down. It recovers after ``not_ready_seconds`` (None: never, until its
+  instance goes). Drawn once per node when it first is Ready, at ``not_ready``.
 * ``stuck_terminating``: a pod whose kubelet never confirms its graceful deletion: it stays ``Terminating``
   (``deletionTimestamp`` set) until it is deleted with grace 0 or its Node goes (pod garbage collection), as with a
   container runtime that hangs on stopping it. Drawn once per pod when its deletion is due, at
@@ -66,6 +68,7 @@ class ClusterFaults:
         self._random = random.Random(seed)
         self._lock = threading.Lock()
         self._decided: dict[tuple[ClusterFaultKind, str], bool] = {}
+        self._silent: dict[str, bool] = {}
 
     def _decide(self, kind: ClusterFaultKind, subject: str, rate: float) -> bool:
         with self._lock:
@@ -81,6 +84,14 @@ class ClusterFaults:
     def goes_not_ready(self, node_name: str) -> bool:
         """Whether the Ready Node ``node_name`` goes NotReady (decided on the first call)."""
         return self._decide("goes_not_ready", node_name, self.not_ready)
+
+    def stops_reporting(self, node_name: str) -> bool:
+        """Whether the Node ``node_name``, going NotReady, stops posting status (``Ready=Unknown``) rather than
+        reporting ``Ready=False`` (one chance in two, decided on the first call; not a fault of its own)."""
+        with self._lock:
+            if node_name not in self._silent:
+                self._silent[node_name] = self._random.random() < 0.5
+            return self._silent[node_name]
 
     def stays_terminating(self, pod_uid: str) -> bool:
         """Whether the graceful deletion of the pod ``pod_uid`` is never confirmed (decided on the first call)."""

@@ -1,4 +1,4 @@
-"""Simulated kube-controller-manager loops: Deployment, ReplicaSet, pod and owner garbage collection.
+"""Simulated kube-controller-manager loops: Deployment, ReplicaSet, pod and owner garbage collection, node lifecycle.
 
 Just enough of ``pkg/controller/{deployment,replicaset,podgc,garbagecollector}`` for workloads to
 behave under Nodesmith:
@@ -12,6 +12,8 @@ behave under Nodesmith:
 * **pod GC**: pods bound to a Node that no longer exists are deleted (``podgc`` orphaned pods).
 * **garbage collector**: pods whose controlling ReplicaSet is gone and ReplicaSets whose
   Deployment is gone are deleted (background cascading deletion).
+* **node lifecycle**: not-ready and unreachable taints by the Nodes' ``Ready`` condition, and the taint
+  eviction controller's evictions (:class:`~nodesmith.sim.node_lifecycle.NodeLifecycle`), every step.
 
 All writes go through the emulator's in-process store; ``step(now)`` is deterministic given the
 store (names come from the store's seeded generator).
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.sim.changes import RESYNC_SECONDS, ChangeFeed
 from nodesmith.sim.kube.disruption import controller_ref, controller_uid
 from nodesmith.sim.kube.errors import ApiError
+from nodesmith.sim.node_lifecycle import NodeLifecycle
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -140,7 +143,7 @@ class _Changes:
 
 
 class SimControllers:
-    """Deployment, ReplicaSet, pod-GC and owner-GC loops over the emulator store.
+    """Deployment, ReplicaSet, pod-GC, owner-GC and node lifecycle loops over the emulator store.
 
     ``resync_seconds`` (default :data:`~nodesmith.sim.changes.RESYNC_SECONDS`; 0: always) is how often every
     object is reconciled whether or not it changed; in between, a step reconciles what changed since the step
@@ -155,15 +158,18 @@ class SimControllers:
         self._changes = ChangeFeed(store, self.watch, resync_seconds=resync_seconds)
         self._touched: set[tuple[str, str]] = set()  # ReplicaSets created or scaled during this step
         self._hashes: dict[tuple[str, int], str] = {}  # template hash by Deployment (uid, generation)
+        self.node_lifecycle = NodeLifecycle(store=store)
 
     def step(self, now: float) -> None:
-        """Reconcile Deployments and ReplicaSets and collect garbage as of ``now`` (epoch seconds): every
+        """Taint Nodes by condition and make the taint evictions due (node lifecycle), then reconcile Deployments
+        and ReplicaSets and collect garbage as of ``now`` (epoch seconds): every
         object on the first step and every ``resync_seconds``, else those changed since the last step.
 
         ReplicaSets are indexed by (namespace, controller uid) once per step (after garbage collection), and
         pods read from the store's owner and node indexes, as the real controllers' informers index them,
         instead of a scan of every pod per owner or per step.
         """
+        self.node_lifecycle.step(now)
         events = self._changes.since_last(now)
         self._reconcile(None if events is None else _Changes.of(events))
 

@@ -18,9 +18,10 @@ lifecycle controller), compressed to seconds:
 * pods whose graceful deletion period has passed are removed (the kubelet confirming termination).
 
 With ``faults`` (:class:`~nodesmith.sim.cluster_faults.ClusterFaults`) it also plays the cluster's faults: an
-instance whose Node is never registered, a Ready Node going NotReady (``Ready=False`` and the
-``node.kubernetes.io/not-ready`` ``NoSchedule`` and ``NoExecute`` taints; no pod deletion on it confirmed while it
-is down), and pods whose deletion is never confirmed.
+instance whose Node is never registered, a Ready Node going NotReady (``Ready=False``, or ``Unknown`` when its
+kubelet stops posting status; the node lifecycle controller of :class:`~nodesmith.sim.controllers.SimControllers`
+taints it and evicts its pods; no pod deletion on it confirmed while it is down), and pods whose deletion is never
+confirmed.
 
 Only Nodes this kubelet created (annotation ``nodesmith.dev/simulated-kubelet``) are touched.
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.sim.kube.admission import NOT_READY_TAINT
 from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.timefmt import rfc3339
 
@@ -46,7 +48,6 @@ __all__ = ["MANAGED_ANNOTATION", "NOT_READY_TAINT", "SimKubelet"]
 LOG = logging.getLogger(__name__)
 
 MANAGED_ANNOTATION = "nodesmith.dev/simulated-kubelet"
-NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 _NODES = "nodes"
 _CLAIMS = "nodeclaims.karpenter.sh"
 _KUBELET_VERSION = "v1.33.0-eks-nodesmith"
@@ -245,19 +246,19 @@ class SimKubelet:
         self._mutate(name, edit)
 
     def _go_down(self, name: str, now: float) -> None:
-        """The kubelet of ``name`` stops: ``Ready=False`` and the node lifecycle controller's not-ready taints."""
+        """The kubelet of ``name`` fails: ``Ready=Unknown`` when it stops posting status, else ``Ready=False``;
+        the node lifecycle controller taints the Node by that condition (:mod:`nodesmith.sim.node_lifecycle`)."""
         self._down[name] = now
         self._went_down.add(name)
+        silent = self.faults is not None and self.faults.stops_reporting(name)
+        status, reason = ("Unknown", "NodeStatusUnknown") if silent else ("False", "KubeletNotReady")
 
         def edit(obj: dict[str, Any]) -> None:
-            spec = obj.setdefault("spec", {})
-            taints = [t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT]
-            spec["taints"] = [*taints, *({"key": NOT_READY_TAINT, "effect": e} for e in ("NoSchedule", "NoExecute"))]
             conditions = [c for c in obj["status"].get("conditions") or [] if c.get("type") != "Ready"]
-            obj["status"]["conditions"] = [*conditions, self._ready_condition("False", "KubeletNotReady", now)]
+            obj["status"]["conditions"] = [*conditions, self._ready_condition(status, reason, now)]
 
         self._mutate(name, edit)
-        LOG.info("simulated kubelet: node %s went NotReady", name)
+        LOG.info("simulated kubelet: node %s went NotReady (Ready=%s)", name, status)
 
     def _recover(self, name: str, now: float) -> None:
         """Ready again once ``faults.not_ready_seconds`` passed since ``name`` went down (never when None), or at
@@ -268,8 +269,6 @@ class SimKubelet:
         del self._down[name]
 
         def edit(obj: dict[str, Any]) -> None:
-            spec = obj.setdefault("spec", {})
-            spec["taints"] = [t for t in spec.get("taints") or [] if t.get("key") != NOT_READY_TAINT]
             conditions = [c for c in obj["status"].get("conditions") or [] if c.get("type") != "Ready"]
             obj["status"]["conditions"] = [*conditions, self._ready_condition("True", "KubeletReady", now)]
 

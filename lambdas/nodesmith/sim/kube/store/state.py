@@ -53,6 +53,8 @@ class StoreState:
     registry: Registry
     clock: Callable[[], float]
     graceful_pod_deletion: bool
+    not_ready_toleration_seconds: int
+    unreachable_toleration_seconds: int
     condition: threading.Condition
     closed: bool
     _rng: random.Random

@@ -12,6 +12,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors, pods
+from nodesmith.sim.kube.admission import DEFAULT_TOLERATION_SECONDS
 from nodesmith.sim.kube.events import ListResult, Subscription, WatchEvent
 from nodesmith.sim.kube.registry import Registry
 from nodesmith.sim.kube.store.deletes import StoreDeletes
@@ -35,6 +36,9 @@ class Store(StoreWrites, StoreDeletes):
     from an older version gets 410 Expired). Resource arguments are store keys: ``pods``,
     ``nodes``, ``deployments.apps``, ``poddisruptionbudgets.policy``, ``nodeclaims.karpenter.sh``...
     All methods raise :class:`~nodesmith.sim.kube.errors.ApiError` as the API server would answer.
+    ``not_ready_toleration_seconds`` and ``unreachable_toleration_seconds`` (seconds, 300 unless set) are the API
+    server's ``--default-not-ready-toleration-seconds`` and ``--default-unreachable-toleration-seconds``: the
+    ``tolerationSeconds`` a created pod's default tolerations get (:mod:`nodesmith.sim.kube.admission`).
     """
 
     def __init__(
@@ -49,6 +53,8 @@ class Store(StoreWrites, StoreDeletes):
         self.registry = registry or Registry()
         self.clock = clock
         self.graceful_pod_deletion = graceful_pod_deletion
+        self.not_ready_toleration_seconds = DEFAULT_TOLERATION_SECONDS
+        self.unreachable_toleration_seconds = DEFAULT_TOLERATION_SECONDS
         self.condition = threading.Condition(threading.RLock())
         self.closed = False
         self._rng = random.Random(seed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors
+from nodesmith.sim.kube.admission import default_tolerations
 from nodesmith.sim.kube.patching import MERGE_PATCH, apply_patch
 from nodesmith.sim.kube.store.state import StoreState, _Entry
 from nodesmith.sim.kube.writes import WriteMode, merge_write, prepare_create
@@ -27,7 +28,9 @@ class StoreWrites(StoreState):
 
     # ------------------------------------------------------------------ create
     def create(self, resource: str, obj: dict[str, Any], *, namespace: str | None = None) -> dict[str, Any]:
-        """Create ``obj``; ``namespace`` defaults to ``metadata.namespace``. 409 if the name is taken."""
+        """Create ``obj``; ``namespace`` defaults to ``metadata.namespace``. 409 if the name is taken. A pod gets
+        the ``DefaultTolerationSeconds`` tolerations it lacks (:mod:`nodesmith.sim.kube.admission`), for the
+        store's ``not_ready_toleration_seconds`` and ``unreachable_toleration_seconds``."""
         with self.condition:
             rt = self.rt(resource)
             objects = self._objects[rt.key]
@@ -39,6 +42,12 @@ class StoreWrites(StoreState):
                 rng=self._rng,
                 taken=lambda ns, name: self._key(rt, ns, name) in objects,
             )
+            if rt.key == "pods":
+                default_tolerations(
+                    new,
+                    not_ready_seconds=self.not_ready_toleration_seconds,
+                    unreachable_seconds=self.unreachable_toleration_seconds,
+                )
             meta = new["metadata"]
             key = self._key(rt, meta.get("namespace"), meta["name"])
             if key in objects:
