@@ -184,6 +184,7 @@ class Chaos:
         self.reclaims: dict[str, float] = {}  # instance id -> when EC2 takes it back (monotonic)
         self.lost_to_reclaim = 0
         self.last_pass: dict[str, Any] = {}
+        self.unsettled: list[str] = []
         world.apply_file(MANIFESTS / "nodepool.yaml")
         world.apply_file(MANIFESTS / "inflate.yaml")
         self.burst = self._burst_manifests()
@@ -276,18 +277,36 @@ class Chaos:
         ]  # fmt: skip
 
     def _quiet(self) -> bool:
+        self.unsettled = self._unsettled()
+        return not self.unsettled
+
+    def _unsettled(self) -> list[str]:
+        """What keeps the run from settling (empty: settled). A Terminating pod waits for its kubelet (one that
+        never confirms the deletion is a cluster fault), not for Nodesmith: its replacement must run like any other
+        pod, and a node left with Terminating pods only is a node the pods do not need."""
         store = self.world.store
         pods = [p for p in store.objects("pods") if (p["metadata"].get("labels") or {}).get("app")]
         claims = store.objects("nodeclaims.karpenter.sh")
-        return (
-            all((p.get("status") or {}).get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-                for p in pods)
-            and not any(c["metadata"].get("deletionTimestamp") for c in claims)
-            and not any(t.get("key") == "karpenter.sh/disrupted"
-                        for n in store.objects("nodes") for t in (n.get("spec") or {}).get("taints") or [])
-            and not self.reclaims
-            and len(store.objects("nodes")) == len({(p.get("spec") or {}).get("nodeName") for p in pods})
-        )  # fmt: skip
+        disrupted = {
+            n["metadata"]["name"]
+            for n in store.objects("nodes")
+            if any(t.get("key") == "karpenter.sh/disrupted" for t in (n.get("spec") or {}).get("taints") or [])
+        }
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        reasons = [
+            f"pod {p['metadata']['name']} {(p.get('status') or {}).get('phase')}"
+            for p in live
+            if (p.get("status") or {}).get("phase") != "Running"
+        ]
+        reasons += [
+            f"nodeclaim {c['metadata']['name']} deleting" for c in claims if c["metadata"].get("deletionTimestamp")
+        ]
+        reasons += [f"node {n} disrupted" for n in sorted(disrupted)]
+        reasons += [f"reclaim of {i} to come" for i in sorted(self.reclaims)]
+        busy = {(p.get("spec") or {}).get("nodeName") for p in live}
+        reasons += [f"node {n['metadata']['name']} without a workload pod" for n in store.objects("nodes")
+                    if n["metadata"]["name"] not in busy]  # fmt: skip
+        return reasons
 
     # -- what happens to the cluster -------------------------------------------------------------------
 
@@ -408,8 +427,10 @@ class Chaos:
             "ok": not any(invariants.values()) and settled and self.burst_state == "recreated",
             "burst_nodeclass": self.burst_state,
             "settled": settled,
+            "unsettled": self.unsettled[:5],
             "actions": dict(self.actions),
             "faults_injected": self.faults.injected(),
+            "cluster_faults_drawn": self.faults.cluster.drawn() if self.faults.cluster else {},
             "invocations": {
                 name: {
                     "invocations": s.invocations,

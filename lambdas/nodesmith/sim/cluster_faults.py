@@ -105,6 +105,14 @@ class ClusterFaults:
                 out[kind] += hit
             return out
 
+    def drawn(self) -> dict[str, int]:
+        """Decisions made so far (hit or not), by kind (every kind present): the subjects each rate applied to."""
+        with self._lock:
+            out: dict[str, int] = dict.fromkeys(CLUSTER_FAULT_KINDS, 0)
+            for kind, _ in self._decided:
+                out[kind] += 1
+            return out
+
     @property
     def total(self) -> int:
         """Faults decided so far, all kinds."""
