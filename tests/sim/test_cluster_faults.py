@@ -247,6 +247,27 @@ def test_decisions_are_seeded_made_once_and_counted() -> None:
     assert faults.counts() == {"never_registers": first.count(False), "goes_not_ready": 0, "stuck_terminating": 1}
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_a_few_launches_meet_the_configured_rate_of_each_fault(seed: int) -> None:
+    """A chaos run launches about ten instances: at 0.1 exactly one of them never registers, for every seed (10
+    independent draws at 0.1 would give none a third of the time); the faults still fall at seeded positions."""
+    faults = ClusterFaults(seed=seed, never_register=0.1, not_ready=0.25, stuck_terminating=0.05)
+    assert [faults.registers(f"i-{n}") for n in range(10)].count(False) == 1
+    assert [faults.goes_not_ready(f"node-{n}") for n in range(8)].count(True) == 2
+    assert [faults.stays_terminating(f"uid-{n}") for n in range(200)].count(True) == 10
+    assert faults.counts() == {"never_registers": 1, "goes_not_ready": 2, "stuck_terminating": 10}
+    assert faults.drawn() == {"never_registers": 10, "goes_not_ready": 8, "stuck_terminating": 200}
+
+
+def test_where_the_faults_fall_depends_on_the_seed() -> None:
+    def hits(seed: int) -> list[int]:
+        faults = ClusterFaults(seed=seed, never_register=0.1)
+        return [n for n in range(100) if not faults.registers(f"i-{n}")]
+
+    assert len({tuple(hits(seed)) for seed in range(10)}) == 10
+    assert all(len(hits(seed)) == 10 for seed in range(10))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [({"not_ready": 1.5}, "not_ready"), ({"never_register": -0.1}, "never_register"),

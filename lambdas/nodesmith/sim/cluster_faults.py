@@ -19,9 +19,12 @@
   container runtime that hangs on stopping it. Drawn once per pod when its deletion is due, at
   ``stuck_terminating``.
 
-Draws come from one ``random.Random(seed)`` in the order the kubelet meets instances, nodes and pods (sorted in
-each step), so one sequence of steps meets the same faults. Thread-safe; :meth:`ClusterFaults.counts` counts each
-fault once, when it is decided.
+Each kind's faults are spread over its decisions by jittered systematic sampling (:meth:`ClusterFaults._decide`):
+after n decisions at rate p, ``floor(n * p)`` or one more were faults, at seeded positions, so a short run with a
+dozen launches meets the rate it was given instead of often none (independent draws at 0.1 give no fault in 10
+launches one time in three). Draws come from one ``random.Random(seed)`` in the order the kubelet meets
+instances, nodes and pods (sorted in each step), so one sequence of steps meets the same faults.
+Thread-safe; :meth:`ClusterFaults.counts` counts each fault once, when it is decided.
 """
 
 from __future__ import annotations
@@ -69,12 +72,26 @@ class ClusterFaults:
         self._lock = threading.Lock()
         self._decided: dict[tuple[ClusterFaultKind, str], bool] = {}
         self._silent: dict[str, bool] = {}
+        self._expected: dict[ClusterFaultKind, float] = {}
+        self._threshold: dict[ClusterFaultKind, float] = {}
 
     def _decide(self, kind: ClusterFaultKind, subject: str, rate: float) -> bool:
+        """Jittered systematic sampling: each decision adds ``rate`` to the kind's expected count, and the k-th
+        fault falls on the decision where that count first reaches ``k - 1 + u`` (``u`` uniform in [0, 1), drawn
+        afresh for each fault), so after n decisions ``floor(n * rate)`` or one more faults were decided."""
         with self._lock:
             key = (kind, subject)
             if key not in self._decided:
-                self._decided[key] = rate > 0.0 and self._random.random() < rate
+                hit = False
+                if rate > 0.0:
+                    self._expected[kind] = self._expected.get(kind, 0.0) + rate
+                    threshold = self._threshold.get(kind)
+                    if threshold is None:
+                        threshold = self._threshold[kind] = self._random.random()
+                    if self._expected[kind] >= threshold:
+                        hit = True
+                        self._threshold[kind] = threshold - threshold % 1.0 + 1.0 + self._random.random()
+                self._decided[key] = hit
             return self._decided[key]
 
     def registers(self, instance_id: str) -> bool:
