@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import catalogue, make_input, make_pod
+from scheduling_support import catalogue, make_input, make_pod
 
 from nodesmith.core.scheduling import solve
 from nodesmith.core.scheduling.instancetypes import TypeInfo, type_info

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import make_type
+from scheduling_support import make_type
 
 if TYPE_CHECKING:
     from types import ModuleType

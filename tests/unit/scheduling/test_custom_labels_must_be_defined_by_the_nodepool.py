@@ -3,7 +3,7 @@ well-known labels need not be (Karpenter Compatible + AllowUndefinedWellKnownLab
 
 from __future__ import annotations
 
-from conftest import make_input, make_nodepool, make_pod
+from scheduling_support import make_input, make_nodepool, make_pod
 
 from nodesmith.core.scheduling import solve
 

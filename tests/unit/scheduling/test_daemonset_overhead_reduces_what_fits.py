@@ -3,7 +3,7 @@ tolerate the NodePool's taints and select its labels/instance types (buildDaemon
 
 from __future__ import annotations
 
-from conftest import make_daemonset, make_input, make_nodepool, make_pod, make_type
+from scheduling_support import make_daemonset, make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.model import NodeSelectorRequirement, NodeSelectorTerm, Toleration
 from nodesmith.core.scheduling import solve

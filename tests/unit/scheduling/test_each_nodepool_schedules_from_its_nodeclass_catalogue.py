@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import make_input, make_nodepool, make_pod, make_type
+from scheduling_support import make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.scheduling import solve
 

@@ -14,7 +14,7 @@ import random
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from conftest import catalogue, make_daemonset, make_input, make_node, make_nodepool, make_pod
+from scheduling_support import catalogue, make_daemonset, make_input, make_node, make_nodepool, make_pod
 
 from nodesmith.core.model import (
     LabelSelector,

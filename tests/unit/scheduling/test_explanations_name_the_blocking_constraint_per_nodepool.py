@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import make_daemonset, make_input, make_node, make_nodepool, make_pod, make_type
+from scheduling_support import make_daemonset, make_input, make_node, make_nodepool, make_pod, make_type
 
 from nodesmith.core.model import LabelSelector, PodAffinityTerm, WeightedNodeSelectorTerm
 from nodesmith.core.model import NodeSelectorRequirement as Req

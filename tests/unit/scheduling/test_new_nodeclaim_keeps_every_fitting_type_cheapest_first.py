@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import ZONES, make_input, make_nodepool, make_pod, make_type
+from scheduling_support import ZONES, make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.scheduling import solve
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from conftest import make_input, make_nodepool, make_pod, make_type
 from pydantic import ValidationError
+from scheduling_support import make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.api.nodeoverlay import NodeOverlay
 from nodesmith.core.overlay import (

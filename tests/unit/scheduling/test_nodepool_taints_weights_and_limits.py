@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import make_input, make_node, make_nodepool, make_pod, make_type
+from scheduling_support import make_input, make_node, make_nodepool, make_pod, make_type
 
 from nodesmith.core.model import Toleration
 from nodesmith.core.scheduling import solve

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import catalogue, make_input, make_nodepool, make_pod, make_type
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scheduling_support import catalogue, make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.model import LabelSelector, TopologySpreadConstraint
 from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve

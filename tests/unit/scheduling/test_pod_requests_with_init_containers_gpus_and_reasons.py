@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import make_input, make_node, make_nodepool, make_pod, make_type
+from scheduling_support import make_input, make_node, make_nodepool, make_pod, make_type
 
 from nodesmith.core.objects import pod_from_dict
 from nodesmith.core.scheduling import solve

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import make_daemonset, make_input, make_node, make_pod
+from scheduling_support import make_daemonset, make_input, make_node, make_pod
 
 from nodesmith.core.model import Taint, Toleration
 from nodesmith.core.scheduling import solve

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import make_input, make_nodepool, make_pod
+from scheduling_support import make_input, make_nodepool, make_pod
 
 from nodesmith.core.model import NodeSelectorRequirement, NodeSelectorTerm, WeightedNodeSelectorTerm
 from nodesmith.core.scheduling import solve

@@ -5,7 +5,7 @@ filters (one partition, one capacity block, one reservation per zone)."""
 
 from __future__ import annotations
 
-from conftest import make_input, make_nodepool, make_pod, make_type
+from scheduling_support import make_input, make_nodepool, make_pod, make_type
 
 from nodesmith.core.capacityreservations import (
     CAPACITY_BLOCK_EXPIRATION_SECONDS,

@@ -7,9 +7,9 @@ import random
 from collections import Counter
 from typing import Any
 
-from conftest import catalogue, make_daemonset, make_input, make_node, make_nodepool, make_pod
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from scheduling_support import catalogue, make_daemonset, make_input, make_node, make_nodepool, make_pod
 
 from nodesmith.core.model import LabelSelector, Pod, PodAffinityTerm, TopologySpreadConstraint
 from nodesmith.core.scheduling import SchedulingInput, SchedulingResult, solve

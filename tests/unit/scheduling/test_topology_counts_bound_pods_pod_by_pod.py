@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from conftest import make_node, make_pod
+from scheduling_support import make_node, make_pod
 
 from nodesmith.core.model import (
     LabelSelector,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from conftest import make_input, make_node, make_nodepool, make_pod
+from scheduling_support import make_input, make_node, make_nodepool, make_pod
 
 from nodesmith.core.model import (
     LabelSelector,

@@ -3,7 +3,7 @@ deleted, a Lost claim. They impose nothing and say why; parsed from the API obje
 
 from __future__ import annotations
 
-from conftest import make_pod
+from scheduling_support import make_pod
 
 from nodesmith.core.model import NodeSelectorRequirement, NodeSelectorTerm
 from nodesmith.core.objects.volumes import persistent_volume_from_dict, volume_claim_from_dict

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conftest import make_input, make_nodepool, make_pod
+from scheduling_support import make_input, make_nodepool, make_pod
 
 from nodesmith.core.model import NodeSelectorRequirement, NodeSelectorTerm
 from nodesmith.core.scheduling import solve
