@@ -89,6 +89,23 @@ def _exists(key: str) -> Requirement:
     return Requirement(key, complement=True)
 
 
+_LABEL_REQUIREMENTS: dict[tuple[str, str], Requirement] = {}
+_LABEL_REQUIREMENTS_MAX = 65_536
+"""Shared ``key In [value]`` requirements at most (each node's hostname is one): dropped whole past it."""
+
+
+def _label_requirement(key: str, value: str) -> Requirement:
+    """``normalize_key(key) In [value]``, built once per label and shared: a :class:`Requirement` is immutable, and
+    a :class:`Requirements` set only ever replaces its entries."""
+    req = _LABEL_REQUIREMENTS.get((key, value))
+    if req is None:
+        req = Requirement(normalize_key(key), complement=False, values=frozenset((value,)))
+        if len(_LABEL_REQUIREMENTS) >= _LABEL_REQUIREMENTS_MAX:
+            _LABEL_REQUIREMENTS.clear()
+        _LABEL_REQUIREMENTS[(key, value)] = req
+    return req
+
+
 class Requirements:
     """A set of requirements keyed by label key (Karpenter's ``scheduling.Requirements``).
 
@@ -115,11 +132,15 @@ class Requirements:
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> Requirements:
-        """One ``key In [value]`` per label (``NewLabelRequirements``): a node's labels, a pod's nodeSelector."""
+        """One ``key In [value]`` per label (``NewLabelRequirements``): a node's labels, a pod's nodeSelector.
+
+        The single-value requirements are shared (:func:`_label_requirement`): a pass builds the requirements of
+        every node's labels, and most labels (zone, instance type, architecture, NodePool) recur on many nodes.
+        """
         out = cls()
         reqs = out._reqs
         for key, value in labels.items():
-            req = Requirement(normalize_key(key), complement=False, values=frozenset((value,)))
+            req = _label_requirement(key, value)
             existing = reqs.get(req.key)
             reqs[req.key] = req if existing is None else req.intersection(existing)
         return out

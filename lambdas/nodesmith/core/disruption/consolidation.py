@@ -37,7 +37,7 @@ from nodesmith.core.disruption.simulation import simulate
 from nodesmith.core.disruption.types import METHOD_MULTI_NODE, METHOD_SINGLE_NODE, Decision, Rejection
 from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, NodeSelectorRequirement
 from nodesmith.core.requirements import LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, Requirements
-from nodesmith.core.scheduling.instancetypes import TypeInfo, min_values_shortfall
+from nodesmith.core.scheduling.instancetypes import min_values_shortfall, type_info
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -153,7 +153,7 @@ def min_values_gap(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> str | 
     reqs = Requirements.from_node_selector_requirements(plan.requirements).without(LABEL_INSTANCE_TYPE)
     if not reqs.has_min_values():
         return None
-    short = min_values_shortfall((TypeInfo(it) for it in types), reqs)
+    short = min_values_shortfall((type_info(it) for it in types), reqs)
     if short is None:
         return None
     return f"minValues: {short[0]} needs {short[2]} distinct values, the cheaper types offer {short[1]}"
@@ -164,7 +164,7 @@ def min_types_for_values(plan: NodeClaimPlan, types: Sequence[InstanceType]) -> 
     reqs = Requirements.from_node_selector_requirements(plan.requirements).without(LABEL_INSTANCE_TYPE)
     if not reqs.has_min_values():
         return 0
-    infos = [TypeInfo(it) for it in types]
+    infos = [type_info(it) for it in types]
     for n in range(1, len(infos) + 1):
         if min_values_shortfall(infos[:n], reqs) is None:
             return n

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from nodesmith.core.requirements import LABEL_HOSTNAME, RequirementError, Requirements
 from nodesmith.core.resources import add
 from nodesmith.core.scheduling import solve
-from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, TypeInfo, has_offering
+from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_offering, type_info
 from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def usable_types(instance_types: Sequence[InstanceType], nodepools: Sequence[Nod
         filters.append((reqs, OfferingFilter(reqs)))
     out: list[InstanceType] = []
     for it in instance_types:
-        info = TypeInfo(it)
+        info = type_info(it)
         if any(info.requirements.intersects(reqs) is None and has_offering(info, offers) for reqs, offers in filters):
             out.append(it)
     return tuple(out)

@@ -48,19 +48,25 @@ class SimExistingNode:
         )
         labels = Requirements.from_labels(node.labels)
         reqs = labels.copy()
-        reqs.add(Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((self.hostname,))))
+        host = Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((self.hostname,)))
+        if reqs.peek(LABEL_HOSTNAME) != host:  # the hostname label, when there, already says as much
+            reqs.add(host)
         self.requirements = reqs
         remaining: Resources = dict(node.allocatable)
+        ports: list[HostPort] = []
         for pod in node.pods:
             if pod.is_terminal:
                 continue
             for name, amount in pod.requests.items():
                 remaining[name] = remaining.get(name, 0) - amount
-        overhead = existing_node_overhead(labels=labels, taints=self.taints, pods=node.pods, daemons=daemons)
-        for name, amount in overhead.items():
-            remaining[name] = remaining.get(name, 0) - amount
+            if pod.host_ports:
+                ports.extend(host_ports(pod))
+        if daemons:
+            overhead = existing_node_overhead(labels=labels, taints=self.taints, pods=node.pods, daemons=daemons)
+            for name, amount in overhead.items():
+                remaining[name] = remaining.get(name, 0) - amount
         self.remaining = remaining
-        self.ports: list[HostPort] = [p for pod in node.pods if not pod.is_terminal for p in host_ports(pod)]
+        self.ports = ports
         self.placed: list[Pod] = []
         self._static: dict[int, bool] = {}
 

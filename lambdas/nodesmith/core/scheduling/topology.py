@@ -82,7 +82,7 @@ class Topology:
         self._selecting: dict[int, tuple[int, list[TopologyGroup]]] = {}
         for node in nodes:
             for pod in node.pods:
-                if self._ignored(pod) or not pod.pod_anti_affinity:
+                if not pod.pod_anti_affinity or self._ignored(pod):
                     continue
                 for term in pod.pod_anti_affinity:
                     if term.namespace_selector is not None:  # cannot evaluate namespace labels: repel from all
