@@ -143,6 +143,7 @@ class NodesmithConfig:
     node_role_arn: str | None = None
     reconcile_mode: str = "poll"
     reconcile_timeout_seconds: int = 900
+    reconcile_memory_mib: int = 1024
     interruption_timeout_seconds: int = 20
     interruption_max_concurrency: int = 25
     interruption_batch_size: int = 10
@@ -195,6 +196,12 @@ class NodesmithConfig:
             60 <= self.reconcile_timeout_seconds <= 900,
             "reconcileTimeoutSeconds",
             f"{self.reconcile_timeout_seconds} is outside 60..900 seconds (Lambda's maximum is 900)",
+        )
+        _check(
+            512 <= self.reconcile_memory_mib <= 10240,
+            "reconcileMemoryMiB",
+            f"{self.reconcile_memory_mib} is outside 512..10240 MiB (Lambda's maximum is 10240; a pass needs its "
+            "imports, the catalogue and the cluster's objects in memory: see docs/operations.md, Sizing)",
         )
         self._check_interruption()
         self._check_termination()
@@ -343,6 +350,7 @@ class NodesmithConfig:
             node_role_arn=_text(get, "nodeRoleArn", "") or None,
             reconcile_mode=_text(get, "reconcileMode", d.reconcile_mode),
             reconcile_timeout_seconds=_int(get, "reconcileTimeoutSeconds", d.reconcile_timeout_seconds),
+            reconcile_memory_mib=_int(get, "reconcileMemoryMiB", d.reconcile_memory_mib),
             interruption_timeout_seconds=_int(get, "interruptionTimeoutSeconds", d.interruption_timeout_seconds),
             interruption_max_concurrency=interruption_max,
             interruption_batch_size=_int(get, "interruptionBatchSize", d.interruption_batch_size),

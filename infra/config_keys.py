@@ -91,6 +91,16 @@ CONTEXT_KEYS: tuple[ContextKey, ...] = (
         bound_by="`watch` mode requires 900",
     ),
     ContextKey(
+        key="reconcileMemoryMiB",
+        attribute="reconcile_memory_mib",
+        meaning="Memory of the reconcile function, which also sets its CPU share (Lambda gives one vCPU per "
+        "1,769 MiB). A pass holds the cluster's pods, Nodes and NodeClaims in memory: size it from the "
+        "function's Max Memory Used ([operations.md](operations.md#sizing-the-reconcile-function)).",
+        unit="MiB",
+        low=512,
+        high=10240,
+    ),
+    ContextKey(
         key="interruptionTimeoutSeconds",
         attribute="interruption_timeout_seconds",
         meaning="Timeout of the interruption function. A failed message comes back after about this long, "

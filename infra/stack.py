@@ -88,6 +88,7 @@ class NodesmithStack(Stack):
                 ENV.TERMINATION_QUEUE_URL: queue_url,
             },
             timeout=Duration.seconds(config.reconcile_timeout_seconds),
+            memory_size_mib=config.reconcile_memory_mib,
             log_retention=log_retention,
             concurrency=WATCH_CONCURRENCY if config.reconcile_mode == "watch" else 1,
         )

@@ -79,6 +79,10 @@ class Reconcile(Construct):
         Retention of the function's log group.
     ``concurrency``
         Reserved concurrency: 1 (default, one pass per tick) or :data:`WATCH_CONCURRENCY` in watch mode.
+    ``memory_size_mib``
+        Function memory, MiB (``nodesmith:reconcileMemoryMiB``, 1024 by default): a pass holds the cluster's pods,
+        Nodes and NodeClaims, so it grows with the cluster (``docs/operations.md``, "Sizing the reconcile
+        function").
 
     Attributes: ``table`` (on-demand, point-in-time recovery, AWS-managed KMS encryption, TTL on
     ``expires_at``; this function may call :data:`STATE_TABLE_ACTIONS` on it, and the stack lets the
@@ -95,6 +99,7 @@ class Reconcile(Construct):
         timeout: Duration,
         log_retention: logs.RetentionDays,
         concurrency: int = 1,
+        memory_size_mib: int = 1024,
     ) -> None:
         super().__init__(scope, construct_id)
         partition_key, sort_key = STATE_TABLE_KEYS
@@ -119,7 +124,7 @@ class Reconcile(Construct):
             description="Nodesmith: schedule pending pods onto new NodeClaims, launch, and disrupt",
             timeout=timeout,
             # Scheduling is CPU-bound; Lambda allots CPU in proportion to memory.
-            memory_size_mib=1024,
+            memory_size_mib=memory_size_mib,
             environment={**environment, ENV.STATE_TABLE: self.table.table_name},
             log_retention=log_retention,
             reserved_concurrency=concurrency,

@@ -39,6 +39,7 @@ class Synth:
             "nodesmith:nodeRoleArn": NODE_ROLE,
             "nodesmith:alarmTopicArn": TOPIC,
             "nodesmith:pendingPodAgeAlarmSeconds": "240",  # as `-c key=value` would pass it
+            "nodesmith:reconcileMemoryMiB": "2048",
         }
         app = cdk.App(context=context)
         self.stack = NodesmithStack(

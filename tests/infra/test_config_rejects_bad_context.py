@@ -68,6 +68,8 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("terminationRetryMaxSeconds", 901, "terminationRetrySeconds..900"),
         ("terminationRequestStaleSeconds", 65, "drains under way"),
         ("terminationRequestStaleSeconds", 3601, "3600"),
+        ("reconcileMemoryMiB", 256, "512..10240"),
+        ("reconcileMemoryMiB", 10241, "512..10240"),
         ("registrationTtlSeconds", 30, "60..3600"),
         ("registrationTtlSeconds", 3601, "60..3600"),
         ("evictionWorkers", 0, "1..64"),

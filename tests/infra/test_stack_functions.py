@@ -112,6 +112,11 @@ def test_the_interruption_function_is_sized_for_verification_not_scheduling(synt
     assert function["Timeout"] <= 20
 
 
+def test_the_reconcile_function_gets_the_memory_its_context_key_sizes(synth: Synth) -> None:
+    _, function = lambda_function(synth, RECONCILE)
+    assert function["MemorySize"] == 2048  # nodesmith:reconcileMemoryMiB, not the default 1024
+
+
 def test_the_interruption_function_may_wake_the_reconcile_function_and_no_other(synth: Synth) -> None:
     from nodesmith.handlers.settings import ENV
 
