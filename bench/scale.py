@@ -11,7 +11,14 @@ The reconcile handler runs in a process of its own, as a Lambda container would:
 (default 2) with a scheduled event, the first on a cold container (``first_pass_seconds``: its imports done, its
 clients, catalogue and caches empty), the others warm (``warm_pass_seconds``: the last). Nothing changes in the
 cluster between passes but what the passes do themselves (the first launches NodeClaims for the pending pods;
-without a kubelet they stay launched, so the warm pass solves the same pods against them). Per pass:
+without a kubelet they stay launched, so the warm pass solves the same pods against them).
+
+``--mode`` says which invocations: ``poll`` (the default) the scheduled ones, each listing the cluster; ``watch``
+the full passes of one watching invocation (``NODESMITH_RECONCILE_MODE=watch``): before the first, the function's
+cluster lists pods, Nodes, NodeClaims and NodePools once and follows their watches
+(``KubeCluster.follow``, ``informer_sync_seconds``, part of the first pass's seconds), so every pass reads them from
+memory; after each, the scheduler is warmed as the watching invocation warms it (``warm_scheduler_seconds``, not
+part of the pass). The JSON's ``mode`` says which ran. Per pass:
 
 - ``seconds``: the invocation's wall time; ``phases``: seconds listing (HTTP and JSON) and decoding (into the core's
   types) by the stage that read (``provisioning`` or ``disruption``), the provisioning solve (the scheduler), the
@@ -47,12 +54,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
+from nodesmith.cli.world import EmbeddedWorld
 from nodesmith.sim import aws as sim_aws
-from nodesmith.sim import fleet as sim_fleet
 from nodesmith.sim import full_cluster
 
-TARGETS = {"5000/50000/2000": {"first_pass_seconds": 5.0, "warm_pass_seconds": 1.5, "handler_peak_rss_mib": 1024}}
+TARGETS = {
+    "5000/50000/2000": {"first_pass_seconds": 5.0, "warm_pass_seconds": 1.5, "handler_peak_rss_mib": 1024},
+    "20000/200000/5000": {"warm_pass_seconds": 5.0, "handler_peak_rss_mib": 3072},
+}
 
 
 class ScaleWorld(EmbeddedWorld):
@@ -65,28 +74,12 @@ class ScaleWorld(EmbeddedWorld):
         return None
 
 
-def _nodepool_docs() -> list[dict[str, Any]]:
-    """The demo's NodePool and EC2NodeClass, without the NodePool's CPU limit."""
-    import yaml
-
-    docs = [d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d]
-    next(d["spec"] for d in docs if d["kind"] == "NodePool").pop("limits", None)
-    return docs
-
-
 def build(world: ScaleWorld, args: argparse.Namespace) -> dict[str, Any]:
     """Fill ``world`` with the cluster of the command line; returns what was built."""
-    for doc in _nodepool_docs():
-        world.store.apply(doc)
-    fleet = sim_fleet.launch_fleet(ec2=world.client("ec2"), store=world.store, cluster_name=world.cluster_name,
-                                   count=args.nodes)  # fmt: skip
-    full_cluster.create_ready_nodes(world.store, fleet)
-    per_node = max(1, -(-args.pods // max(1, args.nodes)))
-    allocatable = 1930  # m5.large's allocatable millicores (sim_fleet.M5_LARGE)
-    cpu = max(10, (allocatable // per_node) // 10 * 10)
-    full_cluster.bind_running_pods(world.store, fleet, pods=args.pods, cpu=f"{cpu}m")
-    full_cluster.add_pending_pods(world.store, pods=args.pending, cpu=args.pending_cpu)
-    return {"running_pod_cpu": f"{cpu}m", "pods_per_node": per_node}
+    shape = full_cluster.FullCluster(
+        nodes=args.nodes, pods=args.pods, pending=args.pending, pending_cpu=args.pending_cpu
+    )
+    return full_cluster.fill(store=world.store, ec2=world.client("ec2"), cluster_name=world.cluster_name, shape=shape)
 
 
 # -- the handler's process ----------------------------------------------------------------------------------------
@@ -147,7 +140,7 @@ def instrument(meter: Meter) -> None:
             meter.bytes_read += len(answer[1])
         return answer
 
-    rest_list = KubeRest.list
+    rest_list = KubeRest.list_versioned  # every list (KubeRest.list and the informers' lists) goes through it
 
     def counted_list(self: KubeRest, url_path: str, **kw: Any) -> Any:
         with meter.lock:
@@ -155,7 +148,7 @@ def instrument(meter: Meter) -> None:
         return rest_list(self, url_path, **kw)
 
     KubeRest._send = counted_send  # type: ignore[method-assign]
-    KubeRest.list = _timed(meter, lambda: f"list/{meter.stage}", counted_list)  # type: ignore[method-assign]
+    KubeRest.list_versioned = _timed(meter, lambda: f"list/{meter.stage}", counted_list)  # type: ignore[method-assign]
     KarpenterObjects._parse = staticmethod(  # type: ignore[method-assign]
         _timed(meter, lambda: f"decode/{meter.stage}", KarpenterObjects._parse)
     )
@@ -218,8 +211,42 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
     }
 
 
-def handler_process(conn: Any, passes: int, profile: str | None) -> None:
-    """The reconcile function's container: ``passes`` scheduled invocations; sends back one report per pass."""
+def _follow(meter: Meter, wait_seconds: float) -> float:
+    """Watch mode's cache: the reconcile function's cluster lists pods, Nodes, NodeClaims and NodePools once and
+    follows their watches (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`), as a watching invocation
+    does before its first pass; returns the seconds until every kind was listed."""
+    from nodesmith.handlers import wiring
+
+    cluster = wiring.build_cluster(wiring.get_settings())
+    meter.stage = "informer"
+    began = time.perf_counter()
+    try:
+        if not cluster.follow(wait_seconds=wait_seconds):  # type: ignore[attr-defined]
+            raise RuntimeError(f"the watch cache did not list within {wait_seconds} s")
+    finally:
+        meter.stage = "provisioning"
+    return time.perf_counter() - began
+
+
+def _warm_scheduler() -> float:
+    """What a watching invocation runs after each full pass (:func:`~nodesmith.handlers.watch_mode.warm_scheduler`);
+    returns its seconds."""
+    from nodesmith.handlers import wiring
+    from nodesmith.handlers.watch_mode import warm_scheduler
+
+    settings = wiring.get_settings()
+    began = time.perf_counter()
+    warm_scheduler(cluster=wiring.build_cluster(settings), cloud=wiring.build_cloud(settings))
+    return time.perf_counter() - began
+
+
+def handler_process(conn: Any, passes: int, profile: str | None, mode: str, timeout: float) -> None:
+    """The reconcile function's container: ``passes`` invocations; sends back one report per pass.
+
+    ``poll``: scheduled invocations, each listing the cluster. ``watch``: the full passes of one watching invocation
+    (provisioning, then disruption on the snapshot it left: what the scheduled handler runs), its cache filled
+    before the first (whose seconds include that sync) and :func:`_warm_scheduler` after each, outside the pass's
+    seconds."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the handler's log and EMF lines (CloudWatch Logs in Lambda)
     meter = Meter()
@@ -239,12 +266,18 @@ def handler_process(conn: Any, passes: int, profile: str | None) -> None:
             profiler = cProfile.Profile()
             profiler.enable()
         began = time.perf_counter()
+        sync = _follow(meter, timeout) if mode == "watch" and number == 1 else None
         summary = handler(event, context)
         seconds = time.perf_counter() - began
         if profiler is not None and profile:
             profiler.disable()
             profiler.dump_stats(str(Path(profile) / f"pass-{number}.pstats"))
-        reports.append(_pass_report(meter, seconds, summary))
+        report = _pass_report(meter, seconds, summary)
+        if sync is not None:
+            report["informer_sync_seconds"] = round(sync, 3)
+        if mode == "watch":
+            report["warm_scheduler_seconds"] = round(_warm_scheduler(), 3)
+        reports.append(report)
     conn.send(reports)
     conn.close()
 
@@ -262,7 +295,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         setup = time.monotonic() - began
         ctx = multiprocessing.get_context("spawn")
         receive, send = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=handler_process, args=(send, args.passes, args.profile), daemon=True)
+        process = ctx.Process(
+            target=handler_process, args=(send, args.passes, args.profile, args.mode, args.timeout), daemon=True
+        )
         process.start()
         send.close()
         if not receive.poll(args.timeout):
@@ -274,6 +309,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shape = f"{args.nodes}/{args.pods}/{args.pending}"
     return {
         "command": "python bench/scale.py " + " ".join(sys.argv[1:]),
+        "mode": args.mode,
         "cpus": os.cpu_count(),
         "nodes": args.nodes,
         "pods": args.pods,
@@ -298,6 +334,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pending", type=int, default=500, help="unschedulable pods (default 500)")
     parser.add_argument("--pending-cpu", default="1", help="CPU request of each pending pod (default 1)")
     parser.add_argument("--passes", type=int, default=2, help="handler invocations, the first cold (default 2)")
+    parser.add_argument(
+        "--mode",
+        choices=("poll", "watch"),
+        default="poll",
+        help="poll: scheduled invocations; watch: a watching invocation's full passes (default poll)",
+    )
     parser.add_argument("--profile", default=None, help="directory for a cProfile of each pass")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds the passes may take (default 1800)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
