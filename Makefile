@@ -48,9 +48,12 @@ arch: install  ## import-linter layer contracts
 KUBECTL_NOTE := kubectl not found: the playground tests (tests/cli/test_playground_with_kubectl.py) are skipped. \
 Install kubectl v1.30 or newer from https://kubernetes.io/docs/tasks/tools/ (Debian's kubernetes-client is too old).
 
+# --dist loadfile: a test file runs whole on one worker, so a module-scoped world (the playground, the kubectl
+# tests) is never split between workers or torn down between its tests (pytest-xdist 3.8's loadgroup does not
+# group under pytest 9).
 unit: install cdk-cli  ## pytest (the playground tests drive kubectl v1.30+ when it is on PATH)
 	@command -v kubectl >/dev/null || echo "note: $(KUBECTL_NOTE)"
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadfile
 
 test: lint typecheck arch unit  ## Everything CI runs
 
