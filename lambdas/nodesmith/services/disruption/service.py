@@ -13,6 +13,9 @@ stay alive between steps:
    A command whose replacement vanished first, or whose replacements are not all Initialized 600 s
    after it started (Karpenter's disruption queue timeout), is abandoned: its nodes are untainted
    and uncordoned and stay, its replacements are left (Karpenter fails the command the same way).
+   Then a node still tainted ``karpenter.sh/disrupted`` that no command in flight, deletion or
+   termination request covers (an invocation ended between the taint and its record) is untainted
+   (:mod:`.orphans`, Karpenter's cleanup of tainted nodes "not in the queue and not deleting").
 2. **Expirations** (forceful, not budgeted, no pre-spun replacement; Karpenter's expiration
    controller): tainted and their termination requested at once; their pods are re-provisioned by the
    next provisioning pass.
@@ -49,6 +52,7 @@ from nodesmith.core.disruption import DisruptionSettings, DisruptionSnapshot, de
 from nodesmith.services.disruption.command import COMMAND_VALIDATION_DELAY_SECONDS, PendingCommand, expire, run_command
 from nodesmith.services.disruption.consolidated import Consolidated, cluster_state
 from nodesmith.services.disruption.inflight import advance_in_flight
+from nodesmith.services.disruption.orphans import release_orphaned_taints
 from nodesmith.services.disruption.outcome import DisruptionOutcome, summary
 from nodesmith.services.disruption.run import DisruptionPass
 from nodesmith.services.provisioning.capacity import pending_pods
@@ -111,6 +115,7 @@ def disrupt(
         return run.out  # NodeOverlays unread: prices unknown, so nothing is decided (Karpenter waits the same way)
     run.report_invalid_annotations()
     going = advance_in_flight(run)
+    going -= release_orphaned_taints(run)
     views = [v for v in run.views if v.name not in set(run.out.nodes_terminated)]
     waiting = pending_pods(run.pods)
     state = ""
