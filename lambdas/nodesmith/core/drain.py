@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from nodesmith.core.model import Node, Pod
 
 __all__ = [
+    "CORDONED_ANNOTATION",
     "CRITICAL_PRIORITY_CLASSES",
     "DISRUPTED_TAINT",
     "DO_NOT_DISRUPT_ANNOTATION",
@@ -57,6 +58,10 @@ __all__ = [
 
 DISRUPTED_TAINT = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
 """Karpenter v1's disruption taint, put on a node before it is drained (``[core]:pkg/apis/v1/taints.go``)."""
+
+CORDONED_ANNOTATION = "nodesmith.dev/cordoned"
+"""Set (``"true"``) on a Node whose ``spec.unschedulable`` Nodesmith set itself when it tainted or cordoned it, so
+undoing the taint lifts only Nodesmith's cordon, never one an operator (``kubectl cordon``) put there first."""
 
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
 STUCK_TERMINATING_SECONDS = 60.0

@@ -383,8 +383,8 @@ class Cluster(Protocol):
         ...
 
     def taint_and_cordon(self, *, node_name: str, taint: Taint | None) -> bool:
-        """Add ``taint`` (None: none, a plain cordon) and set ``spec.unschedulable``; idempotent. Returns False if
-        the node is gone."""
+        """Add ``taint`` (None: none, a plain cordon) and set ``spec.unschedulable``, remembering on the node whether
+        the cordon is Nodesmith's (it was not cordoned before); idempotent. Returns False if the node is gone."""
         ...
 
     def label_node(self, *, node_name: str, labels: Mapping[str, str], finalizers: Sequence[str] = ()) -> None:
@@ -428,7 +428,8 @@ class Cluster(Protocol):
         ...
 
     def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
-        """Remove every taint with key ``taint_key`` and clear ``spec.unschedulable``; idempotent.
+        """Remove every taint with key ``taint_key`` and clear ``spec.unschedulable`` when :meth:`taint_and_cordon`
+        set it (a cordon that was there before stays); idempotent.
 
         Returns False if the node is gone. Undoes :meth:`taint_and_cordon` when a disruption is
         abandoned (Karpenter removes ``karpenter.sh/disrupted`` when a command fails).

@@ -1,7 +1,7 @@
 """KubeCluster.watch_pods follows unbound pods through the Kubernetes watch API (against the emulator):
 a list first, then changes from its resourceVersion; binding is a DELETED (selector exit); a
 resumed watch sees only later changes; a too-old version is a KubernetesError with status 410.
-KubeCluster.untaint_and_uncordon undoes taint_and_cordon."""
+KubeCluster.untaint_and_uncordon undoes taint_and_cordon, lifting only the cordon taint_and_cordon added."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from nodesmith.core.drain import CORDONED_ANNOTATION
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import Taint
 from nodesmith.sim.kube import KubeEmulator, Store
@@ -101,3 +102,19 @@ def test_untaint_and_uncordon_removes_only_the_disruption_taint(kube: KubeEmulat
     assert not spec.get("unschedulable")
     assert cluster.untaint_and_uncordon(node_name="n1", taint_key=DISRUPTED.key)  # nothing left to undo
     assert not cluster.untaint_and_uncordon(node_name="gone", taint_key=DISRUPTED.key)
+
+
+def test_untaint_lifts_only_the_cordon_nodesmith_added(kube: KubeEmulator, cluster: KubeCluster) -> None:
+    kube.store.create("nodes", {"metadata": {"name": "ours"}})
+    kube.store.create("nodes", {"metadata": {"name": "operators"}, "spec": {"unschedulable": True}})  # kubectl cordon
+    for name in ("ours", "operators"):
+        assert cluster.taint_and_cordon(node_name=name, taint=DISRUPTED)
+    assert kube.store.get("nodes", "ours")["metadata"]["annotations"] == {CORDONED_ANNOTATION: "true"}
+    assert CORDONED_ANNOTATION not in (kube.store.get("nodes", "operators")["metadata"].get("annotations") or {})
+    for name in ("ours", "operators"):
+        assert cluster.untaint_and_uncordon(node_name=name, taint_key=DISRUPTED.key)
+        assert not kube.store.get("nodes", name)["spec"].get("taints")
+    ours = kube.store.get("nodes", "ours")
+    assert not ours["spec"].get("unschedulable")
+    assert CORDONED_ANNOTATION not in (ours["metadata"].get("annotations") or {})
+    assert kube.store.get("nodes", "operators")["spec"]["unschedulable"] is True  # the operator's cordon stays

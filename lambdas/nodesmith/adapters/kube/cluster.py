@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.adapters.kube.calls import STRATEGIC_MERGE_PATCH, KubeRest, path
 from nodesmith.adapters.kube.parsed import ParsedObjects
 from nodesmith.adapters.kube.watches import PodWatches
+from nodesmith.core.drain import CORDONED_ANNOTATION
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
 from nodesmith.core.objects import daemonset_from_dict, node_from_dict, pdb_from_dict, pod_from_dict
 
@@ -228,7 +229,8 @@ class KubeCluster(PodWatches):
 
     def taint_and_cordon(self, *, node_name: str, taint: Taint | None) -> bool:
         """Add ``taint`` (once: same key and effect; None: no taint, a plain cordon) and set ``spec.unschedulable``;
-        False if the node is gone.
+        False if the node is gone. When the node was not cordoned yet it is annotated
+        :data:`~nodesmith.core.drain.CORDONED_ANNOTATION`, so :meth:`untaint_and_uncordon` knows the cordon is ours.
 
         The taints list is replaced by a ``resourceVersion``-guarded merge patch (:meth:`guarded_patch`), so a
         concurrent change is read again instead of overwritten. Raises ``ConflictError`` after repeated conflicts.
@@ -242,12 +244,17 @@ class KubeCluster(PodWatches):
                 return None
             if taint is not None and not present:
                 taints.append(_taint_dict(taint))
-            return {"spec": {"taints": taints, "unschedulable": True}}
+            patch: dict[str, Any] = {"spec": {"taints": taints, "unschedulable": True}}
+            if spec.get("unschedulable") is not True:  # the cordon is ours: say so, for untaint_and_uncordon
+                patch["metadata"] = {"annotations": {CORDONED_ANNOTATION: "true"}}
+            return patch
 
         return self._patch_node(node_name, what=f"taint and cordon node {node_name}", edit=edit)
 
     def untaint_and_uncordon(self, *, node_name: str, taint_key: str) -> bool:
-        """Remove the taints keyed ``taint_key`` and clear ``spec.unschedulable``; False if the node is gone.
+        """Remove the taints keyed ``taint_key`` and, when :meth:`taint_and_cordon` set it (the node carries
+        :data:`~nodesmith.core.drain.CORDONED_ANNOTATION`), ``spec.unschedulable`` and that annotation; False if the
+        node is gone. A cordon that was there before Nodesmith's stays.
 
         Same guarded merge patch as :meth:`taint_and_cordon` (``ConflictError`` after repeated conflicts).
         Nothing is written when there is nothing to undo.
@@ -257,9 +264,14 @@ class KubeCluster(PodWatches):
             spec = doc.get("spec") or {}
             taints = list(spec.get("taints") or [])
             kept = [t for t in taints if t.get("key") != taint_key]
-            if len(kept) == len(taints) and not spec.get("unschedulable"):
+            ours = CORDONED_ANNOTATION in ((doc.get("metadata") or {}).get("annotations") or {})
+            if len(kept) == len(taints) and not ours:
                 return None
-            return {"spec": {"taints": kept or None, "unschedulable": None}}
+            patch: dict[str, Any] = {"spec": {"taints": kept or None}}
+            if ours:
+                patch["spec"]["unschedulable"] = None
+                patch["metadata"] = {"annotations": {CORDONED_ANNOTATION: None}}
+            return patch
 
         return self._patch_node(node_name, what=f"untaint and uncordon node {node_name}", edit=edit)
 

@@ -46,12 +46,13 @@ def release_orphaned_taints(run: DisruptionPass) -> set[str]:
 
     A tainted node is left alone when it is deleting, when its NodeClaim is deleting or has a termination request,
     when it is one of the nodes of a ``DisruptionReason`` command still in flight (read after step 1, so the
-    commands it abandoned are not; step 1 untainted those itself), when this pass requested its termination, or when
-    it has no NodeClaim (not Nodesmith's to judge). Must run before this pass starts any command, so a node tainted by this pass is never
-    seen here. Each remaining node's NodeClaim is read again just before the write: a termination requested since
-    the snapshot (the interruption function taints first, then requests) keeps the taint. The cordon goes as
-    :meth:`~nodesmith.core.ports.Cluster.untaint_and_uncordon` undoes it. A node released gets a
-    ``DisruptionTaintRemoved`` Event; a failed read or write goes to ``out.errors`` and the next pass tries again.
+    commands it abandoned are not; step 1 untainted those itself), when this pass requested its termination, or
+    when it has no NodeClaim (not Nodesmith's to judge). Must run before this pass starts any command, so a node
+    tainted by this pass is never seen here. Each remaining node's NodeClaim is read again just before the write:
+    a termination requested since the snapshot (the interruption function taints first, then requests) keeps the
+    taint. The cordon goes as :meth:`~nodesmith.core.ports.Cluster.untaint_and_uncordon` undoes it (only when
+    Nodesmith put it there). A node released gets a ``DisruptionTaintRemoved`` Event; a failed read or write goes
+    to ``out.errors`` and the next pass tries again.
     """
     in_flight: set[str] = set()
     for claim in run.claims.values():
