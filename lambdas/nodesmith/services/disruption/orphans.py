@@ -3,17 +3,19 @@
 A node is tainted ``karpenter.sh/disrupted:NoSchedule`` (and cordoned) by whoever is about to take it away:
 a disruption command (:mod:`.command`), the termination function's drain, the interruption function. When
 the invocation that tainted it ends before it records why (killed or timed out between the taint and the
-``DisruptionReason`` condition, or the NodeClaim's deletion), the taint stays with nothing behind it: the
-node takes no pods, is counted as going away against the disruption budgets, and is never consolidated.
+``DisruptionReason`` condition or the NodeClaim's deletion), or that record's write fails, the taint stays with
+nothing behind it: the node takes no pods, is counted as going away against the disruption budgets, and is never
+consolidated.
 
 Karpenter's disruption controller removes the taint, on every reconcile, from the nodes that are neither in
 its orchestration queue nor deleting (``kubernetes-sigs/karpenter``
 ``pkg/controllers/disruption/controller.go``: "If Karpenter restarts or fails with an error during a
 disruption action, some nodes can be left tainted. Idempotently remove this taint from candidates that are
-not in the orchestration queue"; ``state.RequireNoScheduleTaint(..., false, ...)``). Nodesmith's queue is
-the ``DisruptionReason`` records on the NodeClaims, and "deleting" is the node's or its NodeClaim's
-``deletionTimestamp`` or a termination request (:data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION`),
-which the interruption function and every other termination path write before draining.
+not in the orchestration queue"; ``state.RequireNoScheduleTaint(..., false, ...)`` on the state nodes neither in
+the queue nor ``MarkedForDeletion``). Nodesmith's queue is the ``DisruptionReason`` records on the NodeClaims,
+and "deleting" is the node's or its NodeClaim's ``deletionTimestamp`` or a termination request
+(:data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION`), which the interruption function and every other
+termination path write before draining.
 """
 
 from __future__ import annotations
