@@ -51,10 +51,10 @@ def release_orphaned_taints(run: DisruptionPass) -> set[str]:
     commands it abandoned are not; step 1 untainted those itself), when this pass requested its termination, or
     when it has no NodeClaim (not Nodesmith's to judge). Must run before this pass starts any command, so a node
     tainted by this pass is never seen here. Each remaining node's NodeClaim is read again just before the write:
-    a termination requested since the snapshot (the interruption function taints first, then requests) keeps the
-    taint. The cordon goes as :meth:`~nodesmith.core.ports.Cluster.untaint_and_uncordon` undoes it (only when
-    Nodesmith put it there). A node released gets a ``DisruptionTaintRemoved`` Event; a failed read or write goes
-    to ``out.errors`` and the next pass tries again.
+    a termination requested since the snapshot keeps the taint. The cordon goes as
+    :meth:`~nodesmith.core.ports.Cluster.untaint_and_uncordon` undoes it (only when Nodesmith put it there). A
+    node released gets a ``DisruptionTaintRemoved`` Event; a failed read or write goes to ``out.errors`` and the
+    next pass tries again.
     """
     in_flight: set[str] = set()
     for claim in run.claims.values():

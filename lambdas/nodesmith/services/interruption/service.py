@@ -14,15 +14,17 @@ termination controller drains. Here, per batch (:class:`InterruptionBatch`), in 
    never on what the message says about it, and the spot offerings of the interrupted instances that are ours
    are marked unavailable in one call (Karpenter's unavailable-offerings cache), before any pass is asked for.
 2. :meth:`~InterruptionBatch.handle`, per message; the messages of a batch may be handled at once (Karpenter
-   handles a receive's messages ten at a time). For each instance that is ours: taint
+   handles a receive's messages ten at a time). For each instance that is ours: for the kinds that end the
+   instance, request its termination first
+   (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
+   warning's deadline, counted from when our queue received it, delete the NodeClaim), so a
+   ``karpenter.sh/disrupted`` taint always has its request behind it (a disruption pass removes a taint that
+   nothing covers, :mod:`nodesmith.services.disruption.orphans`); then taint
    ``karpenter.sh/disrupted:NoSchedule`` and cordon the node when it will be drained, only cordon it for a
    rebalance recommendation set to ``cordon`` (its pods stay; the taint would mean Karpenter is disrupting the
-   node, and keep consolidation, drift and expiration away from it for good); post Karpenter's Event
-   (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go); and, for the
-   kinds that end the instance, request its termination
-   (:func:`~nodesmith.services.termination.requests.request_termination`: annotate the reason and a spot
-   warning's deadline, counted from when our queue received it, delete the NodeClaim). A message that repeats
-   one already handled (its NodeClaim's termination was requested for the same reason, and SQS had not delivered
+   node, and keep consolidation, drift and expiration away from it for good); and post Karpenter's Event
+   (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go). A message that
+   repeats one already handled (its NodeClaim's termination was requested for the same reason, and SQS had not delivered
    it before) only moves the deadline earlier, if it does; of two copies handled at once, the guarded request lets
    exactly one through.
 3. :meth:`~InterruptionBatch.send`, once every message of the batch was handled: the requests go to the
@@ -265,6 +267,11 @@ class InterruptionBatch:
             return result
         if verdict.removing and self._repeat(received, verdict, claim):
             return replace(result, duplicate=True)
+        request = None
+        if verdict.removing:  # requested before the taint: a karpenter.sh/disrupted taint always has its request
+            request = self._request(received, verdict, claim)
+            if request is None:
+                return replace(result, duplicate=True)
         cordoned = False
         if verdict.action in (Action.CORDON, Action.CORDON_AND_DRAIN) and node is not None:
             draining = verdict.action is Action.CORDON_AND_DRAIN
@@ -272,11 +279,6 @@ class InterruptionBatch:
             cordoned = self.ports.cluster.taint_and_cordon(node_name=node.name, taint=taint)
             node = node if cordoned else None  # deleted meanwhile
             self._wake_once(cordoned and draining)
-        request = None
-        if verdict.removing:
-            request = self._request(received, verdict, claim)
-            if request is None:
-                return replace(result, cordoned=cordoned, duplicate=True)
         posted = self._post_events(received.message, verdict, instance_id, claim, node)
         if request is not None and self.ports.queue is not None:
             with self._lock:
