@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import sys
 import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -469,6 +470,15 @@ class Chaos:
         }
 
 
+def _json_stdout() -> TextIO:
+    """The process's real stdout, kept for the one JSON line; file descriptor 1 is pointed at stderr, so the log lines
+    of the embedded world and the handlers (written to stdout, as Lambda's are) go to stderr."""
+    sys.stdout.flush()
+    real = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(real, "w")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run once; print the result (one JSON line with ``--json``); exit 1 when an invariant is broken."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -478,13 +488,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of calls that meet a fault (0..1)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args(argv)
+    out = _json_stdout() if args.json else sys.stdout
     install_function_timeouts()
     world = ChaosWorld()
     try:
         result = Chaos(world.start_chaos(), args).run()
     finally:
         world.stop()
-    print(json.dumps(result, sort_keys=True) if args.json else json.dumps(result, indent=1, sort_keys=True))
+    print(json.dumps(result, sort_keys=True) if args.json else json.dumps(result, indent=1, sort_keys=True), file=out)
+    out.flush()
     return 0 if result["ok"] else 1
 
 
