@@ -350,36 +350,27 @@ class LaunchTemplates:
         and tagged ``kubernetes.io/cluster/<cluster_name>=owned`` and ``karpenter.k8s.aws/ec2nodeclass=<name>``, the
         tags Karpenter's controller policy requires of a template it deletes (``AllowScopedDeletion``); returns the
         names deleted. A template already gone is no error; raises botocore's errors for the others."""
-        wanted = {f"kubernetes.io/cluster/{cluster_name}": "owned", "karpenter.k8s.aws/ec2nodeclass": nodeclass_name}
-        deleted = []
-        paginator = self._ec2.get_paginator("describe_launch_templates")
-        for page in paginator.paginate(
-            Filters=[{"Name": "launch-template-name", "Values": [f"nodesmith/{cluster_name}/*"]}]
-        ):
-            for lt in page.get("LaunchTemplates", []):
-                tags = {t["Key"]: t["Value"] for t in lt.get("Tags") or []}
-                if any(tags.get(k) != v for k, v in wanted.items()):
-                    continue
-                try:
-                    self._ec2.delete_launch_template(LaunchTemplateId=lt["LaunchTemplateId"])
-                    deleted.append(lt["LaunchTemplateName"])
-                except Exception as exc:
-                    if _code(exc) not in (
-                        "InvalidLaunchTemplateId.NotFound",
-                        "InvalidLaunchTemplateName.NotFoundException",
-                    ):
-                        raise
-        self.forget()
-        return deleted
+        return self._delete(
+            cluster_name=cluster_name,
+            tags={f"kubernetes.io/cluster/{cluster_name}": "owned", "karpenter.k8s.aws/ec2nodeclass": nodeclass_name},
+        )
 
     def delete_all(self, *, cluster_name: str) -> list[str]:
         """Delete every launch template named ``nodesmith/<cluster_name>/...``; returns their names."""
+        return self._delete(cluster_name=cluster_name, tags={})
+
+    def _delete(self, *, cluster_name: str, tags: Mapping[str, str]) -> list[str]:
+        """Delete the templates named ``nodesmith/<cluster_name>/...`` carrying every tag of ``tags``; returns the names
+        deleted and forgets the cached names. A template already gone is no error."""
         deleted = []
         paginator = self._ec2.get_paginator("describe_launch_templates")
         for page in paginator.paginate(
             Filters=[{"Name": "launch-template-name", "Values": [f"nodesmith/{cluster_name}/*"]}]
         ):
             for lt in page.get("LaunchTemplates", []):
+                have = {t["Key"]: t["Value"] for t in lt.get("Tags") or []}
+                if any(have.get(k) != v for k, v in tags.items()):
+                    continue
                 try:
                     self._ec2.delete_launch_template(LaunchTemplateId=lt["LaunchTemplateId"])
                     deleted.append(lt["LaunchTemplateName"])
