@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from nodesmith.sim import aws as embedded_aws
+from nodesmith.sim.aws_moto_fixes import EVENT_ENVELOPE
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,7 +55,7 @@ def test_a_target_without_a_transformer_receives_the_whole_event(aws: embedded_a
                                          "Detail": json.dumps({"what": "ever", "n": 1})}])  # fmt: skip
 
     [body] = _bodies(aws, plain_url)
-    assert sorted(body) == sorted(embedded_aws.EVENT_ENVELOPE)
+    assert sorted(body) == sorted(EVENT_ENVELOPE)
     assert body["id"] == answer["Entries"][0]["EventId"]
     assert (body["version"], body["account"], body["region"]) == ("0", "123456789012", "us-east-1")
     assert (body["source"], body["detail-type"]) == ("test.source", "Test Thing")

@@ -21,8 +21,8 @@ for everything), so :func:`write_price_table` writes a price table with per-zone
 that the pricing adapter prefers (``NODESMITH_PRICE_TABLE``).
 
 :func:`fix_moto` makes moto behave as AWS does where our handlers depend on it: an EventBridge event
-delivered to an SQS target without an input transformer is the event itself, ``account`` included (moto rebuilt
-it through a default input template that leaves ``account`` out, parsing eight JSONPath expressions per event); a
+delivered to an SQS target without an input transformer is the event itself, ``account`` included
+(:mod:`nodesmith.sim.aws_moto_fixes`); a
 DynamoDB conditional write checks and writes atomically, and a Query or Scan reads under the same lock
 (moto's server threads could otherwise both pass the condition of one lease, or change a table while a
 Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages before reading their groups
@@ -33,9 +33,7 @@ grew with the queue's depth at a rate that made a burst's backlog, not the code 
 CreateFleet repeated with its ``ClientToken`` answers the first call's instances
 (:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
 ``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s.
-An EC2 resource's tags are read from moto's tag store by the resource's id: moto scanned every tag of the account,
-with a regular expression per tag, for each resource it rendered, so describing a fleet of thousands of instances
-took minutes and timed out, where EC2 answers in pages.
+An EC2 resource's tags are read from moto's tag store by the resource's id (:mod:`nodesmith.sim.aws_moto_fixes`).
 """
 
 from __future__ import annotations
@@ -192,8 +190,9 @@ def fix_moto() -> None:
     from moto.sqs.models import Message, Queue
 
     from nodesmith.sim.aws_idempotency import honour_client_tokens
+    from nodesmith.sim.aws_moto_fixes import deliver_events_whole, tags_by_resource_id
 
-    _deliver_events_whole(EventTemplateParser)
+    deliver_events_whole(EventTemplateParser)
     lock = threading.RLock()
 
     def atomic(call: Any) -> Any:
@@ -212,47 +211,10 @@ def fix_moto() -> None:
     Queue.pending_message_groups = property(pending_groups)  # type: ignore[assignment]
 
     honour_client_tokens()  # with the capacity reservations it checks inside
-    _tags_by_resource_id()
+    tags_by_resource_id()
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)
-
-
-EVENT_ENVELOPE = ("version", "id", "detail-type", "source", "account", "time", "region", "resources", "detail")
-"""The fields of an event EventBridge delivers to a target that has no input transformer (``Input``,
-``InputPath`` or ``InputTransformer``): the event itself (EventBridge user guide, "Amazon EventBridge events")."""
-
-
-def _deliver_events_whole(parser: Any) -> None:
-    """Make moto deliver an event to a target without an input transformer as EventBridge does: the event's
-    envelope (:data:`EVENT_ENVELOPE`), ``account`` included, as it was put; a target's own transformer is still
-    applied by moto. ``parser`` is moto's ``EventTemplateParser``."""
-    transform = parser.parse
-
-    def parse(input_template: str | None, input_paths_map: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
-        if input_template or input_paths_map:
-            return transform(input_template, input_paths_map, event)  # type: ignore[no-any-return]
-        return {key: event[key] for key in EVENT_ENVELOPE if key in event}
-
-    parser.parse = staticmethod(parse)
-
-
-def _tags_by_resource_id() -> None:
-    """Make moto's ``TaggedEC2Resource.get_tags`` read the resource's own tags (the answer moto's scan of every
-    tag of the account, filtered by ``resource-id``, gives: ``resource_id``, ``key``, ``value``,
-    ``resource_type`` per tag)."""
-    from moto.ec2.models.core import TaggedEC2Resource
-    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
-
-    def get_tags(self: Any) -> list[dict[str, str]]:
-        resource_id = getattr(self, "id", None)
-        if not resource_id:
-            return []
-        kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(resource_id), "")
-        own = dict(self.ec2_backend.tags.get(resource_id) or {})
-        return [{"resource_id": resource_id, "key": k, "value": v, "resource_type": kind} for k, v in own.items()]
-
-    TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
 
 
 def start(*, region: str = "us-east-1", set_environ: bool = True) -> EmbeddedAws:

@@ -1,0 +1,46 @@
+"""Two of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
+transformer receives the event itself (:func:`deliver_events_whole`), and an EC2 resource's tags are read by its id
+(:func:`tags_by_resource_id`). Both patch moto's classes in this process; call them through ``fix_moto``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["EVENT_ENVELOPE", "deliver_events_whole", "tags_by_resource_id"]
+
+
+EVENT_ENVELOPE = ("version", "id", "detail-type", "source", "account", "time", "region", "resources", "detail")
+"""The fields of an event EventBridge delivers to a target that has no input transformer (``Input``,
+``InputPath`` or ``InputTransformer``): the event itself (EventBridge user guide, "Amazon EventBridge events")."""
+
+
+def deliver_events_whole(parser: Any) -> None:
+    """Make moto deliver an event to a target without an input transformer as EventBridge does: the event's
+    envelope (:data:`EVENT_ENVELOPE`), ``account`` included, as it was put; a target's own transformer is still
+    applied by moto. ``parser`` is moto's ``EventTemplateParser``."""
+    transform = parser.parse
+
+    def parse(input_template: str | None, input_paths_map: dict[str, Any], event: dict[str, Any]) -> dict[str, Any]:
+        if input_template or input_paths_map:
+            return transform(input_template, input_paths_map, event)  # type: ignore[no-any-return]
+        return {key: event[key] for key in EVENT_ENVELOPE if key in event}
+
+    parser.parse = staticmethod(parse)
+
+
+def tags_by_resource_id() -> None:
+    """Make moto's ``TaggedEC2Resource.get_tags`` read the resource's own tags by its id, as EC2 renders a resource's
+    tags: ``resource_id``, ``key``, ``value`` and ``resource_type`` per tag (the answer moto's scan of every tag of the
+    account, filtered by ``resource-id``, gives)."""
+    from moto.ec2.models.core import TaggedEC2Resource
+    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
+
+    def get_tags(self: Any) -> list[dict[str, str]]:
+        resource_id = getattr(self, "id", None)
+        if not resource_id:
+            return []
+        kind = EC2_PREFIX_TO_RESOURCE.get(get_prefix(resource_id), "")
+        own = dict(self.ec2_backend.tags.get(resource_id) or {})
+        return [{"resource_id": resource_id, "key": k, "value": v, "resource_type": kind} for k, v in own.items()]
+
+    TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
