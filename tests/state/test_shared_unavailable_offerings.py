@@ -173,3 +173,50 @@ def test_a_failing_state_table_leaves_the_in_memory_cache_working(aws: None) -> 
             cloud.create(request=request())
     assert cloud.unavailable.is_unavailable("c5.large", "us-east-1b", "spot")
     assert cloud.sync_unavailable() == 0
+
+
+class CountingStore:
+    """A state store that records each shared write (wall seconds it expires at)."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, str, str, float]] = []
+
+    def mark_unavailable(self, *, instance_type: str, zone: str, capacity_type: str, expires_at: float,
+                         reason: str = "") -> None:  # fmt: skip
+        self.writes.append((instance_type, zone, capacity_type, expires_at))
+
+    def list_unavailable(self, **_: Any) -> list[Any]:
+        return []
+
+
+def test_a_burst_of_interruptions_of_one_offering_writes_its_shared_mark_once_per_refresh(aws: None) -> None:
+    from nodesmith.core.errors import UnavailableOffering
+
+    wall, store = Wall(1_795_327_200.0), CountingStore()
+    cloud = provider(ec2=boto3.client("ec2", region_name="us-east-1"), state=store, wall=wall, mono=[0.0])
+    spot_b = UnavailableOffering("c5.large", "us-east-1b", "spot", "SpotInterruption")
+    spot_a = UnavailableOffering("c5.large", "us-east-1a", "spot", "SpotInterruption")
+
+    for _ in range(50):  # one mark per interruption batch, all within a second
+        cloud.mark_unavailable(offerings=[spot_b])
+    wall.t += 1
+    cloud.mark_unavailable(offerings=[spot_b, spot_a])  # a new offering is written at once
+    assert [(w[1], w[3] - 1_795_327_200.0) for w in store.writes] == [("us-east-1b", 180.0), ("us-east-1a", 181.0)]
+
+    wall.t += 17  # 18 s after the first write: a tenth of the 180 s TTL, so the mark is refreshed
+    cloud.mark_unavailable(offerings=[spot_b, spot_a])
+    assert [(w[1], w[3] - 1_795_327_200.0) for w in store.writes[2:]] == [("us-east-1b", 198.0)]
+    assert cloud.unavailable.is_unavailable("c5.large", "us-east-1b", "spot")
+
+
+def test_a_shared_write_that_failed_is_tried_again_by_the_next_mark(aws: None) -> None:
+    from nodesmith.core.errors import UnavailableOffering
+
+    wall = Wall(1_795_327_200.0)
+    failing, counting = BrokenStore(), CountingStore()
+    cloud = provider(ec2=boto3.client("ec2", region_name="us-east-1"), state=failing, wall=wall, mono=[0.0])
+    spot_b = UnavailableOffering("c5.large", "us-east-1b", "spot", "SpotInterruption")
+    cloud.mark_unavailable(offerings=[spot_b])
+    cloud.state = counting  # type: ignore[assignment]  # the table answers again
+    cloud.mark_unavailable(offerings=[spot_b])
+    assert [w[1] for w in counting.writes] == ["us-east-1b"]

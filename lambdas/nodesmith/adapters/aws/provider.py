@@ -36,7 +36,12 @@ from nodesmith.adapters.aws.launch_template import LaunchTemplates
 from nodesmith.adapters.aws.nodeclass import NodeClassResolver, ResolvedNodeClass
 from nodesmith.adapters.aws.pricing import PricingProvider
 from nodesmith.adapters.aws.unavailable import UNAVAILABLE_OFFERINGS_TTL_SECONDS, UnavailableOfferings
-from nodesmith.adapters.aws.unavailable_shared import remember_unavailable, sync_unavailable
+from nodesmith.adapters.aws.unavailable_shared import (
+    SHARED_REFRESH_FRACTION,
+    SharedWrites,
+    remember_unavailable,
+    sync_unavailable,
+)
 from nodesmith.core.capacityreservations import with_reserved_offerings
 from nodesmith.core.errors import LaunchError, NodeClassNotReadyError
 
@@ -124,6 +129,7 @@ class Ec2CloudProvider:
             pricing = clients.client("pricing", region=clients.pricing_region(region))
         self.unavailable = UnavailableOfferings(ttl_seconds=unavailable_ttl_seconds, clock=clock)
         self._unavailable_ttl = unavailable_ttl_seconds
+        self._shared_writes = SharedWrites(refresh_seconds=unavailable_ttl_seconds * SHARED_REFRESH_FRACTION)
         self.state = state
         self._wall = wall_clock
         self.prices = PricingProvider(
@@ -299,6 +305,7 @@ class Ec2CloudProvider:
             state=self.state,
             ttl_seconds=self._unavailable_ttl,
             wall_clock=self._wall,
+            written=self._shared_writes,
         )
 
     def sync_unavailable(self) -> int:
