@@ -35,6 +35,7 @@ from nodesmith.adapters.aws.launch import FleetLauncher, NodeBootstrap
 from nodesmith.adapters.aws.launch_template import LaunchTemplates
 from nodesmith.adapters.aws.nodeclass import NodeClassResolver, ResolvedNodeClass
 from nodesmith.adapters.aws.pricing import PricingProvider
+from nodesmith.adapters.aws.terminate_batcher import TerminateBatcher
 from nodesmith.adapters.aws.unavailable import UNAVAILABLE_OFFERINGS_TTL_SECONDS, UnavailableOfferings
 from nodesmith.adapters.aws.unavailable_shared import (
     SHARED_REFRESH_FRACTION,
@@ -129,6 +130,7 @@ class Ec2CloudProvider:
             pricing = clients.client("pricing", region=clients.pricing_region(region))
         self.unavailable = UnavailableOfferings(ttl_seconds=unavailable_ttl_seconds, clock=clock)
         self._unavailable_ttl = unavailable_ttl_seconds
+        self._terminations = TerminateBatcher(send=lambda ids: self.instances.terminate(instance_ids=ids))
         self._shared_writes = SharedWrites(refresh_seconds=unavailable_ttl_seconds * SHARED_REFRESH_FRACTION)
         self.state = state
         self._wall = wall_clock
@@ -338,8 +340,9 @@ class Ec2CloudProvider:
 
     def terminate(self, *, instance_ids: Sequence[str]) -> None:
         """Terminate instances; unknown or already-terminated ids are not an error. ``TerminationError`` names
-        the instances EC2 refused (each tried alone); the others were terminated."""
-        self.instances.terminate(instance_ids=instance_ids)
+        the instances EC2 refused (each tried alone); the others were terminated. Calls made by other threads at
+        about the same time share one ``TerminateInstances`` request (:mod:`.terminate_batcher`)."""
+        self._terminations.terminate(instance_ids)
 
     def delete_launch_templates(self, *, nodeclass_name: str) -> list[str]:
         """Delete the EC2NodeClass ``nodeclass_name``'s launch templates of this cluster (tagged as
