@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import pytest
 from reconcile_fakes import FakeCluster, make_nodeclass, make_nodepool, make_pod
 
+from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.termination import TerminationRequest
 from nodesmith.core.timestamps import from_rfc3339
@@ -63,15 +64,14 @@ def world(
     aws.reset()
     seeded = embedded_aws.seed(cluster_name=CLUSTER)
     cloud = Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com",
-        cluster_ca="Y2EtYnVuZGxl",
         region=aws.region,
-        price_table=str(embedded_aws.write_price_table(path=tmp_path / "prices.json")),
-        node_role=seeded.node_role_arn,
-        instance_profile=seeded.instance_profile,
-        use_pricing_api=False,
-        instance_type_names=TYPES,
+        cluster=ClusterConfig(name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca="Y2EtYnVuZGxl"),
+        launch=NodeLaunchSettings(node_role=seeded.node_role_arn, instance_profile=seeded.instance_profile),
+        catalog=CatalogSettings(
+            price_table=str(embedded_aws.write_price_table(path=tmp_path / "prices.json")),
+            use_pricing_api=False,
+            instance_type_names=TYPES,
+        ),
     )
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("inflate-0")])
     try:

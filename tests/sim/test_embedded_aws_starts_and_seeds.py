@@ -51,7 +51,7 @@ def test_stop_restores_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_seed_creates_what_a_discovery_tagged_node_class_selects(aws: embedded_aws.EmbeddedAws) -> None:
-    seeded = embedded_aws.seed(cluster_name=CLUSTER, kubernetes_version="1.32")
+    seeded = embedded_aws.seed(cluster_name=CLUSTER, cluster=embedded_aws.SeedCluster(kubernetes_version="1.32"))
     ec2, ssm, eks = aws.client("ec2"), aws.client("ssm"), aws.client("eks")
     tagged = [{"Name": "tag:karpenter.sh/discovery", "Values": [CLUSTER]}]
     subnets = ec2.describe_subnets(Filters=tagged)["Subnets"]

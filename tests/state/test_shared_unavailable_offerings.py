@@ -10,6 +10,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, Clocks, ClusterConfig
 from nodesmith.adapters.aws.nodeclass import Image, ResolvedNodeClass, SecurityGroup, Subnet
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.adapters.aws.state import DynamoStateStore
@@ -63,19 +64,18 @@ class Wall:
 
 def provider(*, ec2: Any, state: Any, wall: Wall, mono: list[float]) -> Ec2CloudProvider:
     cloud = Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://example.eks.amazonaws.com",
-        cluster_ca="Y2E=",
         region="us-east-1",
-        use_pricing_api=False,
-        kubernetes_version="1.31",
-        cluster_cidr="172.20.0.0/16",
-        ec2=ec2,
-        ssm=object(),
-        iam=object(),
-        clock=lambda: mono[0],
         state=state,
-        wall_clock=wall,
+        cluster=ClusterConfig(
+            name=CLUSTER,
+            endpoint="https://example.eks.amazonaws.com",
+            ca="Y2E=",
+            kubernetes_version="1.31",
+            service_cidr="172.20.0.0/16",
+        ),
+        catalog=CatalogSettings(use_pricing_api=False),
+        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
+        clocks=Clocks(monotonic=lambda: mono[0], wall=wall),
     )
     cloud.nodeclasses = FixedNodeClasses()  # type: ignore[assignment]
     cloud.launch_templates = Templates()  # type: ignore[assignment]

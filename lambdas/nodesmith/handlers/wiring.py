@@ -84,16 +84,15 @@ def region() -> str:
 def build_cluster(settings: Settings) -> Cluster:
     """The :class:`~nodesmith.core.ports.Cluster` for ``settings`` (``KubeCluster``), cached per container."""
     if _CACHE.cluster is None:
-        from nodesmith.adapters.kube.client import build_api_client
+        from nodesmith.adapters.kube.client import KubeConnection, KubeCredentials, build_api_client
         from nodesmith.adapters.kube.cluster import KubeCluster
 
         api_client = build_api_client(
             cluster_endpoint=settings.cluster_endpoint,
             kube_auth=settings.kube_auth,
-            cluster_name=settings.cluster_name,
             cluster_ca_data=settings.cluster_ca_data,
-            kube_token=settings.kube_token,
-            pool_maxsize=KUBE_POOL_MAXSIZE,
+            credentials=KubeCredentials(cluster_name=settings.cluster_name, kube_token=settings.kube_token),
+            connection=KubeConnection(pool_maxsize=KUBE_POOL_MAXSIZE),
         )
         _CACHE.cluster = KubeCluster(api_client=api_client)
     return _CACHE.cluster
@@ -106,17 +105,19 @@ def build_cloud(settings: Settings) -> CloudProvider:
     :func:`build_state` when a state table is configured.
     """
     if _CACHE.cloud is None:
+        from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
         from nodesmith.adapters.aws.provider import Ec2CloudProvider
 
         _CACHE.cloud = Ec2CloudProvider(
-            cluster_name=settings.cluster_name,
-            cluster_endpoint=settings.cluster_endpoint,
-            cluster_ca=settings.cluster_ca_data,
+            cluster=ClusterConfig(
+                name=settings.cluster_name, endpoint=settings.cluster_endpoint, ca=settings.cluster_ca_data
+            ),
             region=region(),
-            price_table=settings.price_table or None,
-            node_role=settings.node_role_arn or None,
+            launch=NodeLaunchSettings(
+                node_role=settings.node_role_arn or None, reserved_capacity=settings.reserved_capacity
+            ),
+            catalog=CatalogSettings(price_table=settings.price_table or None),
             state=build_state(settings),
-            reserved_capacity=settings.reserved_capacity,
         )
     return _CACHE.cloud
 

@@ -54,8 +54,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_PRICE_TABLE",
+    "DEFAULT_SEED_CLUSTER",
     "EmbeddedAws",
     "Queues",
+    "SeedCluster",
     "SeededAws",
     "create_queues",
     "create_state_table",
@@ -396,25 +398,43 @@ def register_ami(*, name: str, arch: str = "x86_64", region: str = "us-east-1") 
     return _register_image(region=region, name=name, arch=arch)
 
 
+@dataclass(frozen=True, kw_only=True)
+class SeedCluster:
+    """The EKS cluster :func:`seed` creates and the AMIs it publishes for it.
+
+    ``kubernetes_version`` is a minor version (``"1.31"``); ``ami_version`` the EKS AMI release
+    (``"v20260101"``); ``cluster_cidr`` the service IPv4 CIDR; ``cluster_endpoint`` the API server URL and
+    ``cluster_ca`` its base64 PEM certificate authority, both only recorded in :class:`SeededAws`.
+    """
+
+    kubernetes_version: str = "1.31"
+    ami_version: str = "v20260101"
+    cluster_cidr: str = "172.20.0.0/16"
+    cluster_endpoint: str = "https://127.0.0.1:6443"
+    cluster_ca: str = ""
+
+
+DEFAULT_SEED_CLUSTER = SeedCluster()
+"""Kubernetes 1.31, AMI release v20260101, service CIDR 172.20.0.0/16, API server at https://127.0.0.1:6443."""
+
+
 def seed(
     *,
     cluster_name: str,
     region: str = "us-east-1",
     zones: Sequence[str] = DEFAULT_ZONES,
-    kubernetes_version: str = "1.31",
-    ami_version: str = "v20260101",
-    cluster_cidr: str = "172.20.0.0/16",
-    cluster_endpoint: str = "https://127.0.0.1:6443",
-    cluster_ca: str = "",
+    cluster: SeedCluster = DEFAULT_SEED_CLUSTER,
     endpoint_url: str | None = None,
 ) -> SeededAws:
-    """Create the VPC, subnets, security group, AMIs + SSM parameters, IAM role/profile and EKS cluster.
+    """Create the VPC, one subnet per zone of ``zones``, security group, AMIs + SSM parameters, IAM role/profile
+    and the EKS cluster ``cluster`` describes.
 
     Resources are tagged ``karpenter.sh/discovery=<cluster_name>``. The AMIs are published under
     both ``.../recommended/image_id`` (alias ``al2023@latest``) and the pinned
     ``amazon-eks-node-al2023-<arch>-<variant>-<k8s>-<ami_version>`` name. ``endpoint_url`` defaults
     to ``AWS_ENDPOINT_URL``.
     """
+    kubernetes_version, ami_version = cluster.kubernetes_version, cluster.ami_version
     import boto3
 
     from nodesmith.adapters.aws.nodeclass import ssm_alias_parameter
@@ -466,7 +486,7 @@ def seed(
         version=kubernetes_version,
         roleArn=cluster_role,
         resourcesVpcConfig={"subnetIds": list(subnets.values()), "securityGroupIds": [sg_id]},
-        kubernetesNetworkConfig={"serviceIpv4Cidr": cluster_cidr},
+        kubernetesNetworkConfig={"serviceIpv4Cidr": cluster.cluster_cidr},
     )
     return SeededAws(
         cluster_name=cluster_name,
@@ -476,9 +496,9 @@ def seed(
         security_group_id=sg_id,
         images=images,
         kubernetes_version=kubernetes_version,
-        cluster_cidr=cluster_cidr,
-        cluster_endpoint=cluster_endpoint,
-        cluster_ca=cluster_ca,
+        cluster_cidr=cluster.cluster_cidr,
+        cluster_endpoint=cluster.cluster_endpoint,
+        cluster_ca=cluster.cluster_ca,
         node_role_arn=role_arn,
         instance_profile=role_name,
     )

@@ -10,7 +10,7 @@ from ec2_support import CLUSTER, REGION
 from moto import mock_aws
 
 from nodesmith.adapters.aws.clients import reset_clients
-from nodesmith.sim.aws import SeededAws, seed
+from nodesmith.sim.aws import SeedCluster, SeededAws, seed
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,7 +39,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
 @pytest.fixture
 def seeded(aws: None) -> SeededAws:
     """VPC, 3 subnets (us-east-1a/b/c), security group, AL2023 alias AMIs, node role/profile, EKS cluster."""
-    return seed(cluster_name=CLUSTER, region=REGION, cluster_ca="Y2EtYnVuZGxl")
+    return seed(cluster_name=CLUSTER, region=REGION, cluster=SeedCluster(cluster_ca="Y2EtYnVuZGxl"))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import boto3
 from ec2_support import CLUSTER, REGION, nodeclass
 from test_catalogue_from_moto import Clock, catalogue, count_calls
 
+from nodesmith.adapters.aws.config import AwsClients, Clocks, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass import NodeClassResolver
 
 if TYPE_CHECKING:
@@ -36,12 +37,11 @@ def test_the_catalogue_is_fetched_again_when_it_would_expire_within_fresh_for(ec
 def test_a_resolution_is_redone_when_it_would_expire_within_fresh_for(seeded: SeededAws) -> None:
     now = [0.0]
     resolver = NodeClassResolver(
-        ec2=boto3.client("ec2", region_name=REGION),
-        ssm=boto3.client("ssm", region_name=REGION),
         cluster_name=CLUSTER,
         kubernetes_version="1.31",
-        instance_profile="p",
-        clock=lambda: now[0],
+        clients=AwsClients(ec2=boto3.client("ec2", region_name=REGION), ssm=boto3.client("ssm", region_name=REGION)),
+        launch=NodeLaunchSettings(instance_profile="p"),
+        clocks=Clocks(monotonic=lambda: now[0]),
     )
     first = resolver.resolve(nodeclass=nodeclass())
     now[0] = 30.0

@@ -12,6 +12,7 @@ import pytest
 from ec2_support import CLUSTER, REGION, nodeclass
 
 from nodesmith.adapters.aws.capacity_reservations import describe_capacity_reservations
+from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import InsufficientCapacityError
 from nodesmith.core.ports import LaunchRequest
@@ -45,16 +46,18 @@ def reserve(ec2: Any, *, count: int, team: str = "ml", zone: str = "us-east-1b")
 
 def provider(seeded: SeededAws, tmp_path: Path, *, gate: bool = True) -> Ec2CloudProvider:
     return Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com",
-        cluster_ca=seeded.cluster_ca,
         region=REGION,
-        price_table=str(write_price_table(path=tmp_path / "prices.json", source=None)),
-        node_role=seeded.node_role_arn,
-        instance_profile=seeded.instance_profile,
-        use_pricing_api=False,
-        instance_type_names=TYPES,
-        reserved_capacity=gate,
+        cluster=ClusterConfig(
+            name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca=seeded.cluster_ca
+        ),
+        launch=NodeLaunchSettings(
+            node_role=seeded.node_role_arn, instance_profile=seeded.instance_profile, reserved_capacity=gate
+        ),
+        catalog=CatalogSettings(
+            price_table=str(write_price_table(path=tmp_path / "prices.json", source=None)),
+            use_pricing_api=False,
+            instance_type_names=TYPES,
+        ),
     )
 
 

@@ -13,6 +13,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, Clocks, ClusterConfig
 from nodesmith.adapters.aws.fleet import (
     FleetChoice,
     Override,
@@ -112,17 +113,17 @@ def ec2() -> Any:
 @pytest.fixture
 def provider(ec2: Any) -> Ec2CloudProvider:
     cloud = Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://example.eks.amazonaws.com",
-        cluster_ca="Y2E=",
         region="us-east-1",
-        use_pricing_api=False,
-        kubernetes_version="1.31",
-        cluster_cidr="172.20.0.0/16",
-        ec2=ec2,
-        ssm=object(),
-        iam=object(),
-        clock=lambda: 0.0,
+        cluster=ClusterConfig(
+            name=CLUSTER,
+            endpoint="https://example.eks.amazonaws.com",
+            ca="Y2E=",
+            kubernetes_version="1.31",
+            service_cidr="172.20.0.0/16",
+        ),
+        catalog=CatalogSettings(use_pricing_api=False),
+        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
+        clocks=Clocks(monotonic=lambda: 0.0),
     )
     cloud.nodeclasses = FixedNodeClasses()  # type: ignore[assignment]
     cloud.launch_templates = RecordingTemplates()  # type: ignore[assignment]
@@ -325,13 +326,11 @@ def test_capacity_errors_raise_insufficient_capacity_and_steer_the_next_launch(
 def test_unavailable_offerings_expire_after_three_minutes(ec2: Any) -> None:
     now = [0.0]
     cloud = Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://e",
-        cluster_ca="",
         region="us-east-1",
-        use_pricing_api=False,
-        ec2=ec2,
-        clock=lambda: now[0],
+        cluster=ClusterConfig(name=CLUSTER, endpoint="https://e", ca=""),
+        catalog=CatalogSettings(use_pricing_api=False),
+        clients=AwsClients(ec2=ec2),
+        clocks=Clocks(monotonic=lambda: now[0]),
     )
     cloud.mark_unavailable(
         offerings=[UnavailableOffering("c5.large", "us-east-1a", "spot", "InsufficientInstanceCapacity")]

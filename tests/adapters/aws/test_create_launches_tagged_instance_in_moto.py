@@ -9,6 +9,7 @@ import boto3
 import pytest
 from ec2_support import CLUSTER, REGION, SHARED_PRICES, nodeclass
 
+from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import TerminationError
 from nodesmith.core.model import Taint
@@ -23,15 +24,14 @@ TYPES = ("m5.large", "c5.large", "t3.medium", "m7g.large", "g4dn.xlarge")
 
 def provider(seeded: SeededAws, price_table: Path | None) -> Ec2CloudProvider:
     return Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com",
-        cluster_ca=seeded.cluster_ca,
         region=REGION,
-        price_table=str(price_table) if price_table else None,
-        node_role=seeded.node_role_arn,
-        instance_profile=seeded.instance_profile,
-        use_pricing_api=False,  # moto has no Pricing API; its fallback is covered elsewhere
-        instance_type_names=TYPES,
+        cluster=ClusterConfig(
+            name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca=seeded.cluster_ca
+        ),
+        launch=NodeLaunchSettings(node_role=seeded.node_role_arn, instance_profile=seeded.instance_profile),
+        catalog=CatalogSettings(
+            price_table=str(price_table) if price_table else None, use_pricing_api=False, instance_type_names=TYPES
+        ),
     )
 
 

@@ -11,6 +11,7 @@ import pytest
 from botocore.stub import Stubber
 from ec2_support import CLUSTER, nodeclass
 
+from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, ClusterConfig
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import LaunchError
 
@@ -18,16 +19,16 @@ from nodesmith.core.errors import LaunchError
 def test_a_throttled_describe_is_a_launch_error_naming_the_class() -> None:
     ec2: Any = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     cloud = Ec2CloudProvider(
-        cluster_name=CLUSTER,
-        cluster_endpoint="https://example.eks.amazonaws.com",
-        cluster_ca="Y2E=",
         region="us-east-1",
-        use_pricing_api=False,
-        kubernetes_version="1.31",
-        cluster_cidr="172.20.0.0/16",
-        ec2=ec2,
-        ssm=object(),
-        iam=object(),
+        cluster=ClusterConfig(
+            name=CLUSTER,
+            endpoint="https://example.eks.amazonaws.com",
+            ca="Y2E=",
+            kubernetes_version="1.31",
+            service_cidr="172.20.0.0/16",
+        ),
+        catalog=CatalogSettings(use_pricing_api=False),
+        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
     )
     with Stubber(ec2) as stub:
         stub.add_client_error("describe_subnets", service_error_code="RequestLimitExceeded", http_status_code=503)

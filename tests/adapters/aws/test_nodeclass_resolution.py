@@ -9,6 +9,7 @@ import boto3
 import pytest
 from ec2_support import CLUSTER, REGION, nodeclass
 
+from nodesmith.adapters.aws.config import AwsClients, Clocks, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass import NodeClassResolver, root_volume_bytes, ssm_alias_parameter
 from nodesmith.core.errors import NodeClassNotReadyError
 
@@ -18,13 +19,14 @@ if TYPE_CHECKING:
 
 def resolver(*, instance_profile: str | None = None, role_for_profile: str | None = None) -> NodeClassResolver:
     return NodeClassResolver(
-        ec2=boto3.client("ec2", region_name=REGION),
-        ssm=boto3.client("ssm", region_name=REGION),
-        iam=boto3.client("iam", region_name=REGION),
         cluster_name=CLUSTER,
         kubernetes_version="1.31",
-        instance_profile=instance_profile,
-        role_for_profile=role_for_profile,
+        clients=AwsClients(
+            ec2=boto3.client("ec2", region_name=REGION),
+            ssm=boto3.client("ssm", region_name=REGION),
+            iam=boto3.client("iam", region_name=REGION),
+        ),
+        launch=NodeLaunchSettings(instance_profile=instance_profile, node_role=role_for_profile),
     )
 
 
@@ -126,12 +128,11 @@ def test_role_gets_the_configured_profile_or_one_created_for_it(seeded: SeededAw
 def test_results_are_cached_per_spec_for_a_minute(seeded: SeededAws) -> None:
     now = [0.0]
     r = NodeClassResolver(
-        ec2=boto3.client("ec2", region_name=REGION),
-        ssm=boto3.client("ssm", region_name=REGION),
         cluster_name=CLUSTER,
         kubernetes_version="1.31",
-        instance_profile="p",
-        clock=lambda: now[0],
+        clients=AwsClients(ec2=boto3.client("ec2", region_name=REGION), ssm=boto3.client("ssm", region_name=REGION)),
+        launch=NodeLaunchSettings(instance_profile="p"),
+        clocks=Clocks(monotonic=lambda: now[0]),
     )
     first = r.resolve(nodeclass=nodeclass())
     assert r.resolve(nodeclass=nodeclass()) is first
@@ -182,12 +183,10 @@ def test_readiness_checks_name_the_part_that_did_not_resolve_with_karpenters_rea
 
 def test_readiness_checks_leave_out_capacity_reservations_with_the_gate_off(seeded: SeededAws) -> None:
     gate_off = NodeClassResolver(
-        ec2=boto3.client("ec2", region_name=REGION),
-        ssm=boto3.client("ssm", region_name=REGION),
         cluster_name=CLUSTER,
         kubernetes_version="1.31",
-        instance_profile=seeded.instance_profile,
-        reserved_capacity=False,
+        clients=AwsClients(ec2=boto3.client("ec2", region_name=REGION), ssm=boto3.client("ssm", region_name=REGION)),
+        launch=NodeLaunchSettings(instance_profile=seeded.instance_profile, reserved_capacity=False),
     )
     checks = gate_off.checks(nodeclass=nodeclass(sg_terms=[{"id": "sg-0000000000000000"}]))
     assert [c.type for c in checks] == ["SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady"]

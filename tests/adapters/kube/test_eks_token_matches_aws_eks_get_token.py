@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlsplit
 import boto3
 import pytest
 
-from nodesmith.adapters.kube import EksTokenSource, KubeCluster, build_api_client, eks_token
+from nodesmith.adapters.kube import EksTokenSource, KubeCluster, KubeCredentials, build_api_client, eks_token
 from nodesmith.core.errors import KubernetesError
 from nodesmith.sim.kube import KubeEmulator
 
@@ -56,7 +56,11 @@ def test_token_source_reuses_the_token_until_it_is_due(session: boto3.Session) -
 
 def test_eks_auth_sends_the_token_as_a_bearer_header(session: boto3.Session) -> None:
     with KubeEmulator() as kube:
-        api = build_api_client(cluster_endpoint=kube.endpoint, kube_auth="eks", cluster_name="demo", session=session)
+        api = build_api_client(
+            cluster_endpoint=kube.endpoint,
+            kube_auth="eks",
+            credentials=KubeCredentials(cluster_name="demo", session=session),
+        )
         assert KubeCluster(api_client=api).list_nodes() == []
         header = kube.last_authorization or ""
     assert header.startswith("Bearer k8s-aws-v1.")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.adapters.kube import KubeCluster, KubeConnection, KubeCredentials, build_api_client
 from nodesmith.adapters.kube.retry import RetryPolicy
 from nodesmith.core.api.nodeclaim import NodeClaim
 from nodesmith.core.errors import ConflictError, KubernetesError, NotFoundError
@@ -355,7 +355,7 @@ def test_unreachable_api_server_is_a_kubernetes_error_with_status_zero() -> None
     with KubeEmulator() as kube:
         endpoint = kube.endpoint
     cluster = KubeCluster(
-        api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", retries=0),
+        api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", connection=KubeConnection(retries=0)),
         request_timeout=(1.0, 1.0),
         retry=RetryPolicy(sleep=lambda _: None),
     )
@@ -383,7 +383,11 @@ def test_a_success_whose_body_is_not_json_is_a_kubernetes_error_naming_the_call(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=endpoint, kube_auth="none", retries=0))
+        cluster = KubeCluster(
+            api_client=build_api_client(
+                cluster_endpoint=endpoint, kube_auth="none", connection=KubeConnection(retries=0)
+            )
+        )
         with pytest.raises(KubernetesError, match="list nodes: the API server's answer is not JSON") as err:
             cluster.list_nodes()
         assert err.value.status == 200
@@ -395,10 +399,16 @@ def test_a_success_whose_body_is_not_json_is_a_kubernetes_error_naming_the_call(
 def test_bearer_token_auth(kube: KubeEmulator) -> None:
     kube.token = "s3cret"
     good = KubeCluster(
-        api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="token", kube_token="s3cret")
+        api_client=build_api_client(
+            cluster_endpoint=kube.endpoint, kube_auth="token", credentials=KubeCredentials(kube_token="s3cret")
+        )
     )
     assert good.list_nodes() == []
-    bad = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="token", kube_token="nope"))
+    bad = KubeCluster(
+        api_client=build_api_client(
+            cluster_endpoint=kube.endpoint, kube_auth="token", credentials=KubeCredentials(kube_token="nope")
+        )
+    )
     with pytest.raises(KubernetesError) as err:
         bad.list_nodes()
     assert err.value.status == 401

@@ -33,7 +33,6 @@ import hashlib
 import json
 import logging
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +45,7 @@ from nodesmith.adapters.aws.amis import (
     ssm_alias_parameter,
 )
 from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability, describe_capacity_reservations
+from nodesmith.adapters.aws.config import DEFAULT_LAUNCH, SYSTEM_CLOCKS, AwsClients, Clocks, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass_spec import (
     GIB,
     block_device_mappings,
@@ -158,43 +158,41 @@ def _code(exc: Exception) -> str:
 
 
 class NodeClassResolver:
-    """Resolve EC2NodeClasses with boto3 clients (``ec2``, ``ssm``; ``iam`` for role-based profiles).
+    """Resolve EC2NodeClasses with boto3 clients: ``clients.ec2`` and ``clients.ssm`` (required), ``clients.iam``
+    for role-based instance profiles.
 
-    ``kubernetes_version`` (``"1.31"`` or a callable returning it) selects alias AMIs;
-    ``instance_profile`` is used for node classes whose ``role`` is ``role_for_profile`` (name or
-    ARN; None: any role); ``clock`` returns monotonic seconds, ``wall_clock`` epoch seconds.
-    ``reserved_capacity`` is the ``ReservedCapacity`` feature gate; ``reservations`` receives the counts each
-    describe of capacity reservations reads.
+    ``kubernetes_version`` (``"1.31"`` or a callable returning it) selects alias AMIs; ``launch`` gives the
+    instance profile used for node classes whose ``role`` is ``launch.node_role`` and the ``ReservedCapacity``
+    feature gate. A resolution is reused for ``ttl_seconds`` (``clocks.monotonic``); capacity reservation end
+    dates are compared with ``clocks.wall``. ``reservations`` receives the counts each describe of capacity
+    reservations reads. Raises ``ValueError`` when ``clients`` lacks ``ec2`` or ``ssm``.
     """
 
     def __init__(
         self,
         *,
-        ec2: Any,
-        ssm: Any,
+        clients: AwsClients,
         cluster_name: str,
         kubernetes_version: str | Callable[[], str],
-        iam: Any | None = None,
-        instance_profile: str | None = None,
-        role_for_profile: str | None = None,
+        launch: NodeLaunchSettings = DEFAULT_LAUNCH,
         ttl_seconds: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-        reserved_capacity: bool = True,
+        clocks: Clocks = SYSTEM_CLOCKS,
         reservations: ReservationAvailability | None = None,
     ) -> None:
-        self._ec2 = ec2
-        self._ssm = ssm
-        self._iam = iam
+        if clients.ec2 is None or clients.ssm is None:
+            raise ValueError("NodeClassResolver needs clients.ec2 and clients.ssm")
+        self._ec2 = clients.ec2
+        self._ssm = clients.ssm
+        self._iam = clients.iam
         self._cluster = cluster_name
         self._k8s_version = kubernetes_version
-        self._instance_profile = instance_profile
-        self._profile_role = role_for_profile.rsplit("/", 1)[-1] if role_for_profile else None
+        self._instance_profile = launch.instance_profile
+        self._profile_role = launch.node_role.rsplit("/", 1)[-1] if launch.node_role else None
         self._ttl = ttl_seconds
-        self._clock = clock
-        self._wall = wall_clock
-        self._reserved_capacity = reserved_capacity
-        self.reservations = reservations if reservations is not None else ReservationAvailability(clock=clock)
+        self._clock = clocks.monotonic
+        self._wall = clocks.wall
+        self._reserved_capacity = launch.reserved_capacity
+        self.reservations = reservations if reservations is not None else ReservationAvailability(clock=self._clock)
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[float, ResolvedNodeClass]] = {}
         self._profiles: dict[str, str] = {}

@@ -11,25 +11,36 @@ that hit a capacity error is unavailable for 3 minutes, so the next scheduling p
 offerings (:mod:`nodesmith.core.capacityreservations`); how many instances each can still take is kept in
 :class:`~nodesmith.adapters.aws.capacity_reservations.ReservationAvailability`, not in that cache.
 
-Clients are created lazily from :mod:`nodesmith.adapters.aws.clients` unless injected (tests).
+Clients are created lazily from :mod:`nodesmith.adapters.aws.clients` unless injected (tests); the
+constructor's parameter objects are in :mod:`.config`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from nodesmith.adapters.aws import clients
+from nodesmith.adapters.aws import clients as boto_clients
 from nodesmith.adapters.aws.capacity_reservations import (
     ReservationAvailability,
     describe_capacity_reservations_by_id,
 )
 from nodesmith.adapters.aws.catalog import InstanceTypeCatalog
+from nodesmith.adapters.aws.config import (
+    DEFAULT_CATALOG,
+    DEFAULT_LAUNCH,
+    NO_CLIENTS,
+    SYSTEM_CLOCKS,
+    AwsClients,
+    CatalogSettings,
+    Clocks,
+    ClusterConfig,
+    NodeLaunchSettings,
+)
 from nodesmith.adapters.aws.instances import Instances
 from nodesmith.adapters.aws.launch import FleetLauncher, NodeBootstrap
 from nodesmith.adapters.aws.launch_template import LaunchTemplates
@@ -47,7 +58,7 @@ from nodesmith.core.capacityreservations import with_reserved_offerings
 from nodesmith.core.errors import LaunchError, NodeClassNotReadyError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Sequence
+    from collections.abc import Callable, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.capacityreservations import CapacityReservation
@@ -73,97 +84,80 @@ PREFETCH_AHEAD_SECONDS = 20.0
 
 
 class Ec2CloudProvider:
-    """Nodesmith's EC2 cloud provider.
+    """Nodesmith's EC2 cloud provider for the EKS cluster ``cluster`` in AWS region ``region``.
 
-    ``cluster_endpoint`` / ``cluster_ca`` (base64) / ``cluster_cidr`` (service CIDR) go into node
-    user data; ``cluster_cidr`` and ``kubernetes_version`` are read from EKS DescribeCluster when not
-    given. ``price_table`` is the on-demand price table path (see :mod:`.pricing`).
-    ``instance_profile`` is used for node classes naming ``node_role`` (or any role when
-    ``node_role`` is None); other roles get a profile created through IAM.
-    ``instance_type_names`` restricts the catalogue (None: all). ``clock`` returns monotonic seconds.
-    ``state`` shares the unavailable-offerings cache between containers (see :mod:`.unavailable_shared`);
-    ``wall_clock`` returns epoch seconds for its expiries. ``reserved_capacity`` is Karpenter's ``ReservedCapacity``
-    feature gate (on by default): node classes' capacity reservations are used, and other launches opt out of open
-    ODCRs (``CapacityReservationPreference: none``).
+    ``cluster`` is what goes into node user data (its Kubernetes version and service CIDR are read from EKS
+    DescribeCluster when not given); ``launch`` the node role, instance profile and ``ReservedCapacity`` gate;
+    ``catalog`` the price table and catalogue filter; ``clients`` boto3 clients to use instead of creating them;
+    ``clocks`` monotonic and epoch seconds. ``state`` shares the unavailable-offerings cache between containers
+    (see :mod:`.unavailable_shared`); an offering that hit a capacity error stays unavailable for
+    ``unavailable_ttl_seconds``.
     """
 
     def __init__(
         self,
         *,
-        cluster_name: str,
-        cluster_endpoint: str,
-        cluster_ca: str,
+        cluster: ClusterConfig,
         region: str,
-        price_table: str | None = None,
-        node_role: str | None = None,
-        instance_profile: str | None = None,
-        kubernetes_version: str | None = None,
-        cluster_cidr: str | None = None,
-        use_pricing_api: bool = True,
-        instance_type_names: Collection[str] | None = None,
-        ec2: Any | None = None,
-        ssm: Any | None = None,
-        iam: Any | None = None,
-        eks: Any | None = None,
-        pricing: Any | None = None,
-        unavailable_ttl_seconds: float = UNAVAILABLE_OFFERINGS_TTL_SECONDS,
-        catalog_ttl_seconds: float = 300.0,
-        clock: Callable[[], float] = time.monotonic,
+        launch: NodeLaunchSettings = DEFAULT_LAUNCH,
+        catalog: CatalogSettings = DEFAULT_CATALOG,
+        clients: AwsClients = NO_CLIENTS,
+        clocks: Clocks = SYSTEM_CLOCKS,
         state: StateStore | None = None,
-        wall_clock: Callable[[], float] = time.time,
-        reserved_capacity: bool = True,
+        unavailable_ttl_seconds: float = UNAVAILABLE_OFFERINGS_TTL_SECONDS,
     ) -> None:
-        self._cluster = cluster_name
-        self.reserved_capacity = reserved_capacity
+        clock = clocks.monotonic
+        self._cluster = cluster.name
+        self.reserved_capacity = launch.reserved_capacity
         self.reservations = ReservationAvailability(clock=clock)
         self._clock = clock
         self._described: dict[tuple[str, ...], tuple[float, tuple[CapacityReservation, ...]]] = {}
         self._region = region
-        self._node_role = node_role
-        self._k8s_version = kubernetes_version
-        self._cidr = cluster_cidr
-        self._ec2 = ec2 if ec2 is not None else clients.client("ec2", region=region)
-        self._ssm = ssm
-        self._iam = iam
-        self._eks = eks
-        if pricing is None and use_pricing_api:
-            pricing = clients.client("pricing", region=clients.pricing_region(region))
+        self._node_role = launch.node_role
+        self._k8s_version = cluster.kubernetes_version
+        self._cidr = cluster.service_cidr
+        self._ec2 = clients.ec2 if clients.ec2 is not None else boto_clients.client("ec2", region=region)
+        self._ssm = clients.ssm
+        self._iam = clients.iam
+        self._eks = clients.eks
+        pricing = clients.pricing
+        if pricing is None and catalog.use_pricing_api:
+            pricing = boto_clients.client("pricing", region=boto_clients.pricing_region(region))
         self.unavailable = UnavailableOfferings(ttl_seconds=unavailable_ttl_seconds, clock=clock)
         self._unavailable_ttl = unavailable_ttl_seconds
         self._terminations = TerminateBatcher(send=lambda ids: self.instances.terminate(instance_ids=ids))
         self._shared_writes = SharedWrites(refresh_seconds=unavailable_ttl_seconds * SHARED_REFRESH_FRACTION)
         self.state = state
-        self._wall = wall_clock
+        self._wall = clocks.wall
         self.prices = PricingProvider(
-            ec2=self._ec2, pricing=pricing, region=region, price_table_path=price_table, clock=clock
+            ec2=self._ec2, pricing=pricing, region=region, price_table_path=catalog.price_table, clock=clock
         )
         self.catalog = InstanceTypeCatalog(
             ec2=self._ec2,
             pricing=self.prices,
             region=region,
-            instance_type_names=instance_type_names,
-            ttl_seconds=catalog_ttl_seconds,
+            instance_type_names=catalog.instance_type_names,
+            ttl_seconds=catalog.ttl_seconds,
             clock=clock,
         )
         self.nodeclasses = NodeClassResolver(
-            ec2=self._ec2,
-            ssm=_LazyClient(lambda: self._client("ssm")),
-            iam=_LazyClient(lambda: self._client("iam")),
-            cluster_name=cluster_name,
+            clients=AwsClients(
+                ec2=self._ec2,
+                ssm=_LazyClient(lambda: self._client("ssm")),
+                iam=_LazyClient(lambda: self._client("iam")),
+            ),
+            cluster_name=cluster.name,
             kubernetes_version=self.kubernetes_version,
-            instance_profile=instance_profile,
-            role_for_profile=node_role,
-            clock=clock,
-            wall_clock=wall_clock,
-            reserved_capacity=reserved_capacity,
+            launch=launch,
+            clocks=clocks,
             reservations=self.reservations,
         )
         self.launch_templates = LaunchTemplates(ec2=self._ec2)
-        self.instances = Instances(ec2=self._ec2, cluster_name=cluster_name)
+        self.instances = Instances(ec2=self._ec2, cluster_name=cluster.name)
         self._bootstrap = NodeBootstrap(
-            cluster_name=cluster_name,
-            cluster_endpoint=cluster_endpoint,
-            cluster_ca=cluster_ca,
+            cluster_name=cluster.name,
+            cluster_endpoint=cluster.endpoint,
+            cluster_ca=cluster.ca,
             cluster_cidr=self.cluster_cidr,
         )
         self._cluster_info: dict[str, Any] | None = None
@@ -173,7 +167,7 @@ class Ec2CloudProvider:
     def _client(self, service: str) -> Any:
         attr = f"_{service}"
         if getattr(self, attr, None) is None:
-            setattr(self, attr, clients.client(service, region=self._region))
+            setattr(self, attr, boto_clients.client(service, region=self._region))
         return getattr(self, attr)
 
     def _describe_cluster(self, what: str) -> dict[str, Any]:

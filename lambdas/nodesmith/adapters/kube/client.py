@@ -25,6 +25,7 @@ import base64
 import binascii
 import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from nodesmith.core.errors import KubernetesError
@@ -36,10 +37,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLUSTER_ID_HEADER",
+    "DEFAULT_CONNECTION",
+    "NO_CREDENTIALS",
     "PRESIGN_EXPIRES_SECONDS",
     "TOKEN_LIFETIME_SECONDS",
     "TOKEN_PREFIX",
     "EksTokenSource",
+    "KubeConnection",
+    "KubeCredentials",
     "build_api_client",
     "eks_token",
 ]
@@ -158,28 +163,55 @@ def _ca_pem(cluster_ca_data: str) -> str:
     return pem
 
 
+@dataclass(frozen=True, kw_only=True)
+class KubeCredentials:
+    """What the authentication mode needs besides the endpoint.
+
+    ``eks`` needs ``cluster_name`` (the EKS cluster the token is for); ``session`` (a ``boto3.Session``) and
+    ``region`` pick the AWS credentials and STS endpoint that sign it (None: boto3's defaults). ``token`` needs
+    ``kube_token``, a static bearer token. Names match :class:`nodesmith.handlers.settings.Settings`.
+    """
+
+    cluster_name: str = ""
+    kube_token: str = ""
+    session: Any = None
+    region: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubeConnection:
+    """The HTTP connection settings of the client.
+
+    ``pool_maxsize`` bounds concurrent connections to the API server (a count); ``retries`` is how often urllib3
+    retries a connection that could not be made (nothing was sent, so any request is safe to repeat). urllib3
+    retries nothing else: not a lost answer, not a 429 or 503 with ``Retry-After`` (its default would sleep as
+    long as the header says, uncapped) — :class:`~nodesmith.adapters.kube.calls.KubeRest` decides those.
+    """
+
+    pool_maxsize: int = 50
+    retries: int = 3
+
+
+NO_CREDENTIALS = KubeCredentials()
+"""No cluster name, token or session: enough for ``kube_auth="none"`` (the emulator)."""
+
+DEFAULT_CONNECTION = KubeConnection()
+"""50 pooled connections, 3 connection retries."""
+
+
 def build_api_client(
     *,
     cluster_endpoint: str,
     kube_auth: KubeAuth = "eks",
-    cluster_name: str = "",
     cluster_ca_data: str = "",
-    kube_token: str = "",
-    session: Any = None,
-    region: str | None = None,
-    pool_maxsize: int = 50,
-    retries: int = 3,
+    credentials: KubeCredentials = NO_CREDENTIALS,
+    connection: KubeConnection = DEFAULT_CONNECTION,
 ) -> ApiClient:
     """A ``kubernetes.client.ApiClient`` for ``cluster_endpoint``.
 
-    Keyword names match :class:`nodesmith.handlers.settings.Settings` so a handler can pass its
-    fields through. ``cluster_ca_data`` is base64 PEM (EKS ``certificateAuthority.data``); empty
-    means the system trust store. ``kube_auth`` is ``eks`` (needs ``cluster_name``; ``session`` /
-    ``region`` pick the AWS credentials), ``token`` (needs ``kube_token``) or ``none``.
-    ``pool_maxsize`` bounds concurrent connections; ``retries`` is how often urllib3 retries a connection
-    that could not be made (nothing was sent, so any request is safe to repeat). urllib3 retries nothing
-    else: not a lost answer, not a 429 or 503 with ``Retry-After`` (its default would sleep as long as the
-    header says, uncapped) — :class:`~nodesmith.adapters.kube.calls.KubeRest` decides those.
+    ``cluster_ca_data`` is base64 PEM (EKS ``certificateAuthority.data``); empty means the system trust store.
+    ``kube_auth`` is ``eks`` (needs ``credentials.cluster_name``), ``token`` (needs ``credentials.kube_token``)
+    or ``none``. ``connection`` sizes the connection pool and its connect retries.
 
     Raises ``KubernetesError`` for inconsistent settings (missing token, bad CA data).
     """
@@ -187,20 +219,23 @@ def build_api_client(
     from urllib3.util.retry import Retry
 
     config = Configuration(host=cluster_endpoint.rstrip("/"))
-    config.connection_pool_maxsize = pool_maxsize
+    retries = connection.retries
+    config.connection_pool_maxsize = connection.pool_maxsize
     config.retries = Retry(
         total=retries, connect=retries, read=False, status=0, other=0, respect_retry_after_header=False
     )
     if cluster_ca_data:
         config.ca_cert_data = _ca_pem(cluster_ca_data)
     if kube_auth == "eks":
-        source = EksTokenSource(cluster_name=cluster_name, session=session, region=region)
+        source = EksTokenSource(
+            cluster_name=credentials.cluster_name, session=credentials.session, region=credentials.region
+        )
         config.refresh_api_key_hook = source.refresh_hook  # type: ignore[assignment]
         source.refresh_hook(config)
     elif kube_auth == "token":
-        if not kube_token:
+        if not credentials.kube_token:
             raise KubernetesError("kube_auth=token needs a token (NODESMITH_KUBE_TOKEN)")
-        config.api_key["BearerToken"] = kube_token
+        config.api_key["BearerToken"] = credentials.kube_token
         config.api_key_prefix["BearerToken"] = "Bearer"
     elif kube_auth != "none":
         raise KubernetesError(f"unknown kube_auth {kube_auth!r}: expected eks, token or none")

@@ -19,7 +19,7 @@ header). With ``emulator.faults`` set, each resource request first meets the fau
 (:mod:`nodesmith.sim.kube.faults`). Start it with :class:`KubeEmulator`::
 
     with KubeEmulator() as kube:
-        api = build_api_client(endpoint=kube.endpoint, auth="none")
+        api = build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none")
 """
 
 from __future__ import annotations
