@@ -129,7 +129,7 @@ def instrument(meter: Meter) -> None:
     from nodesmith.adapters.kube.calls import KubeRest
     from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
     from nodesmith.handlers import reconcile as handler_module
-    from nodesmith.services.provisioning.reconcile import _Pass
+    from nodesmith.services.provisioning.creation import NodeClaimCreator
 
     send = KubeRest._send
 
@@ -152,7 +152,7 @@ def instrument(meter: Meter) -> None:
     KarpenterObjects._parse = staticmethod(  # type: ignore[method-assign]
         _timed(meter, lambda: f"decode/{meter.stage}", KarpenterObjects._parse)
     )
-    _Pass._launch_all = _timed(meter, "launch", _Pass._launch_all)  # type: ignore[method-assign]
+    NodeClaimCreator.launch_all = _timed(meter, "launch", NodeClaimCreator.launch_all)  # type: ignore[method-assign]
     Ec2CloudProvider.create = _timed(meter, "create_fleet_calls", Ec2CloudProvider.create)  # type: ignore[method-assign]
     disruption = handler_module.run_disruption
 

@@ -11,67 +11,26 @@ unavailable (Karpenter's 3-minute unavailable-offerings cache, ``karpenter-v1.md
 re-simulates in its next batch; a Lambda pass may be a minute apart, so here the affected pods are
 solved again within the same call (bounded by ``max_solve_attempts``) against a catalogue with
 those offerings unavailable, falling back to other types, zones, on-demand or the next NodePool.
+
+The pass's state and steps are in :mod:`.reconcile_pass`; creating and launching NodeClaims in :mod:`.creation`.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from nodesmith.core.errors import (
-    ConflictError,
-    KubernetesError,
-)
-from nodesmith.core.ports import Instance, LaunchResult
 from nodesmith.core.scheduling import solve
-from nodesmith.core.scheduling.types import ExistingNode, NodeClaimPlan, SchedulingInput, SchedulingResult
-from nodesmith.services.breakdown import PoolKey, pool_key
-from nodesmith.services.parallel import map_ordered
-from nodesmith.services.provisioning.capacity import (
-    existing_capacity,
-    inflight_node,
-    leaving_node_names,
-    nodepool_usage,
-    pending_pods,
-    reschedulable_pods,
-    volume_topology,
-)
-from nodesmith.services.provisioning.inputs import (
-    merged_catalogue,
-    nodeclass_catalogues,
-    take_snapshot,
-    usable_pools,
-    without_offerings,
-)
-from nodesmith.services.provisioning.launch import Launcher, LaunchOutcome
-from nodesmith.services.provisioning.lifecycle import (
-    REGISTRATION_TTL_SECONDS,
-    GcLimits,
-    LifecycleOutcome,
-    collect_garbage,
-    link_nodes,
-)
-from nodesmith.services.provisioning.nodeclaims import build_nodeclaim, nodeclaim_name, plan_seed
-from nodesmith.services.provisioning.nodeclasses import finalize_nodeclasses, update_nodeclass_conditions
-from nodesmith.services.provisioning.nodepool_status import update_nodepool_statuses
-from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
-from nodesmith.services.provisioning.overlays import nodepool_catalogues
-from nodesmith.services.provisioning.reservations import expire_capacity_blocks, sync_nodeclass_status
-from nodesmith.services.provisioning.static import decide_static, launch_plans, remove_static, static_pools
-from nodesmith.services.provisioning.utilization import nodepool_utilization
-from nodesmith.services.termination.requests import sweep_deletions
+from nodesmith.core.scheduling.types import SchedulingInput, SchedulingResult
+from nodesmith.services.provisioning.capacity import leaving_node_names
+from nodesmith.services.provisioning.lifecycle import REGISTRATION_TTL_SECONDS
+from nodesmith.services.provisioning.outcome import ReconcileOutcome
+from nodesmith.services.provisioning.reconcile_pass import ReconcilePass
 
 if TYPE_CHECKING:
-    from nodesmith.core.api.nodeclaim import NodeClaim
-    from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod
-    from nodesmith.core.resources import Resources
     from nodesmith.services.ports import Ports
-    from nodesmith.services.provisioning.inputs import Snapshot
 
 __all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOptions", "ReconcileOutcome", "reconcile"]
 
@@ -82,390 +41,7 @@ fewer available offerings, so the loop ends anyway; the bound caps CreateFleet c
 MAX_POD_EVENTS = 100
 """At most this many pod Events (FailedScheduling, Nominated) per pass, to bound API calls."""
 
-LAUNCH_WORKERS = 16
-"""NodeClaims of one pass created and launched at a time (Karpenter parallelizes the same step)."""
-
 Solver = Callable[[SchedulingInput], SchedulingResult]
-
-
-class _Pass:
-    """State of one reconcile pass (the steps of :func:`reconcile`, split for readability)."""
-
-    def __init__(self, *, ports: Ports, now: float, options: ReconcileOptions, every_instance: bool = True) -> None:
-        self.ports = ports
-        self.cluster = ports.cluster
-        self.cloud = ports.cloud
-        self.cluster_name = ports.cluster_name
-        self.now = now
-        self.options = options
-        self.solver = options.solver
-        self.clock = options.clock
-        self.started = self.clock()
-        self.out = ReconcileOutcome()
-        self.lock = threading.Lock()  # the pass's tallies, written by parallel launches
-        self.snap = take_snapshot(cluster=self.cluster, cloud=self.cloud, every_instance=every_instance)
-        self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
-        self.nodes: list[Node] = list(self.snap.nodes)
-        self.leaving: set[str] = set()
-        self.nominated: list[tuple[Pod, str]] = []
-        self.new_cost_by: dict[PoolKey, float] = {}
-        self.created: list[NodeClaim] = []
-
-    def list_fleet(self) -> None:
-        """Replace the snapshot's instances with every live instance of ours, unless they are already
-        all of them (a pass made with ``every_instance=False`` read only those provisioning uses)."""
-        if not self.snap.every_instance:
-            self.snap.instances = {i.instance_id: i for i in self.cloud.list_instances()}
-            self.snap.every_instance = True
-
-    def lifecycle(self) -> None:
-        """(e) + (f): registration, initialization, liveness and garbage collection."""
-        snap, out = self.snap, self.out
-        life = LifecycleOutcome()
-        claims = link_nodes(cluster=self.cluster, nodeclaims=self.claims, nodes=snap.nodes, now=self.now, outcome=life)
-        collect_garbage(
-            ports=self.ports,
-            nodeclaims=claims,
-            nodes=snap.nodes,
-            instances=snap.instances,
-            now=self.now,
-            outcome=life,
-            fleet_listed=snap.every_instance,
-            limits=GcLimits(registration_ttl_seconds=self.options.registration_ttl_seconds),
-        )
-        if self.ports.queue is not None:
-            swept = sweep_deletions(
-                cluster=self.cluster,
-                queue=self.ports.queue,
-                nodeclaims=[nc for nc in claims if nc.name not in life.deleted],
-                nodes=snap.nodes,
-                now=self.now,
-                stale_seconds=self.options.request_stale_seconds,
-            )
-            out.terminations_requested.extend(swept.requested)
-            out.errors.extend(swept.errors)
-        self.claims = [nc for nc in claims if nc.name not in life.deleted]
-        classes = finalize_nodeclasses(
-            ports=self.ports, nodeclasses=list(snap.nodeclasses.values()), nodeclaims=self.claims
-        )
-        out.launch_templates_deleted = classes.templates_deleted
-        out.errors.extend(classes.errors)
-        out.errors.extend(
-            update_nodeclass_conditions(ports=self.ports, nodeclasses=snap.nodeclasses.values(), now=self.now)
-        )
-        self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
-        self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes, nodeclaims=self.claims)
-        out.nodeclaims_registered = life.registered
-        out.nodeclaims_initialized = life.initialized
-        out.nodeclaims_terminated = life.terminated
-        out.registered_by = dict(life.registered_by)
-        out.initialized_by = dict(life.initialized_by)
-        out.terminated_by = dict(life.terminated_by)
-        out.orphans_terminated = life.orphans_terminated
-        out.garbage_collected = snap.every_instance
-        out.errors.extend(life.errors)
-
-    def capacity_reservations(self) -> None:
-        """With ``ports.reservations`` (gate ``ReservedCapacity``): EC2NodeClass ``status.capacityReservations``, and
-        the termination of NodeClaims whose Capacity Block ends (:mod:`.reservations`); their nodes are then leaving,
-        so their pods are provisioned for in this pass."""
-        reservations = self.ports.reservations
-        if reservations is None:
-            return
-        _, errors = sync_nodeclass_status(
-            ports=self.ports, reservations=reservations, nodeclasses=list(self.snap.nodeclasses.values()), now=self.now
-        )
-        self.out.errors.extend(errors)
-        expiry = expire_capacity_blocks(
-            ports=self.ports, reservations=reservations, nodeclaims=self.claims, now=self.now
-        )
-        self.out.errors.extend(expiry.errors)
-        self.out.terminations_requested.extend(expiry.requested)
-        if not expiry.requested:
-            return
-        refreshed: list[NodeClaim] = []
-        for nc in self.claims:
-            fresh: NodeClaim | None = nc
-            if nc.name in expiry.requested:
-                try:
-                    fresh = self.cluster.get_nodeclaim(name=nc.name)
-                except KubernetesError as exc:  # the next pass sees it deleting
-                    self.out.errors.append(f"read NodeClaim {nc.name} after requesting its termination: {exc}")
-            if fresh is not None:
-                refreshed.append(fresh)
-        self.claims = refreshed
-
-    def prepare(self) -> None:
-        """(b): catalogues per EC2NodeClass, the NodePools that can provision, the launcher."""
-        snap = self.snap
-        wanted = {np.spec.template.spec.node_class_ref.name for np in snap.nodepools}
-        wanted |= {nc.spec.node_class_ref.name for nc in self.claims}
-        self.catalogues = nodeclass_catalogues(
-            cloud=self.cloud, nodeclasses=snap.nodeclasses, wanted=wanted, out=self.out
-        )
-        self.merged = merged_catalogue(self.catalogues)
-        self.pools = usable_pools(snap, self.catalogues, self.out)
-        self.pool_catalogues = nodepool_catalogues(
-            overlays=self.ports.overlays, nodepools=self.pools, catalogues=self.catalogues, now=self.now
-        )
-        self.out.errors.extend(self.pool_catalogues.errors)
-        if not self.pool_catalogues.evaluated:
-            self.pools = []
-        self.pool_by_name = {p.name: p for p in self.pools}
-        self.launcher = Launcher(
-            cluster=self.cluster,
-            cloud=self.cloud,
-            cluster_name=self.cluster_name,
-            now=self.now,
-            nodeclasses=snap.nodeclasses,
-            catalogues=self.catalogues,
-            instances=snap.instances,
-            elapsed=lambda: self.clock() - self.started,
-            pool_catalogues=self.pool_catalogues.for_launch(self.pools, self.catalogues),
-            price_overlays=self.pool_catalogues.price_overlaid(),
-        )
-
-    def launch_leftovers(self) -> None:
-        """NodeClaims created but never launched (a pass that died half-way): adopt or launch them."""
-        kept: list[NodeClaim] = []
-        for nc in self.claims:
-            if nc.status.provider_id or nc.metadata.deletion_timestamp:
-                kept.append(nc)
-                continue
-            result = self.launcher.launch(nc)
-            if result.nodeclaim is not None:
-                kept.append(result.nodeclaim)
-        self.claims = kept
-
-    def scale_static(self) -> None:
-        """Static NodePools (gate ``StaticCapacity``, :mod:`.static`): remove the excess NodeClaims, then create and
-        launch the missing ones; both count in this pass's capacity (removed nodes' pods are provisioned for)."""
-        if not self.options.static_capacity:
-            return
-        out = self.out
-        pools = static_pools(self.snap.nodepools, self.catalogues, out.errors)
-        decisions = decide_static(
-            pools=pools, nodeclaims=self.claims, nodes=self.nodes, pods=self.snap.pods, now=self.now
-        )
-        removal = remove_static(
-            cluster=self.cluster, queue=self.ports.queue, nodeclaims=self.claims, decisions=decisions, now=self.now
-        )
-        self.claims = removal.claims
-        out.static_removed, out.static_decisions = removal.removed, decisions
-        out.errors.extend(removal.errors)
-        self.pool_by_name.update((pool.name, pool) for pool in pools)
-        plans = launch_plans(pools=pools, decisions=decisions, catalogues=self.catalogues, errors=out.errors)
-        self.taken = {nc.name for nc in self.claims}
-        for launched in self._launch_all(plans):
-            if launched is not None and launched.nodeclaim is not None and launched.result is not None:
-                self.claims.append(launched.nodeclaim)
-                self.snap.instances[launched.result.instance_id] = _as_instance(launched.result)  # priced with the rest
-                out.new_cost_per_hour += launched.result.price
-        self.leaving = leaving_node_names(self.nodes, nodeclaims=self.claims) | self.leaving
-
-    def provision(self) -> None:
-        """(a), (c), (d): solve pending pods, create and launch NodeClaims, re-solve after capacity errors."""
-        snap, out = self.snap, self.out
-        self.pending = pending_pods(snap.pods)
-        out.pods_pending = len(self.pending)
-        ages = [self.now - p.creation_timestamp for p in self.pending if p.creation_timestamp > 0]
-        out.oldest_pending_age_seconds = max(0.0, max(ages, default=0.0))
-        moving = reschedulable_pods(snap.pods, leaving=self.leaving)
-        out.pods_rescheduled = len(moving)
-        capacity = existing_capacity(
-            nodes=self.nodes, pods=snap.pods, nodeclaims=self.claims, instances=snap.instances, catalogue=self.merged
-        )
-        # a node going away (its NodeClaim deleting, say) takes no new pods, as Karpenter's marked-for-deletion nodes
-        self.existing: dict[str, ExistingNode] = {n.name: n for n in capacity if n.name not in self.leaving}
-        self.usage = nodepool_usage(self.claims)
-        self.taken = {nc.name for nc in self.claims}
-        if not self.pools:
-            for pod in self.pending:
-                out.unschedulable[pod.key] = "no NodePool with a ready EC2NodeClass"
-            return
-        self.volume_requirements, refused = self._volume_topology(moving)
-        out.unschedulable.update(refused)
-        to_solve: list[Pod] = [p for p in (*self.pending, *moving) if p.key not in refused]
-        while to_solve:
-            out.solve_attempts += 1
-            retry = self._solve_once(to_solve)
-            if not retry:
-                break
-            if out.solve_attempts >= self.options.max_solve_attempts:
-                for pod in retry:
-                    out.unschedulable[pod.key] = f"insufficient capacity after {out.solve_attempts} attempts"
-                break
-            to_solve = retry
-        for pod, _ in self.nominated:
-            out.unschedulable.pop(pod.key, None)
-
-    def _volume_topology(
-        self, moving: Sequence[Pod]
-    ) -> tuple[dict[str, tuple[NodeSelectorRequirement, ...]], dict[str, str]]:
-        """Node requirements of the pods' PersistentVolumeClaims, and the pods refused for their claims
-        (:func:`~nodesmith.services.provisioning.capacity.volume_topology`). The storage objects are listed only
-        when some pod to solve mounts a claim; when they cannot be read, such pods wait for a later
-        pass rather than land in a zone their volumes are not in.
-        """
-        with_claims = [p for p in (*self.pending, *moving) if p.pvc_names]
-        if not with_claims:
-            return {}, {}
-        try:
-            context = self.cluster.volume_context()
-        except KubernetesError as exc:
-            self.out.errors.append(f"list PersistentVolumeClaims, PersistentVolumes and StorageClasses: {exc}")
-            return {}, {p.key: f"cannot read its PersistentVolumeClaims: {exc}" for p in with_claims}
-        return volume_topology(pending=self.pending, moving=moving, context=context)
-
-    def _solve_once(self, pods: list[Pod]) -> list[Pod]:
-        """One solve and its launches; returns the pods whose NodeClaim hit a capacity error."""
-        out = self.out
-        unavailable = self.launcher.unavailable
-        own: dict[int, list[InstanceType]] = {}  # by catalogue identity: pools of one node class share a list
-        per_pool: dict[str, list[InstanceType]] = {}
-        for np in self.pools:
-            catalogue = self.pool_catalogues.by_pool[np.name]
-            if id(catalogue) not in own:
-                own[id(catalogue)] = without_offerings(catalogue, unavailable)
-            per_pool[np.name] = own[id(catalogue)]
-        inp = SchedulingInput(
-            pods=pods,
-            nodepools=self.pools,
-            instance_types=without_offerings(self.merged, unavailable),
-            nodepool_instance_types=per_pool,
-            existing_nodes=list(self.existing.values()),
-            daemonsets=self.snap.daemonsets,
-            nodepool_usage=self.usage,
-            volume_requirements=self.volume_requirements,
-        )
-        started = self.clock()
-        result = self.solver(inp)
-        out.scheduling_duration_seconds += self.clock() - started
-        for node_name, placed in result.existing.items():
-            node = self.existing.get(node_name)
-            if node is not None:
-                self.existing[node_name] = replace(node, pods=(*node.pods, *placed))
-            out.pods_awaiting_capacity += len(placed)
-        out.unschedulable.update(result.unschedulable)
-        retry: list[Pod] = []
-        for plan, launched in zip(result.nodeclaims, self._launch_all(result.nodeclaims), strict=True):
-            if launched is None:
-                continue
-            if launched.nodeclaim is not None and launched.result is not None:
-                self._account(plan, launched.nodeclaim, launched.result)
-            elif launched.capacity_error:
-                retry.extend(plan.pods)
-            else:
-                for pod in plan.pods:
-                    out.unschedulable[pod.key] = launched.message
-        return retry
-
-    def _account(self, plan: NodeClaimPlan, claim: NodeClaim, result: LaunchResult) -> None:
-        node = inflight_node(claim, catalogue=self.merged, instance=_as_instance(result))
-        self.existing[claim.name] = replace(node, pods=plan.pods)
-        _charge(self.usage, claim)
-        self.out.pods_scheduled += len(plan.pods)
-        self.out.new_cost_per_hour += result.price
-        key = pool_key(nodeclaim=claim, capacity_type=result.capacity_type)
-        self.new_cost_by[key] = self.new_cost_by.get(key, 0.0) + result.price
-        self.nominated.extend((p, claim.name) for p in plan.pods)
-        self.created.append(claim)
-
-    def _launch_all(self, plans: Sequence[NodeClaimPlan]) -> list[LaunchOutcome | None]:
-        """:meth:`_create_and_launch` for every plan, :data:`LAUNCH_WORKERS` at a time, results in plan order.
-
-        Karpenter's provisioner creates a pass's NodeClaims in parallel
-        (``[core]:pkg/controllers/provisioning/provisioner.go``, ``CreateNodeClaims`` with
-        ``workqueue.ParallelizeUntil``): one CreateFleet takes seconds, and in an interruption burst
-        a dozen replacements launched one after another would take most of the two-minute notice.
-        """
-        return map_ordered(
-            lambda ip: self._create_and_launch(plan=ip[1], index=ip[0]),
-            list(enumerate(plans)),
-            workers=LAUNCH_WORKERS,
-            name="launch",
-        )
-
-    def _create_and_launch(self, *, plan: NodeClaimPlan, index: int) -> LaunchOutcome | None:
-        """Create the NodeClaim for ``plan`` and launch it; None when it could not even be created."""
-        out = self.out
-        pool = self.pool_by_name.get(plan.nodepool)
-        if pool is None:
-            return None
-        with self.launcher.lock:
-            viable = _viable(plan, set(self.launcher.unavailable))
-        if not viable:
-            # An earlier launch in this pass exhausted these offerings: re-solve without a NodeClaim.
-            return LaunchOutcome(nodeclaim=None, capacity_error=True, message="offerings failed in this pass")
-        seed = plan_seed(plan, now=self.now, index=index) + f"|{out.solve_attempts}"
-        for _ in range(3):
-            with self.lock:
-                name = nodeclaim_name(nodepool=plan.nodepool, seed=seed, taken=self.taken)
-                self.taken.add(name)
-            try:
-                draft = build_nodeclaim(
-                    plan=plan,
-                    nodepool=pool,
-                    name=name,
-                    nodeclass=self.snap.nodeclasses.get(pool.spec.template.spec.node_class_ref.name),
-                )
-                draft.metadata.annotations.update(self.pool_catalogues.annotations(plan))
-            except ValidationError as exc:
-                with self.lock:
-                    out.errors.append(f"NodePool {plan.nodepool}: cannot build a NodeClaim: {exc}")
-                return None
-            try:
-                created = self.cluster.create_nodeclaim(nodeclaim=draft)
-            except ConflictError:
-                continue
-            except KubernetesError as exc:
-                with self.lock:
-                    out.errors.append(f"create NodeClaim {name}: {exc}")
-                return None
-            launched = self.launcher.launch(created)
-            kind = launched.result.capacity_type if launched.result is not None else plan.capacity_type
-            key = pool_key(nodeclaim=created, capacity_type=kind)
-            with self.lock:
-                out.nodeclaims_created += 1
-                out.created_by[key] = out.created_by.get(key, 0) + 1
-            return launched
-        with self.lock:
-            out.errors.append(f"NodePool {plan.nodepool}: no free NodeClaim name after 3 tries")
-        return None
-
-    def finish(self) -> ReconcileOutcome:
-        """Tallies, cost, (g) the pod Events and the NodePools' status."""
-        out, launcher = self.out, self.launcher
-        out.launch_failures = dict(launcher.failures)
-        out.offerings_marked_unavailable = len(launcher.unavailable)
-        out.nodeclaims_launched = launcher.launched
-        out.launched = list(launcher.launched_names)
-        out.errors.extend(launcher.errors)
-        out.launched_by = dict(launcher.launched_by)
-        # a pass that did not list the fleet prices registered nodes by their labels
-        labelled = () if self.snap.every_instance else self.nodes
-        out.cost_by = cost_by_pool(self.claims, self.snap.instances, self.merged, nodes=labelled)
-        for key, price in self.new_cost_by.items():
-            out.cost_by[key] = out.cost_by.get(key, 0.0) + price
-        out.cost_per_hour = sum(out.cost_by.values())
-        out.utilization = nodepool_utilization(self.existing.values())
-        post_pod_events(
-            cluster=self.cluster,
-            pending=self.pending,
-            nominated=self.nominated,
-            out=out,
-            limit=self.options.max_pod_events,
-        )
-        update_nodepool_statuses(cluster=self.cluster, snap=self.snap, now=self.now, out=out)
-        out.snapshot = self.left()
-        return out
-
-    def left(self) -> Snapshot:
-        """The snapshot as this pass left the cluster (:attr:`ReconcileOutcome.snapshot`): Nodes it deleted left
-        out, NodeClaims as it last wrote them, the ones it created and launched added."""
-        kept = {nc.name for nc in self.created}
-        claims = [*(nc for nc in self.claims if nc.name not in kept), *self.created]
-        return replace(self.snap, nodes=list(self.nodes), nodeclaims=claims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,9 +56,9 @@ class ReconcileOptions:
     NodeClaim's ``Launched`` time is ``now`` plus the clock's seconds since the pass began). A deleting NodeClaim whose
     termination request is older than ``request_stale_seconds`` gets another (:func:`~.termination.requests.
     sweep_deletions`). ``static_capacity`` (Karpenter's feature gate ``StaticCapacity``) keeps static NodePools at
-    their ``replicas`` (:meth:`_Pass.scale_static`); off, they are left alone.
-    sweep_deletions`). A launched NodeClaim without a registered Node after ``registration_ttl_seconds`` is deleted
-    and its instance terminated (Karpenter's ``registrationTTL``, 15 minutes).
+    their ``replicas`` (:meth:`~.reconcile_pass.ReconcilePass.scale_static`); off, they are left alone. A launched
+    NodeClaim without a registered Node after ``registration_ttl_seconds`` is deleted and its instance terminated
+    (Karpenter's ``registrationTTL``, 15 minutes).
     """
 
     provision_first: bool = False
@@ -529,7 +105,7 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     did (a NodeClaim never launched still makes it list).
     """
     options = options or ReconcileOptions()
-    run = _Pass(
+    run = ReconcilePass(
         ports=ports,
         now=now,
         options=options,
@@ -551,35 +127,3 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     run.scale_static()
     run.provision()
     return run.finish()
-
-
-def _viable(plan: NodeClaimPlan, unavailable: set[tuple[str, str, str]]) -> bool:
-    """True when some offering of the plan has not failed in this pass."""
-    for it in plan.instance_types:
-        for o in it.offerings:
-            if not o.available or (it.name, o.zone, o.capacity_type) in unavailable:
-                continue
-            if (not plan.zones or o.zone in plan.zones) and (
-                not plan.capacity_types or o.capacity_type in plan.capacity_types
-            ):
-                return True
-    return False
-
-
-def _as_instance(result: LaunchResult) -> Instance:
-    return Instance(
-        instance_id=result.instance_id,
-        instance_type=result.instance_type,
-        zone=result.zone,
-        capacity_type=result.capacity_type,
-        state="pending",
-        launch_time=0.0,
-        image_id=result.image_id,
-    )
-
-
-def _charge(usage: dict[str, Resources], nodeclaim: NodeClaim) -> None:
-    for pool, held in nodepool_usage([nodeclaim]).items():
-        acc = usage.setdefault(pool, {})
-        for name, amount in held.items():
-            acc[name] = acc.get(name, 0) + amount
