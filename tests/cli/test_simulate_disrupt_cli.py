@@ -3,38 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+import sys
+from pathlib import Path
 
-from typer.testing import CliRunner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "disruption"))
 
-from nodesmith.cli.main import app
+from simulate_disrupt_support import ON_DEMAND_POOL, simulate_disrupt_cli
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-SNAPSHOT = """\
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata: {name: default}
-spec:
-  template:
-    spec:
-      requirements:
-        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
-  disruption:
-    consolidateAfter: 30s
-    budgets: [{nodes: "100%"}]
----
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata: {name: default}
-spec:
-  role: KarpenterNodeRole
-  amiSelectorTerms: [{alias: al2023@latest}]
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
----
+EMPTY_NODE = """\
 apiVersion: v1
 kind: Node
 metadata:
@@ -44,6 +20,9 @@ metadata:
            topology.kubernetes.io/zone: us-east-1a, karpenter.sh/capacity-type: on-demand}
 """
 
+SNAPSHOT = ON_DEMAND_POOL + EMPTY_NODE
+"""The NodePool ``default``, its EC2NodeClass and one empty on-demand m5.xlarge Node created 2026-01-01."""
+
 
 def test_simulate_disrupt_prints_one_json_object_with_the_emptiness_decision(tmp_path: Path) -> None:
     # Given a snapshot with one empty node, judged long after consolidateAfter
@@ -51,9 +30,7 @@ def test_simulate_disrupt_prints_one_json_object_with_the_emptiness_decision(tmp
     path.write_text(SNAPSHOT)
 
     # When simulate --disrupt runs through the CLI
-    result = CliRunner().invoke(
-        app, ["simulate", "--disrupt", "-f", str(path), "-o", "json", "--now", "2026-01-02T00:00:00Z"]
-    )
+    result = simulate_disrupt_cli(path)
 
     # Then stdout is exactly one JSON object naming the empty node under the emptiness method
     assert result.exit_code == 0, result.output

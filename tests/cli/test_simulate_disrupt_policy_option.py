@@ -4,18 +4,14 @@ request, anything else refused as bad input (exit 2)."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+import sys
+from pathlib import Path
 
-from test_simulate_disrupt_cli import SNAPSHOT
-from typer.testing import CliRunner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "disruption"))
 
-from nodesmith.cli.main import app
-
-if TYPE_CHECKING:
-    from pathlib import Path
+from simulate_disrupt_support import ON_DEMAND_POOL, simulate_disrupt_cli
 
 BIG_NODE = """\
----
 apiVersion: v1
 kind: Node
 metadata:
@@ -41,13 +37,8 @@ status: {{phase: Running}}
 
 def _run(tmp_path: Path, *extra: str) -> tuple[int, str]:
     path = tmp_path / "cluster.yaml"
-    path.write_text(
-        SNAPSHOT.split("---\napiVersion: v1\nkind: Node")[0] + BIG_NODE + POD.format(name="a") + POD.format(name="b")
-    )
-    result = CliRunner().invoke(
-        app,
-        ["simulate", "--disrupt", "-f", str(path), "-o", "json", "--now", "2026-01-02T00:00:00Z", *extra],
-    )
+    path.write_text(ON_DEMAND_POOL + BIG_NODE + POD.format(name="a") + POD.format(name="b"))
+    result = simulate_disrupt_cli(path, *extra)
     return result.exit_code, result.stdout if result.exit_code == 0 else result.output
 
 

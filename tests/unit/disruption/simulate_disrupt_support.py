@@ -1,20 +1,25 @@
-"""Shared setup of the ``nodesmith simulate --disrupt`` tests: the snapshot's NodePool and EC2NodeClass, and a run
+"""Shared setup of the ``nodesmith simulate --disrupt`` tests: the snapshot's NodePool and EC2NodeClass, a run
 of :func:`~nodesmith.cli.disrupt.run_simulate_disrupt` at :data:`~disruption_factories.NOW` on the shared
-catalogue of :func:`~disruption_factories.catalogue` (no embedded AWS)."""
+catalogue of :func:`~disruption_factories.catalogue` (no embedded AWS), and a run through the command line.
+
+The CLI tests (``tests/cli``) import it by putting this directory on ``sys.path``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from disruption_factories import NOW, catalogue
+from typer.testing import CliRunner
 
 from nodesmith.cli.disrupt import run_simulate_disrupt
+from nodesmith.cli.main import app
 from nodesmith.cli.simulate_catalogue import CatalogueSource
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import pytest
+    from click.testing import Result
 
 ON_DEMAND_POOL = """\
 apiVersion: karpenter.sh/v1
@@ -55,3 +60,13 @@ def simulate_disrupt(
     )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+CLI_NOW = "2026-01-02T00:00:00Z"
+"""When the command-line runs judge the snapshot: a day after the Nodes' ``creationTimestamp`` of 2026-01-01."""
+
+
+def simulate_disrupt_cli(path: Path, *options: str) -> Result:
+    """Run ``nodesmith simulate --disrupt -f path -o json --now CLI_NOW`` plus ``options`` through the command line
+    (typer), on its default catalogue."""
+    return CliRunner().invoke(app, ["simulate", "--disrupt", "-f", str(path), "-o", "json", "--now", CLI_NOW, *options])
