@@ -12,6 +12,14 @@ condition keeps its ``lastTransitionTime`` while its status does not change, and
 
 The adapter that resolves the class against EC2 reports one :class:`Check` per part; :func:`nodeclass_conditions`
 turns them into the ``status.conditions`` list (Kubernetes JSON). Times are epoch seconds, passed in.
+
+Beside the conditions the same controller writes what each part resolved to (:func:`nodeclass_status`, from a
+:class:`NodeClassResolution`): ``status.subnets`` (``subnet.go``: every selected subnet, most available IPv4 addresses
+first, then by id), ``status.securityGroups`` (``securitygroup.go``: by id), ``status.amis`` (``ami.go`` and
+``[aws]:pkg/providers/amifamily``: newest ``CreationDate`` first, then by id; each with the requirements an instance
+type must meet to boot it, sorted by key length then key) and ``status.instanceProfile`` (``instanceprofile.go``).
+A part that resolved to nothing has its field removed, as Karpenter sets it to nil; a part that could not be told
+(an unsupported alias, an instance profile that could not be made) keeps what the status says.
 """
 
 from __future__ import annotations
@@ -19,12 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from nodesmith.core.timestamps import to_rfc3339
+from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
+    from nodesmith.core.nodeclass_parts import Image, SecurityGroup, Subnet
 
 __all__ = [
     "AMIS_READY",
@@ -34,8 +43,12 @@ __all__ = [
     "SECURITY_GROUPS_READY",
     "SUBNETS_READY",
     "Check",
+    "NodeClassResolution",
+    "ami_requirements",
     "conditions_changed",
     "nodeclass_conditions",
+    "nodeclass_status",
+    "status_changed",
 ]
 
 READY: Final = "Ready"
@@ -47,6 +60,19 @@ CAPACITY_RESERVATIONS_READY: Final = "CapacityReservationsReady"
 
 UNHEALTHY_DEPENDENTS: Final = "UnhealthyDependents"
 """The root condition's reason when a dependent is not True (``operatorpkg`` ``recomputeRootCondition``)."""
+
+LABEL_ARCH: Final = "kubernetes.io/arch"
+LABEL_INSTANCE_GPU_COUNT: Final = "karpenter.k8s.aws/instance-gpu-count"
+LABEL_INSTANCE_ACCELERATOR_COUNT: Final = "karpenter.k8s.aws/instance-accelerator-count"
+
+_VARIANT_REQUIREMENTS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
+    "": (),
+    "standard": ((LABEL_INSTANCE_ACCELERATOR_COUNT, "DoesNotExist"), (LABEL_INSTANCE_GPU_COUNT, "DoesNotExist")),
+    "nvidia": ((LABEL_INSTANCE_GPU_COUNT, "Exists"),),
+    "neuron": ((LABEL_INSTANCE_ACCELERATOR_COUNT, "Exists"),),
+}
+"""Requirements of an EKS AMI variant besides its architecture (``[aws]:pkg/providers/amifamily/types.go``,
+``Variant.Requirements``); ``""`` is an AMI the user selected, which only needs its architecture."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,3 +137,94 @@ def conditions_changed(nodeclass: EC2NodeClass, conditions: Sequence[dict[str, A
     status = nodeclass.status
     current = [c.model_dump(by_alias=True, exclude_none=True) for c in (status.conditions if status else [])]
     return current != list(conditions)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClassResolution:
+    """What resolving an EC2NodeClass against EC2 found, part by part.
+
+    ``checks`` are the dependent conditions (:class:`Check`). Each other field is what that part resolved to: an
+    empty tuple (or ``""`` for ``instance_profile``) when it resolved to nothing, ``None`` when it could not be told
+    this time and the status keeps what it says. ``subnets`` holds every selected subnet, not one per zone.
+    """
+
+    checks: tuple[Check, ...]
+    subnets: tuple[Subnet, ...] | None = None
+    security_groups: tuple[SecurityGroup, ...] | None = None
+    images: tuple[Image, ...] | None = None
+    instance_profile: str | None = None
+
+
+def ami_requirements(image: Image) -> list[dict[str, Any]]:
+    """The ``status.amis[].requirements`` of ``image`` (``corev1.NodeSelectorRequirement`` JSON): its
+    ``kubernetes.io/arch`` and, for an EKS variant, the accelerator requirements Karpenter gives it
+    (standard: ``instance-accelerator-count`` and ``instance-gpu-count`` DoesNotExist; nvidia: ``instance-gpu-count``
+    Exists; neuron: ``instance-accelerator-count`` Exists), sorted by key length then key as ``ami.go`` sorts them.
+    Raises ``ValueError`` for a variant Karpenter does not know."""
+    extra = _VARIANT_REQUIREMENTS.get(image.variant)
+    if extra is None:
+        raise ValueError(f"AMI {image.id}: unknown variant {image.variant!r} (standard, nvidia, neuron or none)")
+    out: list[dict[str, Any]] = [{"key": LABEL_ARCH, "operator": "In", "values": [image.arch]}]
+    out += [{"key": key, "operator": operator} for key, operator in extra]
+    return sorted(out, key=lambda r: (len(r["key"]), r["key"]))
+
+
+def _subnet_json(subnet: Subnet) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": subnet.id, "zone": subnet.zone}
+    if subnet.zone_id:
+        out["zoneID"] = subnet.zone_id
+    return out
+
+
+def _security_group_json(group: SecurityGroup) -> dict[str, Any]:
+    return {"id": group.id, "name": group.name} if group.name else {"id": group.id}
+
+
+def _ami_json(image: Image) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": image.id}
+    if image.name:
+        out["name"] = image.name
+    out["requirements"] = ami_requirements(image)
+    return out
+
+
+def _newest_first(image: Image) -> tuple[float, str]:
+    created = from_rfc3339(image.creation_date)
+    return (-created if created is not None else float("inf"), image.id)
+
+
+def nodeclass_status(*, nodeclass: EC2NodeClass, resolution: NodeClassResolution, now: float) -> dict[str, Any]:
+    """The ``status`` merge patch (Kubernetes JSON) of ``nodeclass`` for ``resolution`` at ``now`` (epoch seconds):
+    ``conditions`` (:func:`nodeclass_conditions`) and, for each part that could be told, its field in Karpenter's
+    order (see the module docstring): ``subnets`` (``[{id, zone, zoneID}]``), ``securityGroups`` (``[{id, name}]``),
+    ``amis`` (``[{id, name, requirements}]``) and ``instanceProfile`` (a name). A part that resolved to nothing is
+    ``None`` in the patch, which removes the field; a part not told is left out, so the status keeps it.
+    ``status.capacityReservations`` is not part of it. Raises ``ValueError`` as :func:`nodeclass_conditions` and
+    :func:`ami_requirements` do."""
+    out: dict[str, Any] = {
+        "conditions": nodeclass_conditions(nodeclass=nodeclass, checks=resolution.checks, now=now),
+    }
+    if resolution.subnets is not None:
+        ordered = sorted(resolution.subnets, key=lambda s: (-s.available_ips, s.id))
+        out["subnets"] = [_subnet_json(s) for s in ordered] or None
+    if resolution.security_groups is not None:
+        groups = sorted(resolution.security_groups, key=lambda g: g.id)
+        out["securityGroups"] = [_security_group_json(g) for g in groups] or None
+    if resolution.images is not None:
+        out["amis"] = [_ami_json(i) for i in sorted(resolution.images, key=_newest_first)] or None
+    if resolution.instance_profile is not None:
+        out["instanceProfile"] = resolution.instance_profile or None
+    return out
+
+
+def status_changed(nodeclass: EC2NodeClass, status: dict[str, Any]) -> bool:
+    """True when writing ``status`` (from :func:`nodeclass_status`) as a merge patch would change ``nodeclass``'s
+    status: a field differs, or a ``None`` field would remove one that is there. False means no write is needed."""
+    current = nodeclass.status.model_dump(by_alias=True, exclude_none=True, mode="json") if nodeclass.status else {}
+    for key, wanted in status.items():
+        if wanted is None:
+            if current.get(key) not in (None, [], ""):
+                return True
+        elif current.get(key) != wanted:
+            return True
+    return False

@@ -1,6 +1,7 @@
-"""EKS-optimised AMIs as Nodesmith sees them: :class:`Image`, which variant an instance type needs
-(:func:`required_variant`), the per-type AMI predicate (:class:`AmiCompatibility`) and the SSM
-parameter naming of AL2023 aliases (:func:`ssm_alias_parameter`, Karpenter ``al2023.go``).
+"""EKS-optimised AMIs as Nodesmith sees them: :class:`Image` (defined in :mod:`nodesmith.core.nodeclass_parts`),
+which variant an instance type needs (:func:`required_variant`), the per-type AMI predicate
+(:class:`AmiCompatibility`) and the SSM parameter naming of AL2023 aliases (:func:`ssm_alias_parameter`, Karpenter
+``al2023.go``).
 
 The EC2/SSM lookups themselves are in :class:`~nodesmith.adapters.aws.nodeclass.NodeClassResolver`.
 """
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nodesmith.core.instancetypes import NEURON
+from nodesmith.core.nodeclass_parts import Image
 from nodesmith.core.resources import GPU_NVIDIA
 
 if TYPE_CHECKING:
@@ -26,19 +28,6 @@ __all__ = [
 _ARCH_TO_EC2 = {"amd64": "x86_64", "arm64": "arm64"}
 _EC2_TO_ARCH = {v: k for k, v in _ARCH_TO_EC2.items()}
 _ALIAS_VARIANTS = {"x86_64": ("standard", "nvidia", "neuron"), "arm64": ("standard", "nvidia")}
-
-
-@dataclass(frozen=True, slots=True)
-class Image:
-    """An AMI: ``arch`` is the Kubernetes name (amd64/arm64); ``variant`` is standard/nvidia/neuron for
-    alias-resolved EKS AMIs and ``""`` for user-selected AMIs (usable by every type of that arch).
-    """
-
-    id: str
-    arch: str
-    variant: str = ""
-    name: str = ""
-    creation_date: str = ""
 
 
 def required_variant(instance_type: InstanceType) -> str:

@@ -55,6 +55,7 @@ from nodesmith.adapters.aws.nodeclass_spec import (
 )
 from nodesmith.core.errors import NodeClassNotReadyError
 from nodesmith.core.instancetypes import KubeletSettings
+from nodesmith.core.nodeclass_parts import SecurityGroup, Subnet
 from nodesmith.core.nodeclass_status import (
     AMIS_READY,
     CAPACITY_RESERVATIONS_READY,
@@ -85,24 +86,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Subnet:
-    """A subnet the node class selected: id, zone, zone id and free IPv4 addresses."""
-
-    id: str
-    zone: str
-    zone_id: str
-    available_ips: int
-
-
-@dataclass(frozen=True, slots=True)
-class SecurityGroup:
-    """A security group the node class selected."""
-
-    id: str
-    name: str
 
 
 @dataclass(frozen=True, slots=True)
