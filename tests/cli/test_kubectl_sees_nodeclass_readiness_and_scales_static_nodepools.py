@@ -97,6 +97,34 @@ def test_get_ec2nodeclass_shows_ready_as_the_reconcile_pass_wrote_it(world: Embe
     broken = json.loads(kubectl("get", "ec2nodeclass", "broken", "-o", "json").stdout)
     subnets = next(c for c in broken["status"]["conditions"] if c["type"] == "SubnetsReady")
     assert (subnets["status"], subnets["reason"]) == ("False", "SubnetsNotFound")
+    assert "subnets" not in broken["status"]
+
+
+def test_get_ec2nodeclass_yaml_shows_the_resolved_parts_and_explain_describes_them(
+    world: EmbeddedWorld, kubectl: Kubectl
+) -> None:
+    world.reconcile()
+
+    status = yaml.safe_load(kubectl("get", "ec2nodeclass", "default", "-o", "yaml").stdout)["status"]
+
+    ec2 = world.client("ec2")
+    assert {s["id"] for s in status["subnets"]} == {
+        s["SubnetId"]
+        for s in ec2.describe_subnets(Filters=[{"Name": "tag:karpenter.sh/discovery", "Values": [world.cluster_name]}])[
+            "Subnets"
+        ]
+    }
+    assert all(s["zoneID"] for s in status["subnets"])
+    assert [g["name"] for g in status["securityGroups"]]
+    assert {r["key"] for a in status["amis"] for r in a["requirements"]} == {
+        "kubernetes.io/arch",
+        "karpenter.k8s.aws/instance-gpu-count",
+        "karpenter.k8s.aws/instance-accelerator-count",
+    }
+    assert status["instanceProfile"]
+    explained = kubectl("explain", "ec2nodeclass.status.amis.requirements").stdout
+    assert "operator" in explained
+    assert "values" in explained
 
 
 def test_scale_nodepool_sets_the_replicas_of_a_static_nodepool(world: EmbeddedWorld, kubectl: Kubectl) -> None:

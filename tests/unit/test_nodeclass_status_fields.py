@@ -13,7 +13,7 @@ from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 from nodesmith.core.nodeclass_parts import Image, SecurityGroup, Subnet
 from nodesmith.core.nodeclass_status import (
     Check,
-    NodeClassResolution,
+    ResolvedParts,
     ami_requirements,
     nodeclass_status,
     status_changed,
@@ -56,7 +56,7 @@ def nodeclass(status: dict[str, Any] | None = None) -> EC2NodeClass:
     return EC2NodeClass.model_validate(doc)
 
 
-def resolved(**parts: Any) -> NodeClassResolution:
+def resolved(**parts: Any) -> ResolvedParts:
     values: dict[str, Any] = {
         "checks": ALL_OK,
         "subnets": SUBNETS,
@@ -65,7 +65,7 @@ def resolved(**parts: Any) -> NodeClassResolution:
         "instance_profile": "demo_profile",
     }
     values.update(parts)
-    return NodeClassResolution(**values)
+    return ResolvedParts(**values)
 
 
 def test_fields_come_in_karpenters_sort_orders() -> None:

@@ -14,7 +14,7 @@ The adapter that resolves the class against EC2 reports one :class:`Check` per p
 turns them into the ``status.conditions`` list (Kubernetes JSON). Times are epoch seconds, passed in.
 
 Beside the conditions the same controller writes what each part resolved to (:func:`nodeclass_status`, from a
-:class:`NodeClassResolution`): ``status.subnets`` (``subnet.go``: every selected subnet, most available IPv4 addresses
+:class:`ResolvedParts`): ``status.subnets`` (``subnet.go``: every selected subnet, most available IPv4 addresses
 first, then by id), ``status.securityGroups`` (``securitygroup.go``: by id), ``status.amis`` (``ami.go`` and
 ``[aws]:pkg/providers/amifamily``: newest ``CreationDate`` first, then by id; each with the requirements an instance
 type must meet to boot it, sorted by key length then key) and ``status.instanceProfile`` (``instanceprofile.go``).
@@ -43,7 +43,7 @@ __all__ = [
     "SECURITY_GROUPS_READY",
     "SUBNETS_READY",
     "Check",
-    "NodeClassResolution",
+    "ResolvedParts",
     "ami_requirements",
     "conditions_changed",
     "nodeclass_conditions",
@@ -140,7 +140,7 @@ def conditions_changed(nodeclass: EC2NodeClass, conditions: Sequence[dict[str, A
 
 
 @dataclass(frozen=True, slots=True)
-class NodeClassResolution:
+class ResolvedParts:
     """What resolving an EC2NodeClass against EC2 found, part by part.
 
     ``checks`` are the dependent conditions (:class:`Check`). Each other field is what that part resolved to: an
@@ -193,7 +193,7 @@ def _newest_first(image: Image) -> tuple[float, str]:
     return (-created if created is not None else float("inf"), image.id)
 
 
-def nodeclass_status(*, nodeclass: EC2NodeClass, resolution: NodeClassResolution, now: float) -> dict[str, Any]:
+def nodeclass_status(*, nodeclass: EC2NodeClass, resolution: ResolvedParts, now: float) -> dict[str, Any]:
     """The ``status`` merge patch (Kubernetes JSON) of ``nodeclass`` for ``resolution`` at ``now`` (epoch seconds):
     ``conditions`` (:func:`nodeclass_conditions`) and, for each part that could be told, its field in Karpenter's
     order (see the module docstring): ``subnets`` (``[{id, zone, zoneID}]``), ``securityGroups`` (``[{id, name}]``),

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
         PodDisruptionBudget,
         Taint,
     )
-    from nodesmith.core.nodeclass_status import Check
+    from nodesmith.core.nodeclass_status import ResolvedParts
     from nodesmith.core.scheduling.volumes import VolumeContext
 
 __all__ = [
@@ -271,14 +271,15 @@ class CapacityReservations(Protocol):
 
 @runtime_checkable
 class NodeClassReadiness(Protocol):
-    """What EC2 says of an EC2NodeClass's parts, for its status conditions (Karpenter's ``nodeclass``
-    controller, :mod:`nodesmith.core.nodeclass_status`)."""
+    """What EC2 says of an EC2NodeClass's parts, for its status (Karpenter's ``nodeclass`` controller,
+    :mod:`nodesmith.core.nodeclass_status`)."""
 
-    def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
+    def nodeclass_parts(self, *, nodeclass: EC2NodeClass) -> ResolvedParts:
         """One :class:`~nodesmith.core.nodeclass_status.Check` per dependent condition (``SubnetsReady``,
         ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady``, and ``CapacityReservationsReady`` with the
-        ``ReservedCapacity`` gate). A part that does not resolve is a failed check, never an error; raises
-        ``NodesmithError`` only when EC2 could not be asked."""
+        ``ReservedCapacity`` gate) and what each part resolved to
+        (:class:`~nodesmith.core.nodeclass_status.ResolvedParts`). A part that does not resolve is a failed
+        check, never an error; raises ``NodesmithError`` only when EC2 could not be asked."""
         ...
 
 

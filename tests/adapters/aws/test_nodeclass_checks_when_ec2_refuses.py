@@ -33,4 +33,4 @@ def test_a_throttled_describe_is_a_launch_error_naming_the_class() -> None:
     with Stubber(ec2) as stub:
         stub.add_client_error("describe_subnets", service_error_code="RequestLimitExceeded", http_status_code=503)
         with pytest.raises(LaunchError, match=r"resolve EC2NodeClass default: .*RequestLimitExceeded"):
-            cloud.nodeclass_checks(nodeclass=nodeclass())
+            cloud.nodeclass_parts(nodeclass=nodeclass())

@@ -199,9 +199,40 @@ def test_readiness_checks_never_call_a_part_ready_when_the_failure_names_none(
 ) -> None:
     unready = resolver(instance_profile=seeded.instance_profile)
 
-    def unnamed(**_: Any) -> None:
+    def unnamed(*_: Any) -> None:
         raise NodeClassNotReadyError("EC2NodeClass default is not ready: something")
 
-    monkeypatch.setattr(unready, "resolve", unnamed)
+    monkeypatch.setattr(unready, "subnets", unnamed)
     with pytest.raises(NodeClassNotReadyError, match="something"):
         unready.checks(nodeclass=nodeclass())
+
+
+def test_resolution_reports_every_selected_subnet_and_the_alias_amis_by_their_names(
+    seeded: SeededAws, ec2: Any
+) -> None:
+    small = ec2.create_subnet(VpcId=seeded.vpc_id, CidrBlock="10.0.192.0/28", AvailabilityZone="us-east-1a")["Subnet"]
+    ec2.create_tags(Resources=[small["SubnetId"]], Tags=[{"Key": "karpenter.sh/discovery", "Value": CLUSTER}])
+    found = resolver(instance_profile=seeded.instance_profile).resolution(nodeclass=nodeclass())
+    assert found.subnets is not None
+    assert {s.id for s in found.subnets} == {*seeded.subnets.values(), small["SubnetId"]}
+    assert found.images is not None
+    names = {(i.arch, i.variant): i.name for i in found.images}
+    assert names[("arm64", "nvidia")] == "amazon-eks-node-al2023-arm64-nvidia-1.31-v20260101"
+    assert all(i.creation_date for i in found.images)
+    assert found.instance_profile == seeded.instance_profile
+    assert all(c.ok for c in found.checks)
+
+
+def test_resolution_of_a_class_that_does_not_resolve_keeps_the_parts_that_did(seeded: SeededAws) -> None:
+    found = resolver(instance_profile=seeded.instance_profile).resolution(
+        nodeclass=nodeclass(subnet_terms=[{"tags": {"karpenter.sh/discovery": "other-cluster"}}])
+    )
+    assert found.subnets == ()
+    assert [g.id for g in found.security_groups or ()] == [seeded.security_group_id]
+    assert len(found.images or ()) == 5
+    assert [c.type for c in found.checks if not c.ok] == ["SubnetsReady"]
+    unsupported = resolver(instance_profile=seeded.instance_profile).resolution(
+        nodeclass=nodeclass(ami_terms=[{"alias": "bottlerocket@latest"}])
+    )
+    assert unsupported.images is None  # not told: the status keeps its AMIs, as Karpenter's does
+    assert [(c.type, c.reason) for c in unsupported.checks if not c.ok] == [("AMIsReady", "UnsupportedAlias")]

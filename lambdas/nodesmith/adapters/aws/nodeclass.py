@@ -9,7 +9,8 @@ Semantics follow Karpenter's AWS provider (``pkg/providers/subnet``, ``securityg
 * AMIs: ``alias: al2023@latest`` / ``al2023@v20240625`` reads the EKS-published SSM parameters
   ``/aws/service/eks/optimized-ami/<k8s>/amazon-linux-2023/<x86_64|arm64>/<variant>/recommended/image_id``
   (pinned: ``.../<variant>/amazon-eks-node-al2023-<arch>-<variant>-<k8s>-<version>/image_id``) for
-  the ``standard``, ``nvidia`` (x86_64, arm64) and ``neuron`` (x86_64) variants; other terms
+  the ``standard``, ``nvidia`` (x86_64, arm64) and ``neuron`` (x86_64) variants, then DescribeImages for
+  their names and creation dates (an id EC2 does not list as available is dropped); other terms
   (``id``, ``tags``, ``name``, ``owner``, ``ssmParameter``) go through DescribeImages/GetParameter
   and the newest image per architecture wins.
 * instance profile: ``spec.instanceProfile`` as is; with ``spec.role``, the provider's configured
@@ -19,7 +20,8 @@ Semantics follow Karpenter's AWS provider (``pkg/providers/subnet``, ``securityg
   (:mod:`nodesmith.adapters.aws.capacity_reservations`); with the gate off the terms are ignored.
 
 Results are cached per EC2NodeClass spec for ``ttl_seconds`` (60 s, Karpenter's discovery refresh).
-Whatever does not resolve is named in one :class:`NodeClassNotReadyError`.
+Whatever does not resolve is named in one :class:`NodeClassNotReadyError`; :meth:`NodeClassResolver.resolution`
+instead reports each part, resolved or not, for the class's status.
 
 The pieces live by concern: this module holds the resolver and what it returns (:class:`Subnet`,
 :class:`SecurityGroup`, :class:`ResolvedNodeClass`); AMI types and alias naming are in
@@ -33,7 +35,7 @@ import hashlib
 import json
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws.amis import (
@@ -63,6 +65,7 @@ from nodesmith.core.nodeclass_status import (
     SECURITY_GROUPS_READY,
     SUBNETS_READY,
     Check,
+    ResolvedParts,
 )
 
 if TYPE_CHECKING:
@@ -95,7 +98,8 @@ class ResolvedNodeClass:
     ``subnets`` maps zone -> the subnet launches use there; ``spec`` is the node class spec as
     Karpenter JSON (camelCase) for the launch template; ``root_volume_bytes`` the root EBS size;
     ``capacity_reservations`` the active reservations its ``capacityReservationSelectorTerms`` select (counts as
-    described; :class:`ReservationAvailability` holds the current ones).
+    described; :class:`ReservationAvailability` holds the current ones); ``selected_subnets`` every subnet the
+    ``subnetSelectorTerms`` selected (for ``status.subnets``), not only the one per zone launches use.
     """
 
     name: str
@@ -107,6 +111,7 @@ class ResolvedNodeClass:
     kubelet: KubeletSettings | None = None
     root_volume_bytes: int = 20 * GIB
     capacity_reservations: tuple[CapacityReservation, ...] = ()
+    selected_subnets: tuple[Subnet, ...] = ()
 
     @property
     def compatibility(self) -> AmiCompatibility:
@@ -123,6 +128,19 @@ class ResolvedNodeClass:
         """``spec.instanceStorePolicy`` (``RAID0``) or None."""
         value = self.spec.get("instanceStorePolicy")
         return str(value) if value else None
+
+
+@dataclass(slots=True)
+class _Parts:
+    """Each part of one resolution; ``images`` / ``profile`` None when the part could not be told."""
+
+    subnets: list[Subnet] = field(default_factory=list)
+    groups: list[SecurityGroup] = field(default_factory=list)
+    images: list[Image] | None = None
+    profile: str | None = None
+    reservations: list[CapacityReservation] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    failed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def _tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -192,115 +210,158 @@ class NodeClassResolver:
         selector that matched nothing, and ``QuantityError`` for an invalid volume size.
         """
         name, spec = nodeclass_json(nodeclass)
-        key = name + "\x00" + json.dumps(spec, sort_keys=True, default=str)
-        now = self._clock()
-        hit = self._cache.get(key)
-        if hit and now + fresh_for < hit[0]:
-            return hit[1]
-        resolved = self._resolve(name, spec)
-        with self._lock:
-            self._cache = {k: v for k, v in self._cache.items() if now < v[0]}
-            self._cache[key] = (now + self._ttl, resolved)
-        return resolved
+        hit = self._cached(name, spec, fresh_for=fresh_for)
+        if hit is not None:
+            return hit
+        parts = self._parts(name, spec)
+        if parts.problems:
+            raise NodeClassNotReadyError(
+                f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(parts.problems), problems=parts.failed
+            )
+        return self._remember(name, spec, parts)
+
+    def resolution(self, *, nodeclass: Any) -> ResolvedParts:
+        """What each part of ``nodeclass`` (model or manifest dict) resolved to, for its status
+        (:mod:`nodesmith.core.nodeclass_status`): the readiness checks and every selected subnet, the security
+        groups, the AMIs and the instance profile, even when another part did not resolve. An unsupported alias or
+        an AMI lookup that failed, and an instance profile that could not be made, are ``None`` (not told).
+        Resolves as :meth:`resolve` does (the same cache), so a ready class costs no EC2 call within the TTL. Raises
+        ``NodeClassNotReadyError`` only when it does not name the part that failed, ``QuantityError`` for an invalid
+        volume size.
+        """
+        name, spec = nodeclass_json(nodeclass)
+        resolved = self._cached(name, spec)
+        if resolved is not None:
+            return ResolvedParts(
+                checks=self._checks({}),
+                subnets=resolved.selected_subnets,
+                security_groups=resolved.security_groups,
+                images=resolved.images,
+                instance_profile=resolved.instance_profile,
+            )
+        parts = self._parts(name, spec)
+        if not parts.problems:
+            self._remember(name, spec, parts)
+        return ResolvedParts(
+            checks=self._checks(parts.failed),
+            subnets=tuple(parts.subnets),
+            security_groups=tuple(parts.groups),
+            images=None if parts.images is None else tuple(parts.images),
+            instance_profile=parts.profile,
+        )
 
     def checks(self, *, nodeclass: Any) -> list[Check]:
         """One readiness check per part of ``nodeclass`` (model or manifest dict), in Karpenter's condition types:
         ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady`` and, with the
-        ``ReservedCapacity`` gate, ``CapacityReservationsReady`` (:mod:`nodesmith.core.nodeclass_status`). Resolves
-        as :meth:`resolve` does (the same cache), so a ready class costs no EC2 call within the TTL. Raises what
-        :meth:`resolve` raises, ``NodeClassNotReadyError`` only when it does not name the parts that failed.
+        ``ReservedCapacity`` gate, ``CapacityReservationsReady`` (:mod:`nodesmith.core.nodeclass_status`): the
+        checks of :meth:`resolution`, which raises what this raises.
         """
+        return list(self.resolution(nodeclass=nodeclass).checks)
+
+    def _checks(self, failed: Mapping[str, tuple[str, str]]) -> tuple[Check, ...]:
         types = [SUBNETS_READY, SECURITY_GROUPS_READY, AMIS_READY, INSTANCE_PROFILE_READY]
         if self._reserved_capacity:
             types.append(CAPACITY_RESERVATIONS_READY)
-        failed: dict[str, tuple[str, str]] = {}
-        try:
-            self.resolve(nodeclass=nodeclass)
-        except NodeClassNotReadyError as exc:
-            if not exc.problems:  # not said which part: no condition can be told True
-                raise
-            failed = exc.problems
         out = []
         for type_ in types:
             reason, message = failed.get(type_, ("", ""))
             out.append(Check(type=type_, ok=type_ not in failed, reason=reason, message=message))
-        return out
+        return tuple(out)
 
     def invalidate(self) -> None:
         """Forget cached resolutions (after a launch failed on a stale subnet or AMI)."""
         with self._lock:
             self._cache.clear()
 
-    def _resolve(self, name: str, spec: Mapping[str, Any]) -> ResolvedNodeClass:
-        problems: list[str] = []
-        failed: dict[str, tuple[str, str]] = {}
+    @staticmethod
+    def _key(name: str, spec: Mapping[str, Any]) -> str:
+        return name + "\x00" + json.dumps(spec, sort_keys=True, default=str)
+
+    def _cached(self, name: str, spec: Mapping[str, Any], *, fresh_for: float = 0.0) -> ResolvedNodeClass | None:
+        hit = self._cache.get(self._key(name, spec))
+        if hit and self._clock() + fresh_for < hit[0]:
+            return hit[1]
+        return None
+
+    def _remember(self, name: str, spec: Mapping[str, Any], parts: _Parts) -> ResolvedNodeClass:
+        by_zone: dict[str, Subnet] = {}
+        for subnet in sorted(parts.subnets, key=lambda s: (-s.available_ips, s.id)):
+            by_zone.setdefault(subnet.zone, subnet)
+        resolved = ResolvedNodeClass(
+            name=name,
+            subnets=by_zone,
+            security_groups=tuple(parts.groups),
+            images=tuple(parts.images or ()),
+            instance_profile=parts.profile or "",
+            spec=dict(spec),
+            kubelet=KubeletSettings.from_kubelet(field_value(spec, "kubelet")),
+            root_volume_bytes=root_volume_bytes(spec),
+            capacity_reservations=tuple(parts.reservations),
+            selected_subnets=tuple(parts.subnets),
+        )
+        now = self._clock()
+        with self._lock:
+            self._cache = {k: v for k, v in self._cache.items() if now < v[0]}
+            self._cache[self._key(name, spec)] = (now + self._ttl, resolved)
+        return resolved
+
+    def _parts(self, name: str, spec: Mapping[str, Any]) -> _Parts:
+        parts = _Parts()
+        problems, failed = parts.problems, parts.failed
         subnet_terms = list(field_value(spec, "subnetSelectorTerms") or [])
         sg_terms = list(field_value(spec, "securityGroupSelectorTerms") or [])
         ami_terms = list(field_value(spec, "amiSelectorTerms") or [])
-        subnets = self.subnets(subnet_terms) if subnet_terms else []
-        if not subnets:
+        parts.subnets = self.subnets(subnet_terms) if subnet_terms else []
+        if not parts.subnets:
             problems.append(f"no subnet matched subnetSelectorTerms {_terms_text(subnet_terms)}")
             failed[SUBNETS_READY] = (
                 "SubnetsNotFound",
                 f"SubnetSelector did not match any Subnets: subnetSelectorTerms {_terms_text(subnet_terms)}",
             )
-        groups = self.security_groups(sg_terms) if sg_terms else []
-        if not groups:
+        parts.groups = self.security_groups(sg_terms) if sg_terms else []
+        if not parts.groups:
             problems.append(f"no security group matched securityGroupSelectorTerms {_terms_text(sg_terms)}")
             failed[SECURITY_GROUPS_READY] = (
                 "SecurityGroupsNotFound",
                 "SecurityGroupSelector did not match any SecurityGroups: "
                 f"securityGroupSelectorTerms {_terms_text(sg_terms)}",
             )
-        images: list[Image] = []
+        parts.images = []
         if ami_terms:
             try:
-                images = self.images(ami_terms)
+                parts.images = self.images(ami_terms)
             except NodeClassNotReadyError as exc:
+                parts.images = None
                 problems.append(str(exc))
                 failed[AMIS_READY] = exc.problems.get(AMIS_READY, ("AMINotFound", str(exc)))
-        if not images and AMIS_READY not in failed:
+        if parts.images == []:
             problems.append(f"no AMI matched amiSelectorTerms {_terms_text(ami_terms)}")
             failed[AMIS_READY] = (
                 "AMINotFound",
                 f"AMISelector did not match any AMIs: amiSelectorTerms {_terms_text(ami_terms)}",
             )
-        profile = ""
         try:
-            profile = self.instance_profile(spec)
+            parts.profile = self.instance_profile(spec)
         except NodeClassNotReadyError as exc:
+            # neither role nor instanceProfile: Karpenter writes the (empty) spec.instanceProfile
+            unset = not field_value(spec, "role") and not field_value(spec, "instanceProfile")
+            parts.profile = "" if unset else None
             problems.append(str(exc))
             failed[INSTANCE_PROFILE_READY] = exc.problems.get(
                 INSTANCE_PROFILE_READY, ("InstanceProfileCreationFailed", str(exc))
             )
-        reservations: list[CapacityReservation] = []
         reservation_terms = list(field_value(spec, "capacityReservationSelectorTerms") or [])
         if self._reserved_capacity and reservation_terms:
             described_at = self._clock()
             try:
-                reservations = describe_capacity_reservations(ec2=self._ec2, terms=reservation_terms, now=self._wall())
+                parts.reservations = describe_capacity_reservations(
+                    ec2=self._ec2, terms=reservation_terms, now=self._wall()
+                )
             except NodeClassNotReadyError as exc:
                 problems.append(str(exc))
                 failed[CAPACITY_RESERVATIONS_READY] = ("CapacityReservationsNotFound", str(exc))
-            self.reservations.observe(reservations, described_at=described_at)
-        if problems:
-            raise NodeClassNotReadyError(
-                f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(problems), problems=failed
-            )
-        by_zone: dict[str, Subnet] = {}
-        for subnet in sorted(subnets, key=lambda s: (-s.available_ips, s.id)):
-            by_zone.setdefault(subnet.zone, subnet)
-        return ResolvedNodeClass(
-            name=name,
-            subnets=by_zone,
-            security_groups=tuple(groups),
-            images=tuple(images),
-            instance_profile=profile,
-            spec=dict(spec),
-            kubelet=KubeletSettings.from_kubelet(field_value(spec, "kubelet")),
-            root_volume_bytes=root_volume_bytes(spec),
-            capacity_reservations=tuple(reservations),
-        )
+            self.reservations.observe(parts.reservations, described_at=described_at)
+        return parts
 
     # -- subnets and security groups -------------------------------------------------------------
 
@@ -373,13 +434,21 @@ class NodeClassResolver:
                     if _code(exc) not in ("ParameterNotFound", "ParameterVersionNotFound"):
                         LOG.warning("SSM %s: %s", parameter, exc)
                     continue
-                images.append(Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant, name=alias))
+                images.append(Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant))
         if not images:
             raise NodeClassNotReadyError(
                 f"amiSelectorTerms alias {alias!r}: no SSM parameter for Kubernetes {k8s} "
                 f"(tried {tried[0]} and {len(tried) - 1} more)"
             )
-        return images
+        # As Karpenter's alias query: DescribeImages by the parameters' ids gives each AMI's name and creation date,
+        # and an id EC2 does not list as available is left out.
+        ids = sorted({i.id for i in images})
+        described = {i.id: i for i in self._describe_images(Filters=[{"Name": "image-id", "Values": ids}])}
+        return [
+            replace(i, name=described[i.id].name, creation_date=described[i.id].creation_date)
+            for i in images
+            if i.id in described
+        ]
 
     def _term_images(self, term: Mapping[str, Any]) -> list[Image]:
         if parameter := field_value(term, "ssmParameter"):

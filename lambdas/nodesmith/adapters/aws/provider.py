@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from nodesmith.core.capacityreservations import CapacityReservation
     from nodesmith.core.errors import UnavailableOffering
     from nodesmith.core.model import InstanceType
-    from nodesmith.core.nodeclass_status import Check
+    from nodesmith.core.nodeclass_status import ResolvedParts
     from nodesmith.core.ports import Instance, InstanceFacts, LaunchRequest, LaunchResult, StateStore
 
 __all__ = [
@@ -250,13 +250,12 @@ class Ec2CloudProvider:
         the ``ReservedCapacity`` gate off). Raises ``NodeClassNotReadyError`` when the node class does not resolve."""
         return self._current(self.nodeclasses.resolve(nodeclass=nodeclass).capacity_reservations)
 
-    def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
-        """Readiness checks of ``nodeclass``'s parts (:meth:`NodeClassResolver.checks
-        <nodesmith.adapters.aws.nodeclass.NodeClassResolver.checks>`), for its status conditions. Raises
-        ``LaunchError`` when EC2 could not be asked (throttled, denied, unreachable): the conditions are then left as
-        they are."""
+    def nodeclass_parts(self, *, nodeclass: EC2NodeClass) -> ResolvedParts:
+        """Readiness checks of ``nodeclass``'s parts and what each resolved to (:meth:`NodeClassResolver.resolution
+        <nodesmith.adapters.aws.nodeclass.NodeClassResolver.resolution>`), for its status. Raises ``LaunchError``
+        when EC2 could not be asked (throttled, denied, unreachable): the status is then left as it is."""
         try:
-            return self.nodeclasses.checks(nodeclass=nodeclass)
+            return self.nodeclasses.resolution(nodeclass=nodeclass)
         except (ClientError, BotoCoreError) as exc:
             raise LaunchError(f"resolve EC2NodeClass {nodeclass.name}: {exc}") from exc
 

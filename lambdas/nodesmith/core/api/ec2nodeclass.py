@@ -304,27 +304,45 @@ class EC2NodeClassSpec(SpecModel):
 
 
 class SubnetStatus(StatusModel):
-    """A resolved subnet: id, zone and zone id."""
+    """A resolved subnet in ``status.subnets``: id, zone and zone id (``[aws]:pkg/apis/v1/ec2nodeclass_status.go``)."""
 
-    id: str
-    zone: str = ""
-    zone_id: str | None = Field(default=None, alias="zoneID")
+    id: str = Field(description="The subnet's id.")
+    zone: str = Field(default="", description="The availability zone of the subnet.")
+    zone_id: str | None = Field(default=None, alias="zoneID", description="The availability zone id of the subnet.")
 
 
 class SecurityGroupStatus(StatusModel):
-    """A resolved security group: id and name."""
+    """A resolved security group in ``status.securityGroups``: id and name."""
 
-    id: str
-    name: str | None = None
+    id: str = Field(description="The security group's id.")
+    name: str | None = Field(default=None, description="The security group's name.")
+
+
+_NODE_SELECTOR_REQUIREMENT_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "description": "A node selector requirement (corev1.NodeSelectorRequirement).",
+    "required": ["key", "operator"],
+    "properties": {
+        "key": {"type": "string", "description": "The label key the requirement applies to."},
+        "operator": {"type": "string", "description": "In, NotIn, Exists, DoesNotExist, Gt or Lt."},
+        "values": {"type": "array", "items": {"type": "string"}, "description": "The values of In/NotIn/Gt/Lt."},
+    },
+}
 
 
 class AMIStatus(StatusModel):
-    """A resolved AMI with the requirements (arch, GPU/accelerator ...) it fits."""
+    """A resolved AMI in ``status.amis`` with the requirements (arch, GPU/accelerator ...) an instance type must meet
+    to boot it, as ``corev1.NodeSelectorRequirement`` JSON (``{key, operator, values}``)."""
 
-    id: str
-    name: str | None = None
-    deprecated: bool | None = None
-    requirements: list[dict[str, Any]] = Field(default_factory=list, exclude_if=omit_empty)
+    id: str = Field(description="The AMI's id.")
+    name: str | None = Field(default=None, description="The AMI's name.")
+    deprecated: bool | None = Field(default=None, description="Whether the AMI is deprecated.")
+    requirements: list[dict[str, Any]] = Field(
+        default_factory=list,
+        exclude_if=omit_empty,
+        description="What an instance type must meet to be launched with this AMI.",
+        json_schema_extra={"items": _NODE_SELECTOR_REQUIREMENT_SCHEMA},
+    )
 
 
 class CapacityReservationStatus(StatusModel):
@@ -349,11 +367,26 @@ class CapacityReservationStatus(StatusModel):
 class EC2NodeClassStatus(StatusModel):
     """``EC2NodeClass.status``: what the selector terms resolved to, plus conditions."""
 
-    subnets: list[SubnetStatus] = Field(default_factory=list, exclude_if=omit_empty)
-    security_groups: list[SecurityGroupStatus] = Field(default_factory=list, exclude_if=omit_empty)
-    amis: list[AMIStatus] = Field(default_factory=list, exclude_if=omit_empty)
+    subnets: list[SubnetStatus] = Field(
+        default_factory=list,
+        exclude_if=omit_empty,
+        description="Every subnet the subnetSelectorTerms select, most available IPv4 addresses first.",
+    )
+    security_groups: list[SecurityGroupStatus] = Field(
+        default_factory=list,
+        exclude_if=omit_empty,
+        description="Every security group the securityGroupSelectorTerms select, by id.",
+    )
+    amis: list[AMIStatus] = Field(
+        default_factory=list,
+        exclude_if=omit_empty,
+        description="The AMIs the amiSelectorTerms resolve to, newest first, each with the requirements it serves.",
+    )
     capacity_reservations: list[CapacityReservationStatus] = Field(default_factory=list, exclude_if=omit_empty)
-    instance_profile: str | None = None
+    instance_profile: str | None = Field(
+        default=None,
+        description="The instance profile nodes launch with: spec.instanceProfile or the one for spec.role.",
+    )
     conditions: list[Condition] = Field(default_factory=list, exclude_if=omit_empty)
 
 

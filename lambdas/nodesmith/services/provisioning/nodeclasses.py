@@ -7,11 +7,13 @@ the class (tagged ``karpenter.k8s.aws/ec2nodeclass=<name>`` and ``kubernetes.io/
 its controller policy's ``DeleteLaunchTemplate`` statement requires) and removes the finalizer, so the API server
 deletes the class. A deleting EC2NodeClass provisions nothing meanwhile (its NodePools are skipped).
 
-Its status conditions (:func:`update_nodeclass_conditions`) are those of Karpenter's ``nodeclass`` controller
-(``[aws]:pkg/controllers/nodeclass``): ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``,
+Its status (:func:`update_nodeclass_status`) is that of Karpenter's ``nodeclass`` controller
+(``[aws]:pkg/controllers/nodeclass``): the conditions ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``,
 ``InstanceProfileReady`` (and ``CapacityReservationsReady`` with the ``ReservedCapacity`` gate) from resolving the
-class against EC2, and ``Ready`` over them (:mod:`nodesmith.core.nodeclass_status`). They report; they do not
-decide: a class that does not resolve gets no offerings, so nothing launches from it whatever its status says.
+class against EC2 and ``Ready`` over them, and beside them what each part resolved to: ``subnets``,
+``securityGroups``, ``amis`` and ``instanceProfile`` (:mod:`nodesmith.core.nodeclass_status`;
+``capacityReservations`` is written by :mod:`nodesmith.services.provisioning.reservations`). The status reports; it
+does not decide: a class that does not resolve gets no offerings, so nothing launches from it whatever it says.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import KubernetesError, LaunchError, NodesmithError
-from nodesmith.core.nodeclass_status import conditions_changed, nodeclass_conditions
+from nodesmith.core.nodeclass_status import nodeclass_status, status_changed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -33,7 +35,7 @@ __all__ = [
     "NODECLASS_TERMINATION_FINALIZER",
     "NodeClassOutcome",
     "finalize_nodeclasses",
-    "update_nodeclass_conditions",
+    "update_nodeclass_status",
 ]
 
 NODECLASS_TERMINATION_FINALIZER = "karpenter.k8s.aws/termination"
@@ -91,9 +93,10 @@ def finalize_nodeclasses(
     return out
 
 
-def update_nodeclass_conditions(*, ports: Ports, nodeclasses: Iterable[EC2NodeClass], now: float) -> list[str]:
-    """Write the status conditions of each live EC2NodeClass in ``nodeclasses`` whose conditions changed (see the
-    module docstring) at ``now`` (epoch seconds), one merge patch of ``status.conditions`` each; an unchanged class
+def update_nodeclass_status(*, ports: Ports, nodeclasses: Iterable[EC2NodeClass], now: float) -> list[str]:
+    """Write the status of each live EC2NodeClass in ``nodeclasses`` whose status changed (see the module
+    docstring) at ``now`` (epoch seconds): one merge patch of its ``conditions``, ``subnets``, ``securityGroups``,
+    ``amis`` and ``instanceProfile`` (:func:`~nodesmith.core.nodeclass_status.nodeclass_status`); an unchanged class
     costs no write, and a condition whose status stays keeps its ``lastTransitionTime``. Deleting classes are left
     alone, as Karpenter's controller only finalizes them. Does nothing without ``ports.readiness``. Returns the
     errors met (one class's error does not stop the others; the next pass tries again); never raises.
@@ -106,11 +109,11 @@ def update_nodeclass_conditions(*, ports: Ports, nodeclasses: Iterable[EC2NodeCl
         if nodeclass.metadata.deletion_timestamp is not None:
             continue
         try:
-            checks = readiness.nodeclass_checks(nodeclass=nodeclass)
-            conditions = nodeclass_conditions(nodeclass=nodeclass, checks=checks, now=now)
-            if not conditions_changed(nodeclass, conditions):
+            resolution = readiness.nodeclass_parts(nodeclass=nodeclass)
+            status = nodeclass_status(nodeclass=nodeclass, resolution=resolution, now=now)
+            if not status_changed(nodeclass, status):
                 continue
-            ports.cluster.patch_ec2nodeclass_status(name=nodeclass.name, status={"conditions": conditions})
+            ports.cluster.patch_ec2nodeclass_status(name=nodeclass.name, status=status)
         except NodesmithError as exc:
-            errors.append(f"status conditions of EC2NodeClass {nodeclass.name}: {exc}")
+            errors.append(f"status of EC2NodeClass {nodeclass.name}: {exc}")
     return errors

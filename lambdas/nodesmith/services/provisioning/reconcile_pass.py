@@ -37,7 +37,7 @@ from nodesmith.services.provisioning.lifecycle import (
     collect_garbage,
     link_nodes,
 )
-from nodesmith.services.provisioning.nodeclasses import finalize_nodeclasses, update_nodeclass_conditions
+from nodesmith.services.provisioning.nodeclasses import finalize_nodeclasses, update_nodeclass_status
 from nodesmith.services.provisioning.nodepool_status import update_nodepool_statuses
 from nodesmith.services.provisioning.outcome import ReconcileOutcome, cost_by_pool, post_pod_events
 from nodesmith.services.provisioning.overlays import nodepool_catalogues
@@ -124,7 +124,7 @@ class ReconcilePass:
         out.launch_templates_deleted = classes.templates_deleted
         out.errors.extend(classes.errors)
         out.errors.extend(
-            update_nodeclass_conditions(ports=self.ports, nodeclasses=snap.nodeclasses.values(), now=self.now)
+            update_nodeclass_status(ports=self.ports, nodeclasses=snap.nodeclasses.values(), now=self.now)
         )
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
         self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes, nodeclaims=self.claims)

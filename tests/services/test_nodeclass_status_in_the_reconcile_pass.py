@@ -1,7 +1,7 @@
-"""The reconcile pass's condition step (``update_nodeclass_conditions``) writes each live EC2NodeClass's
-status conditions from the readiness port: once when they change and not again while nothing changes, never for a
-class being deleted, and an EC2 error on one class is reported without stopping the others; without the port
-nothing is written."""
+"""The reconcile pass's status step (``update_nodeclass_status``) writes each live EC2NodeClass's status conditions
+and resolved parts from the readiness port in one write: once when they change and not again while nothing changes,
+never for a class being deleted, and an EC2 error on one class is reported without stopping the others; without the
+port nothing is written."""
 
 from __future__ import annotations
 
@@ -12,15 +12,17 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass
 
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass, EC2NodeClassStatus
 from nodesmith.core.errors import LaunchError
-from nodesmith.core.nodeclass_status import Check
+from nodesmith.core.nodeclass_parts import SecurityGroup, Subnet
+from nodesmith.core.nodeclass_status import Check, ResolvedParts
 from nodesmith.services.ports import Ports
-from nodesmith.services.provisioning.nodeclasses import update_nodeclass_conditions
+from nodesmith.services.provisioning.nodeclasses import update_nodeclass_status
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 NOW = 1_800_000_000.0
 PARTS = ("SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady")
+SUBNET = Subnet(id="subnet-0a", zone="us-east-1a", zone_id="use1-az1", available_ips=100)
 
 
 @dataclass
@@ -38,11 +40,19 @@ class Readiness:
     failing: dict[str, str] = field(default_factory=dict)
     refusing: set[str] = field(default_factory=set)
 
-    def nodeclass_checks(self, *, nodeclass: EC2NodeClass) -> list[Check]:
+    def nodeclass_parts(self, *, nodeclass: EC2NodeClass) -> ResolvedParts:
         if nodeclass.name in self.refusing:
             raise LaunchError("DescribeSubnets: RequestLimitExceeded")
         bad = self.failing.get(nodeclass.name)
-        return [Check(type=t, ok=t != bad, reason="SubnetsNotFound", message="nothing matched") for t in PARTS]
+        return ResolvedParts(
+            checks=tuple(
+                Check(type=t, ok=t != bad, reason="SubnetsNotFound", message="nothing matched") for t in PARTS
+            ),
+            subnets=() if bad == "SubnetsReady" else (SUBNET,),
+            security_groups=(SecurityGroup(id="sg-0a", name="nodes"),),
+            images=(),
+            instance_profile="profile",
+        )
 
 
 def ports(cluster: StatusCluster, readiness: Readiness | None) -> Ports:
@@ -50,24 +60,29 @@ def ports(cluster: StatusCluster, readiness: Readiness | None) -> Ports:
 
 
 def with_status(nodeclass: EC2NodeClass, written: Mapping[str, Any]) -> EC2NodeClass:
-    return nodeclass.model_copy(update={"status": EC2NodeClassStatus.model_validate(dict(written))})
+    merged = {k: v for k, v in written.items() if v is not None}  # a merge patch's null removes the field
+    return nodeclass.model_copy(update={"status": EC2NodeClassStatus.model_validate(merged)})
 
 
-def test_conditions_are_written_once_and_not_again_while_nothing_changes() -> None:
+def test_the_status_is_written_once_and_not_again_while_nothing_changes() -> None:
     cluster = StatusCluster()
     readiness = Readiness(failing={"broken": "SubnetsReady"})
     classes = [make_nodeclass("default"), make_nodeclass("broken")]
 
-    errors = update_nodeclass_conditions(ports=ports(cluster, readiness), nodeclasses=classes, now=NOW)
+    errors = update_nodeclass_status(ports=ports(cluster, readiness), nodeclasses=classes, now=NOW)
 
     assert errors == []
     [ready] = cluster.statuses["default"]
     [broken] = cluster.statuses["broken"]
     assert {c["type"]: c["status"] for c in ready["conditions"]}["Ready"] == "True"
     assert {c["type"]: c["status"] for c in broken["conditions"]}["Ready"] == "False"
+    assert ready["subnets"] == [{"id": "subnet-0a", "zone": "us-east-1a", "zoneID": "use1-az1"}]
+    assert broken["subnets"] is None
+    assert ready["securityGroups"] == broken["securityGroups"] == [{"id": "sg-0a", "name": "nodes"}]
+    assert ready["instanceProfile"] == "profile"
 
     again = [with_status(classes[0], ready), with_status(classes[1], broken)]
-    assert update_nodeclass_conditions(ports=ports(cluster, readiness), nodeclasses=again, now=NOW + 60) == []
+    assert update_nodeclass_status(ports=ports(cluster, readiness), nodeclasses=again, now=NOW + 60) == []
     assert [len(v) for v in cluster.statuses.values()] == [1, 1]
 
 
@@ -79,15 +94,15 @@ def test_a_deleting_class_is_left_alone_and_one_refusal_does_not_stop_the_others
     )
     classes = [make_nodeclass("throttled"), deleting, make_nodeclass("default")]
 
-    errors = update_nodeclass_conditions(
+    errors = update_nodeclass_status(
         ports=ports(cluster, Readiness(refusing={"throttled"})), nodeclasses=classes, now=NOW
     )
 
-    assert errors == ["status conditions of EC2NodeClass throttled: DescribeSubnets: RequestLimitExceeded"]
+    assert errors == ["status of EC2NodeClass throttled: DescribeSubnets: RequestLimitExceeded"]
     assert set(cluster.statuses) == {"default"}
 
 
 def test_without_the_readiness_port_nothing_is_written() -> None:
     cluster = StatusCluster()
-    assert update_nodeclass_conditions(ports=ports(cluster, None), nodeclasses=[make_nodeclass()], now=NOW) == []
+    assert update_nodeclass_status(ports=ports(cluster, None), nodeclasses=[make_nodeclass()], now=NOW) == []
     assert cluster.statuses == {}
