@@ -3,23 +3,30 @@ which variant an instance type needs (:func:`required_variant`), the per-type AM
 (:class:`AmiCompatibility`) and the SSM parameter naming of AL2023 aliases (:func:`ssm_alias_parameter`, Karpenter
 ``al2023.go``).
 
-The EC2/SSM lookups themselves are in :class:`~nodesmith.adapters.aws.nodeclass.NodeClassResolver`.
+:class:`AmiLookup` does the EC2/SSM lookups for :class:`~nodesmith.adapters.aws.nodeclass.NodeClassResolver`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import logging
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from nodesmith.adapters.aws.nodeclass_spec import error_code, field_value, tag_filters
+from nodesmith.core.errors import NodeClassNotReadyError
 from nodesmith.core.instancetypes import NEURON
 from nodesmith.core.nodeclass_parts import Image
+from nodesmith.core.nodeclass_status import AMIS_READY
 from nodesmith.core.resources import GPU_NVIDIA
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
     from nodesmith.core.model import InstanceType
 
 __all__ = [
     "AmiCompatibility",
+    "AmiLookup",
     "Image",
     "required_variant",
     "ssm_alias_parameter",
@@ -28,6 +35,8 @@ __all__ = [
 _ARCH_TO_EC2 = {"amd64": "x86_64", "arm64": "arm64"}
 _EC2_TO_ARCH = {v: k for k, v in _ARCH_TO_EC2.items()}
 _ALIAS_VARIANTS = {"x86_64": ("standard", "nvidia", "neuron"), "arm64": ("standard", "nvidia")}
+
+LOG = logging.getLogger(__name__)
 
 
 def required_variant(instance_type: InstanceType) -> str:
@@ -62,3 +71,112 @@ def ssm_alias_parameter(*, k8s_version: str, arch: str, variant: str, version: s
     """SSM parameter of an EKS AL2023 AMI (Karpenter ``AL2023.resolvePath``); ``arch`` is x86_64/arm64."""
     leaf = "recommended" if version == "latest" else f"amazon-eks-node-al2023-{arch}-{variant}-{k8s_version}-{version}"
     return f"/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
+
+
+class AmiLookup:
+    """The AMIs an EC2NodeClass's ``amiSelectorTerms`` select, with boto3 ``ec2`` and ``ssm`` clients;
+    ``kubernetes_version`` returns the cluster's minor version (``"1.31"``) for alias parameters."""
+
+    def __init__(self, *, ec2: Any, ssm: Any, kubernetes_version: Callable[[], str]) -> None:
+        self._ec2 = ec2
+        self._ssm = ssm
+        self._kubernetes_version = kubernetes_version
+
+    def images(self, terms: Sequence[Mapping[str, Any]]) -> list[Image]:
+        """AMIs for the selector ``terms`` (Karpenter JSON): an ``alias`` term reads the EKS SSM parameters of each
+        architecture and variant and describes those ids (see the resolver's module docstring); other terms go
+        through DescribeImages / GetParameter and the newest image per architecture wins. Raises
+        ``NodeClassNotReadyError`` for an unsupported alias (reason ``UnsupportedAlias``) or an alias with no SSM
+        parameter; EC2 errors other than an unknown AMI id propagate."""
+        aliases = [field_value(t, "alias") for t in terms if field_value(t, "alias")]
+        if aliases:
+            return self._alias_images(str(aliases[0]))
+        candidates: dict[str, Image] = {}
+        for term in terms:
+            for image in self._term_images(term):
+                candidates[image.id] = image
+        newest: dict[str, Image] = {}
+        for image in sorted(candidates.values(), key=lambda i: (i.creation_date, i.id), reverse=True):
+            newest.setdefault(image.arch, image)
+        return [newest[a] for a in sorted(newest)]
+
+    def _alias_images(self, alias: str) -> list[Image]:
+        family, _, version = alias.partition("@")
+        if family.lower() != "al2023" or not version:
+            message = f"amiSelectorTerms alias {alias!r}: only al2023@latest or al2023@vYYYYMMDD"
+            raise NodeClassNotReadyError(message, problems={AMIS_READY: ("UnsupportedAlias", message)})
+        k8s = self._kubernetes_version()
+        images: list[Image] = []
+        tried: list[str] = []
+        for arch, variants in _ALIAS_VARIANTS.items():
+            for variant in variants:
+                parameter = ssm_alias_parameter(k8s_version=k8s, arch=arch, variant=variant, version=version)
+                tried.append(parameter)
+                try:
+                    image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+                except Exception as exc:  # ParameterNotFound for variants EKS does not publish
+                    if error_code(exc) not in ("ParameterNotFound", "ParameterVersionNotFound"):
+                        LOG.warning("SSM %s: %s", parameter, exc)
+                    continue
+                images.append(Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant))
+        if not images:
+            raise NodeClassNotReadyError(
+                f"amiSelectorTerms alias {alias!r}: no SSM parameter for Kubernetes {k8s} "
+                f"(tried {tried[0]} and {len(tried) - 1} more)"
+            )
+        # As Karpenter's alias query: DescribeImages by the parameters' ids gives each AMI's name and creation date,
+        # and an id EC2 does not list as available is left out.
+        ids = sorted({i.id for i in images})
+        described = {i.id: i for i in self._describe_images(Filters=[{"Name": "image-id", "Values": ids}])}
+        return [
+            replace(i, name=described[i.id].name, creation_date=described[i.id].creation_date)
+            for i in images
+            if i.id in described
+        ]
+
+    def _term_images(self, term: Mapping[str, Any]) -> list[Image]:
+        if parameter := field_value(term, "ssmParameter"):
+            try:
+                image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+            except Exception as exc:
+                LOG.warning("SSM parameter %s: %s", parameter, exc)
+                return []
+            return self._describe_images(ImageIds=[str(image_id)])
+        kwargs: dict[str, Any] = {}
+        filters: list[dict[str, Any]] = []
+        if term_id := field_value(term, "id"):
+            filters.append({"Name": "image-id", "Values": [term_id]})
+        if term_name := field_value(term, "name"):
+            filters.append({"Name": "name", "Values": [term_name]})
+            if not field_value(term, "owner"):
+                kwargs["Owners"] = ["self", "amazon"]  # Karpenter's default owners for name terms
+        if owner := field_value(term, "owner"):
+            kwargs["Owners"] = [owner]
+        filters += tag_filters(field_value(term, "tags") or {})
+        if not filters and not kwargs:
+            return []
+        return self._describe_images(Filters=filters, **kwargs)
+
+    def _describe_images(self, **kwargs: Any) -> list[Image]:
+        try:
+            response = self._ec2.describe_images(**kwargs)
+        except Exception as exc:
+            if error_code(exc).startswith("InvalidAMIID"):
+                return []
+            raise
+        out = []
+        for image in response.get("Images", []):
+            if image.get("State", "available") != "available":
+                continue
+            arch = _EC2_TO_ARCH.get(str(image.get("Architecture", "")))
+            if arch is None:
+                continue
+            out.append(
+                Image(
+                    id=image["ImageId"],
+                    arch=arch,
+                    name=image.get("Name", ""),
+                    creation_date=str(image.get("CreationDate", "")),
+                )
+            )
+        return out

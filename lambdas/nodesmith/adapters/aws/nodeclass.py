@@ -23,25 +23,23 @@ Results are cached per EC2NodeClass spec for ``ttl_seconds`` (60 s, Karpenter's 
 Whatever does not resolve is named in one :class:`NodeClassNotReadyError`; :meth:`NodeClassResolver.resolution`
 instead reports each part, resolved or not, for the class's status.
 
-The pieces live by concern: this module holds the resolver and what it returns (:class:`Subnet`,
-:class:`SecurityGroup`, :class:`ResolvedNodeClass`); AMI types and alias naming are in
-:mod:`nodesmith.adapters.aws.amis`, spec reading and block devices in
-:mod:`nodesmith.adapters.aws.nodeclass_spec`. Their public names are re-exported here.
+The pieces live by concern: this module holds the resolver and what it returns (:class:`ResolvedNodeClass`; its
+:class:`Subnet`, :class:`SecurityGroup` and :class:`Image` are core types, :mod:`nodesmith.core.nodeclass_parts`);
+the AMI lookups, AMI compatibility and alias naming are in :mod:`nodesmith.adapters.aws.amis`, spec reading, tag
+filters and block devices in :mod:`nodesmith.adapters.aws.nodeclass_spec`. Their public names are re-exported here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.aws.amis import (
-    _ALIAS_VARIANTS,
-    _EC2_TO_ARCH,
     AmiCompatibility,
+    AmiLookup,
     Image,
     required_variant,
     ssm_alias_parameter,
@@ -51,9 +49,11 @@ from nodesmith.adapters.aws.config import DEFAULT_LAUNCH, SYSTEM_CLOCKS, AwsClie
 from nodesmith.adapters.aws.nodeclass_spec import (
     GIB,
     block_device_mappings,
+    error_code,
     field_value,
     nodeclass_json,
     root_volume_bytes,
+    tag_filters,
 )
 from nodesmith.core.errors import NodeClassNotReadyError
 from nodesmith.core.instancetypes import KubeletSettings
@@ -87,8 +87,6 @@ __all__ = [
     "root_volume_bytes",
     "ssm_alias_parameter",
 ]
-
-LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,19 +141,8 @@ class _Parts:
     failed: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
-def _tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
-    return [
-        {"Name": "tag-key", "Values": [k]} if v == "*" else {"Name": f"tag:{k}", "Values": [v]}
-        for k, v in sorted(tags.items())
-    ]
-
-
 def _terms_text(terms: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(list(terms), sort_keys=True, separators=(",", ":"))
-
-
-def _code(exc: Exception) -> str:
-    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
 
 
 class NodeClassResolver:
@@ -187,6 +174,7 @@ class NodeClassResolver:
         self._iam = clients.iam
         self._cluster = cluster_name
         self._k8s_version = kubernetes_version
+        self._amis = AmiLookup(ec2=self._ec2, ssm=self._ssm, kubernetes_version=self.kubernetes_version)
         self._instance_profile = launch.instance_profile
         self._profile_role = launch.node_role.rsplit("/", 1)[-1] if launch.node_role else None
         self._ttl = ttl_seconds
@@ -372,7 +360,7 @@ class NodeClassResolver:
             filters: list[dict[str, Any]] = [{"Name": "state", "Values": ["available"]}]
             if term_id := field_value(term, "id"):
                 filters.append({"Name": "subnet-id", "Values": [term_id]})
-            filters += _tag_filters(field_value(term, "tags") or {})
+            filters += tag_filters(field_value(term, "tags") or {})
             for page in self._ec2.get_paginator("describe_subnets").paginate(Filters=filters):
                 for s in page.get("Subnets", []):
                     found[s["SubnetId"]] = Subnet(
@@ -392,7 +380,7 @@ class NodeClassResolver:
                 filters.append({"Name": "group-id", "Values": [term_id]})
             if term_name := field_value(term, "name"):
                 filters.append({"Name": "group-name", "Values": [term_name]})
-            filters += _tag_filters(field_value(term, "tags") or {})
+            filters += tag_filters(field_value(term, "tags") or {})
             if not filters:
                 continue
             for page in self._ec2.get_paginator("describe_security_groups").paginate(Filters=filters):
@@ -403,99 +391,8 @@ class NodeClassResolver:
     # -- AMIs ------------------------------------------------------------------------------------
 
     def images(self, terms: Sequence[Mapping[str, Any]]) -> list[Image]:
-        """AMIs for the terms: alias -> EKS SSM parameters; otherwise the newest match per arch."""
-        aliases = [field_value(t, "alias") for t in terms if field_value(t, "alias")]
-        if aliases:
-            return self._alias_images(str(aliases[0]))
-        candidates: dict[str, Image] = {}
-        for term in terms:
-            for image in self._term_images(term):
-                candidates[image.id] = image
-        newest: dict[str, Image] = {}
-        for image in sorted(candidates.values(), key=lambda i: (i.creation_date, i.id), reverse=True):
-            newest.setdefault(image.arch, image)
-        return [newest[a] for a in sorted(newest)]
-
-    def _alias_images(self, alias: str) -> list[Image]:
-        family, _, version = alias.partition("@")
-        if family.lower() != "al2023" or not version:
-            message = f"amiSelectorTerms alias {alias!r}: only al2023@latest or al2023@vYYYYMMDD"
-            raise NodeClassNotReadyError(message, problems={AMIS_READY: ("UnsupportedAlias", message)})
-        k8s = self.kubernetes_version()
-        images: list[Image] = []
-        tried: list[str] = []
-        for arch, variants in _ALIAS_VARIANTS.items():
-            for variant in variants:
-                parameter = ssm_alias_parameter(k8s_version=k8s, arch=arch, variant=variant, version=version)
-                tried.append(parameter)
-                try:
-                    image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
-                except Exception as exc:  # ParameterNotFound for variants EKS does not publish
-                    if _code(exc) not in ("ParameterNotFound", "ParameterVersionNotFound"):
-                        LOG.warning("SSM %s: %s", parameter, exc)
-                    continue
-                images.append(Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant))
-        if not images:
-            raise NodeClassNotReadyError(
-                f"amiSelectorTerms alias {alias!r}: no SSM parameter for Kubernetes {k8s} "
-                f"(tried {tried[0]} and {len(tried) - 1} more)"
-            )
-        # As Karpenter's alias query: DescribeImages by the parameters' ids gives each AMI's name and creation date,
-        # and an id EC2 does not list as available is left out.
-        ids = sorted({i.id for i in images})
-        described = {i.id: i for i in self._describe_images(Filters=[{"Name": "image-id", "Values": ids}])}
-        return [
-            replace(i, name=described[i.id].name, creation_date=described[i.id].creation_date)
-            for i in images
-            if i.id in described
-        ]
-
-    def _term_images(self, term: Mapping[str, Any]) -> list[Image]:
-        if parameter := field_value(term, "ssmParameter"):
-            try:
-                image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
-            except Exception as exc:
-                LOG.warning("SSM parameter %s: %s", parameter, exc)
-                return []
-            return self._describe_images(ImageIds=[str(image_id)])
-        kwargs: dict[str, Any] = {}
-        filters: list[dict[str, Any]] = []
-        if term_id := field_value(term, "id"):
-            filters.append({"Name": "image-id", "Values": [term_id]})
-        if term_name := field_value(term, "name"):
-            filters.append({"Name": "name", "Values": [term_name]})
-            if not field_value(term, "owner"):
-                kwargs["Owners"] = ["self", "amazon"]  # Karpenter's default owners for name terms
-        if owner := field_value(term, "owner"):
-            kwargs["Owners"] = [owner]
-        filters += _tag_filters(field_value(term, "tags") or {})
-        if not filters and not kwargs:
-            return []
-        return self._describe_images(Filters=filters, **kwargs)
-
-    def _describe_images(self, **kwargs: Any) -> list[Image]:
-        try:
-            response = self._ec2.describe_images(**kwargs)
-        except Exception as exc:
-            if _code(exc).startswith("InvalidAMIID"):
-                return []
-            raise
-        out = []
-        for image in response.get("Images", []):
-            if image.get("State", "available") != "available":
-                continue
-            arch = _EC2_TO_ARCH.get(str(image.get("Architecture", "")))
-            if arch is None:
-                continue
-            out.append(
-                Image(
-                    id=image["ImageId"],
-                    arch=arch,
-                    name=image.get("Name", ""),
-                    creation_date=str(image.get("CreationDate", "")),
-                )
-            )
-        return out
+        """AMIs for the terms (:meth:`AmiLookup.images <nodesmith.adapters.aws.amis.AmiLookup.images>`)."""
+        return self._amis.images(terms)
 
     # -- instance profile ------------------------------------------------------------------------
 
@@ -531,7 +428,7 @@ class NodeClassResolver:
                 Tags=[{"Key": f"kubernetes.io/cluster/{self._cluster}", "Value": "owned"}],
             )
         except Exception as exc:
-            if _code(exc) != "EntityAlreadyExists":
+            if error_code(exc) != "EntityAlreadyExists":
                 raise NodeClassNotReadyError(f"spec.role {role!r}: cannot create instance profile: {exc}") from exc
         profile = self._iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]
         if role_name not in [r["RoleName"] for r in profile.get("Roles", [])]:

@@ -13,9 +13,11 @@ from nodesmith.core.resources import QuantityError, parse_quantity
 __all__ = [
     "GIB",
     "block_device_mappings",
+    "error_code",
     "field_value",
     "nodeclass_json",
     "root_volume_bytes",
+    "tag_filters",
 ]
 
 GIB = 2**30
@@ -75,3 +77,17 @@ def block_device_mappings(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The node class's block device mappings (Karpenter JSON), or the AL2023 default root volume."""
     mappings = list(field_value(spec, "blockDeviceMappings") or [])
     return mappings or [_DEFAULT_ROOT_VOLUME]
+
+
+def tag_filters(tags: Mapping[str, str]) -> list[dict[str, Any]]:
+    """EC2 Describe* filters for a selector term's ``tags``: ``tag:<key>`` = value, or ``tag-key`` for ``"*"``
+    (any value), sorted by key."""
+    return [
+        {"Name": "tag-key", "Values": [k]} if v == "*" else {"Name": f"tag:{k}", "Values": [v]}
+        for k, v in sorted(tags.items())
+    ]
+
+
+def error_code(exc: Exception) -> str:
+    """The AWS error code of a botocore ``ClientError`` (``InvalidAMIID.NotFound``), ``""`` for other errors."""
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
