@@ -16,7 +16,7 @@ from nodesmith.adapters.aws.nodeclass_spec import error_code, field_value, tag_f
 from nodesmith.core.errors import NodeClassNotReadyError
 from nodesmith.core.instancetypes import NEURON
 from nodesmith.core.nodeclass_parts import Image
-from nodesmith.core.nodeclass_status import AMIS_READY
+from nodesmith.core.nodeclass_status import AMIS_READY, LABEL_INSTANCE_ACCELERATOR_COUNT, LABEL_INSTANCE_GPU_COUNT
 from nodesmith.core.resources import GPU_NVIDIA
 
 if TYPE_CHECKING:
@@ -40,10 +40,15 @@ LOG = logging.getLogger(__name__)
 
 
 def required_variant(instance_type: InstanceType) -> str:
-    """EKS AMI variant an instance type needs: ``nvidia`` with NVIDIA GPUs, ``neuron`` with Neuron devices."""
-    if instance_type.capacity.get(GPU_NVIDIA, 0) > 0:
+    """EKS AMI variant an instance type boots with, as Karpenter maps AMIs to instance types by the variants'
+    requirements (:func:`nodesmith.core.nodeclass_status.ami_requirements`, ``[aws]:pkg/providers/amifamily``):
+    ``nvidia`` when it has the ``karpenter.k8s.aws/instance-gpu-count`` label (any GPU maker), ``neuron`` when it
+    has ``karpenter.k8s.aws/instance-accelerator-count``, else ``standard``. Falls back to the NVIDIA / Neuron
+    capacity for a type without those labels."""
+    labels = instance_type.labels
+    if LABEL_INSTANCE_GPU_COUNT in labels or instance_type.capacity.get(GPU_NVIDIA, 0) > 0:
         return "nvidia"
-    if instance_type.capacity.get(NEURON, 0) > 0:
+    if LABEL_INSTANCE_ACCELERATOR_COUNT in labels or instance_type.capacity.get(NEURON, 0) > 0:
         return "neuron"
     return "standard"
 
