@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import random
 import threading
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -35,6 +36,8 @@ __all__ = [
 class LambdaKilled(BaseException):
     """An invocation ended by Lambda (its timeout): a BaseException, so no handler code catches it."""
 
+
+LOG = logging.getLogger(__name__)
 
 _INVOCATION = threading.local()
 _TIMED_OUT: set[int] = set()
@@ -90,7 +93,10 @@ def inject_crashes(crashes: Crashes | None) -> None:
     _CRASHES[:] = [crashes] if crashes is not None else []
 
 
-def _check_alive() -> None:
+def _check_alive(call: str) -> None:
+    """Raise :class:`LambdaKilled` when the invocation of this thread was ended, or when :class:`Crashes` ends it at
+    ``call`` (what is about to be called: an AWS operation, or a Kubernetes request's method and path); an injected
+    end is logged with ``call``, so a run's log says where each invocation stopped."""
     invocation = getattr(_INVOCATION, "id", None)
     if invocation is None:
         return
@@ -98,12 +104,14 @@ def _check_alive() -> None:
         raise LambdaKilled(f"invocation {invocation} ran past the function timeout or was killed")
     crashes = _CRASHES[0] if _CRASHES else None
     fault = crashes.outcome() if crashes is not None else None
+    if fault is not None:
+        LOG.info("invocation %s: %s injected at %s", invocation, fault, call)
     if fault == "crash":
-        kill_invocation("crash injected")
+        kill_invocation(f"crash injected at {call}")
     if fault == "timeout":
         _RAN_OUT.add(invocation)
         _TIMED_OUT.add(invocation)
-        raise LambdaKilled(f"invocation {invocation} ran into its timeout (injected)")
+        raise LambdaKilled(f"invocation {invocation} ran into its timeout (injected at {call})")
 
 
 @contextlib.contextmanager
@@ -164,11 +172,11 @@ def install_function_timeouts() -> None:
         return submit(self, run, *args, **kwargs)
 
     def checked_api_call(self: Any, operation: str, params: Any) -> Any:
-        _check_alive()
+        _check_alive(operation)
         return api_call(self, operation, params)
 
     def checked_request(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _check_alive()
+        _check_alive(" ".join(str(a) for a in args[:2]) or "a Kubernetes request")
         return request(self, *args, **kwargs)
 
     ThreadPoolExecutor.submit = inheriting_submit  # type: ignore[method-assign]
