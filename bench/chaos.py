@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import sys
 import time
 import traceback
@@ -57,6 +58,7 @@ TOLERATION_SECONDS = 20
 """The API server's default not-ready and unreachable toleration (Kubernetes' 300 s), compressed like the
 registration TTL: pods on a node NotReady for :data:`NOT_READY_SECONDS` are evicted before it recovers."""
 NODECLASSES = "ec2nodeclasses.karpenter.k8s.aws"
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 BURST = "burst"
 """The second NodePool and its own EC2NodeClass, deleted and recreated once in a run."""
 
@@ -184,6 +186,7 @@ class Chaos:
         self.exceptions: list[str] = []
         self.reclaims: dict[str, float] = {}  # instance id -> when EC2 takes it back (monotonic)
         self.lost_to_reclaim = 0
+        self.reclaimed: list[dict[str, Any]] = []
         self.last_pass: dict[str, Any] = {}
         self.unsettled: list[str] = []
         world.apply_file(MANIFESTS / "nodepool.yaml")
@@ -315,9 +318,10 @@ class Chaos:
         kind = self.rng.choices(["scale", "spot", "rebalance"], weights=[3, 2, 1])[0]
         if kind == "scale":
             self.world.scale(deployment="inflate", replicas=self.rng.randint(0, 12))
-        else:
+        else:  # EC2 sends both for spot instances only (EC2 User Guide, "Spot Instance interruptions")
             nodes = sorted(n["spec"]["providerID"] for n in self.world.store.objects("nodes")
-                           if not (n.get("spec") or {}).get("unschedulable"))  # fmt: skip
+                           if not (n.get("spec") or {}).get("unschedulable")
+                           and (n["metadata"].get("labels") or {}).get(CAPACITY_TYPE_LABEL) == "spot")  # fmt: skip
             if not nodes:
                 return
             zone, instance_id = self.rng.choice(nodes).split("/")[-2:]
@@ -397,13 +401,26 @@ class Chaos:
             node = next((n for n in self.world.store.objects("nodes")
                          if n["spec"].get("providerID", "").endswith("/" + instance_id)), None)  # fmt: skip
             if node is not None:
-                self.lost_to_reclaim += sum(
-                    1
-                    for p in self.world.store.pods_on(node["metadata"]["name"])
-                    if (p["metadata"].get("labels") or {}).get("app")
-                    and (p.get("status") or {}).get("phase") == "Running"
-                )
+                lost = [p for p in self.world.store.pods_on(node["metadata"]["name"])
+                        if (p["metadata"].get("labels") or {}).get("app")
+                        and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
+                self.lost_to_reclaim += len(lost)
+                self.reclaimed += [self._reclaimed(instance_id, node, p) for p in lost]
             ec2.terminate_instances(InstanceIds=[instance_id])
+
+    def _reclaimed(self, instance_id: str, node: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+        """What a pod lost to a reclaim says about its drain: its node's cordon and taints, whether its NodeClaim was
+        being deleted (its termination requested), and whether the pod itself was being deleted."""
+        claim = next((c for c in self.world.store.objects("nodeclaims.karpenter.sh")
+                      if (c.get("status") or {}).get("nodeName") == node["metadata"]["name"]), None)  # fmt: skip
+        return {
+            "pod": pod["metadata"]["name"], "node": node["metadata"]["name"], "instance": instance_id,
+            "unschedulable": bool(node["spec"].get("unschedulable")),
+            "taints": [t.get("key") for t in node["spec"].get("taints") or []],
+            "nodeclaim_deleting": bool(claim is not None and claim["metadata"].get("deletionTimestamp")),
+            "pod_deleting": bool(pod["metadata"].get("deletionTimestamp")),
+            "pod_created": pod["metadata"].get("creationTimestamp"),
+        }  # fmt: skip
 
     # -- the counts -------------------------------------------------------------------------------------
 
@@ -423,7 +440,7 @@ class Chaos:
             "unhandled_exceptions": len(self.exceptions) + sum(len(s.errors) for s in stats.values()),
         }
         return {
-            "command": vars(self.args),
+            "command": {k: v for k, v in vars(self.args).items() if k != "lambda_log"},
             "invariants": invariants,
             "ok": not any(invariants.values()) and settled and self.burst_state == "recreated",
             "burst_nodeclass": self.burst_state,
@@ -449,8 +466,9 @@ class Chaos:
             "pods_evicted_from_not_ready_nodes": monitor.involuntary,
             "pods_lost": {
                 "to_reclaim": self.lost_to_reclaim,
+                "reclaimed": self.reclaimed[:5],
                 "force_deleted": sorted(monitor.forced_pods)[:5],
-                "with_their_node": sorted(monitor.lost_with_node)[:5],
+                "with_their_node": [f"{pod} on {node}" for pod, node in sorted(monitor.lost_with_node.items())][:5],
             },
             "last_pass_unschedulable": self.last_pass.get("unschedulable"),
             "empty_at_end": self._empty_nodes()[:5],
@@ -487,6 +505,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=180.0, help="seconds allowed to settle afterwards")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of calls that meet a fault (0..1)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
+    parser.add_argument("--lambda-log", help="keep the functions' and simulated cluster's log there")
     args = parser.parse_args(argv)
     out = _json_stdout() if args.json else sys.stdout
     install_function_timeouts()
@@ -494,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = Chaos(world.start_chaos(), args).run()
     finally:
+        if args.lambda_log is not None and world.lambda_log.exists():
+            shutil.copyfile(world.lambda_log, args.lambda_log)
         world.stop()
     print(json.dumps(result, sort_keys=True) if args.json else json.dumps(result, indent=1, sort_keys=True), file=out)
     out.flush()

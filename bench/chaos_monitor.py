@@ -40,7 +40,7 @@ class Monitor:
         self.pods: dict[str, tuple[str, str, bool]] = {}  # key -> (app, node, healthy)
         self.healthy: Counter[str] = Counter()
         self.removed_nodes: set[str] = set()
-        self.lost_with_node: set[str] = set()
+        self.lost_with_node: dict[str, str] = {}  # pod key -> the node it was on
         self.forced_pods: set[str] = set()
         self.violations, self.in_violation = 0, set[str]()
         self.not_ready: set[str] = set()
@@ -110,7 +110,7 @@ class Monitor:
         if old is not None and old[2]:
             self.healthy[old[0]] -= 1
             if deleted and old[1] in self.removed_nodes:
-                self.lost_with_node.add(key)
+                self.lost_with_node[key] = old[1]
             elif not deleted and meta.get("deletionTimestamp") and old[1] in self.not_ready:
                 self.excused[old[0]] += 1  # evicted for its node's NoExecute taint
                 self.involuntary += 1
