@@ -70,9 +70,7 @@ def request_termination(
     cluster.annotate_nodeclaim(name=nodeclaim.name, annotations=annotations, resource_version=version)
     if nodeclaim.metadata.deletion_timestamp is None:
         cluster.delete_nodeclaim(name=nodeclaim.name)
-    return TerminationRequest(
-        nodeclaim=nodeclaim.name, instance_id=instance_id_of(nodeclaim.status.provider_id) or "", reason=reason
-    )
+    return _request(nodeclaim, reason)
 
 
 def finish_termination(
@@ -128,6 +126,11 @@ def sweep_deletions(
     * a NodeClaim being deleted with the finalizer (``kubectl delete nodeclaim``, or a request whose message was
       lost) whose :data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION` is missing or older than
       ``stale_seconds``: its request is sent again (a draining node's annotation is refreshed by its rounds).
+      The request is sent before the annotation is written, and the annotation only for a request the queue
+      took: the annotation is what tells later passes a request is on its way, so a write that failed (or whose
+      answer was lost) or an invocation ended between the two leaves the NodeClaim to the next pass rather than
+      unrequested for ``stale_seconds``. A request sent twice is harmless (the termination queue's
+      deduplication drops the copy; a round finds the drain where the last one left it).
 
     ``now`` is epoch seconds. Errors are collected per object, never raised.
     """
@@ -153,7 +156,11 @@ def sweep_deletions(
         if asked is None or now - asked >= stale_seconds:
             owed[claim.name] = (claim, claim.metadata.annotations.get(TERMINATION_REASON_ANNOTATION) or REASON_DELETED)
     requests: list[TerminationRequest] = []
+    deleting = {name: claim for name, (claim, _) in owed.items() if claim.metadata.deletion_timestamp is not None}
     for claim, reason in owed.values():
+        if claim.name in deleting:  # sent first, annotated once the queue took it (see the docstring)
+            requests.append(_request(claim, reason))
+            continue
         try:
             requests.append(request_termination(cluster=cluster, nodeclaim=claim, reason=reason, now=now))
         except KubernetesError as exc:
@@ -162,4 +169,27 @@ def sweep_deletions(
     failed = {p.split(":", 1)[0] for p in problems}
     out.requested = [r.nodeclaim for r in requests if r.nodeclaim not in failed]
     out.errors += [f"send termination request {p}" for p in problems]
+    sent = [r for r in requests if r.nodeclaim in deleting and r.nodeclaim not in failed]
+    out.errors += _annotate_sent(cluster, [(deleting[r.nodeclaim], r) for r in sent], now=now)
     return out
+
+
+def _annotate_sent(cluster: Cluster, sent: Sequence[tuple[NodeClaim, TerminationRequest]], *, now: float) -> list[str]:
+    """Annotate each deleting NodeClaim whose request the queue took (reason, ``now`` as the request time); returns
+    the errors, one per NodeClaim whose annotation could not be written (its request went all the same)."""
+    errors: list[str] = []
+    for claim, request in sent:
+        current = dict(claim.metadata.annotations)
+        annotations = request_annotations(reason=request.reason, now=now, deadline=None, current=current)
+        try:
+            cluster.annotate_nodeclaim(name=claim.name, annotations=annotations)
+        except KubernetesError as exc:
+            errors.append(f"annotate the termination request of NodeClaim {claim.name}: {exc}")
+    return errors
+
+
+def _request(nodeclaim: NodeClaim, reason: str) -> TerminationRequest:
+    """The termination request of ``nodeclaim`` for ``reason``, as :func:`request_termination` returns it."""
+    return TerminationRequest(
+        nodeclaim=nodeclaim.name, instance_id=instance_id_of(nodeclaim.status.provider_id) or "", reason=reason
+    )
