@@ -287,7 +287,8 @@ class Chaos:
     def _unsettled(self) -> list[str]:
         """What keeps the run from settling (empty: settled). A Terminating pod waits for its kubelet (one that
         never confirms the deletion is a cluster fault), not for Nodesmith: its replacement must run like any other
-        pod, and a node left with Terminating pods only is a node the pods do not need."""
+        pod, and a node left with Terminating pods only is a node the pods do not need. The deleted ``burst``
+        EC2NodeClass must be gone (and recreated): its launch templates are counted when it goes."""
         store = self.world.store
         pods = [p for p in store.objects("pods") if (p["metadata"].get("labels") or {}).get("app")]
         claims = store.objects("nodeclaims.karpenter.sh")
@@ -307,6 +308,8 @@ class Chaos:
         ]
         reasons += [f"node {n} disrupted" for n in sorted(disrupted)]
         reasons += [f"reclaim of {i} to come" for i in sorted(self.reclaims)]
+        if self.burst_state == "deleting":  # its finalizer waits for a reconcile pass after its last NodeClaim went
+            reasons.append(f"EC2NodeClass {BURST} deleting")
         busy = {(p.get("spec") or {}).get("nodeName") for p in live}
         reasons += [f"node {n['metadata']['name']} without a workload pod" for n in store.objects("nodes")
                     if n["metadata"]["name"] not in busy]  # fmt: skip
