@@ -187,6 +187,7 @@ class Chaos:
         self.reclaims: dict[str, float] = {}  # instance id -> when EC2 takes it back (monotonic)
         self.lost_to_reclaim = 0
         self.reclaimed: list[dict[str, Any]] = []
+        self.reclaimed_keys: set[str] = set()  # namespace/name of the pods lost to a reclaim
         self.last_pass: dict[str, Any] = {}
         self.unsettled: list[str] = []
         world.apply_file(MANIFESTS / "nodepool.yaml")
@@ -408,6 +409,7 @@ class Chaos:
                         if (p["metadata"].get("labels") or {}).get("app")
                         and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
                 self.lost_to_reclaim += len(lost)
+                self.reclaimed_keys |= {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in lost}
                 self.reclaimed += [self._reclaimed(instance_id, node, p) for p in lost]
             ec2.terminate_instances(InstanceIds=[instance_id])
 
@@ -436,7 +438,8 @@ class Chaos:
             self.burst_templates_left = self._burst_templates()
         ended["launch_templates_orphaned"] += self.burst_templates_left
         invariants = {
-            "pods_lost_to_interruptions": self.lost_to_reclaim + len(monitor.forced_pods) + len(monitor.lost_with_node),
+            # a pod lost to a reclaim is removed with its node afterwards: each pod counts once
+            "pods_lost_to_interruptions": len(self.reclaimed_keys | monitor.forced_pods | set(monitor.lost_with_node)),
             "pdb_violations": monitor.violations,
             **ended,
             "invocations_past_timeout": sum(s.timed_out for s in stats.values()),
