@@ -29,6 +29,7 @@ from interruptions_monitor import conditions
 
 from infra.config import NodesmithConfig
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
+from nodesmith.core.timestamps import from_rfc3339
 from nodesmith.sim import fleet as sim_fleet
 from nodesmith.sim.aws_faults import FaultPlan, FleetFaults, SqsFaults, fault_counts, set_faults
 from nodesmith.sim.cluster_faults import ClusterFaults
@@ -188,6 +189,7 @@ class Chaos:
         self.lost_to_reclaim = 0
         self.reclaimed: list[dict[str, Any]] = []
         self.reclaimed_keys: set[str] = set()  # namespace/name of the pods lost to a reclaim
+        self.terminating_at_reclaim = 0
         self.last_pass: dict[str, Any] = {}
         self.unsettled: list[str] = []
         world.apply_file(MANIFESTS / "nodepool.yaml")
@@ -405,9 +407,14 @@ class Chaos:
             node = next((n for n in self.world.store.objects("nodes")
                          if n["spec"].get("providerID", "").endswith("/" + instance_id)), None)  # fmt: skip
             if node is not None:
-                lost = [p for p in self.world.store.pods_on(node["metadata"]["name"])
-                        if (p["metadata"].get("labels") or {}).get("app")
-                        and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
+                running = [p for p in self.world.store.pods_on(node["metadata"]["name"])
+                           if (p["metadata"].get("labels") or {}).get("app")
+                           and (p.get("status") or {}).get("phase") == "Running"]  # fmt: skip
+                # a pod whose graceful deletion had run its course waits only for its kubelet's confirmation (a
+                # cluster fault when it never comes): it left the node's drain in time, and is not lost to it
+                over = [p for p in running if _graceful_deletion_over(p, time.time())]
+                self.terminating_at_reclaim += len(over)
+                lost = [p for p in running if p not in over]
                 self.lost_to_reclaim += len(lost)
                 self.reclaimed_keys |= {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in lost}
                 self.reclaimed += [self._reclaimed(instance_id, node, p) for p in lost]
@@ -472,6 +479,7 @@ class Chaos:
             "pods_evicted_from_not_ready_nodes": monitor.involuntary,
             "pods_lost": {
                 "to_reclaim": self.lost_to_reclaim,
+                "terminating_at_reclaim": self.terminating_at_reclaim,
                 "reclaimed": self.reclaimed[:5],
                 "force_deleted": sorted(monitor.forced_pods)[:5],
                 "with_their_node": [f"{pod} on {node}" for pod, node in sorted(monitor.lost_with_node.items())][:5],
@@ -492,6 +500,13 @@ class Chaos:
             ][:5],
             "seconds": round(time.monotonic() - began, 1),
         }
+
+
+def _graceful_deletion_over(pod: dict[str, Any], now: float) -> bool:
+    """Whether ``pod``'s deletion was requested and its grace period has passed by ``now`` (epoch seconds): its
+    ``deletionTimestamp`` (the request's time plus the grace period, as the API server sets it) is not later."""
+    deleting = from_rfc3339(pod["metadata"].get("deletionTimestamp"))
+    return deleting is not None and deleting <= now
 
 
 def _json_stdout() -> TextIO:
