@@ -7,8 +7,11 @@ go (its finalizer removed). The pass itself drains and terminates nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from reconcile_fakes import FakeCloud, FakeCluster, FakeQueue, make_nodeclass, make_nodepool, make_pod, node_for
 
+from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.core.model import Node
 from nodesmith.core.termination import REQUESTED_AT_ANNOTATION, TERMINATION_FINALIZER, TERMINATION_REASON_ANNOTATION
 from nodesmith.core.timestamps import to_rfc3339
@@ -25,6 +28,14 @@ def run(cluster: FakeCluster, cloud: FakeCloud, queue: FakeQueue | None, now: fl
         now=now,
         options=ReconcileOptions(request_stale_seconds=STALE),
     )
+
+
+def taint(cluster: FakeCluster, node: str) -> None:
+    """Put ``karpenter.sh/disrupted`` on ``node`` and cordon it, as whoever starts its drain does."""
+    cluster.nodes = [
+        replace(n, taints=(*n.taints, DISRUPTED_TAINT), unschedulable=True) if n.name == node else n
+        for n in cluster.nodes
+    ]
 
 
 def registered() -> tuple[FakeCluster, FakeCloud, FakeQueue, str, str, str]:
@@ -58,9 +69,10 @@ def test_a_nodeclaim_a_user_deleted_gets_a_request_and_the_annotations() -> None
 
 
 def test_a_fresh_request_is_not_sent_again_and_a_stale_one_is() -> None:
-    cluster, cloud, queue, claim, _, _ = registered()
+    cluster, cloud, queue, claim, node, _ = registered()
     cluster.delete_nodeclaim(name=claim)
     run(cluster, cloud, queue, 1100.0)
+    taint(cluster, node)  # the termination function's first round
 
     fresh = run(cluster, cloud, queue, 1100.0 + STALE - 1)
     assert fresh.terminations_requested == [] and queue.nodeclaims() == [claim]
@@ -73,12 +85,13 @@ def test_a_fresh_request_is_not_sent_again_and_a_stale_one_is() -> None:
 
 def test_a_stale_request_is_sent_again_with_its_first_reason() -> None:
     """A disruption requested it (annotated ``Drifted``) and its message was lost: the sweep keeps the reason."""
-    cluster, cloud, queue, claim, _, _ = registered()
+    cluster, cloud, queue, claim, node, _ = registered()
     cluster.annotate_nodeclaim(
         name=claim,
         annotations={TERMINATION_REASON_ANNOTATION: "Drifted", REQUESTED_AT_ANNOTATION: to_rfc3339(1050.0)},
     )
     cluster.delete_nodeclaim(name=claim)
+    taint(cluster, node)  # the disruption tainted it
 
     early = run(cluster, cloud, queue, 1050.0 + STALE - 1)
     assert early.terminations_requested == [] and queue.sent == []
@@ -86,6 +99,24 @@ def test_a_stale_request_is_sent_again_with_its_first_reason() -> None:
     run(cluster, cloud, queue, 1050.0 + STALE)
     assert [(r.nodeclaim, r.reason) for r in queue.sent] == [(claim, "Drifted")]
     assert cluster.nodeclaims[claim].metadata.annotations[TERMINATION_REASON_ANNOTATION] == "Drifted"
+
+
+def test_a_fresh_request_whose_node_no_round_tainted_is_sent_again() -> None:
+    """An interruption invocation killed after it annotated and deleted the NodeClaim, before it tainted the node
+    and sent the request: the annotation is fresh, but the untainted node says no round started."""
+    cluster, cloud, queue, claim, node, iid = registered()
+    cluster.annotate_nodeclaim(
+        name=claim,
+        annotations={TERMINATION_REASON_ANNOTATION: "SpotInterrupted", REQUESTED_AT_ANNOTATION: to_rfc3339(1095.0)},
+    )
+    cluster.delete_nodeclaim(name=claim)
+
+    out = run(cluster, cloud, queue, 1100.0)
+
+    assert [(r.nodeclaim, r.instance_id, r.reason) for r in queue.sent] == [(claim, iid, "SpotInterrupted")]
+    assert out.terminations_requested == [claim]
+    taint(cluster, node)  # its first round
+    assert run(cluster, cloud, queue, 1110.0).terminations_requested == []
 
 
 def test_a_node_a_user_deleted_has_its_nodeclaim_deleted_and_a_request_sent() -> None:

@@ -1,15 +1,18 @@
-"""A NodeClaim a user deleted (``kubectl delete nodeclaim``) gets its termination request from the reconcile pass's
-sweep even when the pass that first found it was ended before the request reached the termination queue (issue 36,
+"""A deleting NodeClaim gets its termination request from the reconcile pass's sweep even when whoever first asked
+for it was ended before the request reached the termination queue (issue 36,
 Lambda faults): the scheduled reconcile handler runs as Lambda runs it, against the embedded AWS and the API
 emulator through the real adapters, and is killed at its ``SendMessageBatch``. The NodeClaim's request annotation is
 what tells later passes a request is on its way, so it is written only once the queue took the request; a pass
 killed before that leaves the NodeClaim to the next pass, which sends it, instead of leaving it deleting with no
-request for the stale interval (5 minutes by default).
+request for the stale interval (5 minutes by default). An interruption invocation ended after it annotated and
+deleted the NodeClaim, before the taint and the send, leaves a fresh annotation on a node no round tainted: the
+next pass sends that request too.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -18,6 +21,7 @@ from stepped_world import CLUSTER, NODECLAIMS, Sim, stepped_sim
 from nodesmith.core.termination import REQUESTED_AT_ANNOTATION
 from nodesmith.handlers import wiring
 from nodesmith.handlers.reconcile import handler
+from nodesmith.services.termination.requests import request_termination
 from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.lambda_runtime import AsyncInvocations, install_function_timeouts, kill_invocation
 
@@ -97,3 +101,29 @@ def test_a_deleted_nodeclaim_whose_first_request_was_cut_short_is_requested_by_t
     assert queued(world, queue_url) == [name]
     annotations = world.store.snapshot(NODECLAIMS, name)["metadata"].get("annotations") or {}
     assert REQUESTED_AT_ANNOTATION in annotations
+
+
+def test_a_nodeclaim_an_ended_interruption_left_deleting_and_untainted_is_requested_by_the_next_pass(
+    sim: tuple[Sim, str],
+) -> None:
+    """What an interruption invocation ended after it annotated and deleted the NodeClaim, before it tainted the
+    node and sent the request, leaves: a fresh request annotation, and a node no round has tainted."""
+    world, queue_url = sim
+    world.scale(1)
+    world.step()
+    world.reconcile()
+    world.step()
+    world.reconcile()
+    world.step()
+    (claim,) = world.store.objects(NODECLAIMS)
+    name = claim["metadata"]["name"]
+    cluster = wiring.build_cluster(wiring.get_settings())
+    fresh = cluster.get_nodeclaim(name=name)
+    assert fresh is not None
+    request_termination(cluster=cluster, nodeclaim=fresh, reason="SpotInterrupted", now=time.time(), deadline=None)
+    assert queued(world, queue_url) == []
+
+    out = world.reconcile()
+
+    assert out.terminations_requested == [name]
+    assert queued(world, queue_url) == [name]

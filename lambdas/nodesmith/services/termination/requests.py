@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.model import instance_id_of
 from nodesmith.core.termination import (
@@ -125,7 +126,8 @@ def sweep_deletions(
       controller does; a Node no NodeClaim claims is not ours to hold, and its finalizer is removed;
     * a NodeClaim being deleted with the finalizer (``kubectl delete nodeclaim``, or a request whose message was
       lost) whose :data:`~nodesmith.core.termination.REQUESTED_AT_ANNOTATION` is missing or older than
-      ``stale_seconds``: its request is sent again (a draining node's annotation is refreshed by its rounds).
+      ``stale_seconds`` (a draining node's annotation is refreshed by its rounds), or whose node is not tainted
+      ``karpenter.sh/disrupted`` (no round started; :func:`_unstarted`): its request is sent again.
       The request is sent before the annotation is written, and the annotation only for a request the queue
       took: the annotation is what tells later passes a request is on its way, so a write that failed (or whose
       answer was lost) or an invocation ended between the two leaves the NodeClaim to the next pass rather than
@@ -149,11 +151,12 @@ def sweep_deletions(
                 out.errors.append(f"release node {node.name}: {exc}")
         elif claim.metadata.deletion_timestamp is None:
             owed[claim.name] = (claim, REASON_DELETED)
+    by_node = {n.provider_id: n for n in nodes if n.provider_id}
     for claim in nodeclaims:
         if claim.metadata.deletion_timestamp is None or TERMINATION_FINALIZER not in claim.metadata.finalizers:
             continue
         asked = from_rfc3339(claim.metadata.annotations.get(REQUESTED_AT_ANNOTATION))
-        if asked is None or now - asked >= stale_seconds:
+        if asked is None or now - asked >= stale_seconds or _unstarted(by_node.get(claim.status.provider_id or "")):
             owed[claim.name] = (claim, claim.metadata.annotations.get(TERMINATION_REASON_ANNOTATION) or REASON_DELETED)
     requests: list[TerminationRequest] = []
     deleting = {name: claim for name, (claim, _) in owed.items() if claim.metadata.deletion_timestamp is not None}
@@ -172,6 +175,14 @@ def sweep_deletions(
     sent = [r for r in requests if r.nodeclaim in deleting and r.nodeclaim not in failed]
     out.errors += _annotate_sent(cluster, [(deleting[r.nodeclaim], r) for r in sent], now=now)
     return out
+
+
+def _unstarted(node: Node | None) -> bool:
+    """Whether ``node`` (a deleting NodeClaim's) shows that no drain round has started on it: it is there, not
+    being deleted, and lacks ``karpenter.sh/disrupted``, which every caller puts on it right after requesting
+    the termination and every round puts on it first. A caller ended between the two (an interruption invocation
+    that deleted the NodeClaim and was killed before the taint and the send) leaves exactly that."""
+    return node is not None and node.deletion_timestamp is None and DISRUPTED_TAINT not in node.taints
 
 
 def _annotate_sent(cluster: Cluster, sent: Sequence[tuple[NodeClaim, TerminationRequest]], *, now: float) -> list[str]:
