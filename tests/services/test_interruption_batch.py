@@ -102,18 +102,63 @@ def test_a_burst_is_described_once_cordoned_told_and_handed_to_the_termination_q
     assert wakes == [fakes.NOW + 0.5]
 
 
-def test_a_repeat_of_a_handled_warning_sends_nothing_more_but_a_redelivery_does() -> None:
+def test_a_repeat_of_a_handled_warning_writes_nothing_and_only_sends_its_request_again() -> None:
     cluster, cloud, queue = two_nodes()
     handled(batch(cluster, cloud, queue, [fakes.event(A)]), "m-0")
+    writes = len(cluster.calls)
 
     repeat = batch(cluster, cloud, queue, [fakes.event(A, event_id="evt-again")])
     outcome = handled(repeat, "m-0")[0].instances[0]
-    assert outcome.duplicate and not outcome.requested and len(queue.sent) == 1
+    assert outcome.duplicate and outcome.requested and not outcome.cordoned
+    # the same request: the FIFO termination queue drops it when it took the first (one drain per node and reason)
+    assert len(queue.sent) == 2 and queue.sent[0].deduplication_id() == queue.sent[1].deduplication_id()
+    # prepare's reads, and the annotation that keeps the earliest deadline: no taint, delete or Event again
+    assert [c[0] for c in cluster.calls[writes:]] == ["get_nodeclaim", "get_node", "annotate_nodeclaim"]
     assert [e[2] for e in cluster.events].count("SpotInterrupted") == 1
 
     # SQS delivering the same message again means an earlier attempt may have died before sending: send again
     again = batch(cluster, cloud, queue, [fakes.event(A)], redelivered=True)
-    assert handled(again, "m-0")[0].instances[0].requested and len(queue.sent) == 2
+    assert handled(again, "m-0")[0].instances[0].requested and len(queue.sent) == 3
+
+
+class Killed(BaseException):
+    """The invocation ended (its timeout, a crash) in the middle of a write sequence."""
+
+
+def test_a_duplicate_finishes_what_a_delivery_killed_between_its_annotation_and_the_delete_left() -> None:
+    cluster, cloud, queue = two_nodes()
+    first = batch(cluster, cloud, queue, [fakes.event(A)])
+
+    def killed(**_: Any) -> None:
+        raise Killed
+
+    cluster.delete_nodeclaim = killed
+    with pytest.raises(Killed):
+        first.handle("m-0")
+    del cluster.delete_nodeclaim
+    claim = cluster.nodeclaims["claim-a"]
+    assert REQUESTED_AT_ANNOTATION in claim.metadata.annotations and claim.metadata.deletion_timestamp is None
+    assert not cluster.nodes["node-a"].unschedulable and queue.sent == []
+
+    outcome = handled(batch(cluster, cloud, queue, [fakes.event(A, event_id="evt-copy")]), "m-0")[0].instances[0]
+
+    assert not outcome.duplicate and outcome.cordoned and outcome.requested
+    assert cluster.nodeclaims["claim-a"].metadata.deletion_timestamp is not None
+    node = cluster.nodes["node-a"]
+    assert node.unschedulable and any(t.key == "karpenter.sh/disrupted" for t in node.taints)
+    assert [r.nodeclaim for r in queue.sent] == ["claim-a"]
+
+
+def test_a_duplicate_sends_the_request_a_delivery_killed_before_its_send_never_sent() -> None:
+    cluster, cloud, queue = two_nodes()
+    batch(cluster, cloud, queue, [fakes.event(A)]).handle("m-0")  # cordoned and requested, then killed: no send
+    assert queue.sent == [] and cluster.nodes["node-a"].unschedulable
+
+    outcome = handled(batch(cluster, cloud, queue, [fakes.event(A, event_id="evt-copy")]), "m-0")[0].instances[0]
+
+    assert outcome.duplicate and outcome.requested
+    assert [r.nodeclaim for r in queue.sent] == ["claim-a"]
+    assert cluster.reasons().count("SpotInterrupted") == 1
 
 
 def test_a_later_repeat_never_moves_the_deadline_later_and_an_earlier_one_moves_it_forward() -> None:

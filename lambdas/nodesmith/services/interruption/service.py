@@ -25,8 +25,10 @@ termination controller drains. Here, per batch (:class:`InterruptionBatch`), in 
    node, and keep consolidation, drift and expiration away from it for good); and post Karpenter's Event
    (``SpotInterrupted``, ``InstanceStopping``, ...; ``TerminatingOnInterruption`` when it will go). A message that
    repeats one already handled (its NodeClaim's termination was requested for the same reason, and SQS had not delivered
-   it before) only moves the deadline earlier, if it does; of two copies handled at once, the guarded request lets
-   exactly one through.
+   it before) and finds that delivery's writes all landed (the NodeClaim deleting, its node tainted) only moves the
+   deadline earlier, if it does, and sends the request again (the FIFO termination queue drops one it already took);
+   one that finds them half done (that delivery ended between two writes) finishes them. Of two copies handled at
+   once, the guarded request lets exactly one through.
 3. :meth:`~InterruptionBatch.send`, once every message of the batch was handled: the requests go to the
    termination queue together (one ``SendMessageBatch`` per ten requests, not one call per node); a message
    whose request SQS refused is delivered again.
@@ -57,9 +59,9 @@ from nodesmith.core.interruption import (
     judge_message,
     not_ours,
 )
-from nodesmith.core.model import CAPACITY_TYPE_SPOT
+from nodesmith.core.model import CAPACITY_TYPE_SPOT, instance_id_of
 from nodesmith.core.ports import ObjectRef
-from nodesmith.core.termination import REQUESTED_AT_ANNOTATION, TERMINATION_REASON_ANNOTATION
+from nodesmith.core.termination import REQUESTED_AT_ANNOTATION, TERMINATION_REASON_ANNOTATION, TerminationRequest
 from nodesmith.services.parallel import map_ordered
 from nodesmith.services.termination.requests import request_termination
 
@@ -70,7 +72,6 @@ if TYPE_CHECKING:
     from nodesmith.core.interruption import InterruptionMessage, RebalanceAction
     from nodesmith.core.model import Node
     from nodesmith.core.ports import Instance
-    from nodesmith.core.termination import TerminationRequest
     from nodesmith.services.ports import Ports
 
 __all__ = [
@@ -265,7 +266,8 @@ class InterruptionBatch:
         )
         if verdict.ignored or claim is None or instance is None:
             return result
-        if verdict.removing and self._repeat(received, verdict, claim):
+        if verdict.removing and self._repeat(received, verdict, claim) and _carried_out(claim, node):
+            self._queue(received, self._resend(verdict, claim))
             return replace(result, duplicate=True)
         request = None
         if verdict.removing:  # requested before the taint: a karpenter.sh/disrupted taint always has its request
@@ -280,27 +282,40 @@ class InterruptionBatch:
             node = node if cordoned else None  # deleted meanwhile
             self._wake_once(cordoned and draining)
         posted = self._post_events(received.message, verdict, instance_id, claim, node)
-        if request is not None and self.ports.queue is not None:
+        if request is not None:
+            self._queue(received, request)
+        return replace(result, cordoned=cordoned, events=posted)
+
+    def _queue(self, received: Received, request: TerminationRequest) -> None:
+        """Keep ``request`` for :meth:`send`."""
+        if self.ports.queue is not None:
             with self._lock:
                 self._unsent.append((received.message_id, request))
-        return replace(result, cordoned=cordoned, events=posted)
 
     def _repeat(self, received: Received, verdict: Verdict, claim: NodeClaim) -> bool:
         """Whether ``claim``'s termination was already requested for this reason by a delivery before this one (a
-        duplicate of the message: it only brings the deadline forward, if it does). A redelivery is never a repeat:
-        the delivery before it may have died before it sent the request."""
+        duplicate of the message). A redelivery is never a repeat: the delivery before it may have died before it
+        sent the request."""
         annotations = claim.metadata.annotations
-        repeat = (
+        return (
             not received.redelivered
             and REQUESTED_AT_ANNOTATION in annotations
             and annotations.get(TERMINATION_REASON_ANNOTATION) == verdict.reason
         )
-        if repeat and verdict.deadline is not None:
-            request_termination(
+
+    def _resend(self, verdict: Verdict, claim: NodeClaim) -> TerminationRequest:
+        """The request of a repeat whose NodeClaim is deleting and whose node is tainted: its deadline brought
+        forward when this copy's is earlier, and the request itself, sent again, since the delivery that wrote
+        them may have ended before its send (the FIFO termination queue drops a request it took in the last
+        5 minutes: one drain per node and reason)."""
+        if verdict.deadline is not None:
+            return request_termination(
                 cluster=self.ports.cluster, nodeclaim=claim, reason=verdict.reason, now=self.now,
                 deadline=verdict.deadline,
             )  # fmt: skip
-        return repeat
+        return TerminationRequest(
+            nodeclaim=claim.name, instance_id=instance_id_of(claim.status.provider_id) or "", reason=verdict.reason
+        )
 
     def _request(self, received: Received, verdict: Verdict, claim: NodeClaim) -> TerminationRequest | None:
         """Request ``claim``'s termination, guarded by the ``resourceVersion`` read in :meth:`prepare`, so of two
@@ -406,6 +421,15 @@ class InterruptionBatch:
             self.ports.cloud.mark_unavailable(offerings=list(offerings.values()))
         except Exception as exc:
             LOG.warning("interruption batch: mark %d offering(s) unavailable: %s", len(offerings), exc)
+
+
+def _carried_out(claim: NodeClaim, node: Node | None) -> bool:
+    """Whether the writes of an earlier delivery for ``claim`` all landed: the NodeClaim is deleting and its node
+    (when there is one) carries ``karpenter.sh/disrupted``. A delivery that ended between them left work that a
+    duplicate must finish, not skip."""
+    if claim.metadata.deletion_timestamp is None:
+        return False
+    return node is None or any(t.key == DISRUPTED_TAINT.key for t in node.taints)
 
 
 def _describe(message: InterruptionMessage, instance_id: str) -> str:
