@@ -187,8 +187,9 @@ def cluster_nodes(
     fingerprint of each node with a NodeClaim is compared with the stored ``nodesmith.io/PodSet``
     condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
     creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
-    initialization). The status writes run :data:`OBSERVE_WORKERS` at a time (a fleet seen for the first time
-    writes one per NodeClaim). A failed status write is reported in ``errors`` and does not stop the pass.
+    initialization). Only the NodeClaims whose pod set changed are written, :data:`OBSERVE_WORKERS` at a time
+    (a fleet seen for the first time writes one per NodeClaim; an unchanged one none). A failed status write is
+    reported in ``errors`` and does not stop the pass.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
@@ -202,13 +203,25 @@ def cluster_nodes(
         if name is not None:
             observed.setdefault(name, on_node)
 
-    def observe(item: tuple[str, tuple[Pod, ...]]) -> tuple[NodeClaim, float | None, list[str]]:
+    last_events: dict[str, float | None] = {}
+    writes: list[tuple[str, tuple[Pod, ...], str]] = []
+    for name, on_node in observed.items():
+        fingerprint = _fingerprint(on_node)
+        stored = claims[name].condition(CONDITION_POD_SET)
+        if stored is not None and stored.message == fingerprint:
+            last_events[name] = from_rfc3339(claims[name].status.last_pod_event_time)
+        else:
+            writes.append((name, on_node, fingerprint))
+
+    def observe(item: tuple[str, tuple[Pod, ...], str]) -> tuple[NodeClaim, float | None, list[str]]:
         problems: list[str] = []
-        claim, last = _observe_pods(cluster=cluster, claim=claims[item[0]], pods=item[1], now=now, errors=problems)
+        name, on_node, fingerprint = item
+        claim, last = _record_pods(
+            cluster=cluster, claim=claims[name], pods=on_node, fingerprint=fingerprint, now=now, errors=problems
+        )
         return claim, last, problems
 
-    last_events: dict[str, float | None] = {}
-    for claim, last, problems in map_ordered(observe, list(observed.items()), workers=OBSERVE_WORKERS, name="podset"):
+    for claim, last, problems in map_ordered(observe, writes, workers=OBSERVE_WORKERS, name="podset"):
         claims[claim.name], last_events[claim.name] = claim, last
         errors.extend(problems)
     out: list[ClusterNode] = []
@@ -232,14 +245,13 @@ def cluster_nodes(
     return out, claims
 
 
-def _observe_pods(
-    *, cluster: Cluster, claim: NodeClaim, pods: Sequence[Pod], now: float, errors: list[str]
+def _record_pods(
+    *, cluster: Cluster, claim: NodeClaim, pods: Sequence[Pod], fingerprint: str, now: float, errors: list[str]
 ) -> tuple[NodeClaim, float | None]:
-    fingerprint = _fingerprint(pods)
+    """Write ``fingerprint`` (which differs from the stored ``nodesmith.io/PodSet``) and the new
+    ``lastPodEventTime`` on ``claim``; returns the claim as written and that time."""
     stored = claim.condition(CONDITION_POD_SET)
     last = from_rfc3339(claim.status.last_pod_event_time)
-    if stored is not None and stored.message == fingerprint:
-        return claim, last
     if stored is None:
         created = [p.creation_timestamp for p in pods if not p.is_daemonset and p.creation_timestamp > 0]
         new_last = max(created) if created else last
