@@ -309,10 +309,13 @@ class CandidateSelection:
     node_do_not_disrupt: tuple[Candidate, ...] = ()
 
 
-def _pod_block(pods: Sequence[Pod], limits: PdbLimits, now: float) -> str | None:
-    for pod in sorted(pods, key=lambda p: p.key):
-        if is_do_not_disrupt_active(pod, now=now):
-            return f'pod {pod.key} has "{DO_NOT_DISRUPT_ANNOTATION}" set'
+def _pod_block(pods: Sequence[Pod], protected: Collection[str], limits: PdbLimits) -> str | None:
+    """The first pod (by key) with an active do-not-disrupt (its key in ``protected``), else the first a PDB
+    blocks, said as a sentence; None when no pod blocks."""
+    if protected:
+        return f'pod {min(protected)} has "{DO_NOT_DISRUPT_ANNOTATION}" set'
+    if limits.empty:
+        return None
     for pod in sorted(pods, key=lambda p: p.key):
         why = limits.blocks(pod, protected=False)
         if why is not None:
@@ -376,13 +379,14 @@ def select_candidates(
         pool = pools[f.nodepool]
         pods = tuple(p for p in cn.pods if not p.is_terminal)
         reschedulable = tuple(p for p in pods if is_reschedulable(p))
+        protected = {p.key for p in pods if is_do_not_disrupt_active(p, now=now)}
         moving = tuple(
-            p for p in reschedulable if not is_do_not_disrupt_active(p, now=now) and not limits.fully_blocked(p)
+            p for p in reschedulable if p.key not in protected and (limits.empty or not limits.fully_blocked(p))
         )
         cost = sum(eviction_cost(p) for p in pods) * lifetime_remaining(
             created=f.created, expire_after=expire_after_of(cn, pool), now=now
         )
-        block = _pod_block(pods, limits, now)
+        block = _pod_block(pods, protected, limits)
         candidate = Candidate(
             cluster_node=cn,
             facts=f,

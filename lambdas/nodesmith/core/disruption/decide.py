@@ -41,7 +41,7 @@ from nodesmith.core.disruption.consolidation import (
     multi_node_consolidation,
     single_node_consolidation,
 )
-from nodesmith.core.disruption.drift import drift_command, drift_of
+from nodesmith.core.disruption.drift import DriftBasis, drift_basis, drift_command, drift_of
 from nodesmith.core.disruption.emptiness import emptiness_command
 from nodesmith.core.disruption.expiration import expiration_decisions, expired_nodes
 from nodesmith.core.disruption.pdb import PdbLimits
@@ -130,11 +130,16 @@ def _drifted(
     settings: DisruptionSettings,
 ) -> list[tuple[Candidate, Drift]]:
     out: list[tuple[Candidate, Drift]] = []
+    bases: dict[tuple[int, str], DriftBasis] = {}  # one per NodePool and EC2NodeClass name in this pass
     for c in candidates:
         nc = c.cluster_node.nodeclaim
         ref = nc.spec.node_class_ref.name if nc is not None else c.nodepool.spec.template.spec.node_class_ref.name
         nodeclass = nodeclasses.get(ref)
+        basis = bases.get((id(c.nodepool), ref))
+        if basis is None:
+            basis = bases[(id(c.nodepool), ref)] = drift_basis(c.nodepool, nodeclass, resolutions.get(ref))
         drift = drift_of(
+            basis=basis,
             node=c.cluster_node,
             nodepool=c.nodepool,
             nodeclass=nodeclass,

@@ -75,8 +75,10 @@ __all__ = [
     "SECURITY_GROUP_DRIFT",
     "SUBNET_DRIFT",
     "Drift",
+    "DriftBasis",
     "NodeClassResolution",
     "ResolvedAMI",
+    "drift_basis",
     "drift_command",
     "drift_of",
     "ec2nodeclass_hash",
@@ -252,10 +254,41 @@ def _static_hash_drift(
     return None if stamped == current else stamped
 
 
-def _requirements_drift(labels: Mapping[str, str], nodepool: NodePool, *, strict: bool) -> str | None:
+@dataclass(frozen=True, slots=True)
+class DriftBasis:
+    """What :func:`drift_of` compares every node of one NodePool and EC2NodeClass against, worked out once per
+    pass rather than once per node (:func:`drift_basis`): the NodePool's static hash (:func:`nodepool_hash`) and
+    requirements (None when they cannot be read: such a NodePool never drifts its nodes on requirements), the
+    EC2NodeClass's static hash (:func:`ec2nodeclass_hash`, None without a node class) and its resolution (the
+    one given, else :func:`resolution_from_nodeclass`; None when unknown)."""
+
+    nodepool_hash: str
+    requirements: Requirements | None
+    nodeclass_hash: str | None
+    resolution: NodeClassResolution | None
+
+
+def drift_basis(
+    nodepool: NodePool, nodeclass: EC2NodeClass | None, resolution: NodeClassResolution | None
+) -> DriftBasis:
+    """The :class:`DriftBasis` of ``nodepool`` and ``nodeclass`` (``resolution``: what the node class resolves to
+    now, None to take what it states)."""
     try:
-        pool_reqs = Requirements.from_node_selector_requirements(nodepool.requirements_core())
+        requirements: Requirements | None = Requirements.from_node_selector_requirements(nodepool.requirements_core())
     except RequirementError:
+        requirements = None
+    if resolution is None and nodeclass is not None:
+        resolution = resolution_from_nodeclass(nodeclass)
+    return DriftBasis(
+        nodepool_hash=nodepool_hash(nodepool),
+        requirements=requirements,
+        nodeclass_hash=ec2nodeclass_hash(nodeclass) if nodeclass is not None else None,
+        resolution=resolution,
+    )
+
+
+def _requirements_drift(labels: Mapping[str, str], pool_reqs: Requirements | None, *, strict: bool) -> str | None:
+    if pool_reqs is None:
         return None  # a NodePool we cannot read never drifts its nodes
     node_reqs = Requirements.from_labels(labels)
     allow = frozenset() if strict else frozenset(k for k in pool_reqs if not node_reqs.has(k))
@@ -300,14 +333,18 @@ def drift_of(
     instance_types: Mapping[str, InstanceType],
     now: float,
     instance_type_min_age: float = 3600.0,
+    basis: DriftBasis | None = None,
 ) -> Drift | None:
     """The first drift reason of ``node`` against ``nodepool`` and ``nodeclass``, or None.
 
     ``resolution`` is what the node class resolves to now (from the cloud); None takes what
     ``nodeclass`` itself states (:func:`resolution_from_nodeclass`). ``instance_types`` is the
     catalogue by name; ``now`` epoch seconds; ``instance_type_min_age`` seconds before
-    ``InstanceTypeNotFound`` is considered.
+    ``InstanceTypeNotFound`` is considered. ``basis`` is :func:`drift_basis` of the same ``nodepool``,
+    ``nodeclass`` and ``resolution`` when the caller already has it (None: worked out here).
     """
+    if basis is None:
+        basis = drift_basis(nodepool, nodeclass, resolution)
     nc = node.nodeclaim
     facts = node_facts(node, catalogue=instance_types)
     annotations: dict[str, str] = dict(node.node.annotations)
@@ -318,7 +355,7 @@ def drift_of(
         key=NODEPOOL_HASH_ANNOTATION,
         version_key=NODEPOOL_HASH_VERSION_ANNOTATION,
         version=NODEPOOL_HASH_VERSION,
-        current=nodepool_hash(nodepool),
+        current=basis.nodepool_hash,
     )
     if stamped is not None:
         return Drift(NODEPOOL_DRIFTED, f'NodePool "{nodepool.name}" template changed since the node was launched')
@@ -326,7 +363,7 @@ def drift_of(
     if nc is not None:
         labels.update(nc.metadata.labels)
     labels.update(node.node.labels)
-    conflict = _requirements_drift(labels, nodepool, strict=nc is not None)
+    conflict = _requirements_drift(labels, basis.requirements, strict=nc is not None)
     if conflict is not None:
         return Drift(
             REQUIREMENTS_DRIFTED, f'node labels no longer satisfy NodePool "{nodepool.name}" requirements: {conflict}'
@@ -337,19 +374,17 @@ def drift_of(
         )
         if missing is not None:
             return Drift(INSTANCE_TYPE_NOT_FOUND, missing)
-    if nodeclass is not None:
+    if nodeclass is not None and basis.nodeclass_hash is not None:
         stamped = _static_hash_drift(
             annotations,
             key=NODECLASS_HASH_ANNOTATION,
             version_key=NODECLASS_HASH_VERSION_ANNOTATION,
             version=NODECLASS_HASH_VERSION,
-            current=ec2nodeclass_hash(nodeclass),
+            current=basis.nodeclass_hash,
         )
         if stamped is not None:
             return Drift(NODECLASS_DRIFT, f'EC2NodeClass "{nodeclass.name}" changed since the node was launched')
-    if resolution is None and nodeclass is not None:
-        resolution = resolution_from_nodeclass(nodeclass)
-    return _provider_drift(node, facts.instance_type, resolution, nodeclass)
+    return _provider_drift(node, facts.instance_type, basis.resolution, nodeclass)
 
 
 def _provider_drift(

@@ -96,6 +96,11 @@ class PdbLimits:
     def __init__(self, pdbs: Sequence[PodDisruptionBudget], pods: Sequence[Pod]) -> None:
         self._items = [(pdb, disruptions_allowed(pdb, pods), is_fully_blocking(pdb)) for pdb in pdbs]
 
+    @property
+    def empty(self) -> bool:
+        """True when there is no PDB: no pod is then blocked (:meth:`blocks` None, :meth:`fully_blocked` False)."""
+        return not self._items
+
     def _matching(self, pod: Pod) -> list[tuple[PodDisruptionBudget, int, bool]]:
         return [item for item in self._items if _matches(item[0], pod)]
 
