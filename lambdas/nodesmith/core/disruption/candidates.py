@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from nodesmith.core.api.common import parse_duration
 from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED
@@ -46,7 +46,7 @@ from nodesmith.core.requirements import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
@@ -57,16 +57,21 @@ __all__ = [
     "POD_DELETION_COST_ANNOTATION",
     "Candidate",
     "CandidateSelection",
+    "NodeBasis",
     "NodeFacts",
+    "NodeMemo",
     "eviction_cost",
     "expire_after_of",
     "is_do_not_disrupt_active",
     "is_reschedulable",
     "lifetime_remaining",
     "match_nodeclaims",
+    "node_basis",
     "node_facts",
     "select_candidates",
 ]
+
+T = TypeVar("T")
 
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 CONDITION_INSTANCE_TERMINATING = "InstanceTerminating"
@@ -137,26 +142,36 @@ def _price(it: InstanceType | None, zone: str | None, capacity_type: str | None)
     return 0.0
 
 
-def node_facts(
-    cn: ClusterNode,
-    *,
-    catalogue: Mapping[str, InstanceType],
-    deleting: Collection[str] = (),
-    nodepool_catalogues: Mapping[str, Mapping[str, InstanceType]] | None = None,
-) -> NodeFacts:
-    """Derive :class:`NodeFacts` for ``cn`` (rules in the class docstring).
+@dataclass(frozen=True, slots=True)
+class NodeBasis:
+    """What disruption derives from one :class:`~.types.ClusterNode` alone, before the pass's catalogue, deleting
+    set and clock are applied (:func:`node_facts`, :func:`select_candidates`).
 
-    The node's instance type (and so its price) is looked up in its NodePool's own catalogue when
-    ``nodepool_catalogues`` has one (Karpenter prices a candidate from ``GetInstanceTypes(nodePool)``, NodeOverlays
-    included), else in ``catalogue``.
+    ``labels`` are the NodeClaim's labels overlaid with the Node's. ``deleting`` is the node's own state
+    (``deletionTimestamp`` on the Node or NodeClaim, the ``karpenter.sh/disrupted`` taint); the other fact fields
+    follow :class:`NodeFacts`. ``pods`` are the non-terminal pods, ``reschedulable`` those
+    :func:`is_reschedulable`, ``eviction_cost`` the sum of their :func:`eviction_cost` over ``pods``, ``annotated``
+    the pods carrying ``karpenter.sh/do-not-disrupt`` (the only ones it may protect, depending on the time).
     """
+
+    labels: Mapping[str, str]
+    instance_type_name: str | None
+    initialized: bool
+    deleting: bool
+    terminating: bool
+    created: float | None
+    last_pod_event: float
+    pods: tuple[Pod, ...]
+    reschedulable: tuple[Pod, ...]
+    eviction_cost: float
+    annotated: tuple[Pod, ...]
+
+
+def node_basis(cn: ClusterNode) -> NodeBasis:
+    """The :class:`NodeBasis` of ``cn`` (rules in :class:`NodeFacts`)."""
     node, nc = cn.node, cn.nodeclaim
     labels = dict(nc.metadata.labels) if nc is not None else {}
     labels.update(node.labels)
-    type_name = labels.get(LABEL_INSTANCE_TYPE)
-    own = nodepool_catalogues.get(labels.get(LABEL_NODEPOOL, "")) if nodepool_catalogues else None
-    it = ((own if own is not None and type_name in own else catalogue).get(type_name)) if type_name else None
-    zone, capacity_type = labels.get(LABEL_ZONE), labels.get(LABEL_CAPACITY_TYPE)
     init_cond = nc.condition(CONDITION_INITIALIZED) if nc is not None else None
     if init_cond is not None:
         initialized = init_cond.status == "True"
@@ -164,9 +179,8 @@ def node_facts(
         initialized = node.labels[LABEL_INITIALIZED] == "true"
     else:
         initialized = node.ready
-    is_deleting = (
-        node.name in deleting
-        or node.deletion_timestamp is not None
+    deleting = (
+        node.deletion_timestamp is not None
         or (nc is not None and nc.metadata.deletion_timestamp is not None)
         or any(t.key == DISRUPTED_TAINT.key for t in node.taints)
     )
@@ -180,20 +194,100 @@ def node_facts(
             last = _timestamp(init_cond.last_transition_time)
     if last is None:
         last = created if created is not None else 0.0
+    pods = tuple(p for p in cn.pods if not p.is_terminal)
+    return NodeBasis(
+        labels=labels,
+        instance_type_name=labels.get(LABEL_INSTANCE_TYPE),
+        initialized=initialized,
+        deleting=deleting,
+        terminating=nc is not None and nc.is_true(CONDITION_INSTANCE_TERMINATING),
+        created=created,
+        last_pod_event=last,
+        pods=pods,
+        reschedulable=tuple(p for p in pods if is_reschedulable(p)),
+        eviction_cost=sum(eviction_cost(p) for p in pods),
+        annotated=tuple(p for p in pods if DO_NOT_DISRUPT_ANNOTATION in p.annotations),
+    )
+
+
+class NodeMemo:
+    """Per-node derivations a long-lived caller (a warm Lambda container, watch mode) keeps between decision passes,
+    so a pass costs what changed rather than the cluster's size.
+
+    Entries are keyed by the identity of the :class:`~.types.ClusterNode` (and, for drift, of the inputs it was
+    judged against): callers that hand the same, unchanged view object again (frozen, so unchanged means same
+    node, pods and NodeClaim) get the result computed before; any new view (a pod bound or gone, the Node or
+    NodeClaim written) is computed afresh. Nothing time-dependent is kept: ``now`` is applied every pass. Karpenter
+    keeps its cluster state between reconciles the same way (``[core]:pkg/controllers/state/cluster.go``).
+    ``computed`` counts the bases worked out (not reused) since creation; :meth:`retain` forgets nodes gone.
+    """
+
+    def __init__(self) -> None:
+        self._bases: dict[int, tuple[ClusterNode, NodeBasis]] = {}
+        self._drifts: dict[int, tuple[ClusterNode, object, Any]] = {}
+        self.computed = 0
+
+    def basis(self, cn: ClusterNode) -> NodeBasis:
+        """The :class:`NodeBasis` of ``cn``, computed once per view object."""
+        hit = self._bases.get(id(cn))
+        if hit is not None and hit[0] is cn:
+            return hit[1]
+        basis = node_basis(cn)
+        self._bases[id(cn)] = (cn, basis)
+        self.computed += 1
+        return basis
+
+    def judged(self, cn: ClusterNode, key: object, compute: Callable[[], T]) -> T:
+        """``compute()`` for ``cn`` judged against ``key`` (everything else it reads, compared by value), reused
+        while ``cn`` is the same view and ``key`` is equal."""
+        hit = self._drifts.get(id(cn))
+        if hit is not None and hit[0] is cn and hit[1] == key:
+            return cast("T", hit[2])
+        value = compute()
+        self._drifts[id(cn)] = (cn, key, value)
+        return value
+
+    def retain(self, nodes: Iterable[ClusterNode]) -> None:
+        """Forget every entry but those of ``nodes`` (the views of the pass just decided)."""
+        keep = {id(cn) for cn in nodes}
+        self._bases = {k: v for k, v in self._bases.items() if k in keep}
+        self._drifts = {k: v for k, v in self._drifts.items() if k in keep}
+
+
+def node_facts(
+    cn: ClusterNode,
+    *,
+    catalogue: Mapping[str, InstanceType],
+    deleting: Collection[str] = (),
+    nodepool_catalogues: Mapping[str, Mapping[str, InstanceType]] | None = None,
+    basis: NodeBasis | None = None,
+) -> NodeFacts:
+    """Derive :class:`NodeFacts` for ``cn`` (rules in the class docstring).
+
+    The node's instance type (and so its price) is looked up in its NodePool's own catalogue when
+    ``nodepool_catalogues`` has one (Karpenter prices a candidate from ``GetInstanceTypes(nodePool)``, NodeOverlays
+    included), else in ``catalogue``. ``basis`` is :func:`node_basis` of ``cn`` when the caller has it.
+    """
+    b = basis if basis is not None else node_basis(cn)
+    labels = b.labels
+    type_name = b.instance_type_name
+    own = nodepool_catalogues.get(labels.get(LABEL_NODEPOOL, "")) if nodepool_catalogues else None
+    it = ((own if own is not None and type_name in own else catalogue).get(type_name)) if type_name else None
+    zone, capacity_type = labels.get(LABEL_ZONE), labels.get(LABEL_CAPACITY_TYPE)
     return NodeFacts(
-        name=node.name,
+        name=cn.node.name,
         nodepool=labels.get(LABEL_NODEPOOL),
         instance_type_name=type_name,
         instance_type=it,
         zone=zone,
         capacity_type=capacity_type,
         price=_price(it, zone, capacity_type),
-        initialized=initialized,
-        ready=node.ready,
-        deleting=is_deleting,
-        terminating=nc is not None and nc.is_true(CONDITION_INSTANCE_TERMINATING),
-        created=created,
-        last_pod_event=last,
+        initialized=b.initialized,
+        ready=cn.node.ready,
+        deleting=b.deleting or cn.node.name in deleting,
+        terminating=b.terminating,
+        created=b.created,
+        last_pod_event=b.last_pod_event,
     )
 
 
@@ -345,6 +439,7 @@ def select_candidates(
     now: float,
     deleting: Collection[str] = (),
     nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
+    memo: NodeMemo | None = None,
 ) -> CandidateSelection:
     """Build candidates from ``nodes`` and say why each managed non-candidate was rejected.
 
@@ -352,8 +447,9 @@ def select_candidates(
     computing PDB status when it is missing. ``deleting`` names nodes already chosen for
     disruption. ``nodepool_instance_types`` (NodePool name -> its own catalogue, NodeOverlays applied)
     prices a node from its NodePool's catalogue; ``instance_types`` otherwise. Nodes without the
-    ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. Pure; raises
-    nothing for odd input (odd nodes are rejected).
+    ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. ``memo`` keeps each
+    node's :class:`NodeBasis` between passes (None: computed here). Pure; raises nothing for odd input (odd nodes
+    are rejected).
     """
     pools = {p.name: p for p in nodepools}
     catalogue = {it.name: it for it in instance_types}
@@ -368,7 +464,8 @@ def select_candidates(
     vetoed: list[Candidate] = []
     rejected: list[Rejection] = []
     for cn in sorted(nodes, key=lambda n: n.name):
-        f = node_facts(cn, catalogue=catalogue, deleting=deleting, nodepool_catalogues=own)
+        basis = memo.basis(cn) if memo is not None else node_basis(cn)
+        f = node_facts(cn, catalogue=catalogue, deleting=deleting, nodepool_catalogues=own, basis=basis)
         facts[f.name] = f
         if f.nodepool is None:
             continue
@@ -377,13 +474,16 @@ def select_candidates(
             rejected.append(Rejection(node=f.name, reason=why))
             continue
         pool = pools[f.nodepool]
-        pods = tuple(p for p in cn.pods if not p.is_terminal)
-        reschedulable = tuple(p for p in pods if is_reschedulable(p))
-        protected = {p.key for p in pods if is_do_not_disrupt_active(p, now=now)}
-        moving = tuple(
-            p for p in reschedulable if p.key not in protected and (limits.empty or not limits.fully_blocked(p))
+        pods, reschedulable = basis.pods, basis.reschedulable
+        protected = {p.key for p in basis.annotated if is_do_not_disrupt_active(p, now=now)}
+        moving = (
+            reschedulable
+            if not protected and limits.empty
+            else tuple(
+                p for p in reschedulable if p.key not in protected and (limits.empty or not limits.fully_blocked(p))
+            )
         )
-        cost = sum(eviction_cost(p) for p in pods) * lifetime_remaining(
+        cost = basis.eviction_cost * lifetime_remaining(
             created=f.created, expire_after=expire_after_of(cn, pool), now=now
         )
         block = _pod_block(pods, protected, limits)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from nodesmith.core.disruption.budgets import (
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
+    from nodesmith.core.disruption.candidates import Candidate, CandidateSelection, NodeMemo
     from nodesmith.core.disruption.drift import Drift, NodeClassResolution
     from nodesmith.core.disruption.simulation import SimulationContext
     from nodesmith.core.disruption.types import Decision
@@ -128,6 +129,7 @@ def _drifted(
     catalogue: Mapping[str, InstanceType],
     now: float,
     settings: DisruptionSettings,
+    memo: NodeMemo | None,
 ) -> list[tuple[Candidate, Drift]]:
     out: list[tuple[Candidate, Drift]] = []
     bases: dict[tuple[int, str], DriftBasis] = {}  # one per NodePool and EC2NodeClass name in this pass
@@ -138,7 +140,8 @@ def _drifted(
         basis = bases.get((id(c.nodepool), ref))
         if basis is None:
             basis = bases[(id(c.nodepool), ref)] = drift_basis(c.nodepool, nodeclass, resolutions.get(ref))
-        drift = drift_of(
+        judge = partial(
+            drift_of,
             basis=basis,
             node=c.cluster_node,
             nodepool=c.nodepool,
@@ -148,6 +151,14 @@ def _drifted(
             now=now,
             instance_type_min_age=settings.instance_type_not_found_min_age,
         )
+        if memo is None:
+            drift = judge()
+        else:  # the clock matters only through whether InstanceTypeNotFound may be considered yet
+            created = c.facts.created
+            aged = created is not None and now - created > settings.instance_type_not_found_min_age
+            it = catalogue.get(c.facts.instance_type_name) if c.facts.instance_type_name else None
+            read = (it.name, it.labels, it.offerings) if it is not None else None  # what drift reads of the type
+            drift = memo.judged(c.cluster_node, (basis.key, aged, read), judge)
         if drift is not None:
             out.append((c, drift))
     return out
@@ -179,6 +190,7 @@ def decide(
     expire: bool = True,
     cluster_state: str = "",
     consolidated: str = "",
+    memo: NodeMemo | None = None,
 ) -> DisruptionPlan:
     """Decide one disruption pass over the cluster ``snapshot`` (:class:`~.types.DisruptionSnapshot`) at ``now``
     (epoch seconds).
@@ -195,6 +207,10 @@ def decide(
     multi-node consolidation while the cluster's consolidation state is the one it last found nothing in.
     Repair, emptiness and drift are always decided.
 
+    ``memo`` is the :class:`~.candidates.NodeMemo` a long-lived caller keeps between passes: each node's basis and
+    drift are then worked out again only when its view (or what it is judged against) changed; the plan is the
+    same as without it. It is left holding only ``snapshot``'s nodes.
+
     Returns a :class:`DisruptionPlan` with the expirations and at most one command.
     Raises nothing for odd nodes or pods: they are rejected with a reason.
     """
@@ -206,7 +222,9 @@ def decide(
     cfg = settings or DisruptionSettings()
     catalogue = {it.name: it for it in instance_types}
     expiries = (
-        expired_nodes(nodes=nodes, nodepools=nodepools, instance_types=instance_types, now=now, deleting=deleting)
+        expired_nodes(
+            nodes=nodes, nodepools=nodepools, instance_types=instance_types, now=now, deleting=deleting, memo=memo
+        )
         if expire
         else []
     )
@@ -224,7 +242,10 @@ def decide(
         now=now,
         deleting=gone,
         nodepool_instance_types=nodepool_instance_types,
+        memo=memo,
     )
+    if memo is not None:
+        memo.retain(nodes)
     budgets = _budgets(selection, nodepools, now)
     rejected: list[Rejection] = [r for r in selection.rejected if r.node not in {e.node for e in expiries}]
     ctx = build_context(snapshot, facts=selection.facts, recent=_recent(selection, nodepools, now))
@@ -264,6 +285,7 @@ def decide(
         catalogue=catalogue,
         now=now,
         settings=cfg,
+        memo=memo,
     )
     drift, why = static_drift_command(
         [(c, d) for c, d in drifted if is_static(c.nodepool)],

@@ -260,12 +260,15 @@ class DriftBasis:
     pass rather than once per node (:func:`drift_basis`): the NodePool's static hash (:func:`nodepool_hash`) and
     requirements (None when they cannot be read: such a NodePool never drifts its nodes on requirements), the
     EC2NodeClass's static hash (:func:`ec2nodeclass_hash`, None without a node class) and its resolution (the
-    one given, else :func:`resolution_from_nodeclass`; None when unknown)."""
+    one given, else :func:`resolution_from_nodeclass`; None when unknown). ``key`` holds all of it by value (with
+    the NodePool's and node class's names, which the drift messages carry): two bases with equal keys judge every
+    node alike."""
 
     nodepool_hash: str
     requirements: Requirements | None
     nodeclass_hash: str | None
     resolution: NodeClassResolution | None
+    key: tuple[object, ...] = ()
 
 
 def drift_basis(
@@ -273,17 +276,22 @@ def drift_basis(
 ) -> DriftBasis:
     """The :class:`DriftBasis` of ``nodepool`` and ``nodeclass`` (``resolution``: what the node class resolves to
     now, None to take what it states)."""
+    core: tuple[NodeSelectorRequirement, ...] | None
     try:
-        requirements: Requirements | None = Requirements.from_node_selector_requirements(nodepool.requirements_core())
+        core = nodepool.requirements_core()
+        requirements: Requirements | None = Requirements.from_node_selector_requirements(core)
     except RequirementError:
-        requirements = None
+        core, requirements = None, None
     if resolution is None and nodeclass is not None:
         resolution = resolution_from_nodeclass(nodeclass)
+    pool_hash = nodepool_hash(nodepool)
+    class_hash = ec2nodeclass_hash(nodeclass) if nodeclass is not None else None
     return DriftBasis(
-        nodepool_hash=nodepool_hash(nodepool),
+        nodepool_hash=pool_hash,
         requirements=requirements,
-        nodeclass_hash=ec2nodeclass_hash(nodeclass) if nodeclass is not None else None,
+        nodeclass_hash=class_hash,
         resolution=resolution,
+        key=(nodepool.name, pool_hash, core, nodeclass.name if nodeclass is not None else None, class_hash, resolution),
     )
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.candidates import NodeMemo
     from nodesmith.core.disruption.types import ClusterNode
     from nodesmith.core.model import InstanceType
 
@@ -48,14 +49,18 @@ def expired_nodes(
     instance_types: Sequence[InstanceType] = (),
     now: float,
     deleting: Collection[str] = (),
+    memo: NodeMemo | None = None,
 ) -> list[Expiry]:
     """Managed nodes (NodePool label naming an existing NodePool) whose ``created + expireAfter <= now``,
-    not already deleting, sorted by expiry time then name."""
+    not already deleting, sorted by expiry time then name. ``memo`` supplies each node's
+    :class:`~.candidates.NodeBasis` when the caller keeps one."""
     pools = {p.name: p for p in nodepools}
     catalogue = {it.name: it for it in instance_types}
     out: list[Expiry] = []
     for cn in nodes:
-        facts = node_facts(cn, catalogue=catalogue, deleting=deleting)
+        facts = node_facts(
+            cn, catalogue=catalogue, deleting=deleting, basis=memo.basis(cn) if memo is not None else None
+        )
         if facts.nodepool is None or facts.deleting or facts.created is None:
             continue
         pool = pools.get(facts.nodepool)

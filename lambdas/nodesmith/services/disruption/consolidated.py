@@ -14,9 +14,10 @@ warm Lambda container keeps (an invocation that starts cold computes consolidati
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from nodesmith.core.disruption.candidates import NodeMemo
 from nodesmith.core.labels import LABEL_NODEPOOL
 
 if TYPE_CHECKING:
@@ -37,10 +38,19 @@ CONSOLIDATION_STATE_TTL_SECONDS = 300.0
 @dataclass(slots=True)
 class Consolidated:
     """The consolidation state (a key, :attr:`DisruptionPlan.consolidation_state`) the last pass found no
-    consolidation command in, and when (epoch seconds); empty when there is none."""
+    consolidation command in, and when (epoch seconds); empty when there is none.
+
+    With it, what the passes derive from each node and keep while the node does not change: ``views``, the
+    last pass's :class:`~nodesmith.core.disruption.ClusterNode` views by node name
+    (:func:`~nodesmith.services.disruption.state.cluster_nodes` hands an unchanged node's view back),
+    ``nodes``, the core's per-view bases and drift (:class:`~nodesmith.core.disruption.candidates.NodeMemo`), and
+    ``digests``, each view's part of :func:`cluster_state`. None of it changes a decision."""
 
     state: str = ""
     since: float = 0.0
+    views: dict[str, ClusterNode] = field(default_factory=dict)
+    nodes: NodeMemo = field(default_factory=NodeMemo)
+    digests: dict[str, tuple[ClusterNode, bytes]] = field(default_factory=dict)
 
     def current(self, *, now: float) -> str:
         """The remembered state while it is younger than :data:`CONSOLIDATION_STATE_TTL_SECONDS`, else ""."""
@@ -86,18 +96,21 @@ def cluster_state(
     pdbs: Sequence[PodDisruptionBudget],
     daemonsets: Sequence[DaemonSet],
     deleting: Iterable[str],
+    digests: dict[str, tuple[ClusterNode, bytes]] | None = None,
 ) -> str:
     """A fingerprint (hex digest) of what consolidation reads: each node (labels, taints, allocatable, whether it
     is schedulable, ready or deleting) with its pods, the pending pods, the NodeClaims (:func:`_claim`),
     the NodePools' specs, the PodDisruptionBudgets' allowed disruptions, the DaemonSets and the nodes going away.
-    Any change to one of them (a pod bound or gone, a node labelled, a NodeClaim written) changes it."""
+    Any change to one of them (a pod bound or gone, a node labelled, a NodeClaim written) changes it.
+    ``digests`` (node name -> view and its part) keeps each view's part between calls: a view handed again (the same
+    object) is not read again; it is left holding these ``views``' parts."""
     digest = hashlib.sha256()
+    fresh: dict[str, tuple[ClusterNode, bytes]] = {}
     for view in sorted(views, key=lambda v: v.name):
-        node = view.node
-        shape = (node.name, node.provider_id, sorted(node.labels.items()), node.taints,
-                 sorted(node.allocatable.items()), node.unschedulable, node.ready, node.deletion_timestamp)  # fmt: skip
-        digest.update(repr(shape).encode())
-        digest.update(",".join(sorted(_pods(view.pods))).encode())
+        kept = digests.get(view.name) if digests is not None else None
+        part = kept[1] if kept is not None and kept[0] is view else _view_part(view)
+        fresh[view.name] = (view, part)
+        digest.update(part)
     digest.update(("pending:" + ",".join(sorted(_pods(pending)))).encode())
     digest.update(("claims:" + ",".join(sorted(_claim(nc) for nc in nodeclaims))).encode())
     for pool in sorted(nodepools, key=lambda p: p.name):
@@ -105,4 +118,15 @@ def cluster_state(
     digest.update(repr(sorted((b.namespace, b.name, b.disruptions_allowed) for b in pdbs)).encode())
     digest.update(repr(sorted(d.name for d in daemonsets)).encode())
     digest.update(("deleting:" + ",".join(sorted(deleting))).encode())
+    if digests is not None:
+        digests.clear()
+        digests.update(fresh)
     return digest.hexdigest()
+
+
+def _view_part(view: ClusterNode) -> bytes:
+    """What :func:`cluster_state` reads of one node and its pods."""
+    node = view.node
+    shape = (node.name, node.provider_id, sorted(node.labels.items()), node.taints,
+             sorted(node.allocatable.items()), node.unschedulable, node.ready, node.deletion_timestamp)  # fmt: skip
+    return repr(shape).encode() + ",".join(sorted(_pods(view.pods))).encode()

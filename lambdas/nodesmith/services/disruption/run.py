@@ -76,12 +76,13 @@ class DisruptionPass:
 
     # -- snapshot ----------------------------------------------------------------------------------
 
-    def snapshot(self, snap: Snapshot | None = None) -> None:
+    def snapshot(self, snap: Snapshot | None = None, *, kept: dict[str, ClusterNode] | None = None) -> None:
         """Take what the pass decides on from ``snap`` (the reconcile pass's snapshot as it left the cluster,
         :attr:`~nodesmith.services.provisioning.outcome.ReconcileOutcome.snapshot`), reading only what it lacks
         (PodDisruptionBudgets; the drift facts of the nodes' instances when it did not list the fleet,
         :func:`drift_facts`); without ``snap``, list everything. A node class that is not ready is reported in
-        ``out.errors``."""
+        ``out.errors``. ``kept`` are the views a long-lived caller keeps between passes
+        (:func:`~nodesmith.services.disruption.state.cluster_nodes`)."""
         cluster, cloud = self.cluster, self.cloud
         if snap is None:
             snap = take_snapshot(cluster=cluster, cloud=cloud)
@@ -119,6 +120,7 @@ class DisruptionPass:
             facts=drift_facts(cloud=cloud, snap=snap),
             now=self.now,
             errors=self.out.errors,
+            kept=kept,
         )
         self.by_name: dict[str, ClusterNode] = {v.name: v for v in self.views}
 

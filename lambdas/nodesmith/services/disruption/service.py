@@ -99,7 +99,9 @@ def disrupt(
     only what it lacks; None lists the cluster. ``consolidated`` is the consolidation state a long-lived caller
     remembers between calls (:class:`~nodesmith.services.disruption.consolidated.Consolidated`): while the cluster's
     state is the one an earlier call found no consolidation command in (for at most five minutes), consolidation
-    is not computed again, as Karpenter's ``IsConsolidated``; None computes it every call.
+    is not computed again, as Karpenter's ``IsConsolidated``; None computes it every call. It also keeps what the
+    pass derives from each node while the node does not change (:class:`Consolidated`), so a pass over an unchanged
+    cluster costs what changed; the decisions are the same.
 
     Kubernetes and EC2 errors on one object are reported in ``outcome.errors``; errors while
     listing propagate.
@@ -110,7 +112,7 @@ def disrupt(
         settings=settings or DisruptionSettings(),
         recent_events=recent_events if recent_events is not None else {},
     )
-    run.snapshot(snapshot)
+    run.snapshot(snapshot, kept=consolidated.views if consolidated is not None else None)
     if not run.pool_catalogues.evaluated:
         return run.out  # NodeOverlays unread: prices unknown, so nothing is decided (Karpenter waits the same way)
     run.report_invalid_annotations()
@@ -128,6 +130,7 @@ def disrupt(
             pdbs=run.pdbs,
             daemonsets=run.daemonsets,
             deleting=going,
+            digests=consolidated.digests,
         )
     plan = decide(
         DisruptionSnapshot(
@@ -146,6 +149,7 @@ def disrupt(
         settings=run.settings,
         cluster_state=state,
         consolidated=consolidated.current(now=now) if consolidated is not None else "",
+        memo=consolidated.nodes if consolidated is not None else None,
     )
     if consolidated is not None:
         consolidated.record(plan, now=now)

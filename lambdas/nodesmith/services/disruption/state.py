@@ -176,6 +176,7 @@ def cluster_nodes(
     facts: Mapping[str, InstanceFacts],
     now: float,
     errors: list[str],
+    kept: dict[str, ClusterNode] | None = None,
 ) -> tuple[list[ClusterNode], dict[str, NodeClaim]]:
     """The :class:`ClusterNode` views of ``nodes`` and the NodeClaims by name (as updated here).
 
@@ -190,6 +191,11 @@ def cluster_nodes(
     initialization). Only the NodeClaims whose pod set changed are written, :data:`OBSERVE_WORKERS` at a time
     (a fleet seen for the first time writes one per NodeClaim; an unchanged one none). A failed status write is
     reported in ``errors`` and does not stop the pass.
+
+    ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
+    the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
+    whose other fields are equal gets the kept view object back, so per-view results kept with it
+    (:class:`~nodesmith.core.disruption.candidates.NodeMemo`) are reused; ``kept`` is left holding this pass's views.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
@@ -229,20 +235,46 @@ def cluster_nodes(
         inst = facts.get(instance_id_of(node.provider_id) or "")
         owner = claims[name] if name is not None else None
         image = (owner.status.image_id if owner is not None else None) or (inst.image_id if inst is not None else "")
-        out.append(
-            ClusterNode(
-                node=node,
-                pods=on_node,
-                nodeclaim=owner,
-                last_pod_event_time=last_events.get(name) if name is not None else None,
-                image_id=image or None,
-                subnet_id=(inst.subnet_id or None) if inst is not None else None,
-                security_group_ids=frozenset(inst.security_group_ids)
-                if inst is not None and inst.security_group_ids
-                else None,
-            )
+        view = ClusterNode(
+            node=node,
+            pods=on_node,
+            nodeclaim=owner,
+            last_pod_event_time=last_events.get(name) if name is not None else None,
+            image_id=image or None,
+            subnet_id=(inst.subnet_id or None) if inst is not None else None,
+            security_group_ids=frozenset(inst.security_group_ids)
+            if inst is not None and inst.security_group_ids
+            else None,
         )
+        before = kept.get(node.name) if kept is not None else None
+        out.append(before if before is not None and _same_view(before, view) else view)
+    if kept is not None:
+        kept.clear()
+        kept.update((v.name, v) for v in out)
     return out, claims
+
+
+def _same_claim(a: NodeClaim | None, b: NodeClaim | None) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None or not a.metadata.resource_version:
+        return False
+    return a.metadata.uid == b.metadata.uid and a.metadata.resource_version == b.metadata.resource_version
+
+
+def _same_view(before: ClusterNode, now: ClusterNode) -> bool:
+    """True when ``now`` says what ``before`` said: the same Node and pod objects (frozen), the same NodeClaim
+    version, equal launch facts and pod-event time."""
+    return (
+        before.node is now.node
+        and len(before.pods) == len(now.pods)
+        and all(a is b for a, b in zip(before.pods, now.pods, strict=True))
+        and _same_claim(before.nodeclaim, now.nodeclaim)
+        and before.last_pod_event_time == now.last_pod_event_time
+        and before.image_id == now.image_id
+        and before.subnet_id == now.subnet_id
+        and before.security_group_ids == now.security_group_ids
+    )
 
 
 def _record_pods(

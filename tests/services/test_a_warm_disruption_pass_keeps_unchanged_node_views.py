@@ -1,0 +1,91 @@
+"""A warm container's disruption pass hands an unchanged node's view back (so what the core derived from it is
+reused), and builds a new one when the Node, one of its pods or its NodeClaim's version changed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+
+from nodesmith.services.disruption.consolidated import cluster_state
+from nodesmith.services.disruption.state import cluster_nodes
+from nodesmith.services.ports import Ports
+from nodesmith.services.provisioning.reconcile import reconcile
+
+if TYPE_CHECKING:
+    from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.disruption import ClusterNode
+
+
+def _world() -> tuple[FakeCluster, list[NodeClaim]]:
+    """Two initialized nodes, each running two pods; NodeClaims as the API server returns them (a uid and a
+    resourceVersion)."""
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster.pods = [make_pod(f"inflate-{i}", cpu="1500m") for i in range(4)]
+    cloud = FakeCloud()
+    for now in (1000.0, 1001.0):
+        cluster.now = cloud.now = now
+        reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test", queue=None), now=now)
+    claims = []
+    for i, claim in enumerate(sorted(cluster.nodeclaims.values(), key=lambda c: c.name)):
+        inst = next(x for x in cloud.instances.values() if x.provider_id == claim.status.provider_id)
+        cluster.nodes.append(node_for(inst, claim, ready=True))
+        claim.metadata.resource_version = str(10 + i)
+        claims.append(claim)
+    by_node = [n.name for n in cluster.nodes for _ in range(2)]
+    cluster.pods = [
+        replace(p, node_name=name, unschedulable=False, phase="Running")
+        for p, name in zip(cluster.pods, by_node, strict=True)
+    ]
+    return cluster, claims
+
+
+def _views(
+    cluster: FakeCluster, claims: list[NodeClaim], kept: dict[str, ClusterNode]
+) -> tuple[list[ClusterNode], list[NodeClaim]]:
+    views, written = cluster_nodes(
+        cluster=cluster, nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims, facts={}, now=2000.0, errors=[],
+        kept=kept,
+    )  # fmt: skip
+    return views, list(written.values())
+
+
+def test_an_unchanged_node_gets_its_kept_view_and_a_changed_one_a_new_view() -> None:
+    cluster, claims = _world()
+    kept: dict[str, ClusterNode] = {}
+    first, claims = _views(cluster, claims, kept)  # the pod sets are recorded on the NodeClaims
+    again, claims = _views(cluster, claims, kept)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+
+    copies = [c.model_copy(deep=True) for c in claims]  # listed again, same resourceVersion
+    assert all(a is b for a, b in zip(again, _views(cluster, copies, kept)[0], strict=True))
+
+    moved = cluster.pods[0]
+    cluster.pods[0] = replace(moved, labels={**moved.labels, "version": "2"})  # a pod of the first node changed
+    changed, claims = _views(cluster, claims, kept)
+    assert changed[0] is not again[0] and changed[0].pods[0] is cluster.pods[0]
+    assert changed[1] is again[1]
+
+    bumped = [claims[0], claims[1].model_copy(update={"metadata": claims[1].metadata.model_copy(deep=True)})]
+    bumped[1].metadata.resource_version = "99"  # the second NodeClaim was written
+    latest, _ = _views(cluster, bumped, kept)
+    assert latest[0] is changed[0] and latest[1] is not changed[1]
+    assert latest[1].nodeclaim is bumped[1]
+    assert set(kept) == {n.name for n in cluster.nodes}
+
+
+def test_the_consolidation_state_is_the_same_with_and_without_kept_parts() -> None:
+    cluster, claims = _world()
+    kept: dict[str, ClusterNode] = {}
+    views, claims = _views(cluster, claims, kept)
+    digests: dict[str, tuple[ClusterNode, bytes]] = {}
+    args = {"pending": [], "nodeclaims": claims, "nodepools": [], "pdbs": [], "daemonsets": [], "deleting": []}
+    state = cluster_state(views=views, digests=digests, **args)  # type: ignore[arg-type]
+    assert state == cluster_state(views=views, **args)  # type: ignore[arg-type]
+    assert cluster_state(views=views, digests=digests, **args) == state  # type: ignore[arg-type]
+
+    gone = replace(views[0], pods=views[0].pods[:1])  # a pod left the first node
+    moved = cluster_state(views=[gone, views[1]], digests=digests, **args)  # type: ignore[arg-type]
+    assert moved != state and moved == cluster_state(views=[gone, views[1]], **args)  # type: ignore[arg-type]
+    assert digests[views[0].name][0] is gone
