@@ -13,7 +13,7 @@ from disruption_factories import DAY, HOUR, NOW, catalogue, make_node, make_node
 from disruption_factories import make_pod as pod
 
 from nodesmith.core.disruption import DisruptionSnapshot, decide
-from nodesmith.core.disruption.candidates import NodeMemo
+from nodesmith.core.disruption.memo import NodeMemo
 
 if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING
 
 from nodesmith.core.api.common import parse_duration
 from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED
@@ -46,10 +46,11 @@ from nodesmith.core.requirements import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
+    from nodesmith.core.disruption.memo import NodeMemo
     from nodesmith.core.disruption.types import ClusterNode
     from nodesmith.core.model import InstanceType, Pod, PodDisruptionBudget
 
@@ -59,7 +60,6 @@ __all__ = [
     "CandidateSelection",
     "NodeBasis",
     "NodeFacts",
-    "NodeMemo",
     "eviction_cost",
     "expire_after_of",
     "is_do_not_disrupt_active",
@@ -70,8 +70,6 @@ __all__ = [
     "node_facts",
     "select_candidates",
 ]
-
-T = TypeVar("T")
 
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 CONDITION_INSTANCE_TERMINATING = "InstanceTerminating"
@@ -208,50 +206,6 @@ def node_basis(cn: ClusterNode) -> NodeBasis:
         eviction_cost=sum(eviction_cost(p) for p in pods),
         annotated=tuple(p for p in pods if DO_NOT_DISRUPT_ANNOTATION in p.annotations),
     )
-
-
-class NodeMemo:
-    """Per-node derivations a long-lived caller (a warm Lambda container, watch mode) keeps between decision passes,
-    so a pass costs what changed rather than the cluster's size.
-
-    Entries are keyed by the identity of the :class:`~.types.ClusterNode` (and, for drift, of the inputs it was
-    judged against): callers that hand the same, unchanged view object again (frozen, so unchanged means same
-    node, pods and NodeClaim) get the result computed before; any new view (a pod bound or gone, the Node or
-    NodeClaim written) is computed afresh. Nothing time-dependent is kept: ``now`` is applied every pass. Karpenter
-    keeps its cluster state between reconciles the same way (``[core]:pkg/controllers/state/cluster.go``).
-    ``computed`` counts the bases worked out (not reused) since creation; :meth:`retain` forgets nodes gone.
-    """
-
-    def __init__(self) -> None:
-        self._bases: dict[int, tuple[ClusterNode, NodeBasis]] = {}
-        self._drifts: dict[int, tuple[ClusterNode, object, Any]] = {}
-        self.computed = 0
-
-    def basis(self, cn: ClusterNode) -> NodeBasis:
-        """The :class:`NodeBasis` of ``cn``, computed once per view object."""
-        hit = self._bases.get(id(cn))
-        if hit is not None and hit[0] is cn:
-            return hit[1]
-        basis = node_basis(cn)
-        self._bases[id(cn)] = (cn, basis)
-        self.computed += 1
-        return basis
-
-    def judged(self, cn: ClusterNode, key: object, compute: Callable[[], T]) -> T:
-        """``compute()`` for ``cn`` judged against ``key`` (everything else it reads, compared by value), reused
-        while ``cn`` is the same view and ``key`` is equal."""
-        hit = self._drifts.get(id(cn))
-        if hit is not None and hit[0] is cn and hit[1] == key:
-            return cast("T", hit[2])
-        value = compute()
-        self._drifts[id(cn)] = (cn, key, value)
-        return value
-
-    def retain(self, nodes: Iterable[ClusterNode]) -> None:
-        """Forget every entry but those of ``nodes`` (the views of the pass just decided)."""
-        keep = {id(cn) for cn in nodes}
-        self._bases = {k: v for k, v in self._bases.items() if k in keep}
-        self._drifts = {k: v for k, v in self._drifts.items() if k in keep}
 
 
 def node_facts(
@@ -447,9 +401,9 @@ def select_candidates(
     computing PDB status when it is missing. ``deleting`` names nodes already chosen for
     disruption. ``nodepool_instance_types`` (NodePool name -> its own catalogue, NodeOverlays applied)
     prices a node from its NodePool's catalogue; ``instance_types`` otherwise. Nodes without the
-    ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. ``memo`` keeps each
-    node's :class:`NodeBasis` between passes (None: computed here). Pure; raises nothing for odd input (odd nodes
-    are rejected).
+    ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. ``memo``
+    (:class:`~.memo.NodeMemo`) keeps each node's :class:`NodeBasis` between passes (None: computed here). Pure;
+    raises nothing for odd input (odd nodes are rejected).
     """
     pools = {p.name: p for p in nodepools}
     catalogue = {it.name: it for it in instance_types}

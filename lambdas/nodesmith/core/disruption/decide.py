@@ -57,8 +57,9 @@ if TYPE_CHECKING:
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.disruption.candidates import Candidate, CandidateSelection, NodeMemo
+    from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
     from nodesmith.core.disruption.drift import Drift, NodeClassResolution
+    from nodesmith.core.disruption.memo import NodeMemo
     from nodesmith.core.disruption.simulation import SimulationContext
     from nodesmith.core.disruption.types import Decision
     from nodesmith.core.model import InstanceType
@@ -207,7 +208,7 @@ def decide(
     multi-node consolidation while the cluster's consolidation state is the one it last found nothing in.
     Repair, emptiness and drift are always decided.
 
-    ``memo`` is the :class:`~.candidates.NodeMemo` a long-lived caller keeps between passes: each node's basis and
+    ``memo`` is the :class:`~.memo.NodeMemo` a long-lived caller keeps between passes: each node's basis and
     drift are then worked out again only when its view (or what it is judged against) changed; the plan is the
     same as without it. It is left holding only ``snapshot``'s nodes.
 

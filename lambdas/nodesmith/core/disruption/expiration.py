@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.disruption.candidates import NodeMemo
+    from nodesmith.core.disruption.memo import NodeMemo
     from nodesmith.core.disruption.types import ClusterNode
     from nodesmith.core.model import InstanceType
 

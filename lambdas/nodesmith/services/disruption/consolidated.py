@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodesmith.core.disruption.candidates import NodeMemo
+from nodesmith.core.disruption.memo import NodeMemo
 from nodesmith.core.labels import LABEL_NODEPOOL
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class Consolidated:
     With it, what the passes derive from each node and keep while the node does not change: ``views``, the
     last pass's :class:`~nodesmith.core.disruption.ClusterNode` views by node name
     (:func:`~nodesmith.services.disruption.state.cluster_nodes` hands an unchanged node's view back),
-    ``nodes``, the core's per-view bases and drift (:class:`~nodesmith.core.disruption.candidates.NodeMemo`), and
+    ``nodes``, the core's per-view bases and drift (:class:`~nodesmith.core.disruption.memo.NodeMemo`), and
     ``digests``, each view's part of :func:`cluster_state`. None of it changes a decision."""
 
     state: str = ""

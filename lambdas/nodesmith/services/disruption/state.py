@@ -195,7 +195,7 @@ def cluster_nodes(
     ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
     the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
     whose other fields are equal gets the kept view object back, so per-view results kept with it
-    (:class:`~nodesmith.core.disruption.candidates.NodeMemo`) are reused; ``kept`` is left holding this pass's views.
+    (:class:`~nodesmith.core.disruption.memo.NodeMemo`) are reused; ``kept`` is left holding this pass's views.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
