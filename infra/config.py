@@ -16,6 +16,12 @@ failing reach the dead-letter queue before it expires. Lambda's SQS guidance ask
 function timeout so that throttled invocations are retried within the visibility; here the function's
 reserved concurrency is at least the event source's maximum concurrency, so it is never throttled.
 
+A drain round lost to a termination invocation that crashed or timed out comes back after the termination
+queue's visibility timeout (30 s with the default 20 s function timeout). So a node with a deadline (a spot
+notice, a capacity block's end, ``terminationGracePeriod``) is drained for ``terminationDeadlineMarginSeconds``
+before it: one lost round still leaves a redelivery before EC2 takes the instance back. A round is one pass of
+evictions, so the function needs far less than its timeout.
+
 The termination queue works the other way round: a request stays on it while its node drains, one
 round per delivery. The termination handler reports a node that still has pods as a batch item
 failure and sets that message's visibility to the backoff itself (``ChangeMessageVisibility``:
@@ -148,13 +154,14 @@ class NodesmithConfig:
     interruption_max_concurrency: int = 25
     interruption_batch_size: int = 10
     interruption_reserved_concurrency: int = 25
-    termination_timeout_seconds: int = 60
+    termination_timeout_seconds: int = 20
     termination_max_concurrency: int = 25
     termination_reserved_concurrency: int = 25
     termination_max_receive_count: int = 360
     termination_retry_seconds: int = 2
     termination_retry_max_seconds: int = 10
     termination_request_stale_seconds: int = 300
+    termination_deadline_margin_seconds: int = 30
     eviction_workers: int = 8
     price_table: str = ""
     rebalance_action: str = "cordon"
@@ -298,6 +305,12 @@ class NodesmithConfig:
             "(terminationRetryMaxSeconds), and a shorter staleness would re-send requests for drains under way",
         )
         _check(
+            0 <= self.termination_deadline_margin_seconds <= 60,
+            "terminationDeadlineMarginSeconds",
+            f"{self.termination_deadline_margin_seconds} is outside 0..60 seconds: a spot interruption's notice is "
+            "two minutes, and a larger margin would leave its PodDisruptionBudgets no time",
+        )
+        _check(
             60 <= self.registration_ttl_seconds <= 3600,
             "registrationTtlSeconds",
             f"{self.registration_ttl_seconds} is outside 60..3600 seconds: a node takes about a minute to "
@@ -363,6 +376,9 @@ class NodesmithConfig:
             termination_retry_max_seconds=_int(get, "terminationRetryMaxSeconds", d.termination_retry_max_seconds),
             termination_request_stale_seconds=_int(
                 get, "terminationRequestStaleSeconds", d.termination_request_stale_seconds
+            ),
+            termination_deadline_margin_seconds=_int(
+                get, "terminationDeadlineMarginSeconds", d.termination_deadline_margin_seconds
             ),
             eviction_workers=_int(get, "evictionWorkers", d.eviction_workers),
             price_table=_text(get, "priceTable", d.price_table),

@@ -135,7 +135,8 @@ CONTEXT_KEYS: tuple[ContextKey, ...] = (
     ContextKey(
         key="terminationTimeoutSeconds",
         attribute="termination_timeout_seconds",
-        meaning="Timeout of the termination function (one drain round per message, up to a batch of 10).",
+        meaning="Timeout of the termination function (one drain round per message, up to a batch of 10); the "
+        "termination queue's visibility timeout, and so the wait after a crashed round, is 10 s more.",
         unit="seconds",
         low=10,
         high=900,
@@ -192,6 +193,16 @@ CONTEXT_KEYS: tuple[ContextKey, ...] = (
         low=71,
         high=3600,
         bound_by="more than 60 + `terminationRetryMaxSeconds`",
+    ),
+    ContextKey(
+        key="terminationDeadlineMarginSeconds",
+        attribute="termination_deadline_margin_seconds",
+        meaning="A node with a deadline (spot or capacity-block notice, terminationGracePeriod) is drained to be "
+        "empty this long before it, so a drain round lost to a failed invocation is delivered again in time; "
+        "one termination queue visibility timeout (`terminationTimeoutSeconds` + 10) covers one lost round.",
+        unit="seconds",
+        low=0,
+        high=60,
     ),
     ContextKey(
         key="evictionWorkers",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from handler_support import fakes, points, run_handler
 
+from nodesmith.core.errors import KubernetesError, LaunchError
 from nodesmith.core.termination import TERMINATION_REASON_ANNOTATION
 from nodesmith.handlers import termination, wiring
 from nodesmith.handlers.settings import load_settings
@@ -56,9 +57,9 @@ def invoke(world: dict[str, Any], records: list[dict[str, Any]]) -> tuple[Any, l
     return response, docs, backoff
 
 
-def request(claim: str, instance_id: str, message_id: str, **kwargs: Any) -> dict[str, Any]:
+def request(claim: str, instance_id: str, message_id: str, *, receive_count: int = 1, **kwargs: Any) -> dict[str, Any]:
     body = json.dumps({"nodeclaim": claim, "instanceId": instance_id, "reason": "Drifted", **kwargs})
-    return fakes.sqs_record(body, message_id=message_id, queue="termination")
+    return fakes.sqs_record(body, message_id=message_id, queue="termination", receive_count=receive_count)
 
 
 def test_a_draining_node_comes_back_after_its_backoff_and_an_empty_one_goes(world: dict[str, Any]) -> None:
@@ -85,3 +86,31 @@ def test_a_draining_node_comes_back_after_its_backoff_and_an_empty_one_goes(worl
     assert {(d["nodeclaim"], d["status"]) for d in rounds} == {("claim-a", "terminated"), ("claim-b", "draining")}
     # one DescribeInstances for the batch's rounds (EC2 throttles them per account), never one per record
     assert [c for c in world["cloud"].calls if c[0].startswith("get_instance")] == [("get_instances", (A, B))]
+
+
+def test_a_round_that_fails_comes_back_after_the_backoff_not_the_visibility_timeout(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given EC2 refusing the batch's DescribeInstances, and the API server failing the cordon of node-b
+    cluster, cloud = world["cluster"], world["cloud"]
+
+    def throttled(**_: Any) -> Any:
+        raise LaunchError("RequestLimitExceeded: Request limit exceeded.")
+
+    def cordon(*, node_name: str, taint: Any) -> bool:
+        if node_name == "node-b":
+            raise KubernetesError("patch nodes/node-b: 500 Internal Server Error", status=500)
+        return original(node_name=node_name, taint=taint)
+
+    original = cluster.taint_and_cordon
+    monkeypatch.setattr(cloud, "get_instances", throttled)
+    monkeypatch.setattr(cluster, "taint_and_cordon", cordon)
+    records = [request("claim-a", A, "m-a"), request("claim-b", B, "m-b", receive_count=3)]
+
+    response, _, backoff = invoke(world, records)
+
+    # Then each round described its own instance: claim-a's node went, and claim-b's failed round is delivered
+    # again after the backoff of its third delivery (2 s doubled twice), not after the queue's visibility timeout
+    assert "claim-a" not in cluster.nodeclaims and cloud.instances[A].state == "shutting-down"
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}
+    assert backoff == [("rh-m-b", 8)]

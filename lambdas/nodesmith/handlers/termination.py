@@ -6,7 +6,8 @@ worker thread, as Karpenter's termination controller reconciles many nodes at on
 :func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, its
 instance and node and works one round. A node that still has pods is reported as a batch item failure and
 its message made visible again after the round's backoff (``ChangeMessageVisibility``), so SQS delivers it
-for the next round; the queue's ``maxReceiveCount`` and dead-letter queue bound how long that goes on.
+for the next round; so is a record whose round raised (the queue's visibility timeout is left for invocations
+that crash or time out); the queue's ``maxReceiveCount`` and dead-letter queue bound how long that goes on.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from nodesmith.core.termination import MalformedRequestError, TerminationRequest, parse_request
 from nodesmith.handlers import reporting, wiring
 from nodesmith.handlers.observability import logger, metrics, tracer
-from nodesmith.services.termination.service import Status, describe, run_round
+from nodesmith.services.termination.service import Status, describe, retry_after_failure, run_round
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -64,8 +65,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if request is None:
             return
         attempt = int(record.attributes.approximate_receive_count or 1)
-        outcome = await asyncio.to_thread(run_round, ports=ports, settings=tuning, request=request, now=time.time(),
-                                          attempt=attempt, described=described)  # fmt: skip
+        try:
+            outcome = await asyncio.to_thread(run_round, ports=ports, settings=tuning, request=request,
+                                              now=time.time(), attempt=attempt, described=described)  # fmt: skip
+        except Exception:  # reported as the record's failure; it comes back after the backoff
+            backoff.append((record.receipt_handle, retry_after_failure(tuning, attempt=attempt, now=time.time())))
+            raise
         reporting.report_termination(outcome, request)
         if outcome.status is Status.DRAINING and outcome.retry_after is not None:
             backoff.append((record.receipt_handle, outcome.retry_after))

@@ -348,7 +348,8 @@ def create_queues(*, cluster_name: str, endpoint_url: str | None = None, region:
     allowing ``events.amazonaws.com`` to send; one rule per (source, detail-type) of
     :data:`INTERRUPTION_RULES` on the default bus, each targeting the queue (Karpenter's ``cloudformation.yaml``).
     The termination queue is ``<cluster>-termination.fifo``, FIFO with high throughput (deduplication and
-    throughput per message group), as the stack makes it.
+    throughput per message group), as the stack makes it. Both keep SQS's default 30 s visibility timeout, which
+    is what the stack gives them for its default function timeouts (20 s each, plus 10 s).
     """
     import boto3
 

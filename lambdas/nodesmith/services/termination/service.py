@@ -15,9 +15,10 @@ acted on is read again here (Karpenter's termination controller, ``karpenter-v1.
 3. Its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; its providerID must
    match) is tainted ``karpenter.sh/disrupted:NoSchedule`` and cordoned, and one drain round runs
    (:func:`~.drain.drain_round`) against the deadline read from the NodeClaim
-   (:func:`~nodesmith.core.termination.termination_deadline`). A node whose instance EC2 already reports
-   shutting down or terminated is not drained: its pods are gone with it, and removing the node lets their
-   controllers replace them at once (Karpenter removes the finalizer when the instance is gone).
+   (:func:`~nodesmith.core.termination.termination_deadline`) less the margin of :class:`TerminationSettings`.
+   A node whose instance EC2 already reports shutting down or terminated is not drained: its pods are gone with
+   it, and removing the node lets their controllers replace them at once (Karpenter removes the finalizer when
+   the instance is gone).
 4. Pods left and the deadline not reached: ``DRAINING``, with the seconds to wait before the next round
    (:func:`~nodesmith.core.termination.retry_after_seconds`: the first wait after a round that evicted or
    deleted a pod, growing with the deliveries while nothing moves, as a PodDisruptionBudget lets one replica
@@ -31,6 +32,7 @@ A duplicate or a redelivered request finds the node already cordoned and partly 
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, replace
 from enum import StrEnum, unique
@@ -61,19 +63,29 @@ if TYPE_CHECKING:
     from nodesmith.core.termination import TerminationRequest
     from nodesmith.services.ports import Ports
 
-__all__ = ["Status", "TerminationOutcome", "TerminationSettings", "describe", "run_round"]
+__all__ = ["Status", "TerminationOutcome", "TerminationSettings", "describe", "retry_after_failure", "run_round"]
+
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class TerminationSettings:
     """Tuning of the rounds (``Settings`` fields): evictions at once per round, the backoff between rounds
-    (seconds: first wait, cap; Karpenter's eviction queue backs off to 10 s) and how often a draining node's
-    request is refreshed (seconds)."""
+    (seconds: first wait, cap; Karpenter's eviction queue backs off to 10 s), how often a draining node's
+    request is refreshed (seconds), and ``deadline_margin_seconds``: how long before a node's deadline its pods
+    are to be gone.
+
+    Karpenter deletes a pod at ``deadline - terminationGracePeriodSeconds`` so it ends as the node does; here a
+    round runs only when SQS delivers its request, and a delivery whose invocation crashed or timed out comes back
+    only after the termination queue's visibility timeout. Planning the drain for ``deadline - margin`` (one
+    visibility timeout) leaves a lost round one redelivery to run before EC2 reclaims a spot or capacity-block
+    instance; the instance itself is still terminated no earlier than the deadline unless drained."""
 
     eviction_workers: int = 8
     retry_initial_seconds: float = 2.0
     retry_max_seconds: float = 10.0
     heartbeat_seconds: float = 60.0
+    deadline_margin_seconds: float = 30.0
 
 
 @unique
@@ -143,12 +155,33 @@ def _node(cluster: Cluster, claim: NodeClaim, instance: Instance | None) -> Node
     return next((n for n in cluster.list_nodes() if n.provider_id == claim.status.provider_id), None)
 
 
-def describe(ports: Ports, requests: Sequence[TerminationRequest]) -> dict[str, Instance]:
+def describe(ports: Ports, requests: Sequence[TerminationRequest]) -> dict[str, Instance] | None:
     """The instances ``requests`` name, in one ``DescribeInstances`` for a batch of rounds (Karpenter batches
     its DescribeInstances calls too: EC2 throttles them per account); ids EC2 does not know are left out.
-    Raises the cloud provider's errors (the batch is delivered again)."""
+
+    None when that call fails (logged): each round then describes its own instance, and a round that cannot
+    fails alone and is delivered again after its backoff. Never raises."""
     ids = sorted({r.instance_id for r in requests if r.instance_id})
-    return ports.cloud.get_instances(instance_ids=ids) if ids else {}
+    if not ids:
+        return {}
+    try:
+        return ports.cloud.get_instances(instance_ids=ids)
+    except Exception as exc:  # the rounds describe one by one
+        LOG.warning("DescribeInstances for the batch failed", extra={"error": str(exc), "instances": len(ids)})
+        return None
+
+
+def retry_after_failure(settings: TerminationSettings, *, attempt: int, now: float) -> int:
+    """Seconds before a request whose round raised (an AWS or Kubernetes call that kept failing) is delivered
+    again: the drain backoff for its ``attempt``-th delivery (1-based), not the queue's whole visibility timeout,
+    as Karpenter requeues a failed reconcile with backoff."""
+    return retry_after_seconds(
+        attempt=attempt,
+        now=now,
+        next_due=None,
+        initial_seconds=settings.retry_initial_seconds,
+        max_seconds=settings.retry_max_seconds,
+    )
 
 
 def run_round(
@@ -208,7 +241,8 @@ def run_round(
     drain = None
     if node is not None and not gone:
         cordon_node(cluster=cluster, node_name=node.name)
-        drain = drain_round(cluster=cluster, node=node, now=now, deadline=deadline, workers=settings.eviction_workers)
+        drain_by = None if deadline is None else deadline - settings.deadline_margin_seconds
+        drain = drain_round(cluster=cluster, node=node, now=now, deadline=drain_by, workers=settings.eviction_workers)
         if not drain.drained and (deadline is None or now < deadline):
             _heartbeat(cluster, claim, node, drain, now=now, every=settings.heartbeat_seconds)
             progressed = drain.evicted + drain.force_deleted > 0
