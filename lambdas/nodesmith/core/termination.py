@@ -23,11 +23,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nodesmith.core.errors import NodesmithError
+from nodesmith.core.model import instance_id_of
 from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
+
+if TYPE_CHECKING:
+    from nodesmith.core.api.nodeclaim import NodeClaim
 
 __all__ = [
     "REQUESTED_AT_ANNOTATION",
@@ -85,6 +90,13 @@ class TerminationRequest(BaseModel):
     nodeclaim: str = Field(pattern=_DNS_SUBDOMAIN, max_length=253)
     instance_id: str = Field(alias="instanceId", pattern=_INSTANCE_ID)
     reason: str = Field(pattern=r"^[A-Za-z]{1,64}$")
+
+    @classmethod
+    def for_nodeclaim(cls, nodeclaim: NodeClaim, reason: str) -> TerminationRequest:
+        """The request for ``nodeclaim`` (its instance from ``status.providerID``, empty before launch) and
+        ``reason``. Raises pydantic's ``ValidationError`` when the name or reason does not fit the message."""
+        return cls(nodeclaim=nodeclaim.name, instance_id=instance_id_of(nodeclaim.status.provider_id) or "",
+                   reason=reason)  # fmt: skip
 
     def body(self) -> str:
         """The message body (compact JSON, the aliases as keys)."""

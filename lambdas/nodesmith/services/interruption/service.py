@@ -59,7 +59,7 @@ from nodesmith.core.interruption import (
     judge_message,
     not_ours,
 )
-from nodesmith.core.model import CAPACITY_TYPE_SPOT, instance_id_of
+from nodesmith.core.model import CAPACITY_TYPE_SPOT
 from nodesmith.core.ports import ObjectRef
 from nodesmith.core.termination import REQUESTED_AT_ANNOTATION, TERMINATION_REASON_ANNOTATION, TerminationRequest
 from nodesmith.services.parallel import map_ordered
@@ -313,9 +313,7 @@ class InterruptionBatch:
                 cluster=self.ports.cluster, nodeclaim=claim, reason=verdict.reason, now=self.now,
                 deadline=verdict.deadline,
             )  # fmt: skip
-        return TerminationRequest(
-            nodeclaim=claim.name, instance_id=instance_id_of(claim.status.provider_id) or "", reason=verdict.reason
-        )
+        return TerminationRequest.for_nodeclaim(claim, verdict.reason)
 
     def _request(self, received: Received, verdict: Verdict, claim: NodeClaim) -> TerminationRequest | None:
         """Request ``claim``'s termination, guarded by the ``resourceVersion`` read in :meth:`prepare`, so of two

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.core.errors import KubernetesError
-from nodesmith.core.model import instance_id_of
 from nodesmith.core.termination import (
     REQUESTED_AT_ANNOTATION,
     TERMINATION_FINALIZER,
@@ -71,7 +70,7 @@ def request_termination(
     cluster.annotate_nodeclaim(name=nodeclaim.name, annotations=annotations, resource_version=version)
     if nodeclaim.metadata.deletion_timestamp is None:
         cluster.delete_nodeclaim(name=nodeclaim.name)
-    return _request(nodeclaim, reason)
+    return TerminationRequest.for_nodeclaim(nodeclaim, reason)
 
 
 def finish_termination(
@@ -162,7 +161,7 @@ def sweep_deletions(
     deleting = {name: claim for name, (claim, _) in owed.items() if claim.metadata.deletion_timestamp is not None}
     for claim, reason in owed.values():
         if claim.name in deleting:  # sent first, annotated once the queue took it (see the docstring)
-            requests.append(_request(claim, reason))
+            requests.append(TerminationRequest.for_nodeclaim(claim, reason))
             continue
         try:
             requests.append(request_termination(cluster=cluster, nodeclaim=claim, reason=reason, now=now))
@@ -197,10 +196,3 @@ def _annotate_sent(cluster: Cluster, sent: Sequence[tuple[NodeClaim, Termination
         except KubernetesError as exc:
             errors.append(f"annotate the termination request of NodeClaim {claim.name}: {exc}")
     return errors
-
-
-def _request(nodeclaim: NodeClaim, reason: str) -> TerminationRequest:
-    """The termination request of ``nodeclaim`` for ``reason``, as :func:`request_termination` returns it."""
-    return TerminationRequest(
-        nodeclaim=nodeclaim.name, instance_id=instance_id_of(nodeclaim.status.provider_id) or "", reason=reason
-    )
