@@ -4,21 +4,28 @@ catalogue of another container for three minutes, and a broken state table never
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
 from botocore.stub import Stubber
 
-from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, Clocks, ClusterConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "aws"))
+
+from ec2_support import ec2_provider
+
+from nodesmith.adapters.aws.config import Clocks
 from nodesmith.adapters.aws.nodeclass import Image, ResolvedNodeClass, SecurityGroup, Subnet
-from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.adapters.aws.state import DynamoStateStore
 from nodesmith.core.errors import InsufficientCapacityError
 from nodesmith.core.model import InstanceType, Offering
 from nodesmith.core.ports import LaunchRequest
 
-CLUSTER = "test-cluster"
+if TYPE_CHECKING:
+    from nodesmith.adapters.aws.provider import Ec2CloudProvider
+
 SUBNETS = {"us-east-1a": "subnet-aaa", "us-east-1b": "subnet-bbb"}
 RESOLVED = ResolvedNodeClass(
     name="default",
@@ -41,19 +48,6 @@ C5 = InstanceType(
 )
 
 
-class FixedNodeClasses:
-    def resolve(self, *, nodeclass: Any) -> ResolvedNodeClass:
-        return RESOLVED
-
-
-class Templates:
-    def ensure(self, *, spec: Any) -> str:
-        return f"nodesmith/{CLUSTER}/{spec.image_id}"
-
-    def forget(self, *, names: Any = ()) -> None:
-        pass
-
-
 class Wall:
     def __init__(self, t: float) -> None:
         self.t = t
@@ -63,23 +57,7 @@ class Wall:
 
 
 def provider(*, ec2: Any, state: Any, wall: Wall, mono: list[float]) -> Ec2CloudProvider:
-    cloud = Ec2CloudProvider(
-        region="us-east-1",
-        state=state,
-        cluster=ClusterConfig(
-            name=CLUSTER,
-            endpoint="https://example.eks.amazonaws.com",
-            ca="Y2E=",
-            kubernetes_version="1.31",
-            service_cidr="172.20.0.0/16",
-        ),
-        catalog=CatalogSettings(use_pricing_api=False),
-        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
-        clocks=Clocks(monotonic=lambda: mono[0], wall=wall),
-    )
-    cloud.nodeclasses = FixedNodeClasses()  # type: ignore[assignment]
-    cloud.launch_templates = Templates()  # type: ignore[assignment]
-    return cloud
+    return ec2_provider(ec2=ec2, state=state, clocks=Clocks(monotonic=lambda: mono[0], wall=wall), resolved=RESOLVED)
 
 
 def ice(zone: str) -> dict[str, Any]:

@@ -9,11 +9,9 @@ import base64
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from ec2_support import CLUSTER, REGION, nodeclass
+from ec2_support import nodeclass, seeded_provider
 
 from nodesmith.adapters.aws.capacity_reservations import describe_capacity_reservations
-from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
-from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import InsufficientCapacityError
 from nodesmith.core.ports import LaunchRequest
 from nodesmith.sim.aws import SeededAws, write_price_table
@@ -23,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
 
+    from nodesmith.adapters.aws.provider import Ec2CloudProvider
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.ports import LaunchResult
 
@@ -45,20 +44,8 @@ def reserve(ec2: Any, *, count: int, team: str = "ml", zone: str = "us-east-1b")
 
 
 def provider(seeded: SeededAws, tmp_path: Path, *, gate: bool = True) -> Ec2CloudProvider:
-    return Ec2CloudProvider(
-        region=REGION,
-        cluster=ClusterConfig(
-            name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca=seeded.cluster_ca
-        ),
-        launch=NodeLaunchSettings(
-            node_role=seeded.node_role_arn, instance_profile=seeded.instance_profile, reserved_capacity=gate
-        ),
-        catalog=CatalogSettings(
-            price_table=str(write_price_table(path=tmp_path / "prices.json", source=None)),
-            use_pricing_api=False,
-            instance_type_names=TYPES,
-        ),
-    )
+    table = write_price_table(path=tmp_path / "prices.json", source=None)
+    return seeded_provider(seeded, types=TYPES, price_table=table, reserved_capacity=gate)
 
 
 def request(cloud: Ec2CloudProvider, nc: EC2NodeClass, name: str, capacity_types: set[str]) -> LaunchRequest:

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
+from ec2_support import CLUSTER, ec2_provider
 
-from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, Clocks, ClusterConfig
+from nodesmith.adapters.aws.config import Clocks
 from nodesmith.adapters.aws.fleet import (
     FleetChoice,
     Override,
@@ -22,15 +23,13 @@ from nodesmith.adapters.aws.fleet import (
     client_token,
 )
 from nodesmith.adapters.aws.nodeclass import Image, ResolvedNodeClass, SecurityGroup, Subnet
-from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError, UnavailableOffering
 from nodesmith.core.model import InstanceType, Offering, Taint
 from nodesmith.core.ports import LaunchRequest
 
 if TYPE_CHECKING:
-    from nodesmith.adapters.aws.launch_template import LaunchTemplateSpec
+    from nodesmith.adapters.aws.provider import Ec2CloudProvider
 
-CLUSTER = "test-cluster"
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 SUBNETS = {"us-east-1a": "subnet-aaa", "us-east-1b": "subnet-bbb", "us-east-1c": "subnet-ccc"}
 
@@ -73,23 +72,6 @@ RESOLVED = ResolvedNodeClass(
 )
 
 
-class FixedNodeClasses:
-    def resolve(self, *, nodeclass: Any) -> ResolvedNodeClass:
-        return RESOLVED
-
-
-class RecordingTemplates:
-    def __init__(self) -> None:
-        self.specs: list[LaunchTemplateSpec] = []
-
-    def ensure(self, *, spec: LaunchTemplateSpec) -> str:
-        self.specs.append(spec)
-        return f"nodesmith/{CLUSTER}/{spec.image_id}"
-
-    def forget(self, *, names: Any = ()) -> None:
-        pass
-
-
 class Token:
     """Matches a ClientToken derived from ``base`` (base + 16 hex digest, at most 64 characters)."""
 
@@ -112,22 +94,7 @@ def ec2() -> Any:
 
 @pytest.fixture
 def provider(ec2: Any) -> Ec2CloudProvider:
-    cloud = Ec2CloudProvider(
-        region="us-east-1",
-        cluster=ClusterConfig(
-            name=CLUSTER,
-            endpoint="https://example.eks.amazonaws.com",
-            ca="Y2E=",
-            kubernetes_version="1.31",
-            service_cidr="172.20.0.0/16",
-        ),
-        catalog=CatalogSettings(use_pricing_api=False),
-        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
-        clocks=Clocks(monotonic=lambda: 0.0),
-    )
-    cloud.nodeclasses = FixedNodeClasses()  # type: ignore[assignment]
-    cloud.launch_templates = RecordingTemplates()  # type: ignore[assignment]
-    return cloud
+    return ec2_provider(ec2=ec2, clocks=Clocks(monotonic=lambda: 0.0), resolved=RESOLVED)
 
 
 def launch_request(*types: InstanceType, capacity_types: tuple[str, ...] = ("spot", "on-demand")) -> LaunchRequest:
@@ -325,13 +292,7 @@ def test_capacity_errors_raise_insufficient_capacity_and_steer_the_next_launch(
 
 def test_unavailable_offerings_expire_after_three_minutes(ec2: Any) -> None:
     now = [0.0]
-    cloud = Ec2CloudProvider(
-        region="us-east-1",
-        cluster=ClusterConfig(name=CLUSTER, endpoint="https://e", ca=""),
-        catalog=CatalogSettings(use_pricing_api=False),
-        clients=AwsClients(ec2=ec2),
-        clocks=Clocks(monotonic=lambda: now[0]),
-    )
+    cloud = ec2_provider(ec2=ec2, clocks=Clocks(monotonic=lambda: now[0]))
     cloud.mark_unavailable(
         offerings=[UnavailableOffering("c5.large", "us-east-1a", "spot", "InsufficientInstanceCapacity")]
     )

@@ -7,10 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from ec2_support import CLUSTER, REGION, SHARED_PRICES, nodeclass
+from ec2_support import CLUSTER, REGION, SHARED_PRICES, nodeclass, seeded_provider
 
-from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
-from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import TerminationError
 from nodesmith.core.model import Taint
 from nodesmith.core.ports import LaunchRequest
@@ -19,20 +17,13 @@ from nodesmith.sim.aws import SeededAws, write_price_table
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from nodesmith.adapters.aws.provider import Ec2CloudProvider
+
 TYPES = ("m5.large", "c5.large", "t3.medium", "m7g.large", "g4dn.xlarge")
 
 
 def provider(seeded: SeededAws, price_table: Path | None) -> Ec2CloudProvider:
-    return Ec2CloudProvider(
-        region=REGION,
-        cluster=ClusterConfig(
-            name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca=seeded.cluster_ca
-        ),
-        launch=NodeLaunchSettings(node_role=seeded.node_role_arn, instance_profile=seeded.instance_profile),
-        catalog=CatalogSettings(
-            price_table=str(price_table) if price_table else None, use_pricing_api=False, instance_type_names=TYPES
-        ),
-    )
+    return seeded_provider(seeded, types=TYPES, price_table=price_table)
 
 
 def test_create_launches_a_tagged_instance_from_the_catalogue(seeded: SeededAws, tmp_path: Path) -> None:

@@ -9,27 +9,14 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-from ec2_support import CLUSTER, nodeclass
+from ec2_support import ec2_provider, nodeclass
 
-from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, ClusterConfig
-from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.errors import LaunchError
 
 
 def test_a_throttled_describe_is_a_launch_error_naming_the_class() -> None:
     ec2: Any = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-    cloud = Ec2CloudProvider(
-        region="us-east-1",
-        cluster=ClusterConfig(
-            name=CLUSTER,
-            endpoint="https://example.eks.amazonaws.com",
-            ca="Y2E=",
-            kubernetes_version="1.31",
-            service_cidr="172.20.0.0/16",
-        ),
-        catalog=CatalogSettings(use_pricing_api=False),
-        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
-    )
+    cloud = ec2_provider(ec2=ec2)
     with Stubber(ec2) as stub:
         stub.add_client_error("describe_subnets", service_error_code="RequestLimitExceeded", http_status_code=503)
         with pytest.raises(LaunchError, match=r"resolve EC2NodeClass default: .*RequestLimitExceeded"):

@@ -7,7 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from ec2_support import CLUSTER, REGION
+from ec2_support import CLUSTER, ec2_provider
 
 from nodesmith.adapters.aws.instances import Instances
 from nodesmith.adapters.aws.terminate_batcher import BatchWindow, TerminateBatcher
@@ -113,18 +113,10 @@ def test_a_lone_call_goes_after_the_idle_wait_without_waiting_for_the_longest() 
 
 
 def test_the_provider_terminates_through_the_batcher(seeded: SeededAws, ec2: Any) -> None:
-    from nodesmith.adapters.aws.config import AwsClients, CatalogSettings, ClusterConfig
-    from nodesmith.adapters.aws.provider import Ec2CloudProvider
-
     out = ec2.run_instances(ImageId=seeded.images[("x86_64", "standard")], MinCount=4, MaxCount=4,
                             SubnetId=seeded.subnets["us-east-1a"])  # fmt: skip
     ids = [str(i["InstanceId"]) for i in out["Instances"]]
-    cloud = Ec2CloudProvider(
-        region=REGION,
-        cluster=ClusterConfig(name=CLUSTER, endpoint="https://example.eks.amazonaws.com", ca="Y2E="),
-        clients=AwsClients(ec2=ec2, ssm=object(), iam=object()),
-        catalog=CatalogSettings(use_pricing_api=False),
-    )
+    cloud = ec2_provider(ec2=ec2)
     counting = CountingEc2(ec2)
     cloud.instances = Instances(ec2=counting, cluster_name=CLUSTER)
 
