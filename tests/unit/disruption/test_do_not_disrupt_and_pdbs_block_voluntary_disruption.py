@@ -81,10 +81,14 @@ def test_pdb_without_status_is_computed_from_the_matching_pods() -> None:
     a = make_node("n1", instance_type="m5.2xlarge", pods=(make_pod("web-a", node="n1", labels={"app": "web"}),))
     b = make_node("n2", instance_type="m5.2xlarge", pods=(make_pod("web-b", node="n2", labels={"app": "web"}),))
     at_minimum = make_pdb("web", app="web", min_available=2)  # 2 healthy, 2 required -> 0 allowed
-    sel = select_candidates(nodes=[a, b], nodepools=[POOL], instance_types=TYPES, pdbs=[at_minimum], now=NOW)
+    sel = select_candidates(
+        DisruptionSnapshot(nodes=[a, b], nodepools=[POOL], instance_types=TYPES, pdbs=[at_minimum]), now=NOW
+    )
     assert all(c.pod_block is not None for c in sel.candidates)
     slack = make_pdb("web", app="web", max_unavailable="50%")  # ceil(50% of 2) = 1 allowed
-    sel = select_candidates(nodes=[a, b], nodepools=[POOL], instance_types=TYPES, pdbs=[slack], now=NOW)
+    sel = select_candidates(
+        DisruptionSnapshot(nodes=[a, b], nodepools=[POOL], instance_types=TYPES, pdbs=[slack]), now=NOW
+    )
     assert all(c.pod_block is None for c in sel.candidates)
 
 
@@ -99,7 +103,9 @@ def test_uninitialized_and_deleting_nodes_are_not_candidates() -> None:
     fresh = make_node("fresh", labels={"karpenter.sh/initialized": "false"})
     leaving = make_node("leaving", instance_type="m5.2xlarge", pod_specs=[("500m", "1Gi")])
     sel = select_candidates(
-        nodes=[fresh, leaving], nodepools=[POOL], instance_types=TYPES, now=NOW, deleting={"leaving"}
+        DisruptionSnapshot(nodes=[fresh, leaving], nodepools=[POOL], instance_types=TYPES),
+        now=NOW,
+        deleting={"leaving"},
     )
     assert not sel.candidates
     assert {r.node: r.reason for r in sel.rejected} == {
@@ -110,6 +116,7 @@ def test_uninitialized_and_deleting_nodes_are_not_candidates() -> None:
 
 def test_unmanaged_nodes_are_neither_candidates_nor_rejections() -> None:
     sel = select_candidates(
-        nodes=[make_node("self-managed", nodepool=None)], nodepools=[POOL], instance_types=TYPES, now=NOW
+        DisruptionSnapshot(nodes=[make_node("self-managed", nodepool=None)], nodepools=[POOL], instance_types=TYPES),
+        now=NOW,
     )
     assert not sel.candidates and not sel.rejected

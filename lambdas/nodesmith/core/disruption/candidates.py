@@ -51,8 +51,8 @@ if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.memo import NodeMemo
-    from nodesmith.core.disruption.types import ClusterNode
-    from nodesmith.core.model import InstanceType, Pod, PodDisruptionBudget
+    from nodesmith.core.disruption.types import ClusterNode, DisruptionSnapshot
+    from nodesmith.core.model import InstanceType, Pod
 
 __all__ = [
     "POD_DELETION_COST_ANNOTATION",
@@ -384,35 +384,33 @@ def _node_block(facts: NodeFacts, pools: Mapping[str, NodePool]) -> str | None:
 
 
 def select_candidates(
+    snapshot: DisruptionSnapshot,
     *,
-    nodes: Sequence[ClusterNode],
-    nodepools: Sequence[NodePool],
-    instance_types: Sequence[InstanceType],
-    pdbs: Sequence[PodDisruptionBudget] = (),
-    other_pods: Sequence[Pod] = (),
     now: float,
     deleting: Collection[str] = (),
-    nodepool_instance_types: Mapping[str, Sequence[InstanceType]] | None = None,
     memo: NodeMemo | None = None,
 ) -> CandidateSelection:
-    """Build candidates from ``nodes`` and say why each managed non-candidate was rejected.
+    """Build candidates from the nodes of ``snapshot`` (:class:`~.types.DisruptionSnapshot`) at ``now`` (epoch
+    seconds) and say why each managed non-candidate was rejected.
 
-    ``other_pods`` are pods not bound to any of ``nodes`` (pending ones): they only matter for
-    computing PDB status when it is missing. ``deleting`` names nodes already chosen for
-    disruption. ``nodepool_instance_types`` (NodePool name -> its own catalogue, NodeOverlays applied)
-    prices a node from its NodePool's catalogue; ``instance_types`` otherwise. Nodes without the
-    ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. ``memo``
+    Of the snapshot, ``nodes`` are judged against their ``nodepools``; ``pdbs`` and the pods on the nodes plus
+    ``pending_pods`` (bound to none of them) give each PodDisruptionBudget's allowed disruptions when its status
+    lacks them (:class:`~.pdb.PdbLimits`); a node is priced (USD per hour) from its NodePool's own catalogue in
+    ``nodepool_instance_types`` (NodeOverlays applied) when there is one, else from ``instance_types``
+    (Karpenter's ``GetInstanceTypes(nodePool)``). ``deleting`` names nodes already chosen for disruption. Nodes
+    without the ``karpenter.sh/nodepool`` label are not managed and neither candidates nor rejections. ``memo``
     (:class:`~.memo.NodeMemo`) keeps each node's :class:`NodeBasis` between passes (None: computed here). Pure;
     raises nothing for odd input (odd nodes are rejected).
     """
+    nodes, nodepools = snapshot.nodes, snapshot.nodepools
     pools = {p.name: p for p in nodepools}
-    catalogue = {it.name: it for it in instance_types}
+    catalogue = {it.name: it for it in snapshot.instance_types}
     by_list: dict[int, dict[str, InstanceType]] = {}
     own: dict[str, Mapping[str, InstanceType]] = {}
-    for pool_name, types in (nodepool_instance_types or {}).items():
+    for pool_name, types in (snapshot.nodepool_instance_types or {}).items():
         own[pool_name] = by_list.setdefault(id(types), {it.name: it for it in types})
-    all_pods = [p for cn in nodes for p in cn.pods] + list(other_pods)
-    limits = PdbLimits(pdbs, all_pods)
+    all_pods = [p for cn in nodes for p in cn.pods] + list(snapshot.pending_pods)
+    limits = PdbLimits(snapshot.pdbs, all_pods)
     facts: dict[str, NodeFacts] = {}
     candidates: list[Candidate] = []
     vetoed: list[Candidate] = []

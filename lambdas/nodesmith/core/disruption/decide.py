@@ -234,17 +234,7 @@ def decide(
     }
     expirations = tuple(expiration_decisions(expiries, pods_by_node=pods_by_node))
     gone = set(deleting) | {e.node for e in expiries}
-    selection = select_candidates(
-        nodes=nodes,
-        nodepools=nodepools,
-        instance_types=instance_types,
-        pdbs=snapshot.pdbs,
-        other_pods=pending_pods,
-        now=now,
-        deleting=gone,
-        nodepool_instance_types=nodepool_instance_types,
-        memo=memo,
-    )
+    selection = select_candidates(snapshot, now=now, deleting=gone, memo=memo)
     if memo is not None:
         memo.retain(nodes)
     budgets = _budgets(selection, nodepools, now)
