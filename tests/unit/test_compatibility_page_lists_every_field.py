@@ -17,7 +17,7 @@ from pydantic import BaseModel, create_model
 from nodesmith.core.api import EC2NodeClass, NodeClaim, NodePool
 from nodesmith.core.api.common import WELL_KNOWN_LABELS
 from nodesmith.core.api.nodeclaim import NodeClaimStatus
-from nodesmith.core.disruption.drift import (
+from nodesmith.core.disruption.drift_basis import (
     NODECLASS_HASH_ANNOTATION,
     NODECLASS_HASH_VERSION_ANNOTATION,
     NODEPOOL_HASH_ANNOTATION,

@@ -29,7 +29,7 @@ from nodesmith.core.disruption import (
     nodepool_hash,
     plan_disruptions,
 )
-from nodesmith.core.disruption.drift import NODECLASS_HASH_VERSION, NODEPOOL_HASH_VERSION
+from nodesmith.core.disruption.drift_basis import NODECLASS_HASH_VERSION, NODEPOOL_HASH_VERSION
 from nodesmith.core.model import NodeSelectorRequirement
 
 if TYPE_CHECKING:

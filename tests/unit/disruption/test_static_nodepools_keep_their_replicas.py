@@ -11,7 +11,7 @@ from disruption_factories import DAY, NOW, catalogue, daemon_pod, make_node, mak
 
 from nodesmith.core.api.nodepool import NodePool
 from nodesmith.core.disruption import ClusterNode, DisruptionSnapshot, decide
-from nodesmith.core.disruption.drift import NODEPOOL_HASH_VERSION
+from nodesmith.core.disruption.drift_basis import NODEPOOL_HASH_VERSION
 from nodesmith.core.disruption.static import (
     StaticMember,
     is_static,

@@ -12,10 +12,10 @@ the NodePools, EC2NodeClasses, the priced instance catalogue, pending pods, PDBs
 from nodesmith.core.disruption.budgets import PoolBudget, budget_mapping
 from nodesmith.core.disruption.candidates import Candidate, select_candidates
 from nodesmith.core.disruption.decide import DisruptionPlan, decide, still_valid
-from nodesmith.core.disruption.drift import (
+from nodesmith.core.disruption.drift import drift_of
+from nodesmith.core.disruption.drift_basis import (
     NodeClassResolution,
     ResolvedAMI,
-    drift_of,
     ec2nodeclass_hash,
     nodepool_hash,
     resolution_from_nodeclass,

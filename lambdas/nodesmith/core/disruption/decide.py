@@ -42,7 +42,8 @@ from nodesmith.core.disruption.consolidation import (
     multi_node_consolidation,
     single_node_consolidation,
 )
-from nodesmith.core.disruption.drift import DriftBasis, drift_basis, drift_command, drift_of
+from nodesmith.core.disruption.drift import drift_command, drift_of
+from nodesmith.core.disruption.drift_basis import DriftBasis, drift_basis
 from nodesmith.core.disruption.emptiness import emptiness_command
 from nodesmith.core.disruption.expiration import expiration_decisions, expired_nodes
 from nodesmith.core.disruption.pdb import PdbLimits
@@ -58,7 +59,8 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.candidates import Candidate, CandidateSelection
-    from nodesmith.core.disruption.drift import Drift, NodeClassResolution
+    from nodesmith.core.disruption.drift import Drift
+    from nodesmith.core.disruption.drift_basis import NodeClassResolution
     from nodesmith.core.disruption.memo import NodeMemo
     from nodesmith.core.disruption.simulation import SimulationContext
     from nodesmith.core.disruption.types import Decision

@@ -2,9 +2,9 @@
 
 Reasons, checked in Karpenter's order (first match wins):
 
-1. ``NodePoolDrifted`` — the NodePool's static hash (:func:`nodepool_hash`) differs from the
+1. ``NodePoolDrifted`` — the NodePool's static hash (:func:`~.drift_basis.nodepool_hash`) differs from the
    NodeClaim's ``karpenter.sh/nodepool-hash`` annotation, compared only when the NodeClaim's
-   ``karpenter.sh/nodepool-hash-version`` is :data:`NODEPOOL_HASH_VERSION` (hashes of another
+   ``karpenter.sh/nodepool-hash-version`` is :data:`~.drift_basis.NODEPOOL_HASH_VERSION` (hashes of another
    version — e.g. Karpenter's own ``v3`` hashstructure values — are not comparable, exactly as
    Karpenter skips mismatched versions). ``[core]:pkg/controllers/nodeclaim/disruption/drift.go
    areStaticFieldsDrifted``.
@@ -15,7 +15,7 @@ Reasons, checked in Karpenter's order (first match wins):
 3. ``InstanceTypeNotFound`` — on NodeClaims older than 1 h: the type is not in the catalogue, or
    has no offering in the node's zone and capacity type (availability ignored; reserved nodes also
    match on-demand offerings). ``instanceTypeNotFound``.
-4. ``NodeClassDrift`` — the EC2NodeClass hash (:func:`ec2nodeclass_hash`) differs from the
+4. ``NodeClassDrift`` — the EC2NodeClass hash (:func:`~.drift_basis.ec2nodeclass_hash`) differs from the
    NodeClaim's ``karpenter.k8s.aws/ec2nodeclass-hash`` (same version rule).
    ``[aws]:pkg/cloudprovider/drift.go areStaticFieldsDrifted``.
 5. ``AMIDrift`` — the instance's image is not the AMI the node class resolves *for this instance
@@ -28,17 +28,25 @@ Reasons, checked in Karpenter's order (first match wins):
 
 A check whose inputs are unknown (no hash annotation, no image id, nothing resolved) is skipped:
 unknown is never drift; reservations are known when the status lists at least one. Placement group drift is not
-modelled.
+modelled. What a node is compared against (hashes, the node class's resolution) is worked out once per NodePool in
+:mod:`.drift_basis`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from nodesmith.core.disruption.candidates import node_facts
+from nodesmith.core.disruption.drift_basis import (
+    NODECLASS_HASH_ANNOTATION,
+    NODECLASS_HASH_VERSION,
+    NODECLASS_HASH_VERSION_ANNOTATION,
+    NODEPOOL_HASH_ANNOTATION,
+    NODEPOOL_HASH_VERSION,
+    NODEPOOL_HASH_VERSION_ANNOTATION,
+    drift_basis,
+)
 from nodesmith.core.disruption.simulation import simulate
 from nodesmith.core.disruption.types import METHOD_DRIFT, Decision, Rejection
 from nodesmith.core.requirements import (
@@ -54,9 +62,10 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.disruption.candidates import Candidate
+    from nodesmith.core.disruption.drift_basis import DriftBasis, NodeClassResolution, ResolvedAMI
     from nodesmith.core.disruption.simulation import SimulationContext
     from nodesmith.core.disruption.types import ClusterNode
-    from nodesmith.core.model import InstanceType, NodeSelectorRequirement
+    from nodesmith.core.model import InstanceType
 
 __all__ = [
     "AMI_DRIFT",
@@ -64,26 +73,13 @@ __all__ = [
     "DRIFT_REASONS",
     "INSTANCE_TYPE_NOT_FOUND",
     "NODECLASS_DRIFT",
-    "NODECLASS_HASH_ANNOTATION",
-    "NODECLASS_HASH_VERSION",
-    "NODECLASS_HASH_VERSION_ANNOTATION",
     "NODEPOOL_DRIFTED",
-    "NODEPOOL_HASH_ANNOTATION",
-    "NODEPOOL_HASH_VERSION",
-    "NODEPOOL_HASH_VERSION_ANNOTATION",
     "REQUIREMENTS_DRIFTED",
     "SECURITY_GROUP_DRIFT",
     "SUBNET_DRIFT",
     "Drift",
-    "DriftBasis",
-    "NodeClassResolution",
-    "ResolvedAMI",
-    "drift_basis",
     "drift_command",
     "drift_of",
-    "ec2nodeclass_hash",
-    "nodepool_hash",
-    "resolution_from_nodeclass",
 ]
 
 NODEPOOL_DRIFTED: Final = "NodePoolDrifted"
@@ -105,136 +101,9 @@ DRIFT_REASONS: Final = (
     CAPACITY_RESERVATION_DRIFT,
 )
 
-NODEPOOL_HASH_ANNOTATION: Final = "karpenter.sh/nodepool-hash"
-NODEPOOL_HASH_VERSION_ANNOTATION: Final = "karpenter.sh/nodepool-hash-version"
-NODEPOOL_HASH_VERSION: Final = "nodesmith-v1"
-"""Version stamped next to :func:`nodepool_hash` values; distinct from Karpenter's ``v3`` so a
-cluster migrated from Karpenter is not seen as entirely drifted."""
-NODECLASS_HASH_ANNOTATION: Final = "karpenter.k8s.aws/ec2nodeclass-hash"
-NODECLASS_HASH_VERSION_ANNOTATION: Final = "karpenter.k8s.aws/ec2nodeclass-hash-version"
-NODECLASS_HASH_VERSION: Final = "nodesmith-v1"
-
 _RESERVED = "reserved"
 _ON_DEMAND = "on-demand"
 _RESERVATION_ID_LABEL = "karpenter.k8s.aws/capacity-reservation-id"
-
-
-def _digest(value: Any) -> str:
-    """Decimal of the first 8 bytes of sha256 over canonical JSON (sorted keys, no spaces)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return str(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big"))
-
-
-def _as_set(items: list[Any]) -> list[Any]:
-    """A list hashed as a set (hashstructure ``SlicesAsSets``): sorted by canonical JSON, deduplicated."""
-    seen = {json.dumps(i, sort_keys=True, separators=(",", ":")): i for i in items}
-    return [seen[k] for k in sorted(seen)]
-
-
-def nodepool_hash(nodepool: NodePool) -> str:
-    """Static-drift hash of ``spec.template`` without ``requirements`` (Karpenter ``NodePool.Hash``).
-
-    Covers template labels, annotations, taints, startup taints (both as sets), nodeClassRef,
-    expireAfter and terminationGracePeriod, with defaults applied (writing ``expireAfter: 720h``
-    explicitly hashes like leaving it out). ``weight``, ``limits`` and ``disruption`` never drift.
-    Returns a decimal string (sha256 of stable JSON, first 64 bits).
-    """
-    template = nodepool.spec.template.model_dump(by_alias=True, exclude_none=True, mode="json")
-    spec = template.get("spec", {})
-    spec.pop("requirements", None)
-    for key in ("taints", "startupTaints"):
-        if key in spec:
-            spec[key] = _as_set(spec[key])
-    return _digest(template)
-
-
-_NODECLASS_HASH_IGNORED = (
-    "subnetSelectorTerms",
-    "securityGroupSelectorTerms",
-    "capacityReservationSelectorTerms",
-    "amiSelectorTerms",
-    "ipPrefixCount",
-    "amiFamily",
-)
-
-
-def ec2nodeclass_hash(nodeclass: EC2NodeClass) -> str:
-    """Static-drift hash of an EC2NodeClass (Karpenter ``EC2NodeClass.Hash``, ``[aws]:pkg/apis/v1/ec2nodeclass.go``).
-
-    ``spec`` without the selector terms (subnets, security groups, AMIs, capacity reservations,
-    which drift dynamically), ``ipPrefixCount`` and the literal ``amiFamily``, plus the *resolved*
-    AMI family (so ``amiFamily: AL2023`` next to an ``al2023@latest`` alias does not drift). Lists
-    hash as sets. Changes to userData, tags, role/instanceProfile, kubelet, blockDeviceMappings,
-    metadataOptions, ... change the hash. Returns a decimal string.
-    """
-    spec = nodeclass.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    for key in _NODECLASS_HASH_IGNORED:
-        spec.pop(key, None)
-    for key, value in list(spec.items()):
-        if isinstance(value, list):
-            spec[key] = _as_set(value)
-    return _digest({"spec": spec, "amiFamily": nodeclass.ami_family})
-
-
-@dataclass(frozen=True, slots=True)
-class ResolvedAMI:
-    """An AMI the node class resolves to, with the requirements (arch, GPU, ...) it is meant for."""
-
-    id: str
-    requirements: tuple[NodeSelectorRequirement, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class NodeClassResolution:
-    """What an EC2NodeClass's selector terms resolve to now; None for anything unknown.
-
-    ``amis`` keep the node class's order (newest first, as ``status.amis``).
-    """
-
-    amis: tuple[ResolvedAMI, ...] | None = None
-    subnet_ids: frozenset[str] | None = None
-    security_group_ids: frozenset[str] | None = None
-    capacity_reservation_ids: frozenset[str] | None = None
-
-
-def resolution_from_nodeclass(nodeclass: EC2NodeClass) -> NodeClassResolution:
-    """The resolution an EC2NodeClass states: its selector terms when they are all ``id`` terms
-    (nothing to look up), else its ``status`` (amis, subnets, securityGroups), else unknown."""
-    from nodesmith.core.model import NodeSelectorRequirement
-
-    spec, status = nodeclass.spec, nodeclass.status
-    amis: tuple[ResolvedAMI, ...] | None = None
-    if all(t.id for t in spec.ami_selector_terms):
-        amis = tuple(ResolvedAMI(id=t.id) for t in spec.ami_selector_terms if t.id)
-    elif status is not None and status.amis:
-        resolved: list[ResolvedAMI] = []
-        for ami in status.amis:
-            reqs = tuple(
-                NodeSelectorRequirement(
-                    key=str(r.get("key", "")),
-                    operator=str(r.get("operator", "")),
-                    values=tuple(str(v) for v in r.get("values") or ()),
-                )
-                for r in ami.requirements
-            )
-            resolved.append(ResolvedAMI(id=ami.id, requirements=reqs))
-        amis = tuple(resolved)
-    subnets: frozenset[str] | None = None
-    if all(t.id for t in spec.subnet_selector_terms):
-        subnets = frozenset(t.id for t in spec.subnet_selector_terms if t.id)
-    elif status is not None and status.subnets:
-        subnets = frozenset(s.id for s in status.subnets)
-    groups: frozenset[str] | None = None
-    if all(t.id for t in spec.security_group_selector_terms):
-        groups = frozenset(t.id for t in spec.security_group_selector_terms if t.id)
-    elif status is not None and status.security_groups:
-        groups = frozenset(g.id for g in status.security_groups)
-    reservations: frozenset[str] | None = None
-    if status is not None and status.capacity_reservations:
-        reservations = frozenset(r.id for r in status.capacity_reservations)
-    return NodeClassResolution(
-        amis=amis, subnet_ids=subnets, security_group_ids=groups, capacity_reservation_ids=reservations
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,47 +121,6 @@ def _static_hash_drift(
     if stamped is None or annotations.get(version_key) != version:
         return None
     return None if stamped == current else stamped
-
-
-@dataclass(frozen=True, slots=True)
-class DriftBasis:
-    """What :func:`drift_of` compares every node of one NodePool and EC2NodeClass against, worked out once per
-    pass rather than once per node (:func:`drift_basis`): the NodePool's static hash (:func:`nodepool_hash`) and
-    requirements (None when they cannot be read: such a NodePool never drifts its nodes on requirements), the
-    EC2NodeClass's static hash (:func:`ec2nodeclass_hash`, None without a node class) and its resolution (the
-    one given, else :func:`resolution_from_nodeclass`; None when unknown). ``key`` holds all of it by value (with
-    the NodePool's and node class's names, which the drift messages carry): two bases with equal keys judge every
-    node alike."""
-
-    nodepool_hash: str
-    requirements: Requirements | None
-    nodeclass_hash: str | None
-    resolution: NodeClassResolution | None
-    key: tuple[object, ...] = ()
-
-
-def drift_basis(
-    nodepool: NodePool, nodeclass: EC2NodeClass | None, resolution: NodeClassResolution | None
-) -> DriftBasis:
-    """The :class:`DriftBasis` of ``nodepool`` and ``nodeclass`` (``resolution``: what the node class resolves to
-    now, None to take what it states)."""
-    core: tuple[NodeSelectorRequirement, ...] | None
-    try:
-        core = nodepool.requirements_core()
-        requirements: Requirements | None = Requirements.from_node_selector_requirements(core)
-    except RequirementError:
-        core, requirements = None, None
-    if resolution is None and nodeclass is not None:
-        resolution = resolution_from_nodeclass(nodeclass)
-    pool_hash = nodepool_hash(nodepool)
-    class_hash = ec2nodeclass_hash(nodeclass) if nodeclass is not None else None
-    return DriftBasis(
-        nodepool_hash=pool_hash,
-        requirements=requirements,
-        nodeclass_hash=class_hash,
-        resolution=resolution,
-        key=(nodepool.name, pool_hash, core, nodeclass.name if nodeclass is not None else None, class_hash, resolution),
-    )
 
 
 def _requirements_drift(labels: Mapping[str, str], pool_reqs: Requirements | None, *, strict: bool) -> str | None:
@@ -346,9 +174,9 @@ def drift_of(
     """The first drift reason of ``node`` against ``nodepool`` and ``nodeclass``, or None.
 
     ``resolution`` is what the node class resolves to now (from the cloud); None takes what
-    ``nodeclass`` itself states (:func:`resolution_from_nodeclass`). ``instance_types`` is the
+    ``nodeclass`` itself states (:func:`~.drift_basis.resolution_from_nodeclass`). ``instance_types`` is the
     catalogue by name; ``now`` epoch seconds; ``instance_type_min_age`` seconds before
-    ``InstanceTypeNotFound`` is considered. ``basis`` is :func:`drift_basis` of the same ``nodepool``,
+    ``InstanceTypeNotFound`` is considered. ``basis`` is :func:`~.drift_basis.drift_basis` of the same ``nodepool``,
     ``nodeclass`` and ``resolution`` when the caller already has it (None: worked out here).
     """
     if basis is None:

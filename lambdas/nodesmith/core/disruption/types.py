@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.disruption.drift import NodeClassResolution
+    from nodesmith.core.disruption.drift_basis import NodeClassResolution
     from nodesmith.core.model import (
         DaemonSet,
         InstanceType,
@@ -97,7 +97,7 @@ class DisruptionSnapshot:
     and bytes). ``pending_pods``: pods not bound to a node. ``pdbs``: every PodDisruptionBudget.
     ``daemonsets``: for the DaemonSet overhead of new NodeClaims. ``resolutions``: EC2NodeClass name ->
     what its selectors resolve to now (None: what each EC2NodeClass states,
-    :func:`~nodesmith.core.disruption.drift.resolution_from_nodeclass`). ``volume_requirements``: pod key
+    :func:`~nodesmith.core.disruption.drift_basis.resolution_from_nodeclass`). ``volume_requirements``: pod key
     (``namespace/name``) -> the node requirements its PersistentVolumeClaims impose (volume topology: moved
     pods stay in their volumes' zones). ``nodepool_instance_types``: NodePool name -> the catalogue of its
     own EC2NodeClass (None, or a NodePool not named: ``instance_types``).

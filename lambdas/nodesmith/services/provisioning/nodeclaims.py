@@ -9,7 +9,7 @@ lifecycle/launch.go``):
 * labels = template labels + ``karpenter.sh/nodepool`` + labels implied by single-valued ``In``
   requirements; annotations = template annotations + ``karpenter.sh/nodepool-hash(-version)`` and,
   given the EC2NodeClass, ``karpenter.k8s.aws/ec2nodeclass-hash(-version)`` — the hashes drift
-  detection compares (:mod:`nodesmith.core.disruption.drift`);
+  detection compares (:mod:`nodesmith.core.disruption.drift_basis`);
 * requirements = the plan's, with ``node.kubernetes.io/instance-type In [...]`` cheapest first and
   ``karpenter.sh/nodepool In [<pool>]``;
 * after launch: ``status.providerID``, ``imageID``, ``capacity``, ``allocatable`` and
@@ -48,7 +48,7 @@ from nodesmith.core.capacityreservations import (
     LABEL_CAPACITY_RESERVATION_TYPE,
     RESERVATION_TYPE_DEFAULT,
 )
-from nodesmith.core.disruption.drift import (
+from nodesmith.core.disruption.drift_basis import (
     NODECLASS_HASH_ANNOTATION,
     NODECLASS_HASH_VERSION,
     NODECLASS_HASH_VERSION_ANNOTATION,
@@ -175,9 +175,9 @@ def build_nodeclaim(
     """The NodeClaim object for ``plan`` (not yet created), with Karpenter's ``karpenter.sh/termination``
     finalizer, so a NodeClaim deleted by anyone is drained and its instance terminated before it goes.
 
-    The NodePool hash (:func:`~nodesmith.core.disruption.drift.nodepool_hash`, version
+    The NodePool hash (:func:`~nodesmith.core.disruption.drift_basis.nodepool_hash`, version
     :data:`NODEPOOL_HASH_VERSION`) is always stamped; the EC2NodeClass hash
-    (:func:`~nodesmith.core.disruption.drift.ec2nodeclass_hash`) when ``nodeclass`` is given.
+    (:func:`~nodesmith.core.disruption.drift_basis.ec2nodeclass_hash`) when ``nodeclass`` is given.
     Without these, ``NodePoolDrifted`` / ``NodeClassDrift`` can never be detected.
 
     Raises ``pydantic.ValidationError`` if the plan carries something the NodeClaim CRD refuses
