@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from nodesmith.core.requirements import LABEL_HOSTNAME, RequirementError, Requirements
 from nodesmith.core.resources import add
 from nodesmith.core.scheduling import solve
+from nodesmith.core.scheduling.existing import ExistingBases
 from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_offering, type_info
 from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput
 
@@ -63,7 +64,8 @@ class SimulationContext:
     nodes already deleting (to be placed again). ``recent``: nodes inside their
     ``consolidateAfter`` quiet period. ``volume_requirements``: pod key -> the node requirements its
     PersistentVolumeClaims impose. ``nodepool_instance_types``: NodePool name -> its own EC2NodeClass's
-    usable types (a NodePool not named uses ``instance_types``).
+    usable types (a NodePool not named uses ``instance_types``). ``existing_bases``: what the trials' scheduling
+    passes derive from each destination, derived once for all of them.
     """
 
     destinations: Mapping[str, ExistingNode]
@@ -76,6 +78,7 @@ class SimulationContext:
     recent: frozenset[str]
     volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
     nodepool_instance_types: Mapping[str, tuple[InstanceType, ...]] = field(default_factory=dict)
+    existing_bases: ExistingBases = field(default_factory=ExistingBases, compare=False, repr=False)
 
 
 def build_context(
@@ -262,6 +265,7 @@ def simulate(
             packing=packing,
             volume_requirements=ctx.volume_requirements,
             nodepool_instance_types=ctx.nodepool_instance_types,
+            existing_bases=ctx.existing_bases,
         )
     )
     failures = {key: why for key, why in result.unschedulable.items() if key in must_place}

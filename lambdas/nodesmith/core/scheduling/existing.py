@@ -11,6 +11,7 @@ which can let a later pod match a label the node does not carry; we do not).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from nodesmith.core.requirements import LABEL_HOSTNAME, Requirement, Requirements
@@ -19,16 +20,84 @@ from nodesmith.core.scheduling.pods import host_ports, ports_conflict
 from nodesmith.core.scheduling.taints import first_untolerated, schedulable_taints
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-    from nodesmith.core.model import Pod, Taint
+    from nodesmith.core.model import DaemonSet, Pod, Taint
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.daemonsets import DaemonInfo
     from nodesmith.core.scheduling.pods import HostPort, PodData
     from nodesmith.core.scheduling.topology import Topology
     from nodesmith.core.scheduling.types import ExistingNode
 
-__all__ = ["SimExistingNode"]
+__all__ = ["ExistingBase", "ExistingBases", "SimExistingNode", "derive_base"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingBase:
+    """What a :class:`SimExistingNode` derives from its node before any pod is placed: the hostname, the taints
+    pods must tolerate, the node's requirements (its labels and hostname), its headroom (allocatable - requests of
+    the pods on it - DaemonSet overhead still to come: cpu millicores, memory bytes, pods ...) and the host ports in
+    use. Never changed after it is built: each pass's :class:`SimExistingNode` copies what it places pods into."""
+
+    node: ExistingNode
+    hostname: str
+    taints: tuple[Taint, ...]
+    requirements: Requirements
+    remaining: Mapping[str, int]
+    ports: tuple[HostPort, ...]
+
+
+def derive_base(node: ExistingNode, daemons: Sequence[DaemonInfo]) -> ExistingBase:
+    """The :class:`ExistingBase` of ``node`` given the cluster's DaemonSets (``daemons``)."""
+    hostname = node.labels.get(LABEL_HOSTNAME, node.name)
+    taints: tuple[Taint, ...] = tuple(
+        schedulable_taints(node.taints, initialized=node.initialized, startup_taints=node.startup_taints)
+    )
+    labels = Requirements.from_labels(node.labels)
+    reqs = labels.copy()
+    host = Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((hostname,)))
+    if reqs.peek(LABEL_HOSTNAME) != host:  # the hostname label, when there, already says as much
+        reqs.add(host)
+    remaining: Resources = dict(node.allocatable)
+    ports: list[HostPort] = []
+    for pod in node.pods:
+        if pod.is_terminal:
+            continue
+        for name, amount in pod.requests.items():
+            remaining[name] = remaining.get(name, 0) - amount
+        if pod.host_ports:
+            ports.extend(host_ports(pod))
+    if daemons:
+        overhead = existing_node_overhead(labels=labels, taints=taints, pods=node.pods, daemons=daemons)
+        for name, amount in overhead.items():
+            remaining[name] = remaining.get(name, 0) - amount
+    return ExistingBase(
+        node=node, hostname=hostname, taints=taints, requirements=reqs, remaining=remaining, ports=tuple(ports)
+    )
+
+
+class ExistingBases:
+    """The :class:`ExistingBase` of each node, kept for many scheduling passes over the same nodes and DaemonSets
+    (a consolidation's trials each schedule against the cluster less a few candidates).
+
+    Keyed by the identity of the :class:`~nodesmith.core.scheduling.types.ExistingNode` and of the DaemonSet
+    sequence it was derived with (both objects are immutable): a node or DaemonSet list passed anew, even if equal,
+    is derived again, so a kept base is never stale. Holds references to both, so an identity is never reused
+    while kept. One pass at a time (not thread-safe)."""
+
+    __slots__ = ("_bases",)
+
+    def __init__(self) -> None:
+        self._bases: dict[int, tuple[Sequence[DaemonSet], ExistingBase]] = {}
+
+    def base(self, node: ExistingNode, daemonsets: Sequence[DaemonSet], daemons: Sequence[DaemonInfo]) -> ExistingBase:
+        """``node``'s base for ``daemonsets`` (``daemons``: their :class:`DaemonInfo`), derived on first use."""
+        kept = self._bases.get(id(node))
+        if kept is not None and kept[0] is daemonsets and kept[1].node is node:
+            return kept[1]
+        base = derive_base(node, daemons)
+        self._bases[id(node)] = (daemonsets, base)
+        return base
 
 
 class SimExistingNode:
@@ -40,33 +109,14 @@ class SimExistingNode:
 
     __slots__ = ("_static", "hostname", "node", "placed", "ports", "remaining", "requirements", "taints")
 
-    def __init__(self, node: ExistingNode, daemons: Sequence[DaemonInfo]) -> None:
+    def __init__(self, node: ExistingNode, daemons: Sequence[DaemonInfo], base: ExistingBase | None = None) -> None:
+        base = base if base is not None and base.node is node else derive_base(node, daemons)
         self.node = node
-        self.hostname = node.labels.get(LABEL_HOSTNAME, node.name)
-        self.taints: tuple[Taint, ...] = schedulable_taints(
-            node.taints, initialized=node.initialized, startup_taints=node.startup_taints
-        )
-        labels = Requirements.from_labels(node.labels)
-        reqs = labels.copy()
-        host = Requirement(LABEL_HOSTNAME, complement=False, values=frozenset((self.hostname,)))
-        if reqs.peek(LABEL_HOSTNAME) != host:  # the hostname label, when there, already says as much
-            reqs.add(host)
-        self.requirements = reqs
-        remaining: Resources = dict(node.allocatable)
-        ports: list[HostPort] = []
-        for pod in node.pods:
-            if pod.is_terminal:
-                continue
-            for name, amount in pod.requests.items():
-                remaining[name] = remaining.get(name, 0) - amount
-            if pod.host_ports:
-                ports.extend(host_ports(pod))
-        if daemons:
-            overhead = existing_node_overhead(labels=labels, taints=self.taints, pods=node.pods, daemons=daemons)
-            for name, amount in overhead.items():
-                remaining[name] = remaining.get(name, 0) - amount
-        self.remaining = remaining
-        self.ports = ports
+        self.hostname = base.hostname
+        self.taints = base.taints
+        self.requirements = base.requirements
+        self.remaining: Resources = dict(base.remaining)
+        self.ports: list[HostPort] = list(base.ports)
         self.placed: list[Pod] = []
         self._static: dict[int, bool] = {}
 

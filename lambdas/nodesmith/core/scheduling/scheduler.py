@@ -110,7 +110,11 @@ class _Pass:
                 seen.add(pid)
                 self.pending.append(pod)
         nodes = sorted(inp.existing_nodes, key=lambda n: (not n.initialized, n.name))
-        self.existing = [SimExistingNode(n, daemons) for n in nodes]
+        bases = inp.existing_bases
+        self.existing = [
+            SimExistingNode(n, daemons, bases.base(n, inp.daemonsets, daemons) if bases is not None else None)
+            for n in nodes
+        ]
         self.targets = ExistingIndex([n for n in self.existing if not n.node.unschedulable])
         self._universe_cache: dict[str, dict[str, list[tuple[Taint, ...]]]] = {}
         self.topology = Topology(

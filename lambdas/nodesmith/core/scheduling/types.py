@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         Taint,
     )
     from nodesmith.core.resources import Resources
+    from nodesmith.core.scheduling.existing import ExistingBases
     from nodesmith.core.scheduling.reasons import Explanation
 
 __all__ = [
@@ -79,7 +80,9 @@ class SchedulingInput:
     PersistentVolumeClaims impose (:func:`nodesmith.core.scheduling.volumes.volume_requirements`).
     ``packing`` is the packing policy (:data:`PACKING_POLICIES`). ``explain`` names pods
     (``namespace/name``) whose placement should be explained even when they schedule
-    (``SchedulingResult.explanations``); unschedulable pods are always explained.
+    (``SchedulingResult.explanations``); unschedulable pods are always explained. ``existing_bases`` keeps what
+    the pass derives from each existing node for the next pass over the same nodes (consolidation's trials); it
+    never changes a result.
     """
 
     pods: Sequence[Pod]
@@ -92,6 +95,7 @@ class SchedulingInput:
     explain: frozenset[str] = frozenset()
     volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
     nodepool_instance_types: Mapping[str, Sequence[InstanceType]] = field(default_factory=dict)
+    existing_bases: ExistingBases | None = None
 
     def types_for(self, nodepool: str) -> Sequence[InstanceType]:
         """The catalogue NodePool ``nodepool`` schedules from: its own, else the shared one."""
