@@ -16,11 +16,10 @@ failing reach the dead-letter queue before it expires. Lambda's SQS guidance ask
 function timeout so that throttled invocations are retried within the visibility; here the function's
 reserved concurrency is at least the event source's maximum concurrency, so it is never throttled.
 
-A drain round lost to a termination invocation that crashed or timed out comes back after the termination
-queue's visibility timeout (30 s with the default 20 s function timeout). So a node with a deadline (a spot
-notice, a capacity block's end, ``terminationGracePeriod``) is drained for ``terminationDeadlineMarginSeconds``
-before it: one lost round still leaves a redelivery before EC2 takes the instance back. A round is one pass of
-evictions, so the function needs far less than its timeout.
+A drain round lost to a termination invocation that crashed or timed out comes back only after the termination
+queue's visibility timeout, which follows the function timeout: a round is one pass of evictions, so the
+termination function's default timeout is 20 s (visibility 30 s), and a lost round near a spot notice's end costs
+no more than that.
 
 The termination queue works the other way round: a request stays on it while its node drains, one
 round per delivery. The termination handler reports a node that still has pods as a batch item
@@ -161,7 +160,6 @@ class NodesmithConfig:
     termination_retry_seconds: int = 2
     termination_retry_max_seconds: int = 10
     termination_request_stale_seconds: int = 300
-    termination_deadline_margin_seconds: int = 30
     eviction_workers: int = 8
     price_table: str = ""
     rebalance_action: str = "cordon"
@@ -305,12 +303,6 @@ class NodesmithConfig:
             "(terminationRetryMaxSeconds), and a shorter staleness would re-send requests for drains under way",
         )
         _check(
-            0 <= self.termination_deadline_margin_seconds <= 60,
-            "terminationDeadlineMarginSeconds",
-            f"{self.termination_deadline_margin_seconds} is outside 0..60 seconds: a spot interruption's notice is "
-            "two minutes, and a larger margin would leave its PodDisruptionBudgets no time",
-        )
-        _check(
             60 <= self.registration_ttl_seconds <= 3600,
             "registrationTtlSeconds",
             f"{self.registration_ttl_seconds} is outside 60..3600 seconds: a node takes about a minute to "
@@ -376,9 +368,6 @@ class NodesmithConfig:
             termination_retry_max_seconds=_int(get, "terminationRetryMaxSeconds", d.termination_retry_max_seconds),
             termination_request_stale_seconds=_int(
                 get, "terminationRequestStaleSeconds", d.termination_request_stale_seconds
-            ),
-            termination_deadline_margin_seconds=_int(
-                get, "terminationDeadlineMarginSeconds", d.termination_deadline_margin_seconds
             ),
             eviction_workers=_int(get, "evictionWorkers", d.eviction_workers),
             price_table=_text(get, "priceTable", d.price_table),

@@ -195,16 +195,6 @@ CONTEXT_KEYS: tuple[ContextKey, ...] = (
         bound_by="more than 60 + `terminationRetryMaxSeconds`",
     ),
     ContextKey(
-        key="terminationDeadlineMarginSeconds",
-        attribute="termination_deadline_margin_seconds",
-        meaning="A node with a deadline (spot or capacity-block notice, terminationGracePeriod) is drained to be "
-        "empty this long before it, so a drain round lost to a failed invocation is delivered again in time; "
-        "one termination queue visibility timeout (`terminationTimeoutSeconds` + 10) covers one lost round.",
-        unit="seconds",
-        low=0,
-        high=60,
-    ),
-    ContextKey(
         key="evictionWorkers",
         attribute="eviction_workers",
         meaning="Evictions in flight per drain round.",

@@ -236,6 +236,5 @@ def termination_environment(config: NodesmithConfig) -> dict[str, str]:
             ENV.EVICTION_WORKERS: str(config.eviction_workers),
             ENV.TERMINATION_RETRY_SECONDS: str(config.termination_retry_seconds),
             ENV.TERMINATION_RETRY_MAX_SECONDS: str(config.termination_retry_max_seconds),
-            ENV.TERMINATION_DEADLINE_MARGIN_SECONDS: str(config.termination_deadline_margin_seconds),
         }
     )

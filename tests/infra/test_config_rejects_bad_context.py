@@ -60,8 +60,6 @@ def test_command_line_strings_are_parsed_as_integers() -> None:
         ("interruptionReservedConcurrency", 1001, "25..1000"),
         ("terminationTimeoutSeconds", 5, "10..900"),
         ("terminationTimeoutSeconds", 901, "10..900"),
-        ("terminationDeadlineMarginSeconds", -1, "0..60"),
-        ("terminationDeadlineMarginSeconds", 61, "two minutes"),
         ("terminationMaxConcurrency", 1, "MaximumConcurrency"),
         ("terminationReservedConcurrency", 10, "throttled"),
         ("terminationMaxReceiveCount", 5, "10..1000"),

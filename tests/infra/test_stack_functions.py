@@ -54,7 +54,7 @@ def test_functions_share_runtime_tracing_and_json_logs(synth: Synth, handler: st
         (
             TERMINATION,
             {"TERMINATION_QUEUE_URL", "EVICTION_WORKERS", "TERMINATION_RETRY_SECONDS",
-             "TERMINATION_RETRY_MAX_SECONDS", "TERMINATION_DEADLINE_MARGIN_SECONDS"},
+             "TERMINATION_RETRY_MAX_SECONDS"},
         ),
     ],
 )  # fmt: skip

@@ -5,7 +5,6 @@ finalizers come off last."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import interruption_fakes as fakes
@@ -21,9 +20,7 @@ from nodesmith.core.timestamps import to_rfc3339
 from nodesmith.services.termination.service import Status, TerminationSettings, run_round
 
 IID = "i-1234567890abcdef0"
-SETTINGS = TerminationSettings(
-    retry_initial_seconds=2.0, retry_max_seconds=10.0, heartbeat_seconds=60.0, deadline_margin_seconds=0.0
-)  # Karpenter's own timing: pods deleted at the deadline less their grace period
+SETTINGS = TerminationSettings(retry_initial_seconds=2.0, retry_max_seconds=10.0, heartbeat_seconds=60.0)
 
 
 def world(*, pods: list[Any] | None = None, claim: Any = None, instance: Any = None) -> tuple[Any, Any]:
@@ -122,31 +119,6 @@ def test_the_deadline_read_from_the_nodeclaim_forces_what_it_must_and_no_sooner(
     cluster.clock.now += 2
     round_(cluster, cloud, attempt=6)
     assert cluster.args("delete_pod")[-1] == ("default/short", 29)
-
-
-def test_the_deadline_margin_leaves_a_lost_round_a_redelivery_before_the_reclaim() -> None:
-    # Given a spot interruption's deadline 100 s away, a margin of one 30 s visibility timeout, and pods with 30 s
-    # and 120 s grace periods behind a budget
-    margin = replace(SETTINGS, deadline_margin_seconds=30.0)
-    claim = fakes.make_claim(
-        deleted_at=fakes.NOW, annotations={TERMINATION_TIMESTAMP_ANNOTATION: to_rfc3339(fakes.NOW + 100)}
-    )
-    pods = [fakes.make_pod("short", grace=30), fakes.make_pod("long", grace=120)]
-    cluster, cloud = world(pods=pods, claim=claim)
-    cluster.pdb_blocks.update({"default/short": -1, "default/long": -1})
-
-    first = round_(cluster, cloud, settings=margin)
-    # the long one is deleted to be gone 30 s before the deadline, and the short one falls due 30 s earlier too
-    assert cluster.args("delete_pod") == [("default/long", 70)]
-    assert first.drain is not None and first.drain.next_due == pytest.approx(fakes.NOW + 40)
-
-    # When the round due at 40 s is lost (its invocation crashed) and comes back one visibility timeout later
-    cluster.clock.now += 70
-    late = round_(cluster, cloud, attempt=9, settings=margin)
-    # Then the short one is still deleted, to be gone long before EC2 takes the instance back 30 s later, and
-    # the node waits for its pods to end
-    assert cluster.args("delete_pod")[-1] == ("default/short", 1)
-    assert late.status is Status.DRAINING and late.retry_after == 1 and not late.instance_terminated
 
 
 def test_a_termination_grace_period_bounds_the_drain_from_the_deletion() -> None:

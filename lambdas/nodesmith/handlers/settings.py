@@ -44,7 +44,6 @@ class ENV:
     TERMINATION_RETRY_SECONDS = "NODESMITH_TERMINATION_RETRY_SECONDS"
     TERMINATION_RETRY_MAX_SECONDS = "NODESMITH_TERMINATION_RETRY_MAX_SECONDS"
     TERMINATION_REQUEST_STALE_SECONDS = "NODESMITH_TERMINATION_REQUEST_STALE_SECONDS"
-    TERMINATION_DEADLINE_MARGIN_SECONDS = "NODESMITH_TERMINATION_DEADLINE_MARGIN_SECONDS"
     DISRUPTION = "NODESMITH_DISRUPTION"
     DISRUPTION_VALIDATION_DELAY_SECONDS = "NODESMITH_DISRUPTION_VALIDATION_DELAY_SECONDS"
     DISRUPTION_MIN_SAVINGS_USD_PER_HOUR = "NODESMITH_DISRUPTION_MIN_SAVINGS_USD_PER_HOUR"
@@ -163,14 +162,6 @@ class Settings(BaseModel):
         description="The reconcile pass sends a deleting NodeClaim's termination request again when none was "
         "sent or worked on for this long (seconds).",
     )
-    termination_deadline_margin_seconds: float = Field(
-        default=30.0,
-        ge=0,
-        le=60,
-        description="A node with a deadline (a spot or capacity-block notice, terminationGracePeriod) has its pods "
-        "deleted to be gone this long before it, so a drain round lost to a failed invocation is delivered "
-        "again in time; one termination queue visibility timeout covers one lost round (seconds).",
-    )
     disruption: bool = Field(
         default=True, description="Whether the reconcile pass runs disruption (consolidation, drift, expiration)."
     )
@@ -263,7 +254,6 @@ ENV_BY_FIELD: Mapping[str, str] = MappingProxyType(
         "termination_retry_seconds": ENV.TERMINATION_RETRY_SECONDS,
         "termination_retry_max_seconds": ENV.TERMINATION_RETRY_MAX_SECONDS,
         "termination_request_stale_seconds": ENV.TERMINATION_REQUEST_STALE_SECONDS,
-        "termination_deadline_margin_seconds": ENV.TERMINATION_DEADLINE_MARGIN_SECONDS,
         "disruption": ENV.DISRUPTION,
         "disruption_validation_delay_seconds": ENV.DISRUPTION_VALIDATION_DELAY_SECONDS,
         "disruption_min_savings_usd_per_hour": ENV.DISRUPTION_MIN_SAVINGS_USD_PER_HOUR,

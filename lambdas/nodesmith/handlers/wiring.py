@@ -220,7 +220,6 @@ def termination_settings(settings: Settings) -> TerminationSettings:
         eviction_workers=settings.eviction_workers,
         retry_initial_seconds=settings.termination_retry_seconds,
         retry_max_seconds=settings.termination_retry_max_seconds,
-        deadline_margin_seconds=settings.termination_deadline_margin_seconds,
     )
 
 

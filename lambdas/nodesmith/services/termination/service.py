@@ -15,7 +15,7 @@ acted on is read again here (Karpenter's termination controller, ``karpenter-v1.
 3. Its node (the NodeClaim's ``status.nodeName``, else the instance's private DNS name; its providerID must
    match) is tainted ``karpenter.sh/disrupted:NoSchedule`` and cordoned, and one drain round runs
    (:func:`~.drain.drain_round`) against the deadline read from the NodeClaim
-   (:func:`~nodesmith.core.termination.termination_deadline`) less the margin of :class:`TerminationSettings`.
+   (:func:`~nodesmith.core.termination.termination_deadline`).
    A node whose instance EC2 already reports shutting down or terminated is not drained: its pods are gone with
    it, and removing the node lets their controllers replace them at once (Karpenter removes the finalizer when
    the instance is gone).
@@ -71,21 +71,13 @@ LOG = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class TerminationSettings:
     """Tuning of the rounds (``Settings`` fields): evictions at once per round, the backoff between rounds
-    (seconds: first wait, cap; Karpenter's eviction queue backs off to 10 s), how often a draining node's
-    request is refreshed (seconds), and ``deadline_margin_seconds``: how long before a node's deadline its pods
-    are to be gone.
-
-    Karpenter deletes a pod at ``deadline - terminationGracePeriodSeconds`` so it ends as the node does; here a
-    round runs only when SQS delivers its request, and a delivery whose invocation crashed or timed out comes back
-    only after the termination queue's visibility timeout. Planning the drain for ``deadline - margin`` (one
-    visibility timeout) leaves a lost round one redelivery to run before EC2 reclaims a spot or capacity-block
-    instance; the instance itself is still terminated no earlier than the deadline unless drained."""
+    (seconds: first wait, cap; Karpenter's eviction queue backs off to 10 s) and how often a draining node's
+    request is refreshed (seconds)."""
 
     eviction_workers: int = 8
     retry_initial_seconds: float = 2.0
     retry_max_seconds: float = 10.0
     heartbeat_seconds: float = 60.0
-    deadline_margin_seconds: float = 30.0
 
 
 @unique
@@ -241,8 +233,7 @@ def run_round(
     drain = None
     if node is not None and not gone:
         cordon_node(cluster=cluster, node_name=node.name)
-        drain_by = None if deadline is None else deadline - settings.deadline_margin_seconds
-        drain = drain_round(cluster=cluster, node=node, now=now, deadline=drain_by, workers=settings.eviction_workers)
+        drain = drain_round(cluster=cluster, node=node, now=now, deadline=deadline, workers=settings.eviction_workers)
         if not drain.drained and (deadline is None or now < deadline):
             _heartbeat(cluster, claim, node, drain, now=now, every=settings.heartbeat_seconds)
             progressed = drain.evicted + drain.force_deleted > 0
