@@ -5,6 +5,7 @@ reason, NodePool and capacity type; malformed and unbacked requests are acknowle
 from __future__ import annotations
 
 import json
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -114,3 +115,30 @@ def test_a_round_that_fails_comes_back_after_the_backoff_not_the_visibility_time
     assert "claim-a" not in cluster.nodeclaims and cloud.instances[A].state == "shutting-down"
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}
     assert backoff == [("rh-m-b", 8)]
+
+
+def test_a_round_that_hangs_is_reported_failed_before_the_timeout_and_holds_no_other(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the API server never answering the read of claim-b's NodeClaim, and an invocation with 2.5 s left
+    cluster = world["cluster"]
+    release, original = threading.Event(), cluster.get_nodeclaim
+
+    def hangs(*, name: str) -> Any:
+        if name == "claim-b":
+            release.wait(30)
+        return original(name=name)
+
+    monkeypatch.setattr(cluster, "get_nodeclaim", hangs)
+    monkeypatch.setattr(fakes.Context, "get_remaining_time_in_millis", lambda self: 2_500)
+    try:
+        response, _, backoff = invoke(world, [request("claim-a", A, "m-a"), request("claim-b", B, "m-b")])
+
+        # Then the handler answered while claim-b's round still hung: claim-a's node went, claim-b's request comes
+        # back after the backoff, not after the whole batch waited out the queue's visibility timeout
+        assert not release.is_set()
+        assert "claim-a" not in cluster.nodeclaims
+        assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}
+        assert backoff == [("rh-m-b", 2)]
+    finally:
+        release.set()

@@ -2,7 +2,8 @@
 
 Each record is one :class:`~nodesmith.core.termination.TerminationRequest` (ids only; malformed: logged,
 counted, acknowledged); powertools' ``AsyncBatchProcessor`` works the records of a batch at once, each in a
-worker thread, as Karpenter's termination controller reconciles many nodes at once.
+thread bounded by the time left (:class:`~nodesmith.handlers.budget.RecordBudget`), as Karpenter's termination
+controller reconciles many nodes at once.
 :func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, its
 instance and node and works one round. A node that still has pods is reported as a batch item failure and
 its message made visible again after the round's backoff (``ChangeMessageVisibility``), so SQS delivers it
@@ -12,8 +13,8 @@ that crash or time out); the queue's ``maxReceiveCount`` and dead-letter queue b
 
 from __future__ import annotations
 
-import asyncio
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
@@ -21,6 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from nodesmith.core.termination import MalformedRequestError, TerminationRequest, parse_request
 from nodesmith.handlers import reporting, wiring
+from nodesmith.handlers.budget import RecordBudget
 from nodesmith.handlers.observability import logger, metrics, tracer
 from nodesmith.services.termination.service import Status, describe, retry_after_failure, run_round
 
@@ -65,10 +67,11 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if request is None:
             return
         attempt = int(record.attributes.approximate_receive_count or 1)
+        work = partial(run_round, ports=ports, settings=tuning, request=request, now=time.time(), attempt=attempt,
+                       described=described)  # fmt: skip
         try:
-            outcome = await asyncio.to_thread(run_round, ports=ports, settings=tuning, request=request,
-                                              now=time.time(), attempt=attempt, described=described)  # fmt: skip
-        except Exception:  # reported as the record's failure; it comes back after the backoff
+            outcome = await rounds.run(work)
+        except Exception:  # failed or overran its budget: the record's failure, back after the backoff
             backoff.append((record.receipt_handle, retry_after_failure(tuning, attempt=attempt, now=time.time())))
             raise
         reporting.report_termination(outcome, request)
@@ -77,9 +80,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
             raise StillDraining(outcome.retry_after)
 
     processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    response = async_process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    with RecordBudget(context=context, workers=len(requests)) as rounds:
+        response = async_process_partial_response(event=event, record_handler=record_handler, processor=processor,
+                                                  context=context)  # fmt: skip
     retry_after = wiring.build_retry_after(settings)
     if backoff and retry_after is not None:
         retry_after(backoff)
