@@ -24,7 +24,13 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from nodesmith.core.errors import InsufficientCapacityError, KubernetesError, LaunchError, NodeClassNotReadyError
+from nodesmith.core.errors import (
+    ConflictError,
+    InsufficientCapacityError,
+    KubernetesError,
+    LaunchError,
+    NodeClassNotReadyError,
+)
 from nodesmith.core.labels import LABEL_NODEPOOL
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
 from nodesmith.core.termination import TERMINATION_FINALIZER
@@ -195,6 +201,31 @@ class Launcher:
             return result
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
+    def _write_launch(
+        self, nodeclaim: NodeClaim, result: LaunchResult, catalogue: Mapping[str, InstanceType], at: float
+    ) -> NodeClaim:
+        """Write the launch of ``result`` (at ``at``, epoch seconds) to ``nodeclaim``'s status; returns the NodeClaim
+        as written, or as marked when no write succeeded (the error is recorded). A 409 (the NodeClaim changed since
+        it was read: a label, a condition) is met by reading it again and writing once more, as Kubernetes
+        controllers do: the instance must not be left unrecorded, since a pass that cannot see it yet (EC2's
+        eventual consistency) would launch another for the NodeClaim."""
+        marked = mark_launched(nodeclaim=nodeclaim, result=result, catalogue=catalogue, now=at)
+        try:
+            try:
+                return self.cluster.update_nodeclaim_status(nodeclaim=marked)
+            except ConflictError:
+                fresh = self.cluster.get_nodeclaim(name=nodeclaim.name)
+                if fresh is None or fresh.metadata.uid != nodeclaim.metadata.uid or fresh.status.provider_id:
+                    raise
+                return self.cluster.update_nodeclaim_status(
+                    nodeclaim=mark_launched(nodeclaim=fresh, result=result, catalogue=catalogue, now=at)
+                )
+        except KubernetesError as exc:
+            # The instance runs and carries the NodeClaim's name: the next pass adopts it.
+            with self.lock:
+                self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
+            return marked
+
     def launch(self, nodeclaim: NodeClaim) -> LaunchOutcome:
         """Launch (or adopt) the instance of ``nodeclaim`` and write its status; never raises for launch errors."""
         nodeclass_name = nodeclaim.spec.node_class_ref.name
@@ -224,13 +255,7 @@ class Launcher:
                     nodeclaim, exc.code or "LaunchError", f"launching NodeClaim {nodeclaim.name}: {exc}", capacity=False
                 )
         launched_at = self.now + max(0.0, self.elapsed())  # when CreateFleet answered, not when the pass began
-        updated = mark_launched(nodeclaim=nodeclaim, result=result, catalogue=catalogue, now=launched_at)
-        try:
-            updated = self.cluster.update_nodeclaim_status(nodeclaim=updated)
-        except KubernetesError as exc:
-            # The instance runs and carries the NodeClaim's name: the next pass adopts it.
-            with self.lock:
-                self.errors.append(f"write launch status of NodeClaim {nodeclaim.name}: {exc}")
+        updated = self._write_launch(nodeclaim, result, catalogue, launched_at)
         labels = launched_labels(result)
         try:  # after the status: the labels' write would fail the status write's resourceVersion precondition
             self.cluster.label_nodeclaim(name=nodeclaim.name, labels=labels)
