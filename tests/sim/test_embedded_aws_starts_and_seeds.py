@@ -120,3 +120,26 @@ def test_interruption_plumbing_routes_the_four_event_kinds_to_the_queue(aws: emb
     # the termination queue is the cluster's too, and no rule feeds it
     assert queues.termination_url.rsplit("/", 1)[-1] == f"{CLUSTER}-termination.fifo"
     assert sqs.receive_message(QueueUrl=queues.termination_url).get("Messages", []) == []
+
+
+def test_the_termination_queue_drops_a_repeated_request_for_five_minutes_even_once_handled(
+    aws: embedded_aws.EmbeddedAws,
+) -> None:
+    # Given a termination request received and deleted (its node drained), as SQS's FIFO deduplication works
+    queues = embedded_aws.create_queues(cluster_name=CLUSTER)
+    sqs, url = aws.client("sqs"), queues.termination_url
+
+    def send(group: str, dedup: str) -> None:
+        sqs.send_message(QueueUrl=url, MessageBody=dedup, MessageGroupId=group, MessageDeduplicationId=dedup)
+
+    send("claim-a", "a/SpotInterrupted")
+    (first,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    sqs.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])
+
+    # When the same request is sent again within the interval, and another NodeClaim's
+    send("claim-a", "a/SpotInterrupted")
+    send("claim-b", "b/SpotInterrupted")
+
+    # Then only the other NodeClaim's is delivered: the repeat is accepted and dropped
+    delivered = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in delivered] == ["b/SpotInterrupted"]

@@ -25,7 +25,8 @@ grew with the queue's depth at a rate that made a burst's backlog, not the code 
 CreateFleet repeated with its ``ClientToken`` answers the first call's instances
 (:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
 ``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s.
-An EC2 resource's tags are read from moto's tag store by the resource's id (:mod:`nodesmith.sim.aws_moto_fixes`).
+An EC2 resource's tags are read from moto's tag store by the resource's id, and a FIFO queue drops a repeated
+deduplication id for SQS's five minutes even once the first message was deleted (:mod:`nodesmith.sim.aws_moto_fixes`).
 """
 
 from __future__ import annotations
@@ -183,7 +184,11 @@ def fix_moto() -> None:
     from moto.sqs.models import Message, Queue
 
     from nodesmith.sim.aws_idempotency import honour_client_tokens
-    from nodesmith.sim.aws_moto_fixes import deliver_events_whole, tags_by_resource_id
+    from nodesmith.sim.aws_moto_fixes import (
+        deliver_events_whole,
+        fifo_deduplication_outlives_deletion,
+        tags_by_resource_id,
+    )
 
     deliver_events_whole(EventTemplateParser)
     lock = threading.RLock()
@@ -205,6 +210,7 @@ def fix_moto() -> None:
 
     honour_client_tokens()  # with the capacity reservations it checks inside
     tags_by_resource_id()
+    fifo_deduplication_outlives_deletion(Queue)
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)

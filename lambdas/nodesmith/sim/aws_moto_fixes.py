@@ -1,12 +1,18 @@
-"""Two of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
-transformer receives the event itself (:func:`deliver_events_whole`), and an EC2 resource's tags are read by its id
-(:func:`tags_by_resource_id`). Both patch moto's classes in this process; call them through ``fix_moto``."""
+"""Three of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
+transformer receives the event itself (:func:`deliver_events_whole`), an EC2 resource's tags are read by its id
+(:func:`tags_by_resource_id`), and a FIFO queue drops a repeated deduplication id for five minutes even after the
+first message was deleted (:func:`fifo_deduplication_outlives_deletion`). All patch moto's classes in this process;
+call them through ``fix_moto``."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
-__all__ = ["EVENT_ENVELOPE", "deliver_events_whole", "tags_by_resource_id"]
+__all__ = ["EVENT_ENVELOPE", "deliver_events_whole", "fifo_deduplication_outlives_deletion", "tags_by_resource_id"]
+
+DEDUPLICATION_SECONDS = 300
+"""SQS's deduplication interval for FIFO queues (Amazon SQS developer guide, "Using the message deduplication ID")."""
 
 
 EVENT_ENVELOPE = ("version", "id", "detail-type", "source", "account", "time", "region", "resources", "detail")
@@ -44,3 +50,32 @@ def tags_by_resource_id() -> None:
         return [{"resource_id": resource_id, "key": k, "value": v, "resource_type": kind} for k, v in own.items()]
 
     TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
+
+
+def fifo_deduplication_outlives_deletion(queue_class: Any) -> None:
+    """Make a FIFO queue of moto (``queue_class``: moto's ``Queue``) drop a message whose deduplication id (within its
+    message group when the queue's ``DeduplicationScope`` is ``messageGroup``) it accepted in the last
+    :data:`DEDUPLICATION_SECONDS`, as SQS does: "any messages sent with the same message deduplication ID are accepted
+    successfully but aren't delivered during the 5-minute deduplication interval", whether or not the first one was
+    received and deleted meanwhile. moto compares only with the messages still on the queue."""
+    add_message = queue_class.add_message
+    lock = threading.Lock()
+
+    def deduplicated(self: Any, message: Any) -> None:
+        key = message.deduplication_id
+        if not self.fifo_queue or key is None:
+            add_message(self, message)
+            return
+        if self.attributes.get("DeduplicationScope") == "messageGroup":
+            key = (message.group_id, key)
+        now = message.sent_timestamp / 1000
+        with lock:
+            seen: dict[Any, float] = self.__dict__.setdefault("_nodesmith_deduplication", {})
+            for old in [k for k, at in seen.items() if now - at >= DEDUPLICATION_SECONDS]:
+                del seen[old]
+            if key in seen:
+                return
+            seen[key] = now
+        add_message(self, message)
+
+    queue_class.add_message = deduplicated
