@@ -9,6 +9,7 @@ records acknowledged."""
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -146,3 +147,34 @@ def test_the_termination_is_requested_before_the_node_is_tainted(world: dict[str
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}
     assert ("delete_nodeclaim", "claim-b") in world["cluster"].calls
     assert not world["cluster"].nodes["node-b"].unschedulable
+
+
+def test_a_record_that_hangs_holds_no_other_records_request(
+    world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given the API server never answering the cordon of node-b, and an invocation with 2.5 s left
+    cluster, release = world["cluster"], threading.Event()
+    cluster.failing = frozenset()
+    original = cluster.taint_and_cordon
+
+    def hangs(*, node_name: str, taint: Any) -> bool:
+        if node_name == "node-b":
+            release.wait(30)
+        return bool(original(node_name=node_name, taint=taint))
+
+    monkeypatch.setattr(cluster, "taint_and_cordon", hangs)
+    monkeypatch.setattr(fakes.Context, "get_remaining_time_in_millis", lambda self: 2_500)
+    try:
+        records = [
+            fakes.sqs_record(fakes.event(A), message_id="m-a"),
+            fakes.sqs_record(fakes.event(B), message_id="m-b"),
+        ]
+        response, _ = invoke(world, records)
+
+        # Then the handler answered while node-b's cordon still hung: node-a's termination request went, and only
+        # node-b's warning comes back
+        assert not release.is_set()
+        assert [r.nodeclaim for r in world["queue"].sent] == ["claim-a"]
+        assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}
+    finally:
+        release.set()

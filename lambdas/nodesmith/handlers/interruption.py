@@ -4,16 +4,17 @@ Parses each record strictly (:func:`~nodesmith.core.interruption.parse_message`;
 acknowledged), runs the batch (:class:`~nodesmith.services.interruption.service.InterruptionBatch`: one
 ``DescribeInstances``, then per message against what EC2 and the cluster say, then the batch's termination
 requests sent together) and reports it. Our account and region are those of the queue the records came from
-(their ``eventSourceARN``). Powertools' ``AsyncBatchProcessor`` handles the records at once (each in a worker
-thread) and gives partial batch responses: a record whose work raised, or whose termination request SQS refused,
-is retried by SQS, every other one is deleted. Records of one message id (copies SQS delivered twice into one
+(their ``eventSourceARN``). Powertools' ``AsyncBatchProcessor`` handles the records at once (each in a thread
+bounded by the time left, :class:`~nodesmith.handlers.budget.RecordBudget`) and gives partial batch responses: a
+record whose work raised or overran, or whose termination request SQS refused, is retried by SQS, every other one
+is deleted. Records of one message id (copies SQS delivered twice into one
 batch) are handled once.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
@@ -21,6 +22,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from nodesmith.core.interruption import MalformedEventError, parse_message
 from nodesmith.handlers import reporting, wiring
+from nodesmith.handlers.budget import RecordBudget
 from nodesmith.handlers.observability import logger, metrics, tracer
 from nodesmith.services.interruption.service import InterruptionBatch, InterruptionSettings, MessageOutcome, Received
 
@@ -76,12 +78,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # a second copy of a message in this batch (SQS delivers at least once) is acknowledged with the first
         if record.message_id in batch.received and record.message_id not in handled:
             handled.add(record.message_id)
-            outcomes[record.message_id] = await asyncio.to_thread(batch.handle, record.message_id)
+            outcomes[record.message_id] = await budget.run(partial(batch.handle, record.message_id))
 
     processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-    response = async_process_partial_response(
-        event=event, record_handler=record_handler, processor=processor, context=context
-    )
+    with RecordBudget(context=context, workers=len(records)) as budget:  # a hung record holds no other's request
+        response = async_process_partial_response(event=event, record_handler=record_handler, processor=processor,
+                                                  context=context)  # fmt: skip
     sent, unsent = batch.send(outcomes)  # the requests of the whole batch, together
     for message_id, outcome in sent.items():
         reporting.report_message(outcome, queue_age_seconds=now - batch.received[message_id].received_at)
