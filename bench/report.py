@@ -86,8 +86,9 @@ def figures(run: Run) -> str:
     """The headline figures of a run, as text for one table cell.
 
     interruptions: nodes, when every node was cordoned, when every pod ran again, pods lost, PDB violations and
-    the most fresh drains of one node; chaos: whether every invariant held and the run settled, and the
-    invariants that did not hold; any other bench: its top-level numbers and booleans.
+    the most fresh drains of one node; latency: the cluster's nodes and each mode's p50 and p95 from pending pod to
+    CreateFleet; chaos: whether every invariant held and the run settled, and the invariants that did not hold; any
+    other bench: its top-level numbers and booleans.
     """
     r = run.result
     if run.bench == "interruptions":
@@ -96,6 +97,12 @@ def figures(run: Run) -> str:
             f"{r.get('nodes')} nodes, all cordoned {_seconds(r.get('cordoned_seconds'))}, pods running again "
             f"{_seconds(r.get('pods_running_again_seconds'))}; {r.get('pods_lost')} pods lost, "
             f"{r.get('pdb_violations')} PDB violations, max fresh drains per node {drains}"
+        )
+    if run.bench == "latency":
+        modes = [(m, r[m]) for m in ("watch", "poll") if isinstance(r.get(m), dict)]
+        return f"{r.get('nodes', 0)} nodes; " + "; ".join(
+            f"{m} p50 {_seconds(v.get('p50_seconds'))}, p95 {_seconds(v.get('p95_seconds'))} ({v.get('samples')} pods)"
+            for m, v in modes
         )
     if run.bench == "chaos":
         broken = {k: v for k, v in (r.get("invariants") or {}).items() if v}
