@@ -86,9 +86,9 @@ def figures(run: Run) -> str:
     """The headline figures of a run, as text for one table cell.
 
     interruptions: nodes, when every node was cordoned, when every pod ran again, pods lost, PDB violations and
-    the most fresh drains of one node; latency: the cluster's nodes and each mode's p50 and p95 from pending pod to
-    CreateFleet; chaos: whether every invariant held and the run settled, and the invariants that did not hold; any
-    other bench: its top-level numbers and booleans.
+    the most fresh drains of one node; latency (with its modes): the cluster's nodes and each mode's p50 and p95
+    from pending pod to CreateFleet; chaos: whether every invariant held and the run settled, and the invariants
+    that did not hold; any other bench: its top-level numbers and booleans.
     """
     r = run.result
     if run.bench == "interruptions":
@@ -98,8 +98,8 @@ def figures(run: Run) -> str:
             f"{_seconds(r.get('pods_running_again_seconds'))}; {r.get('pods_lost')} pods lost, "
             f"{r.get('pdb_violations')} PDB violations, max fresh drains per node {drains}"
         )
-    if run.bench == "latency":
-        modes = [(m, r[m]) for m in ("watch", "poll") if isinstance(r.get(m), dict)]
+    modes = [(m, r[m]) for m in ("watch", "poll") if isinstance(r.get(m), dict)]
+    if run.bench == "latency" and modes:
         return f"{r.get('nodes', 0)} nodes; " + "; ".join(
             f"{m} p50 {_seconds(v.get('p50_seconds'))}, p95 {_seconds(v.get('p95_seconds'))} ({v.get('samples')} pods)"
             for m, v in modes
