@@ -17,7 +17,8 @@ delivered to an SQS target without an input transformer is the event itself, ``a
 (:mod:`nodesmith.sim.aws_moto_fixes`); a
 DynamoDB conditional write checks and writes atomically, and a Query or Scan reads under the same lock
 (moto's server threads could otherwise both pass the condition of one lease, or change a table while a
-Query iterates it: a 500); an SQS receive copies the in-flight FIFO messages before reading their groups
+Query iterates it: a 500), and a subnet hands out private IPs under that lock too (two instances launched at once
+could both draw from its one generator: another 500); an SQS receive copies the in-flight FIFO messages before reading their groups
 (another 500 when a thread changed the set mid-iteration); and whether an SQS message is visible or delayed
 is read from the clock directly: moto scans every message of a queue for each message sent or received (its
 approximate counts) and converted the time through ``datetime`` at every look, so a send or receive cost
@@ -180,6 +181,7 @@ def fix_moto() -> None:
         if profile is not None:
             os.environ["AWS_PROFILE"] = profile
     from moto.dynamodb.models import DynamoDBBackend
+    from moto.ec2.models.subnets import Subnet
     from moto.events.utils import EventTemplateParser
     from moto.sqs.models import Message, Queue
 
@@ -202,6 +204,8 @@ def fix_moto() -> None:
 
     for name in ("put_item", "update_item", "delete_item", "transact_write_items", "query", "scan"):
         setattr(DynamoDBBackend, name, atomic(getattr(DynamoDBBackend, name)))
+    for name in ("get_available_subnet_ip", "request_ip", "del_subnet_ip"):
+        setattr(Subnet, name, atomic(getattr(Subnet, name)))
 
     def pending_groups(self: Any) -> set[str]:
         return {m.group_id for m in list(self._pending_messages) if m.group_id is not None}
