@@ -35,8 +35,10 @@ class RecordBudget:
 
     async def run(self, work: Callable[[], T]) -> T:
         """``work()``'s result. Raises what it raises, or ``TimeoutError`` when it is still running
-        :data:`REPORT_SECONDS` before the invocation's timeout."""
-        budget = max(0.0, self._context.get_remaining_time_in_millis() / 1000 - REPORT_SECONDS)
+        :data:`REPORT_SECONDS` before the invocation's timeout (without starting it when that time has come)."""
+        budget = self._context.get_remaining_time_in_millis() / 1000 - REPORT_SECONDS
+        if budget <= 0:
+            raise TimeoutError("no time left in the invocation to start this record's work")
         return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(self._pool, work), budget)
 
     def __enter__(self) -> RecordBudget:
