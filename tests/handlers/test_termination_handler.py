@@ -108,13 +108,15 @@ def test_a_round_that_fails_comes_back_after_the_backoff_not_the_visibility_time
     monkeypatch.setattr(cluster, "taint_and_cordon", cordon)
     records = [request("claim-a", A, "m-a"), request("claim-b", B, "m-b", receive_count=3)]
 
-    response, _, backoff = invoke(world, records)
+    response, docs, backoff = invoke(world, records)
 
     # Then each round described its own instance: claim-a's node went, and claim-b's failed round is delivered
     # again after the backoff of its third delivery (2 s doubled twice), not after the queue's visibility timeout
     assert "claim-a" not in cluster.nodeclaims and cloud.instances[A].state == "shutting-down"
     assert response == {"batchItemFailures": [{"itemIdentifier": "m-b"}]}
     assert backoff == [("rh-m-b", 8)]
+    failed = [d for d in docs if d.get("message") == "termination round failed"]
+    assert [(d["nodeclaim"], d["retry_after"]) for d in failed] == [("claim-b", 8)] and "500" in failed[0]["error"]
 
 
 def test_a_round_that_hangs_is_reported_failed_before_the_timeout_and_holds_no_other(

@@ -203,6 +203,17 @@ def report_termination(outcome: TerminationOutcome, request: TerminationRequest)
         logger.warning("pods were still on the node at its deadline; terminated anyway", extra=keys)
 
 
+def report_round_failed(request: TerminationRequest, error: BaseException, retry_after: int) -> None:
+    """Log a termination round that raised or overran its time (a WARNING naming the NodeClaim, the instance and the
+    error): its request comes back after ``retry_after`` seconds, and the dead-letter queue takes it when it keeps
+    failing."""
+    logger.warning(
+        "termination round failed",
+        extra={"nodeclaim": request.nodeclaim, "instance_id": request.instance_id or None,
+               "error": f"{type(error).__name__}: {error}", "retry_after": retry_after},
+    )  # fmt: skip
+
+
 def acknowledged(count: int) -> None:
     """Emit ``InterruptionMessagesAcknowledged``: records of the invocation SQS may delete (0 included)."""
     metrics.add_metric(name="InterruptionMessagesAcknowledged", unit=MetricUnit.Count, value=max(0, count))
