@@ -111,7 +111,9 @@ class Launcher:
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def _adoptable(self, nodeclaim: NodeClaim) -> LaunchResult | None:
+    def adoptable(self, nodeclaim: NodeClaim) -> LaunchResult | None:
+        """The launch of ``nodeclaim``'s instance when the pass's instances hold a pending or running one carrying its
+        name (``karpenter.sh/nodeclaim``): a pass that launched it died before writing its status. Else None."""
         for inst in self.instances.values():
             if inst.tags.get(TAG_NODECLAIM) == nodeclaim.name and inst.state in ("pending", "running"):
                 catalogue = self.catalogues.get(nodeclaim.spec.node_class_ref.name, {})
@@ -239,7 +241,7 @@ class Launcher:
                 f'EC2NodeClass "{nodeclass_name}" not found or not ready',
                 capacity=False,
             )
-        result = self._adoptable(nodeclaim)
+        result = self.adoptable(nodeclaim)
         if result is None:
             try:
                 result = self._create(nodeclaim, nodeclass, catalogue)

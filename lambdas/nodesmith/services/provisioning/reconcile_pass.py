@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.scheduling.types import ExistingNode, NodeClaimPlan, SchedulingInput
+from nodesmith.core.timestamps import from_rfc3339
 from nodesmith.services.breakdown import PoolKey, pool_key
 from nodesmith.services.provisioning.capacity import (
     existing_capacity,
@@ -32,6 +33,7 @@ from nodesmith.services.provisioning.inputs import (
 )
 from nodesmith.services.provisioning.launch import Launcher
 from nodesmith.services.provisioning.lifecycle import (
+    INSTANCE_GONE_GRACE_SECONDS,
     GcLimits,
     LifecycleOutcome,
     collect_garbage,
@@ -208,10 +210,20 @@ class ReconcilePass:
         )
 
     def launch_leftovers(self) -> None:
-        """NodeClaims created but never launched (a pass that died half-way): adopt or launch them."""
+        """NodeClaims created but never launched (a pass that died half-way): adopt or launch them.
+
+        One created less than :data:`~.lifecycle.INSTANCE_GONE_GRACE_SECONDS` ago with no instance found is left to
+        a later pass: the pass that created it may have launched an instance EC2 does not describe yet (eventual
+        consistency), and launching now would give the NodeClaim a second one. It still counts as in-flight
+        capacity meanwhile."""
         kept: list[NodeClaim] = []
         for nc in self.claims:
             if nc.status.provider_id or nc.metadata.deletion_timestamp:
+                kept.append(nc)
+                continue
+            created = from_rfc3339(nc.metadata.creation_timestamp)
+            recent = created is not None and self.now - created < INSTANCE_GONE_GRACE_SECONDS
+            if recent and self.launcher.adoptable(nc) is None:
                 kept.append(nc)
                 continue
             result = self.launcher.launch(nc)
