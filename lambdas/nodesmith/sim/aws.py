@@ -12,22 +12,22 @@ and :func:`write_price_table` the price table spot prices come from (:mod:`nodes
 
 :func:`create_queues` and :func:`create_state_table` create the queues, rules and table the stack would.
 
-:func:`fix_moto` makes moto behave as AWS does where our handlers depend on it: an EventBridge event
-delivered to an SQS target without an input transformer is the event itself, ``account`` included
-(:mod:`nodesmith.sim.aws_moto_fixes`); a
-DynamoDB conditional write checks and writes atomically, and a Query or Scan reads under the same lock
-(moto's server threads could otherwise both pass the condition of one lease, or change a table while a
-Query iterates it: a 500), and a subnet hands out private IPs under that lock too (two instances launched at once
-could both draw from its one generator: another 500); an SQS receive copies the in-flight FIFO messages before reading their groups
-(another 500 when a thread changed the set mid-iteration); and whether an SQS message is visible or delayed
-is read from the clock directly: moto scans every message of a queue for each message sent or received (its
-approximate counts) and converted the time through ``datetime`` at every look, so a send or receive cost
-grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the measure. A
-CreateFleet repeated with its ``ClientToken`` answers the first call's instances
+:func:`fix_moto` makes moto behave as AWS does where our handlers depend on it: an EventBridge event delivered to an
+SQS target without an input transformer is the event itself, ``account`` included
+(:mod:`nodesmith.sim.aws_moto_fixes`); a DynamoDB conditional write checks and writes atomically, and a Query or
+Scan reads under the same lock (moto's server threads could otherwise both pass the condition of one lease, or
+change a table while a Query iterates it: a 500), and a subnet hands out private IPs under that lock too (two
+instances launched at once could both draw from its one generator: another 500); an SQS receive copies the in-flight
+FIFO messages before reading their groups (another 500 when a thread changed the set mid-iteration); and whether an
+SQS message is visible or delayed is read from the clock directly: moto scans every message of a queue for each
+message sent or received (its approximate counts) and converted the time through ``datetime`` at every look, so a
+send or receive cost grew with the queue's depth at a rate that made a burst's backlog, not the code under test, the
+measure. A CreateFleet repeated with its ``ClientToken`` answers the first call's instances
 (:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
-``DescribeCapacityReservations``, CreateFleet into a reservation) are :mod:`nodesmith.sim.aws_capacity_reservations`'s.
-An EC2 resource's tags are read from moto's tag store by the resource's id, and a FIFO queue drops a repeated
-deduplication id for SQS's five minutes even once the first message was deleted (:mod:`nodesmith.sim.aws_moto_fixes`).
+``DescribeCapacityReservations``, CreateFleet into a reservation) are
+:mod:`nodesmith.sim.aws_capacity_reservations`'s. An EC2 resource's tags are read from moto's tag store by the
+resource's id, and a FIFO queue drops a repeated deduplication id for SQS's five minutes even once the first message
+was deleted (:mod:`nodesmith.sim.aws_moto_fixes`).
 """
 
 from __future__ import annotations
