@@ -18,6 +18,7 @@ from nodesmith.sim.controllers import SimControllers
 from nodesmith.sim.kube import KubeEmulator
 from nodesmith.sim.kube_scheduler import SimScheduler
 from nodesmith.sim.kubelet import SimKubelet
+from nodesmith.sim.lambda_runtime import AsyncInvocations
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -27,6 +28,23 @@ if TYPE_CHECKING:
 CLUSTER = "demo"
 MANIFESTS = Path(__file__).resolve().parents[2] / "lambdas" / "nodesmith" / "sim" / "manifests"
 NODECLAIMS = "nodeclaims.karpenter.sh"
+SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
+"""The event of the reconcile function's EventBridge schedule."""
+
+
+def reconcile_function() -> AsyncInvocations:
+    """The reconcile function as Lambda runs its scheduled invocations: asynchronous, ended at a 120 s timeout."""
+    return AsyncInvocations(handler=reconcile_handler.handler, function_name="nodesmith-reconcile",
+                            timeout_seconds=120.0)  # fmt: skip
+
+
+def invoke_scheduled(function: AsyncInvocations) -> Any:
+    """One scheduled invocation of ``function``; returns its outcome (a summary or the exception that ended it)."""
+    outcomes: list[Any] = []
+    function.on_invoke = lambda _e, outcome, _s, _t: outcomes.append(outcome)
+    function.invoke(SCHEDULED)
+    assert function.run_next(wait=1.0)
+    return outcomes[-1]
 
 
 class Sim:

@@ -16,22 +16,19 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from stepped_world import CLUSTER, NODECLAIMS, Sim, stepped_sim
+from stepped_world import CLUSTER, NODECLAIMS, Sim, invoke_scheduled, reconcile_function, stepped_sim
 
 from nodesmith.core.termination import REQUESTED_AT_ANNOTATION
 from nodesmith.handlers import wiring
-from nodesmith.handlers.reconcile import handler
 from nodesmith.services.termination.requests import request_termination
 from nodesmith.sim import aws as embedded_aws
-from nodesmith.sim.lambda_runtime import AsyncInvocations, install_function_timeouts, kill_invocation
+from nodesmith.sim.lambda_runtime import install_function_timeouts, kill_invocation
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
 pytestmark = pytest.mark.slow
-
-SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
 
 
 @pytest.fixture
@@ -43,15 +40,6 @@ def sim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Sim, 
         monkeypatch.setenv("NODESMITH_TERMINATION_QUEUE_URL", queues.termination_url)
         wiring.reset()
         yield world, queues.termination_url
-
-
-def invoke(function: AsyncInvocations) -> Any:
-    """One scheduled invocation of the reconcile function; returns its outcome (a summary or the exception)."""
-    outcomes: list[Any] = []
-    function.on_invoke = lambda _e, outcome, _s, _t: outcomes.append(outcome)
-    function.invoke(SCHEDULED)
-    assert function.run_next(wait=1.0)
-    return outcomes[-1]
 
 
 def kill_at_send() -> None:
@@ -77,7 +65,7 @@ def test_a_deleted_nodeclaim_whose_first_request_was_cut_short_is_requested_by_t
     sim: tuple[Sim, str],
 ) -> None:
     world, queue_url = sim
-    function = AsyncInvocations(handler=handler, function_name="nodesmith-reconcile", timeout_seconds=120.0)
+    function = reconcile_function()
     world.scale(1)
     world.step()
     world.reconcile()  # launches
@@ -90,13 +78,13 @@ def test_a_deleted_nodeclaim_whose_first_request_was_cut_short_is_requested_by_t
     assert world.store.snapshot(NODECLAIMS, name)["metadata"].get("deletionTimestamp")
 
     kill_at_send()
-    first = invoke(function)
+    first = invoke_scheduled(function)
     assert function.stats.killed == 1, first
     assert queued(world, queue_url) == []
     annotations = world.store.snapshot(NODECLAIMS, name)["metadata"].get("annotations") or {}
     assert REQUESTED_AT_ANNOTATION not in annotations  # no request went: none is recorded
 
-    second = invoke(function)
+    second = invoke_scheduled(function)
     assert isinstance(second, dict) and second["terminations_requested"] == [name], second
     assert queued(world, queue_url) == [name]
     annotations = world.store.snapshot(NODECLAIMS, name)["metadata"].get("annotations") or {}

@@ -10,12 +10,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from stepped_world import NODECLAIMS, Sim, stepped_sim
+from stepped_world import NODECLAIMS, Sim, invoke_scheduled, reconcile_function, stepped_sim
 
 from nodesmith.core.drain import DISRUPTED_TAINT
 from nodesmith.handlers import reconcile as reconcile_handler
 from nodesmith.handlers import wiring
-from nodesmith.handlers.reconcile import handler
 from nodesmith.services.disruption import command
 from nodesmith.services.disruption.state import CONDITION_CANDIDATE, CONDITION_DISRUPTING
 from nodesmith.services.termination.requests import request_termination
@@ -26,8 +25,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 pytestmark = pytest.mark.slow
-
-SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
 
 
 class ShiftedTime:
@@ -61,22 +58,13 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> ShiftedTime:
     return shifted
 
 
-def invoke(function: AsyncInvocations) -> Any:
-    """One scheduled invocation of the reconcile function; returns its outcome (a summary or the exception)."""
-    outcomes: list[Any] = []
-    function.on_invoke = lambda _e, outcome, _s, _t: outcomes.append(outcome)
-    function.invoke(SCHEDULED)
-    assert function.run_next(wait=1.0)
-    return outcomes[-1]
-
-
 def one_empty_node(sim: Sim, function: AsyncInvocations) -> tuple[str, str]:
     """Scale ``inflate`` to one pod and back to zero: one Ready, empty node. Returns (node, NodeClaim) names."""
     sim.scale(1)
     sim.step()
-    invoke(function)
+    invoke_scheduled(function)
     sim.step()
-    invoke(function)
+    invoke_scheduled(function)
     sim.step()
     assert sim.running() == 1
     sim.scale(0)
@@ -102,12 +90,12 @@ def condition(claim: dict[str, Any], kind: str) -> bool:
 def test_a_pass_killed_right_after_tainting_leaves_a_taint_the_next_pass_removes(
     sim: Sim, clock: ShiftedTime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    function = AsyncInvocations(handler=handler, function_name="nodesmith-reconcile", timeout_seconds=120.0)
+    function = reconcile_function()
     node, claim = one_empty_node(sim, function)
     clock.offset = 30.0
-    invoke(function)  # sees the pod gone: consolidateAfter (5 s) counts from here
+    invoke_scheduled(function)  # sees the pod gone: consolidateAfter (5 s) counts from here
     clock.offset = 40.0
-    invoke(function)  # emptiness: recorded as a candidate
+    invoke_scheduled(function)  # emptiness: recorded as a candidate
     assert condition(claim_of(sim, claim), CONDITION_CANDIDATE)
 
     real_cordon = command.cordon_node
@@ -118,7 +106,7 @@ def test_a_pass_killed_right_after_tainting_leaves_a_taint_the_next_pass_removes
 
     monkeypatch.setattr(command, "cordon_node", cordon_then_die)
     clock.offset = 41.0
-    invoke(function)
+    invoke_scheduled(function)
     assert function.stats.killed == 1
     assert is_tainted(sim, node) and sim.store.get("nodes", node)["spec"]["unschedulable"] is True
     assert not condition(claim_of(sim, claim), CONDITION_DISRUPTING) and not claim_of(sim, claim)["metadata"].get(
@@ -127,25 +115,25 @@ def test_a_pass_killed_right_after_tainting_leaves_a_taint_the_next_pass_removes
     monkeypatch.setattr(command, "cordon_node", real_cordon)
 
     clock.offset = 42.0
-    released = invoke(function)
+    released = invoke_scheduled(function)
     assert isinstance(released, dict), released
     assert not is_tainted(sim, node) and not sim.store.get("nodes", node)["spec"].get("unschedulable")
 
     for offset in (43.0, 44.0, 45.0):  # candidate again, validated, executed
         clock.offset = offset
-        invoke(function)
+        invoke_scheduled(function)
         if claim_of(sim, claim)["metadata"].get("deletionTimestamp"):
             break
     assert claim_of(sim, claim)["metadata"].get("deletionTimestamp"), "the empty node was never consolidated"
 
 
 def test_a_tainted_node_whose_termination_was_requested_keeps_its_taint(sim: Sim, clock: ShiftedTime) -> None:
-    function = AsyncInvocations(handler=handler, function_name="nodesmith-reconcile", timeout_seconds=120.0)
+    function = reconcile_function()
     sim.scale(1)
     sim.step()
-    invoke(function)
+    invoke_scheduled(function)
     sim.step()
-    invoke(function)
+    invoke_scheduled(function)
     sim.step()
     (claim,) = sim.store.objects(NODECLAIMS)
     node = claim["status"]["nodeName"]
@@ -156,6 +144,6 @@ def test_a_tainted_node_whose_termination_was_requested_keeps_its_taint(sim: Sim
     request_termination(cluster=cluster, nodeclaim=nodeclaim, reason="SpotInterrupted", now=time.time())
 
     clock.offset = 30.0
-    out = invoke(function)
+    out = invoke_scheduled(function)
     assert isinstance(out, dict), out
     assert is_tainted(sim, node)

@@ -13,12 +13,11 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from stepped_world import NODECLAIMS, Sim, stepped_sim
+from stepped_world import NODECLAIMS, Sim, invoke_scheduled, reconcile_function, stepped_sim
 
 from nodesmith.handlers import wiring
-from nodesmith.handlers.reconcile import handler, run_pass
+from nodesmith.handlers.reconcile import run_pass
 from nodesmith.sim.lambda_runtime import (
-    AsyncInvocations,
     Crashes,
     inject_crashes,
     install_function_timeouts,
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.slow
 
-SCHEDULED = {"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}
 ORPHAN_GRACE = 31.0  # past the orphan instances' grace (AWS garbage collection controller: 30 s)
 
 
@@ -43,19 +41,6 @@ def sim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
             yield world
         finally:
             inject_crashes(None)
-
-
-def invoke(function: AsyncInvocations) -> Any:
-    """One scheduled invocation of the reconcile function; returns its outcome (a summary or the exception)."""
-    outcomes: list[Any] = []
-    function.on_invoke = lambda _e, outcome, _s, _t: outcomes.append(outcome)
-    function.invoke(SCHEDULED)
-    assert function.run_next(wait=1.0)
-    return outcomes[-1]
-
-
-def reconcile_function() -> AsyncInvocations:
-    return AsyncInvocations(handler=handler, function_name="nodesmith-reconcile", timeout_seconds=120.0)
 
 
 def instances_by_claim(sim: Sim) -> Counter[str]:
@@ -98,7 +83,7 @@ def test_a_pass_killed_around_its_launch_is_repaired_by_the_next(sim: Sim, event
     sim.scale(1)
     sim.step()
     kill_at(event)
-    first = invoke(function)
+    first = invoke_scheduled(function)
     assert function.stats.killed == 1, first
     (claim,) = sim.store.objects(NODECLAIMS)  # created, its launch never recorded
     assert not (claim.get("status") or {}).get("providerID")
@@ -107,19 +92,19 @@ def test_a_pass_killed_around_its_launch_is_repaired_by_the_next(sim: Sim, event
     if event.startswith("before"):
         # within EC2's eventual-consistency grace the next pass leaves it (an instance of it may not be listed yet),
         # counting it as capacity: no other NodeClaim, no instance
-        early = invoke(function)
+        early = invoke_scheduled(function)
         assert isinstance(early, dict) and early["nodeclaims_created"] == 0, early
         assert instances_by_claim(sim) == Counter()
         late = run_pass(now=time.time() + 11)  # a pass once the grace has passed launches it
         assert not late.errors and late.nodeclaims_created == 0 and late.nodeclaims_launched == 1, late.errors
 
-    second = invoke(function)
+    second = invoke_scheduled(function)
     assert isinstance(second, dict) and not second["errors"], second
     consistent(sim)
     assert instances_by_claim(sim) == Counter({claim["metadata"]["name"]: 1})  # launched or adopted: one instance
     assert second["nodeclaims_created"] == 0
     sim.step()
-    invoke(function)
+    invoke_scheduled(function)
     sim.step()
     assert sim.running() == 1
 
@@ -130,7 +115,7 @@ def test_passes_crashing_at_random_calls_leave_nothing_the_next_passes_cannot_re
     sim.step()
     for seed in range(12):
         inject_crashes(Crashes(rate=0.08, timeouts=0.04, seed=seed))
-        invoke(function)
+        invoke_scheduled(function)
         inject_crashes(None)
         sim.step()
         if seed == 5:
