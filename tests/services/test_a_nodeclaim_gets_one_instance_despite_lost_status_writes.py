@@ -19,6 +19,7 @@ from nodesmith.services.provisioning.reconcile import reconcile
 if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.ports import Instance
+    from nodesmith.services.provisioning.outcome import ReconcileOutcome
 
 
 @dataclass
@@ -46,12 +47,24 @@ class Unseen(FakeCloud):
         return [] if self.hidden else super().list_instances()
 
 
-def test_a_conflicting_launch_status_is_written_again_and_no_second_instance_is_launched() -> None:
-    cluster = ConflictOnce(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
-    cloud = Unseen()
-    cluster.pods = [make_pod("a", cpu="3")]
+@dataclass
+class StatusLost(FakeCluster):
+    """Fails every launch status write (an API server answering 500), as a pass ended before it would."""
 
-    first = reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
+    def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
+        raise KubernetesError(f"update nodeclaim {nodeclaim.name} status: 500", status=500)
+
+
+def reconcile_at(cluster: FakeCluster, cloud: FakeCloud, now: float) -> ReconcileOutcome:
+    """One reconcile pass over the fakes at ``now`` (epoch seconds)."""
+    return reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=now)
+
+
+def test_a_conflicting_launch_status_is_written_again_and_no_second_instance_is_launched() -> None:
+    cluster = ConflictOnce(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
+    cloud = Unseen()
+
+    first = reconcile_at(cluster, cloud, 1000.0)
 
     # the status write was refused once, then written on the NodeClaim as read again (its new label kept)
     (claim,) = cluster.nodeclaims.values()
@@ -62,50 +75,40 @@ def test_a_conflicting_launch_status_is_written_again_and_no_second_instance_is_
 
     # so a pass that cannot list the instance yet launches nothing more for the NodeClaim
     cloud.hidden = True
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1002.0)
+    reconcile_at(cluster, cloud, 1002.0)
     assert len(cloud.instances) == 1
-
-
-@dataclass
-class StatusLost(FakeCluster):
-    """Fails every launch status write (an API server answering 500), as a pass ended before it would."""
-
-    def update_nodeclaim_status(self, *, nodeclaim: NodeClaim) -> NodeClaim:
-        raise KubernetesError(f"update nodeclaim {nodeclaim.name} status: 500", status=500)
 
 
 def test_a_nodeclaim_created_moments_ago_is_not_launched_again_while_ec2_may_not_show_its_instance() -> None:
     # Given a pass that launched a NodeClaim's instance but could not record it, and EC2 not listing it yet
-    cluster = StatusLost(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster = StatusLost(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
     cloud = Unseen()
-    cluster.pods = [make_pod("a", cpu="3")]
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
+    reconcile_at(cluster, cloud, 1000.0)
     (claim,) = cluster.nodeclaims.values()
     assert not claim.status.provider_id and len(cloud.instances) == 1
     cloud.hidden = True
 
     # When the next pass comes 2 s later: the NodeClaim is left for EC2 to show its instance, and no other is made
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1002.0)
+    reconcile_at(cluster, cloud, 1002.0)
     assert len(cloud.instances) == 1 and list(cluster.nodeclaims) == [claim.name]
 
     # Once the instance shows, a pass adopts it rather than launching
     cloud.hidden = False
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1012.0)
+    reconcile_at(cluster, cloud, 1012.0)
     assert len(cloud.instances) == 1
 
 
 def test_a_nodeclaim_never_launched_is_launched_once_the_grace_has_passed() -> None:
     # Given a NodeClaim whose pass died before CreateFleet (no instance carries its name)
-    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
     cloud = FakeCloud()
-    cluster.pods = [make_pod("a", cpu="3")]
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
+    reconcile_at(cluster, cloud, 1000.0)
     (claim,) = cluster.nodeclaims.values()
     cloud.instances.clear()
     claim.status = type(claim.status)()
 
     # Then a pass 2 s later leaves it, and one 12 s later launches it
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1002.0)
+    reconcile_at(cluster, cloud, 1002.0)
     assert not cloud.instances
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1012.0)
+    reconcile_at(cluster, cloud, 1012.0)
     assert len(cloud.instances) == 1 and cluster.nodeclaims[claim.name].status.provider_id
