@@ -72,8 +72,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         try:
             outcome = await rounds.run(work)
         except Exception as exc:  # failed or overran its budget: the record's failure, back after the backoff
-            backoff.append((record.receipt_handle, retry_after_failure(tuning, attempt=attempt, now=time.time())))
-            reporting.report_round_failed(request, exc, backoff[-1][1])
+            wait = retry_after_failure(tuning, attempt=attempt, now=time.time())
+            backoff.append((record.receipt_handle, wait))
+            reporting.report_round_failed(request, exc, wait)
             raise
         reporting.report_termination(outcome, request)
         if outcome.status is Status.DRAINING and outcome.retry_after is not None:
