@@ -53,11 +53,19 @@ __all__ = [
     "ForceDeletion",
     "SkippedPod",
     "WaitingPod",
+    "carries_disrupted_taint",
     "plan_drain",
 ]
 
 DISRUPTED_TAINT = Taint(key="karpenter.sh/disrupted", effect="NoSchedule")
 """Karpenter v1's disruption taint, put on a node before it is drained (``[core]:pkg/apis/v1/taints.go``)."""
+
+
+def carries_disrupted_taint(taints: Sequence[Taint]) -> bool:
+    """Whether ``taints`` hold a taint keyed ``karpenter.sh/disrupted`` (any value or effect): the node is being
+    disrupted, and whoever tainted it requested its termination first."""
+    return any(t.key == DISRUPTED_TAINT.key for t in taints)
+
 
 CORDONED_ANNOTATION = "nodesmith.dev/cordoned"
 """Set (``"true"``) on a Node whose ``spec.unschedulable`` Nodesmith set itself when it tainted or cordoned it, so

@@ -35,7 +35,7 @@ from nodesmith.core.api.nodeclaim import CONDITION_INITIALIZED
 from nodesmith.core.disruption.pdb import PdbLimits
 from nodesmith.core.disruption.types import Rejection
 from nodesmith.core.do_not_disrupt import DO_NOT_DISRUPT_ANNOTATION, do_not_disrupt, node_blocks_disruption
-from nodesmith.core.drain import DISRUPTED_TAINT
+from nodesmith.core.drain import carries_disrupted_taint
 from nodesmith.core.objects import parse_timestamp
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
@@ -180,7 +180,7 @@ def node_basis(cn: ClusterNode) -> NodeBasis:
     deleting = (
         node.deletion_timestamp is not None
         or (nc is not None and nc.metadata.deletion_timestamp is not None)
-        or any(t.key == DISRUPTED_TAINT.key for t in node.taints)
+        or carries_disrupted_taint(node.taints)
     )
     created = _timestamp(nc.metadata.creation_timestamp) if nc is not None else None
     if created is None and node.creation_timestamp > 0:

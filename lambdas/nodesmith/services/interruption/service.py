@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from nodesmith.core.drain import DISRUPTED_TAINT
+from nodesmith.core.drain import DISRUPTED_TAINT, carries_disrupted_taint
 from nodesmith.core.errors import ConflictError, UnavailableOffering
 from nodesmith.core.interruption import (
     EVENT_REASONS,
@@ -427,7 +427,7 @@ def _carried_out(claim: NodeClaim, node: Node | None) -> bool:
     duplicate must finish, not skip."""
     if claim.metadata.deletion_timestamp is None:
         return False
-    return node is None or any(t.key == DISRUPTED_TAINT.key for t in node.taints)
+    return node is None or carries_disrupted_taint(node.taints)
 
 
 def _describe(message: InterruptionMessage, instance_id: str) -> str:

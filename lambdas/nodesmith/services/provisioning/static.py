@@ -24,7 +24,7 @@ from nodesmith.core.disruption.static import (
     static_decision,
     static_nodeclaim_plan,
 )
-from nodesmith.core.drain import DISRUPTED_TAINT
+from nodesmith.core.drain import carries_disrupted_taint
 from nodesmith.core.errors import KubernetesError, NotFoundError
 from nodesmith.core.objects import parse_timestamp
 from nodesmith.core.ports import ObjectRef
@@ -94,7 +94,7 @@ def static_members(
         if claim.nodepool_name != pool:
             continue
         node = node_by_name.get(claim.status.node_name or "")
-        tainted = node is not None and any(t.key == DISRUPTED_TAINT.key for t in node.taints)
+        tainted = node is not None and carries_disrupted_taint(node.taints)
         out.append(
             StaticMember(
                 name=claim.name,
