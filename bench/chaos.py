@@ -131,15 +131,16 @@ class Faults:
     API emulator answers that share of requests with a fault; the embedded AWS throttles half that share of calls
     and fails a quarter with a 5xx, answers capacity errors for some overrides of twice that share of CreateFleets
     (for all of them in a quarter of those), does not describe an instance in its first 2 s, and delivers that
-    share of SQS messages twice and half of it late; each AWS or Kubernetes call of an invocation (the SQS ones and
-    the reconcile schedule's) crashes it with a tenth of that chance and makes it run into its timeout with a
-    twentieth; the cluster's instances never register their Node with half that chance, its Ready nodes go NotReady
-    for :data:`NOT_READY_SECONDS` with half that chance, and that share of pod deletions are never confirmed."""
+    share of SQS messages twice and half of it late; an invocation (the SQS ones and the reconcile schedule's)
+    crashes with half that chance and runs into its timeout with a quarter, at a random one of its first 50 calls
+    or as it returns; the cluster's instances never register their Node with half that chance, its Ready nodes go
+    NotReady for :data:`NOT_READY_SECONDS` with half that chance, and that share of pod deletions are never
+    confirmed."""
 
     def __init__(self, world: ChaosWorld, *, rate: float, seed: int) -> None:
         self.world, self.rate = world, rate
         self.kube = KubeFaults(seed=seed, rates={"*": rate}) if rate else None
-        self.crashes = Crashes(rate=rate / 10, timeouts=rate / 20, seed=seed) if rate else None
+        self.crashes = Crashes(rate=rate / 2, timeouts=rate / 4, seed=seed) if rate else None
         self.cluster = ClusterFaults(seed=seed, never_register=rate / 2, not_ready=rate / 2, stuck_terminating=rate,
                                      not_ready_seconds=NOT_READY_SECONDS) if rate else None  # fmt: skip
         self.aws = FaultPlan(

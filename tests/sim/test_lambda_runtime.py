@@ -100,36 +100,43 @@ def test_a_killed_invocation_makes_no_more_calls_and_leaves_its_records(sqs: Any
 
 
 @pytest.mark.slow
-def test_injected_crashes_end_invocations_at_a_call_and_leave_their_records(sqs: Any) -> None:
+def test_injected_faults_end_a_share_of_invocations_at_a_random_point_and_leave_their_records(sqs: Any) -> None:
     install_function_timeouts()
     url = sqs.create_queue(QueueName="crashing")["QueueUrl"]
-    for n in range(10):
+    for n in range(20):
         sqs.send_message(QueueUrl=url, MessageBody=str(n))
     reached: list[int] = []
 
     def handler(event: dict[str, Any], _: Any) -> dict[str, Any]:
-        for step in range(5):  # five AWS calls: each may be the one the runtime dies at
+        for step in range(5):  # five AWS calls; a fault planned for a 6th to 8th strikes as the handler returns
             sqs.get_queue_url(QueueName="crashing")
             reached.append(step)
         return {"batchItemFailures": []}
 
-    crashes = Crashes(rate=0.5, seed=7)
+    crashes = Crashes(rate=0.4, timeouts=0.2, spread=8, seed=7)
     inject_crashes(crashes)
     try:
         options = EventSourceOptions(batch_size=1, batching_window=0, visibility_timeout=30)
         source = SqsEventSource(sqs=sqs, queue_url=url, handler=handler, function_name="f", options=options)
-        for _ in range(10):
+        for _ in range(20):
             source.poll_once(wait=0)
     finally:
         inject_crashes(None)
 
-    assert crashes.injected == source.stats.killed > 0  # every crash ended its invocation, counted as killed
-    assert reached.count(4) == source.stats.invocations - source.stats.killed  # only the others got to the end
+    stats = source.stats
+    assert stats.invocations == 20 and stats.timed_out == 0 and not stats.errors
+    assert crashes.injected == stats.killed > 0 and crashes.timeouts_injected == stats.timeouts_injected > 0
+    ended = stats.killed + stats.timeouts_injected
+    assert ended < stats.invocations  # drawn once per invocation, not per call: most invocations live
+    assert reached.count(0) < stats.invocations  # some ended at their first call ...
+    assert reached.count(4) > stats.invocations - ended  # ... and some after their last, as they returned
     left = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"])
-    assert int(left["Attributes"]["ApproximateNumberOfMessagesNotVisible"]) == crashes.injected  # kept for SQS
-    assert Crashes(rate=0.5, seed=7).draw() == Crashes(rate=0.5, seed=7).draw()  # seeded
+    assert int(left["Attributes"]["ApproximateNumberOfMessagesNotVisible"]) == ended  # each kept for SQS
+    assert Crashes(rate=0.5, seed=7).plan() == Crashes(rate=0.5, seed=7).plan()  # seeded
     with pytest.raises(ValueError, match="crash rate"):
         Crashes(rate=1.5)
+    with pytest.raises(ValueError, match="spread"):
+        Crashes(rate=0.1, spread=0)
 
 
 def test_stats_of_one_function_from_several_processes_add_up() -> None:

@@ -109,18 +109,20 @@ def test_a_pass_killed_around_its_launch_is_repaired_by_the_next(sim: Sim, event
     assert sim.running() == 1
 
 
-def test_passes_crashing_at_random_calls_leave_nothing_the_next_passes_cannot_repair(sim: Sim) -> None:
+def test_passes_ended_at_random_points_leave_nothing_the_next_passes_cannot_repair(sim: Sim) -> None:
     function = reconcile_function()
     sim.scale(6)
     sim.step()
-    for seed in range(12):
-        inject_crashes(Crashes(rate=0.08, timeouts=0.04, seed=seed))
-        invoke_scheduled(function)
-        inject_crashes(None)
-        sim.step()
-        if seed == 5:
-            sim.scale(2)
+    inject_crashes(Crashes(rate=0.4, timeouts=0.2, spread=60, seed=1))  # a pass makes tens of calls
+    try:
+        for n in range(12):
+            invoke_scheduled(function)
             sim.step()
+            if n == 5:
+                sim.scale(2)
+                sim.step()
+    finally:
+        inject_crashes(None)
     assert function.stats.killed >= 2 and function.stats.timeouts_injected >= 1, function.stats
     assert function.stats.timed_out == 0 and not function.stats.errors
 

@@ -44,7 +44,7 @@ from nodesmith.sim.invocation_ends import (
     install_function_timeouts,
     invocation,
     kill_invocation,
-    timed_out,
+    returned,
 )
 
 __all__ = [
@@ -237,8 +237,8 @@ class SqsEventSource:
         with invocation(self.options.function_timeout) as invocation_id:
             try:
                 outcome = self.handler({"Records": records}, context)
-                if timed_out(invocation_id):
-                    raise LambdaKilled(f"invocation {invocation_id} returned after the function timeout")
+                if not returned(invocation_id):
+                    raise LambdaKilled(f"invocation {invocation_id} ended before its answer reached Lambda")
                 failed = {f["itemIdentifier"] for f in outcome.get("batchItemFailures", [])}
             except LambdaKilled as exc:
                 outcome, failed = exc, {r["messageId"] for r in records}
@@ -378,8 +378,8 @@ class AsyncInvocations:
         with invocation(self.timeout_seconds) as invocation_id:
             try:
                 outcome = self.handler(event, LambdaContext(self.function_name, timeout_seconds=self.timeout_seconds))
-                if timed_out(invocation_id):
-                    raise LambdaKilled(f"invocation {invocation_id} returned after the function timeout")
+                if not returned(invocation_id):
+                    raise LambdaKilled(f"invocation {invocation_id} ended before its answer reached Lambda")
             except LambdaKilled as exc:
                 outcome = exc
                 _count_end(invocation_id, self.stats)
