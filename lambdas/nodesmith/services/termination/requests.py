@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodesmith.core.drain import DISRUPTED_TAINT
+from nodesmith.core.drain import carries_disrupted_taint
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.termination import (
     REQUESTED_AT_ANNOTATION,
@@ -178,10 +178,11 @@ def sweep_deletions(
 
 def _unstarted(node: Node | None) -> bool:
     """Whether ``node`` (a deleting NodeClaim's) shows that no drain round has started on it: it is there, not
-    being deleted, and lacks ``karpenter.sh/disrupted``, which every caller puts on it right after requesting
-    the termination and every round puts on it first. A caller ended between the two (an interruption invocation
-    that deleted the NodeClaim and was killed before the taint and the send) leaves exactly that."""
-    return node is not None and node.deletion_timestamp is None and DISRUPTED_TAINT not in node.taints
+    being deleted, and carries no taint keyed ``karpenter.sh/disrupted`` (:func:`carries_disrupted_taint`), which
+    every caller puts on it right after requesting the termination and every round puts on it first. A caller ended
+    between the two (an interruption invocation that deleted the NodeClaim and was killed before the taint and the
+    send) leaves exactly that."""
+    return node is not None and node.deletion_timestamp is None and not carries_disrupted_taint(node.taints)
 
 
 def _annotate_sent(cluster: Cluster, sent: Sequence[tuple[NodeClaim, TerminationRequest]], *, now: float) -> list[str]:
