@@ -271,6 +271,7 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
         seconds = time.perf_counter() - began
         if profiler is not None and profile:
             profiler.disable()
+            Path(profile).mkdir(parents=True, exist_ok=True)
             profiler.dump_stats(str(Path(profile) / f"pass-{number}.pstats"))
         report = _pass_report(meter, seconds, summary)
         if sync is not None:
