@@ -1,14 +1,11 @@
 """Interruption Lambda: the EventBridge rules' SQS queue -> verified messages -> cordon, mark, terminate request.
 
-Parses each record strictly (:func:`~nodesmith.core.interruption.parse_message`; malformed: logged, counted,
-acknowledged), runs the batch (:class:`~nodesmith.services.interruption.service.InterruptionBatch`: one
-``DescribeInstances``, then per message against what EC2 and the cluster say, then the batch's termination
-requests sent together) and reports it. Our account and region are those of the queue the records came from
-(their ``eventSourceARN``). Powertools' ``AsyncBatchProcessor`` handles the records at once (each in a thread
-bounded by the time left, :class:`~nodesmith.handlers.budget.RecordBudget`) and gives partial batch responses: a
-record whose work raised or overran, or whose termination request SQS refused, is retried by SQS, every other one
-is deleted. Records of one message id (copies SQS delivered twice into one
-batch) are handled once.
+Each record is parsed strictly (malformed: logged, counted, acknowledged); :class:`InterruptionBatch
+<nodesmith.services.interruption.service.InterruptionBatch>` then works the batch against what EC2 and the cluster
+say and sends its termination requests together. Our account and region are those of the queue (``eventSourceARN``).
+Powertools' ``AsyncBatchProcessor`` runs the records at once, each bounded by the time left (:class:`RecordBudget
+<nodesmith.handlers.budget.RecordBudget>`), and gives a partial batch response: a record whose work raised or
+overran, or whose request SQS refused, is retried; a message id delivered twice into one batch is handled once.
 """
 
 from __future__ import annotations
@@ -87,8 +84,4 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     sent, unsent = batch.send(outcomes)  # the requests of the whole batch, together
     for message_id, outcome in sent.items():
         reporting.report_message(outcome, queue_age_seconds=now - batch.received[message_id].received_at)
-    failures = list(response.get("batchItemFailures") or [])
-    failed = {f["itemIdentifier"] for f in failures}
-    failures += [{"itemIdentifier": m} for m in dict.fromkeys(r.message_id for r in records) if m in unsent - failed]
-    reporting.acknowledged(len(records) - len(failures))
-    return {"batchItemFailures": failures}
+    return reporting.batch_response(response, also_failed=unsent, message_ids=[r.message_id for r in records])

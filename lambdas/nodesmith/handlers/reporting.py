@@ -17,7 +17,7 @@ Reconcile (:func:`report_pass`, and :func:`report_disruption` after each disrupt
   the pairs sum to ``ClusterCostUSDPerHour``), ``NodePoolUtilizationPercent`` by ``NodePool`` and
   ``Resource`` (``cpu``, ``memory``): requested over allocatable (:mod:`nodesmith.services.provisioning.utilization`).
 
-Interruption (:func:`report_message`, :func:`report_malformed`, :func:`acknowledged`): messages received by
+Interruption (:func:`report_message`, :func:`report_malformed`, :func:`batch_response`): messages received by
 kind, ignored by reason, queue age, nodes cordoned, one line per instance with the keys ``event_id`` /
 ``instance_id`` / ``node`` / ``nodeclaim`` (:func:`instance_keys`), so one interruption's lines are one
 CloudWatch Logs Insights filter.
@@ -38,7 +38,7 @@ from nodesmith.services.breakdown import UNKNOWN
 from nodesmith.services.termination.service import Status
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Collection, Iterable, Mapping, Sequence
 
     from nodesmith.core.termination import TerminationRequest
     from nodesmith.services.disruption.service import DisruptionOutcome
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from nodesmith.services.termination.service import TerminationOutcome
 
 __all__ = [
-    "acknowledged",
+    "batch_response",
     "instance_keys",
     "report_disruption",
     "report_malformed",
@@ -214,6 +214,15 @@ def report_round_failed(request: TerminationRequest, error: BaseException, retry
     )  # fmt: skip
 
 
-def acknowledged(count: int) -> None:
-    """Emit ``InterruptionMessagesAcknowledged``: records of the invocation SQS may delete (0 included)."""
-    metrics.add_metric(name="InterruptionMessagesAcknowledged", unit=MetricUnit.Count, value=max(0, count))
+def batch_response(
+    response: Mapping[str, Any], *, also_failed: Collection[str], message_ids: Sequence[str]
+) -> dict[str, Any]:
+    """The interruption batch's response: the batch processor's ``batchItemFailures`` plus the ``also_failed``
+    message ids (termination requests SQS refused), each once, in the order of ``message_ids`` (the records'). Emits
+    ``InterruptionMessagesAcknowledged``: the records SQS may delete (0 included)."""
+    failures = list(response.get("batchItemFailures") or [])
+    failed = {f["itemIdentifier"] for f in failures}
+    failures += [{"itemIdentifier": m} for m in dict.fromkeys(message_ids) if m in also_failed and m not in failed]
+    acknowledged = max(0, len(message_ids) - len(failures))
+    metrics.add_metric(name="InterruptionMessagesAcknowledged", unit=MetricUnit.Count, value=acknowledged)
+    return {"batchItemFailures": failures}

@@ -1,14 +1,11 @@
 """Termination Lambda: the termination queue -> one drain round per request -> the node terminated when empty.
 
-Each record is one :class:`~nodesmith.core.termination.TerminationRequest` (ids only; malformed: logged,
-counted, acknowledged); powertools' ``AsyncBatchProcessor`` works the records of a batch at once, each in a
-thread bounded by the time left (:class:`~nodesmith.handlers.budget.RecordBudget`), as Karpenter's termination
-controller reconciles many nodes at once.
-:func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, its
-instance and node and works one round. A node that still has pods is reported as a batch item failure and
-its message made visible again after the round's backoff (``ChangeMessageVisibility``), so SQS delivers it
-for the next round; so is a record whose round raised (the queue's visibility timeout is left for invocations
-that crash or time out); the queue's ``maxReceiveCount`` and dead-letter queue bound how long that goes on.
+Each record is one :class:`~nodesmith.core.termination.TerminationRequest` (ids only; malformed: logged, counted,
+acknowledged). Powertools' ``AsyncBatchProcessor`` works a batch's records at once, as Karpenter's termination
+controller reconciles many nodes, each bounded by the time left (:class:`~nodesmith.handlers.budget.RecordBudget`).
+:func:`~nodesmith.services.termination.service.run_round` re-reads the NodeClaim, instance and node and works one
+round. A node that still has pods, or whose round raised, is a batch item failure made visible again after its
+backoff (``ChangeMessageVisibility``); the queue's ``maxReceiveCount`` and dead-letter queue bound the retries.
 """
 
 from __future__ import annotations
