@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.handlers import reporting, wiring
+from nodesmith.handlers import heap, reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
 from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
@@ -205,13 +205,20 @@ def _reported(outcome: ReconcileOutcome) -> ReconcileOutcome:
 
 
 def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    """A provisioning pass, then a disruption pass on the snapshot it left (the cluster is listed once)."""
+    """A provisioning pass, then a disruption pass on the snapshot it left (the cluster is listed once); the heap
+    is settled after each (:func:`~nodesmith.handlers.heap.settle`), so the disruption pass's collections do not
+    traverse the snapshot."""
     outcome = _reported(run_pass())
-    return outcome, run_disruption(snapshot=outcome.snapshot)
+    heap.settle()
+    disruption = run_disruption(snapshot=outcome.snapshot)
+    heap.settle()
+    return outcome, disruption
 
 
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    return _reported(run_pass(provision_first=True)), None
+    outcome = _reported(run_pass(provision_first=True))
+    heap.settle()
+    return outcome, None
 
 
 def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:

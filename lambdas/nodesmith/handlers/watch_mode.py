@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.handlers import heap
 from nodesmith.handlers.observability import logger
 from nodesmith.services.provisioning.capacity import pending_pods
 from nodesmith.services.provisioning.pod_watch import PendingPodWatch
@@ -174,12 +175,15 @@ def _follow(cluster: Cluster) -> Callable[[], None]:
     """Have ``cluster`` keep the kinds every pass lists in memory, when it can
     (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`: one list each, then watches, a 410 Gone answered
     by listing again), so the watching invocation's passes read memory; returns what stops it. A kind not listed
-    within :data:`SYNC_WAIT_SECONDS` is read from the API as in poll mode."""
+    within :data:`SYNC_WAIT_SECONDS` is read from the API as in poll mode. What was listed lives as long as the
+    invocation: the heap is settled (:func:`~nodesmith.handlers.heap.settle`) so no collection traverses it again.
+    """
     follow = getattr(cluster, "follow", None)
     if follow is None:
         return lambda: None
     if not follow(wait_seconds=SYNC_WAIT_SECONDS):
         logger.warning("watch cache did not list in %.0fs; its passes list from the API", SYNC_WAIT_SECONDS)
+    heap.settle()
     unfollow: Callable[[], None] = cluster.unfollow  # type: ignore[attr-defined]
     return unfollow
 

@@ -1,0 +1,66 @@
+"""Between reconcile passes the heap is settled: survivors frozen out of the cyclic collector's traversals, garbage
+left by a pass collected, and every object examined again once the frozen part has doubled."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from nodesmith.handlers import heap
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+class Cycle:
+    """An object that refers to itself: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me: Any = self
+
+
+@pytest.fixture(autouse=True)
+def fresh_heap() -> Iterator[None]:
+    gc.unfreeze()
+    heap._examined.clear()
+    yield
+    gc.unfreeze()
+    heap._examined.clear()
+
+
+def _in_a_generation(obj: object) -> bool:
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_settle_freezes_survivors_and_collects_what_a_pass_left() -> None:
+    kept = [[n] for n in range(1_000)]
+    frozen = heap.settle()
+    assert frozen == gc.get_freeze_count() > len(kept)
+    assert gc.is_tracked(kept[0]) and not _in_a_generation(kept[0])  # tracked, in no generation: frozen
+
+    left = Cycle()  # garbage a later pass leaves: collected by the next settle, which examines only new objects
+    gone = weakref.ref(left)
+    del left
+    heap.settle()
+    assert gone() is None
+
+
+def test_a_frozen_cycle_dropped_later_is_freed_once_the_frozen_count_doubles() -> None:
+    heap.settle()
+    held = Cycle()
+    ref = weakref.ref(held)
+    heap.settle()  # frozen while alive
+    del held
+    heap.settle()
+    assert ref() is not None  # a frozen cycle waits: no collection traverses it
+
+    grown = [[n] for n in range(int(heap.REEXAMINE_GROWTH * gc.get_freeze_count()))]
+    heap.settle()  # freezes the growth: the frozen count has now doubled since the first examination
+    assert ref() is not None
+    heap.settle()  # so this one unfreezes and examines everything
+    assert ref() is None
+    examined_at = gc.get_freeze_count()
+    assert grown and heap._examined == [examined_at]  # the examination starts a new baseline
