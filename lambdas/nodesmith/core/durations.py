@@ -6,6 +6,7 @@ and the ``karpenter.sh/do-not-disrupt`` annotation are Go durations; one parser 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Final
 
 __all__ = ["parse_go_duration"]
@@ -30,6 +31,7 @@ def _digits(text: str, pos: int) -> int:
     return pos
 
 
+@lru_cache(maxsize=256)  # a pass reads the same few durations of every NodeClaim and NodePool
 def parse_go_duration(text: str) -> float:
     """Seconds in ``text`` read as Go's ``time.ParseDuration`` reads it.
 
