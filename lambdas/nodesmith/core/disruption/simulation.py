@@ -65,7 +65,8 @@ class SimulationContext:
     ``consolidateAfter`` quiet period. ``volume_requirements``: pod key -> the node requirements its
     PersistentVolumeClaims impose. ``nodepool_instance_types``: NodePool name -> its own EC2NodeClass's
     usable types (a NodePool not named uses ``instance_types``). ``existing_bases``: what the trials' scheduling
-    passes derive from each destination, derived once for all of them.
+    passes derive from each destination, derived once for all of them. ``held_back``: destinations as the trials
+    offer them when no pod may join them (``unschedulable``), each made once, so the trials share its base too.
     """
 
     destinations: Mapping[str, ExistingNode]
@@ -79,6 +80,15 @@ class SimulationContext:
     volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
     nodepool_instance_types: Mapping[str, tuple[InstanceType, ...]] = field(default_factory=dict)
     existing_bases: ExistingBases = field(default_factory=ExistingBases, compare=False, repr=False)
+    held_back: dict[str, ExistingNode] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _held_back(ctx: SimulationContext, name: str, node: ExistingNode) -> ExistingNode:
+    """``node`` (destination ``name``) as a node no pod may join, the same object for every trial of ``ctx``."""
+    held = ctx.held_back.get(name)
+    if held is None:
+        held = ctx.held_back[name] = replace(node, unschedulable=True)
+    return held
 
 
 def build_context(
@@ -240,7 +250,7 @@ def simulate(
     """
     names = {c.name for c in candidates}
     existing = [
-        replace(n, unschedulable=True)
+        _held_back(ctx, name, n)
         if not n.unschedulable
         and ((consolidation and name in ctx.recent) or (skip_uninitialized and not n.initialized))
         else n
