@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.handlers import heap, reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
+from nodesmith.services.provisioning.capacity import KeptCapacity
 from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
 from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
@@ -53,6 +54,9 @@ _RECENT_EVENTS: dict[str, float] = {}
 """Rejection Events this container posted recently (deduplication)."""
 _CONSOLIDATED: list[Consolidated] = []
 """The consolidation state this container's last disruption pass found nothing in (created by the first pass)."""
+
+_KEPT_CAPACITY = KeptCapacity()
+"""The existing capacity this container's passes derived, kept for the next (nodes unchanged cost nothing again)."""
 
 _GARBAGE_COLLECTED: list[tuple[object, float]] = []
 """The cloud provider of this container's last pass that listed the fleet and collected garbage, and the pass time
@@ -148,6 +152,7 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
             request_stale_seconds=settings.termination_request_stale_seconds,
             static_capacity=settings.static_capacity,
             registration_ttl_seconds=settings.registration_ttl_seconds,
+            kept_capacity=_KEPT_CAPACITY,
         ),
     )
     if outcome.garbage_collected:

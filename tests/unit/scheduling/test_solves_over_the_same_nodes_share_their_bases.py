@@ -65,3 +65,26 @@ def test_a_base_is_derived_once_per_node_and_daemonset_list_and_again_for_new_on
 
 def _infos(daemonsets: list[DaemonSet]) -> list[DaemonInfo]:
     return list(daemon_infos(daemonsets))
+
+
+def test_a_new_list_of_the_same_daemonsets_keeps_the_bases_and_retain_forgets_nodes_gone() -> None:
+    # Given the bases of two nodes derived with the DaemonSets as one pass listed them
+    nodes = [make_node(f"n{i}", cpu="4") for i in range(2)]
+    daemonsets = [make_daemonset("agent", cpu="500m")]
+    bases = ExistingBases()
+    first = [bases.base(n, daemonsets, daemons=_infos(daemonsets)) for n in nodes]
+
+    # When the next pass lists the same DaemonSet objects into a new list, the bases are kept
+    relisted = list(daemonsets)
+    assert [bases.base(n, relisted, daemons=_infos(relisted)) for n in nodes] == first
+    assert all(bases.base(n, relisted, daemons=_infos(relisted)) is f for n, f in zip(nodes, first, strict=True))
+
+    # and a node gone from the cluster is forgotten: handed again, its base is derived anew
+    bases.retain(nodes[:1])
+    assert bases.base(nodes[0], relisted, daemons=_infos(relisted)) is first[0]
+    assert bases.base(nodes[1], relisted, daemons=_infos(relisted)) is not first[1]
+
+    # a DaemonSet changed (a new object in its place) derives every base again
+    changed = [make_daemonset("agent", cpu="1")]
+    again = bases.base(nodes[0], changed, daemons=_infos(changed))
+    assert again is not first[0] and again.remaining["cpu"] == 3000

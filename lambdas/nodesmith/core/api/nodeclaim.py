@@ -43,6 +43,7 @@ __all__ = [
     "NodeClaimResources",
     "NodeClaimSpec",
     "NodeClaimStatus",
+    "same_version",
 ]
 
 API_VERSION: Final = "karpenter.sh/v1"
@@ -220,3 +221,14 @@ class NodeClaim(KubeModel):
     def expire_after_seconds(self) -> float | None:
         """``spec.expireAfter`` in seconds; None for ``Never``."""
         return parse_duration(self.spec.expire_after)
+
+
+def same_version(a: NodeClaim | None, b: NodeClaim | None) -> bool:
+    """Whether ``a`` and ``b`` are one version of one NodeClaim: the same object, or the same ``metadata.uid``
+    and a non-empty, equal ``metadata.resourceVersion`` (the API server changes it with every write: Kubernetes
+    API concepts, "Resource versions"). Two Nones are the same; one None is not."""
+    if a is b:
+        return True
+    if a is None or b is None or not a.metadata.resource_version:
+        return False
+    return a.metadata.uid == b.metadata.uid and a.metadata.resource_version == b.metadata.resource_version

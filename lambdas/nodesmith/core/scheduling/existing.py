@@ -20,7 +20,7 @@ from nodesmith.core.scheduling.pods import host_ports, ports_conflict
 from nodesmith.core.scheduling.taints import first_untolerated, schedulable_taints
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from nodesmith.core.model import DaemonSet, Pod, Taint
     from nodesmith.core.resources import Resources
@@ -78,26 +78,50 @@ def derive_base(node: ExistingNode, daemons: Sequence[DaemonInfo]) -> ExistingBa
 
 class ExistingBases:
     """The :class:`ExistingBase` of each node, kept for many scheduling passes over the same nodes and DaemonSets
-    (a consolidation's trials each schedule against the cluster less a few candidates).
+    (a consolidation's trials each schedule against the cluster less a few candidates; a warm container's passes
+    schedule against the nodes that did not change since the last).
 
-    Keyed by the identity of the :class:`~nodesmith.core.scheduling.types.ExistingNode` and of the DaemonSet
-    sequence it was derived with (both objects are immutable): a node or DaemonSet list passed anew, even if equal,
-    is derived again, so a kept base is never stale. Holds references to both, so an identity is never reused
-    while kept. One pass at a time (not thread-safe)."""
+    Keyed by the identity of the :class:`~nodesmith.core.scheduling.types.ExistingNode` (immutable) and by the
+    DaemonSets it was derived with, compared object by object (a new list of the same DaemonSet objects, as each
+    pass lists them, is the same; any DaemonSet added, removed or changed derives every base again): a node passed
+    anew, even if equal, is derived again, so a kept base is never stale. Holds references to the nodes, so an
+    identity is never reused while kept; :meth:`retain` forgets the nodes gone. One pass at a time (not
+    thread-safe)."""
 
-    __slots__ = ("_bases",)
+    __slots__ = ("_bases", "_daemonsets", "_seen")
 
     def __init__(self) -> None:
-        self._bases: dict[int, tuple[Sequence[DaemonSet], ExistingBase]] = {}
+        self._bases: dict[int, ExistingBase] = {}
+        self._daemonsets: tuple[DaemonSet, ...] = ()
+        self._seen: Sequence[DaemonSet] | None = None
+
+    def _same_daemonsets(self, daemonsets: Sequence[DaemonSet]) -> bool:
+        """Whether ``daemonsets`` are, object by object, those the kept bases were derived with (else they become
+        so, and every kept base is dropped)."""
+        if daemonsets is self._seen:
+            return True
+        same = len(daemonsets) == len(self._daemonsets) and all(
+            a is b for a, b in zip(daemonsets, self._daemonsets, strict=True)
+        )
+        if not same:
+            self._bases.clear()
+            self._daemonsets = tuple(daemonsets)
+        self._seen = daemonsets
+        return same
 
     def base(self, node: ExistingNode, daemonsets: Sequence[DaemonSet], daemons: Sequence[DaemonInfo]) -> ExistingBase:
         """``node``'s base for ``daemonsets`` (``daemons``: their :class:`DaemonInfo`), derived on first use."""
-        kept = self._bases.get(id(node))
-        if kept is not None and kept[0] is daemonsets and kept[1].node is node:
-            return kept[1]
+        kept = self._bases.get(id(node)) if self._same_daemonsets(daemonsets) else None
+        if kept is not None and kept.node is node:
+            return kept
         base = derive_base(node, daemons)
-        self._bases[id(node)] = (daemonsets, base)
+        self._bases[id(node)] = base
         return base
+
+    def retain(self, nodes: Iterable[ExistingNode]) -> None:
+        """Forget every base but those of ``nodes``."""
+        keep = {id(n) for n in nodes}
+        self._bases = {k: v for k, v in self._bases.items() if k in keep}
 
 
 class SimExistingNode:

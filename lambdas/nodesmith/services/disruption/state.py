@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from nodesmith.core.api.nodeclaim import same_version
 from nodesmith.core.disruption import ClusterNode
 from nodesmith.core.errors import KubernetesError
 from nodesmith.services.parallel import map_ordered
@@ -254,14 +255,6 @@ def cluster_nodes(
     return out, claims
 
 
-def _same_claim(a: NodeClaim | None, b: NodeClaim | None) -> bool:
-    if a is b:
-        return True
-    if a is None or b is None or not a.metadata.resource_version:
-        return False
-    return a.metadata.uid == b.metadata.uid and a.metadata.resource_version == b.metadata.resource_version
-
-
 def _same_view(before: ClusterNode, now: ClusterNode) -> bool:
     """True when ``now`` says what ``before`` said: the same Node and pod objects (frozen), the same NodeClaim
     version, equal launch facts and pod-event time."""
@@ -269,7 +262,7 @@ def _same_view(before: ClusterNode, now: ClusterNode) -> bool:
         before.node is now.node
         and len(before.pods) == len(now.pods)
         and all(a is b for a, b in zip(before.pods, now.pods, strict=True))
-        and _same_claim(before.nodeclaim, now.nodeclaim)
+        and same_version(before.nodeclaim, now.nodeclaim)
         and before.last_pod_event_time == now.last_pod_event_time
         and before.image_id == now.image_id
         and before.subnet_id == now.subnet_id

@@ -1,7 +1,7 @@
 """The reconcile pass's view of the cluster: pending pods, existing and in-flight capacity, usage, cost.
 
-Karpenter builds this from its in-memory cluster state (``[core]:pkg/controllers/state/cluster.go``);
-a Lambda has no long-lived informer, so every pass lists the objects once and derives:
+Karpenter builds this from its in-memory cluster state (``[core]:pkg/controllers/state/cluster.go``); every pass
+here reads the objects once (from the API, or from watch mode's informer caches) and derives:
 
 * **pending pods** — ``is_provisionable`` (``[core]:pkg/utils/pod/scheduling.go``: marked
   ``PodScheduled=False, reason=Unschedulable``, no ``nodeName``, no ``nominatedNodeName``, not a
@@ -17,14 +17,16 @@ a Lambda has no long-lived informer, so every pass lists the objects once and de
   and the pending pods Karpenter would not provision for because of their claims
   (:func:`volume_topology`, ``volumetopology.go``).
 
-Everything here is pure: the caller passes the listed objects and the catalogue.
+Everything here is pure: the caller passes the listed objects and the catalogue. A long-lived caller (a warm
+container) may keep a :class:`KeptCapacity` between passes, so nodes that did not change cost nothing again.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from nodesmith.core.api.nodeclaim import same_version
 from nodesmith.core.model import NodeSelectorRequirement, instance_id_of
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
@@ -34,6 +36,7 @@ from nodesmith.core.requirements import (
     LABEL_ZONE,
 )
 from nodesmith.core.resources import Resources, parse_resource_list
+from nodesmith.core.scheduling.existing import ExistingBases
 from nodesmith.core.scheduling.pods import is_provisionable
 from nodesmith.core.scheduling.types import ExistingNode
 from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
@@ -49,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DISRUPTED_TAINT_KEY",
     "UNREGISTERED_TAINT_KEY",
+    "KeptCapacity",
     "disruption_volume_topology",
     "existing_capacity",
     "from_rfc3339",
@@ -235,6 +239,49 @@ def _registered_node(
     )
 
 
+_Made = tuple["Node", "NodeClaim | None", "Sequence[Pod]", float, "ExistingNode | None"]
+
+
+@dataclass
+class KeptCapacity:
+    """What a long-lived caller (a warm container) keeps of the existing capacity between passes, so a pass costs
+    what changed: per registered node, the :class:`ExistingNode` made from it (``nodes``: name -> the Node,
+    NodeClaim, bound pods and price it was made from, and the result), and the scheduler's
+    :class:`~nodesmith.core.scheduling.existing.ExistingBases` over those nodes (``bases``). A node whose Node and
+    bound pods are the same objects as last pass (parsed once per ``resourceVersion``), whose NodeClaim is the
+    same version and whose price is equal gets the same :class:`ExistingNode` back, and with it its base.
+    Karpenter keeps its cluster state between provisioning passes the same way
+    (``[core]:pkg/controllers/state/cluster.go``)."""
+
+    nodes: dict[str, _Made] = field(default_factory=dict)
+    bases: ExistingBases = field(default_factory=ExistingBases)
+
+    def made(
+        self, node: Node, *, nodeclaim: NodeClaim | None, pods: Sequence[Pod], price: float
+    ) -> ExistingNode | None:
+        """The kept result for ``node`` when made from the same Node and pods (objects), the same version of its
+        NodeClaim (:func:`~nodesmith.core.api.nodeclaim.same_version`) and an equal price, else
+        :func:`_registered_node`'s (then kept)."""
+        held = self.nodes.get(node.name)
+        if (
+            held is not None
+            and held[0] is node
+            and same_version(held[1], nodeclaim)
+            and held[3] == price
+            and len(held[2]) == len(pods)
+            and all(a is b for a, b in zip(held[2], pods, strict=True))
+        ):
+            return held[4]
+        made = _registered_node(node, nodeclaim=nodeclaim, pods=pods, price=price)
+        self.nodes[node.name] = (node, nodeclaim, pods, price, made)
+        return made
+
+    def retain(self, names: Collection[str], made: Sequence[ExistingNode]) -> None:
+        """Forget the nodes not in ``names`` and every base but those of ``made`` (this pass's capacity)."""
+        self.nodes = {k: v for k, v in self.nodes.items() if k in names}
+        self.bases.retain(made)
+
+
 def existing_capacity(
     *,
     nodes: Sequence[Node],
@@ -242,6 +289,7 @@ def existing_capacity(
     nodeclaims: Sequence[NodeClaim],
     instances: Mapping[str, Instance],
     catalogue: Mapping[str, InstanceType],
+    kept: KeptCapacity | None = None,
 ) -> list[ExistingNode]:
     """Registered nodes and in-flight NodeClaims as :class:`ExistingNode` capacity.
 
@@ -250,7 +298,9 @@ def existing_capacity(
     ``Initialized`` yet keeps ``initialized=False`` with that NodeClaim's startup taints. Bound pods
     that are terminal or terminating do not count. NodeClaims that are deleting are left out; the
     others whose Node is not registered yet become in-flight capacity (:func:`inflight_node`).
-    ``instances`` maps instance id to the instance listed by the cloud provider.
+    ``instances`` maps instance id to the instance listed by the cloud provider. ``kept`` (a long-lived caller's)
+    gives back the :class:`ExistingNode` of each registered node unchanged since the last pass and is left holding
+    this pass's.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
@@ -264,7 +314,12 @@ def existing_capacity(
         if claim is not None:
             registered.add(claim.name)
         price = _price(instances.get(node.instance_id or ""), catalogue)
-        entry = _registered_node(node, nodeclaim=claim, pods=by_node.get(node.name, ()), price=price)
+        on_node = by_node.get(node.name, ())
+        entry = (
+            _registered_node(node, nodeclaim=claim, pods=on_node, price=price)
+            if kept is None
+            else kept.made(node, nodeclaim=claim, pods=on_node, price=price)
+        )
         if entry is not None:
             out.append(entry)
     for nc in nodeclaims:
@@ -272,6 +327,8 @@ def existing_capacity(
             continue  # registered, deleting, or registered with its Node gone (cleanup decides)
         instance = instances.get(instance_id_of(nc.status.provider_id) or "")
         out.append(inflight_node(nc, catalogue=catalogue, instance=instance))
+    if kept is not None:
+        kept.retain({n.name for n in nodes}, out)
     return out
 
 

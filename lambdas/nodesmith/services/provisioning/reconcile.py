@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from nodesmith.core.scheduling import solve
 from nodesmith.core.scheduling.types import SchedulingInput, SchedulingResult
-from nodesmith.services.provisioning.capacity import leaving_node_names
+from nodesmith.services.provisioning.capacity import KeptCapacity, leaving_node_names
 from nodesmith.services.provisioning.lifecycle import REGISTRATION_TTL_SECONDS
 from nodesmith.services.provisioning.outcome import ReconcileOutcome
 from nodesmith.services.provisioning.reconcile_pass import ReconcilePass
@@ -58,7 +58,8 @@ class ReconcileOptions:
     sweep_deletions`). ``static_capacity`` (Karpenter's feature gate ``StaticCapacity``) keeps static NodePools at
     their ``replicas`` (:meth:`~.reconcile_pass.ReconcilePass.scale_static`); off, they are left alone. A launched
     NodeClaim without a registered Node after ``registration_ttl_seconds`` is deleted and its instance terminated
-    (Karpenter's ``registrationTTL``, 15 minutes).
+    (Karpenter's ``registrationTTL``, 15 minutes). ``kept_capacity`` is what a long-lived caller keeps of the
+    existing capacity between its passes (:class:`~.capacity.KeptCapacity`; None: derived afresh every pass).
     """
 
     provision_first: bool = False
@@ -70,6 +71,7 @@ class ReconcileOptions:
     request_stale_seconds: float = 300.0
     static_capacity: bool = False
     registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS
+    kept_capacity: KeptCapacity | None = None
 
 
 def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = None) -> ReconcileOutcome:

@@ -267,7 +267,12 @@ class ReconcilePass:
         moving = reschedulable_pods(snap.pods, leaving=self.leaving)
         out.pods_rescheduled = len(moving)
         capacity = existing_capacity(
-            nodes=self.nodes, pods=snap.pods, nodeclaims=self.claims, instances=snap.instances, catalogue=self.merged
+            nodes=self.nodes,
+            pods=snap.pods,
+            nodeclaims=self.claims,
+            instances=snap.instances,
+            catalogue=self.merged,
+            kept=self.options.kept_capacity,
         )
         # a node going away (its NodeClaim deleting, say) takes no new pods, as Karpenter's marked-for-deletion nodes
         self.existing: dict[str, ExistingNode] = {n.name: n for n in capacity if n.name not in self.leaving}
@@ -331,6 +336,7 @@ class ReconcilePass:
             daemonsets=self.snap.daemonsets,
             nodepool_usage=self.usage,
             volume_requirements=self.volume_requirements,
+            existing_bases=kept.bases if (kept := self.options.kept_capacity) is not None else None,
         )
         started = self.clock()
         result = self.solver(inp)
