@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from typing import TYPE_CHECKING
 
 from nodesmith.core.disruption.budgets import (
@@ -241,8 +241,13 @@ def decide(
         memo.retain(nodes)
     budgets = _budgets(selection, nodepools, now)
     rejected: list[Rejection] = [r for r in selection.rejected if r.node not in {e.node for e in expiries}]
-    ctx = build_context(snapshot, facts=selection.facts, recent=_recent(selection, nodepools, now))
     candidates = selection.candidates
+
+    @cache
+    def ctx() -> SimulationContext:
+        """The simulation's view of the cluster, built once and only when a simulation runs (repair, drift of a
+        dynamic NodePool's node, consolidation not skipped)."""
+        return build_context(snapshot, facts=selection.facts, recent=_recent(selection, nodepools, now))
 
     def done(command: Decision | None, state: str = "", *, skipped: bool = False) -> DisruptionPlan:
         return DisruptionPlan(
@@ -256,7 +261,7 @@ def decide(
 
     if cfg.node_repair:
         repair, why = repair_command(
-            ctx,
+            ctx(),
             [*candidates, *selection.node_do_not_disrupt],
             nodes=[cn.node for cn in nodes],
             budgets=_allowed(budgets[REASON_UNHEALTHY]),
@@ -288,9 +293,9 @@ def decide(
         now=now,
     )
     rejected.extend(why)
-    if drift is None:
-        dynamic = [(c, d) for c, d in drifted if not is_static(c.nodepool)]
-        drift, why = drift_command(ctx, dynamic, budgets=_allowed(budgets[REASON_DRIFTED]))
+    dynamic = [(c, d) for c, d in drifted if not is_static(c.nodepool)]
+    if drift is None and dynamic:
+        drift, why = drift_command(ctx(), dynamic, budgets=_allowed(budgets[REASON_DRIFTED]))
         rejected.extend(why)
     if drift is not None:
         return done(drift)
@@ -309,8 +314,8 @@ def decide(
     if state and state == consolidated:
         return done(None, state, skipped=True)
     command, why = _consolidation(
-        ctx, eligible, limits=lambda: PdbLimits(snapshot.pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods]),
-        budgets=under, settings=cfg,
+        ctx(), eligible, budgets=under, settings=cfg,
+        limits=lambda: PdbLimits(snapshot.pdbs, [*(p for cn in nodes for p in cn.pods), *pending_pods]),
     )  # fmt: skip
     rejected.extend(why)
     return done(command, state)
