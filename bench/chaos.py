@@ -524,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--minutes", type=float, default=3.0, help="how long the actions go on")
-    parser.add_argument("--settle", type=float, default=180.0, help="seconds allowed to settle afterwards")
+    parser.add_argument("--settle", type=float, default=300.0, help="seconds allowed to settle afterwards")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of calls that meet a fault (0..1)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--lambda-log", help="keep the functions' and simulated cluster's log there")
