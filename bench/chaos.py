@@ -126,8 +126,32 @@ class ChaosWorld(EmbeddedWorld):
         }])  # fmt: skip
 
 
+FAULT_LAYERS = ("kube", "aws", "lambda", "cluster")
+"""Where faults are injected: the Kubernetes API emulator, the embedded AWS, the Lambda runtime, the cluster."""
+
+
+def fault_rates(rate: float, mix: str = "") -> dict[str, float]:
+    """Each of :data:`FAULT_LAYERS`'s fault rate (0..1): ``rate``, but for the layers ``mix`` names
+    (``"kube=0.3,lambda=0"``: another rate for those). Raises ``ValueError`` naming the entry that is not
+    ``<layer>=<rate>`` with a known layer and a rate in 0..1."""
+    rates = dict.fromkeys(FAULT_LAYERS, rate)
+    for entry in filter(None, (e.strip() for e in mix.split(","))):
+        layer, _, value = entry.partition("=")
+        if layer not in rates:
+            raise ValueError(f"--mix {entry!r}: unknown layer {layer!r} (one of {', '.join(FAULT_LAYERS)})")
+        try:
+            rates[layer] = float(value)
+        except ValueError:
+            raise ValueError(f"--mix {entry!r}: {value!r} is not a rate") from None
+    for layer, share in rates.items():
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"fault rate {share} for {layer} is outside 0..1")
+    return rates
+
+
 class Faults:
-    """The faults of a run at ``rate`` (0: none), seeded by ``seed`` (see ``bench/README.md``): the Kubernetes
+    """The faults of a run at ``rates`` (per :data:`FAULT_LAYERS`, 0: none; written R below), seeded by ``seed``
+    (see ``bench/README.md``): the Kubernetes
     API emulator answers that share of requests with a fault; the embedded AWS throttles half that share of calls
     and fails a quarter with a 5xx, answers capacity errors for some overrides of twice that share of CreateFleets
     (for all of them in a quarter of those), does not describe an instance in its first 2 s, and delivers that
@@ -137,17 +161,19 @@ class Faults:
     NotReady for :data:`NOT_READY_SECONDS` with half that chance, and that share of pod deletions are never
     confirmed."""
 
-    def __init__(self, world: ChaosWorld, *, rate: float, seed: int) -> None:
-        self.world, self.rate = world, rate
-        self.kube = KubeFaults(seed=seed, rates={"*": rate}) if rate else None
-        self.crashes = Crashes(rate=rate / 2, timeouts=rate / 4, seed=seed) if rate else None
-        self.cluster = ClusterFaults(seed=seed, never_register=rate / 2, not_ready=rate / 2, stuck_terminating=rate,
-                                     not_ready_seconds=NOT_READY_SECONDS) if rate else None  # fmt: skip
+    def __init__(self, world: ChaosWorld, *, rates: dict[str, float], seed: int) -> None:
+        self.world = world
+        kube, aws, crash, cluster = (rates[layer] for layer in FAULT_LAYERS)
+        self.kube = KubeFaults(seed=seed, rates={"*": kube}) if kube else None
+        self.crashes = Crashes(rate=crash / 2, timeouts=crash / 4, seed=seed) if crash else None
+        self.cluster = ClusterFaults(seed=seed, never_register=cluster / 2, not_ready=cluster / 2,
+                                     stuck_terminating=cluster, not_ready_seconds=NOT_READY_SECONDS,
+                                     ) if cluster else None  # fmt: skip
         self.aws = FaultPlan(
-            seed=seed, throttle={"*": rate / 2}, server_error={"*": rate / 4},
-            fleet=FleetFaults(rate=min(1.0, 2 * rate), share=0.5, launch_nothing=0.25),
-            describe_lag_seconds=2.0, sqs=SqsFaults(duplicate=rate, delay=rate / 2, delay_seconds=5),
-        ) if rate else None  # fmt: skip
+            seed=seed, throttle={"*": aws / 2}, server_error={"*": aws / 4},
+            fleet=FleetFaults(rate=min(1.0, 2 * aws), share=0.5, launch_nothing=0.25),
+            describe_lag_seconds=2.0, sqs=SqsFaults(duplicate=aws, delay=aws / 2, delay_seconds=5),
+        ) if aws else None  # fmt: skip
         self.aws_injected: dict[str, int] = {}
 
     def on(self) -> None:
@@ -202,7 +228,7 @@ class Chaos:
         budgeted = sim_fleet.deploy(world.store, pods=2 * BUDGETED_REPLICAS, replicas=BUDGETED_REPLICAS, pdb_every=1,
                                     cpu="500m", grace_seconds=5)  # fmt: skip
         self.monitor = Monitor(store=world.store, budgeted=budgeted)
-        self.faults = Faults(world, rate=args.fault_rate, seed=args.seed)
+        self.faults = Faults(world, rates=fault_rates(args.fault_rate, args.mix), seed=args.seed)
         self._instrument()
 
     def _instrument(self) -> None:
@@ -526,9 +552,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=3.0, help="how long the actions go on")
     parser.add_argument("--settle", type=float, default=300.0, help="seconds allowed to settle afterwards")
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of calls that meet a fault (0..1)")
+    parser.add_argument("--mix", default="", help="another rate for some layers: kube=R,aws=R,lambda=R,cluster=R")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument("--lambda-log", help="keep the functions' and simulated cluster's log there")
     args = parser.parse_args(argv)
+    try:
+        fault_rates(args.fault_rate, args.mix)
+    except ValueError as exc:
+        parser.error(str(exc))
     out = _json_stdout() if args.json else sys.stdout
     install_function_timeouts()
     world = ChaosWorld()
