@@ -143,3 +143,23 @@ def test_the_termination_queue_drops_a_repeated_request_for_five_minutes_even_on
     # Then only the other NodeClaim's is delivered: the repeat is accepted and dropped
     delivered = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert [m["Body"] for m in delivered] == ["b/SpotInterrupted"]
+
+
+def test_instances_are_found_by_id_through_every_path_after_many_launches(aws: embedded_aws.EmbeddedAws) -> None:
+    # moto looks each launched instance up by id (its root volume); the sim indexes them, so check every path still
+    # sees what EC2 would: volumes attached, instances described, stopped and terminated by id, unknown ids refused
+    ec2 = boto3.client("ec2")
+    launched = [
+        i["InstanceId"]
+        for _ in range(3)
+        for i in ec2.run_instances(ImageId="ami-12c6146b", MinCount=4, MaxCount=4, InstanceType="m5.large")["Instances"]
+    ]
+    assert len(set(launched)) == 12
+    volumes = ec2.describe_volumes()["Volumes"]
+    assert {a["InstanceId"] for v in volumes for a in v["Attachments"]} == set(launched)
+    ec2.terminate_instances(InstanceIds=[launched[0], launched[-1]])
+    described = ec2.describe_instances(InstanceIds=[launched[0], launched[5], launched[-1]])
+    states = {i["InstanceId"]: i["State"]["Name"] for r in described["Reservations"] for i in r["Instances"]}
+    assert states == {launched[0]: "terminated", launched[5]: "running", launched[-1]: "terminated"}
+    with pytest.raises(ec2.exceptions.ClientError, match=r"InvalidInstanceID\.NotFound"):
+        ec2.stop_instances(InstanceIds=["i-0123456789abcdef0"])

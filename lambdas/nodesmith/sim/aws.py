@@ -26,7 +26,8 @@ measure. A CreateFleet repeated with its ``ClientToken`` answers the first call'
 (:mod:`nodesmith.sim.aws_idempotency`). Capacity reservations (``CreateCapacityReservation``,
 ``DescribeCapacityReservations``, CreateFleet into a reservation) are
 :mod:`nodesmith.sim.aws_capacity_reservations`'s. An EC2 resource's tags are read from moto's tag store by the
-resource's id, and a FIFO queue drops a repeated deduplication id for SQS's five minutes even once the first message
+resource's id, an instance is found by its id without copying every reservation (launching N instances was
+quadratic), and a FIFO queue drops a repeated deduplication id for SQS's five minutes even once the first message
 was deleted (:mod:`nodesmith.sim.aws_moto_fixes`).
 """
 
@@ -189,6 +190,7 @@ def fix_moto() -> None:
     from nodesmith.sim.aws_moto_fixes import (
         deliver_events_whole,
         fifo_deduplication_outlives_deletion,
+        instances_by_id,
         tags_by_resource_id,
     )
 
@@ -214,6 +216,7 @@ def fix_moto() -> None:
 
     honour_client_tokens()  # with the capacity reservations it checks inside
     tags_by_resource_id()
+    instances_by_id()
     fifo_deduplication_outlives_deletion(Queue)
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]

@@ -1,6 +1,7 @@
-"""Three of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
+"""Four of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
 transformer receives the event itself (:func:`deliver_events_whole`), an EC2 resource's tags are read by its id
-(:func:`tags_by_resource_id`), and a FIFO queue drops a repeated deduplication id for five minutes even after the
+(:func:`tags_by_resource_id`), an instance is found by its id without copying every reservation
+(:func:`instances_by_id`), and a FIFO queue drops a repeated deduplication id for five minutes even after the
 first message was deleted (:func:`fifo_deduplication_outlives_deletion`). All patch moto's classes in this process;
 call them through ``fix_moto``."""
 
@@ -9,7 +10,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["EVENT_ENVELOPE", "deliver_events_whole", "fifo_deduplication_outlives_deletion", "tags_by_resource_id"]
+__all__ = [
+    "EVENT_ENVELOPE",
+    "deliver_events_whole",
+    "fifo_deduplication_outlives_deletion",
+    "instances_by_id",
+    "tags_by_resource_id",
+]
 
 DEDUPLICATION_SECONDS = 300
 """SQS's deduplication interval for FIFO queues (Amazon SQS developer guide, "Using the message deduplication ID")."""
@@ -50,6 +57,30 @@ def tags_by_resource_id() -> None:
         return [{"resource_id": resource_id, "key": k, "value": v, "resource_type": kind} for k, v in own.items()]
 
     TaggedEC2Resource.get_tags = get_tags  # type: ignore[method-assign]
+
+
+def instances_by_id() -> None:
+    """Make moto's ``InstanceBackend.get_instance`` find an instance through an index by id kept on the backend, filled
+    from the newest reservations on a miss, where moto copied every reservation of the account for each lookup. moto
+    looks up every instance it launches (to attach its root volume), so a fleet of N instances cost N such copies:
+    quadratic, beyond reach for a 20,000-node world. moto never removes an instance from its reservation, so an
+    indexed instance stays valid; an unknown id still raises moto's ``InvalidInstanceID.NotFound``."""
+    from moto.ec2.exceptions import InvalidInstanceIdError
+    from moto.ec2.models.instances import InstanceBackend
+
+    def get_instance(self: Any, instance_id: str) -> Any:
+        index: dict[str, Any] = self.__dict__.setdefault("_instances_by_id", {})
+        found = index.get(instance_id)
+        if found is not None:
+            return found
+        for reservation in reversed(list(self.reservations.values())):  # the newest first: a launch looks up its own
+            for instance in list(reservation.instances):
+                index.setdefault(instance.id, instance)
+            if instance_id in index:
+                return index[instance_id]
+        raise InvalidInstanceIdError(instance_id)
+
+    InstanceBackend.get_instance = get_instance  # type: ignore[method-assign]
 
 
 def fifo_deduplication_outlives_deletion(queue_class: Any) -> None:
