@@ -158,9 +158,42 @@ def test_the_handler_lists_the_fleet_once_per_interval_whatever_the_pass(
         assert not within.garbage_collected and len(cloud.listings) == 1  # the fleet is not listed again
         assert cloud.terminated == ["i-orphan"]  # nor swept
 
-        due = handler.run_pass(now=2000.0 + GARBAGE_COLLECTION_INTERVAL_SECONDS, provision_first=provision_first)
+        # due 2 minutes after the collecting pass ended (it took a moment of its own)
+        due = handler.run_pass(now=2000.0 + GARBAGE_COLLECTION_INTERVAL_SECONDS + 5, provision_first=provision_first)
         assert due.garbage_collected and len(cloud.listings) == 2
         assert cloud.terminated == ["i-orphan", "i-late"]
+    finally:
+        wiring.reset()
+
+
+def test_a_collecting_pass_longer_than_the_interval_does_not_make_the_next_pass_list_the_fleet(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import time as real_time
+    from types import SimpleNamespace
+
+    from nodesmith.handlers import reconcile as handler
+
+    cluster, cloud = _registered_node_and_an_orphan()
+    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
+    clock = [0.0]
+    monkeypatch.setattr(handler, "time", SimpleNamespace(time=real_time.time, monotonic=lambda: clock[0]))
+    reconcile_pass = handler.reconcile
+
+    def slow(**kwargs: object) -> object:  # a pass over a very large fleet: 5 minutes
+        out = reconcile_pass(**kwargs)  # type: ignore[arg-type]
+        clock[0] += 300.0
+        return out
+
+    monkeypatch.setattr(handler, "reconcile", slow)
+    wiring.reset()
+    wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
+    try:
+        assert handler.run_pass(now=2000.0).garbage_collected
+        # the next pass starts as the first ends, 5 minutes after it began: the interval counts from that end
+        assert not handler.run_pass(now=2300.0).garbage_collected
+        assert len(cloud.listings) == 1
+        assert handler.run_pass(now=2300.0 + GARBAGE_COLLECTION_INTERVAL_SECONDS).garbage_collected
     finally:
         wiring.reset()
 

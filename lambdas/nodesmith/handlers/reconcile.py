@@ -117,13 +117,15 @@ def _emit(outcome: ReconcileOutcome) -> None:
 def garbage_collection_due(*, cloud: object, now: float) -> bool:
     """True when a pass at ``now`` (epoch seconds) with the cloud provider ``cloud`` lists the fleet and collects
     garbage: this container never did with that provider (a cold container's first pass, or its ports replaced), or
-    did at least :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (2 minutes)
-    before ``now``, or after it (the clock went back: better list than trust a time to come).
+    the pass that last did ended at least
+    :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (2 minutes) before ``now``,
+    or after it (the clock went back: better list than trust a time to come).
 
-    Karpenter's garbage collection controllers requeue every 2 minutes whatever triggers its provisioning
-    (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``,
+    Karpenter's garbage collection controllers requeue 2 minutes after each reconcile returns, whatever triggers its
+    provisioning (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``,
     ``[aws]:pkg/controllers/nodeclaim/garbagecollection/controller.go``); scheduled passes, watch mode's batch passes
-    and a wake's passes follow the same cadence here.
+    and a wake's passes follow the same cadence here, counted from the end of the collecting pass, so passes longer
+    than the interval (a very large fleet) do not list the fleet every time.
     """
     if not _GARBAGE_COLLECTED or _GARBAGE_COLLECTED[-1][0] is not cloud:
         return True
@@ -143,6 +145,7 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
     _LAST_PASS_BEGAN[:] = [time.time()]
     at = time.time() if now is None else now
     ports = wiring.ports(settings)
+    began = time.monotonic()
     outcome = reconcile(
         ports=ports,
         now=at,
@@ -155,8 +158,8 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
             kept_capacity=_KEPT_CAPACITY,
         ),
     )
-    if outcome.garbage_collected:
-        _GARBAGE_COLLECTED[:] = [(ports.cloud, at)]
+    if outcome.garbage_collected:  # the pass's end, on the pass's clock
+        _GARBAGE_COLLECTED[:] = [(ports.cloud, at + time.monotonic() - began)]
     return outcome
 
 
