@@ -461,3 +461,27 @@ def node_for(instance: Instance, nodeclaim: NodeClaim, *, ready: bool, taints: t
         allocatable=nodeclaim.allocatable_core(),
         ready=ready,
     )
+
+
+def two_running_nodes() -> tuple[FakeCluster, FakeCloud]:
+    """Two registered, initialized nodes launched by two reconcile passes, each running two pods of 1.5 CPU; their
+    NodeClaims versioned as the API server returns them (a uid and a ``resourceVersion``)."""
+    from nodesmith.services.ports import Ports
+    from nodesmith.services.provisioning.reconcile import reconcile
+
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster.pods = [make_pod(f"inflate-{i}", cpu="1500m") for i in range(4)]
+    cloud = FakeCloud()
+    for now in (1000.0, 1001.0):
+        cluster.now = cloud.now = now
+        reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test", queue=None), now=now)
+    for i, claim in enumerate(sorted(cluster.nodeclaims.values(), key=lambda c: c.name)):
+        inst = next(x for x in cloud.instances.values() if x.provider_id == claim.status.provider_id)
+        cluster.nodes.append(node_for(inst, claim, ready=True))
+        claim.metadata.resource_version = str(10 + i)
+    by_node = [n.name for n in cluster.nodes for _ in range(2)]
+    cluster.pods = [
+        replace(p, node_name=name, unschedulable=False, phase="Running")
+        for p, name in zip(cluster.pods, by_node, strict=True)
+    ]
+    return cluster, cloud

@@ -6,39 +6,22 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+from reconcile_fakes import two_running_nodes
 
 from nodesmith.services.disruption.consolidated import cluster_state
 from nodesmith.services.disruption.state import cluster_nodes
-from nodesmith.services.ports import Ports
-from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
+    from reconcile_fakes import FakeCluster
+
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.disruption import ClusterNode
 
 
 def _world() -> tuple[FakeCluster, list[NodeClaim]]:
-    """Two initialized nodes, each running two pods; NodeClaims as the API server returns them (a uid and a
-    resourceVersion)."""
-    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
-    cluster.pods = [make_pod(f"inflate-{i}", cpu="1500m") for i in range(4)]
-    cloud = FakeCloud()
-    for now in (1000.0, 1001.0):
-        cluster.now = cloud.now = now
-        reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test", queue=None), now=now)
-    claims = []
-    for i, claim in enumerate(sorted(cluster.nodeclaims.values(), key=lambda c: c.name)):
-        inst = next(x for x in cloud.instances.values() if x.provider_id == claim.status.provider_id)
-        cluster.nodes.append(node_for(inst, claim, ready=True))
-        claim.metadata.resource_version = str(10 + i)
-        claims.append(claim)
-    by_node = [n.name for n in cluster.nodes for _ in range(2)]
-    cluster.pods = [
-        replace(p, node_name=name, unschedulable=False, phase="Running")
-        for p, name in zip(cluster.pods, by_node, strict=True)
-    ]
-    return cluster, claims
+    """Two initialized nodes, each running two pods, and their NodeClaims by name."""
+    cluster, _ = two_running_nodes()
+    return cluster, sorted(cluster.nodeclaims.values(), key=lambda c: c.name)
 
 
 def _views(

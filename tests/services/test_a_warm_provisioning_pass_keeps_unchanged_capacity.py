@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+from reconcile_fakes import FakeCluster, make_pod, two_running_nodes
 
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.capacity import KeptCapacity, existing_capacity
@@ -18,27 +18,6 @@ if TYPE_CHECKING:
     from nodesmith.core.scheduling.types import ExistingNode
 
 
-def _world() -> tuple[FakeCluster, FakeCloud]:
-    """Two registered, initialized nodes with two pods of 1.5 CPU each, their NodeClaims versioned as the API
-    server returns them."""
-    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
-    cluster.pods = [make_pod(f"inflate-{i}", cpu="1500m") for i in range(4)]
-    cloud = FakeCloud()
-    for now in (1000.0, 1001.0):
-        cluster.now = cloud.now = now
-        reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test", queue=None), now=now)
-    for i, claim in enumerate(sorted(cluster.nodeclaims.values(), key=lambda c: c.name)):
-        inst = next(x for x in cloud.instances.values() if x.provider_id == claim.status.provider_id)
-        cluster.nodes.append(node_for(inst, claim, ready=True))
-        claim.metadata.resource_version = str(10 + i)
-    names = [n.name for n in sorted(cluster.nodes, key=lambda n: n.name) for _ in range(2)]
-    cluster.pods = [
-        replace(p, node_name=name, unschedulable=False, phase="Running")
-        for p, name in zip(cluster.pods, names, strict=True)
-    ]
-    return cluster, cloud
-
-
 def _capacity(cluster: FakeCluster, claims: list[NodeClaim], kept: KeptCapacity) -> dict[str, ExistingNode]:
     made = existing_capacity(
         nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims, instances={}, catalogue={}, kept=kept
@@ -47,7 +26,7 @@ def _capacity(cluster: FakeCluster, claims: list[NodeClaim], kept: KeptCapacity)
 
 
 def test_an_unchanged_node_gets_its_kept_capacity_and_a_changed_one_is_made_anew() -> None:
-    cluster, _ = _world()
+    cluster, _ = two_running_nodes()
     claims = sorted(cluster.nodeclaims.values(), key=lambda c: c.name)
     first_node, second_node = sorted(n.name for n in cluster.nodes)
     kept = KeptCapacity()
@@ -75,7 +54,7 @@ def test_an_unchanged_node_gets_its_kept_capacity_and_a_changed_one_is_made_anew
 def test_passes_that_keep_capacity_decide_as_passes_that_keep_nothing() -> None:
     outcomes = []
     for kept in (None, KeptCapacity()):
-        cluster, cloud = _world()
+        cluster, cloud = two_running_nodes()
         cluster.pods += [make_pod(f"small-{i}", cpu="250m") for i in range(2)]  # room for them on the nodes
         ports = Ports(cluster=cluster, cloud=cloud, cluster_name="test", queue=None)
         for now in (2000.0, 2001.0):
