@@ -25,10 +25,10 @@ class Cycle:
 @pytest.fixture(autouse=True)
 def fresh_heap() -> Iterator[None]:
     gc.unfreeze()
-    heap._examined.clear()
+    heap._frozen.clear()
     yield
     gc.unfreeze()
-    heap._examined.clear()
+    heap._frozen.clear()
 
 
 def _in_a_generation(obj: object) -> bool:
@@ -38,7 +38,8 @@ def _in_a_generation(obj: object) -> bool:
 def test_settle_freezes_survivors_and_collects_what_a_pass_left() -> None:
     kept = [[n] for n in range(1_000)]
     frozen = heap.settle()
-    assert frozen == gc.get_freeze_count() > len(kept)
+    assert frozen > len(kept)
+    assert 0 <= gc.get_freeze_count() - frozen <= 10  # every survivor counted (a few objects come alive as it returns)
     assert gc.is_tracked(kept[0]) and not _in_a_generation(kept[0])  # tracked, in no generation: frozen
 
     left = Cycle()  # garbage a later pass leaves: collected by the next settle, which examines only new objects
@@ -58,9 +59,9 @@ def test_a_frozen_cycle_dropped_later_is_freed_once_the_frozen_count_doubles() -
     assert ref() is not None  # a frozen cycle waits: no collection traverses it
 
     grown = [[n] for n in range(int(heap.REEXAMINE_GROWTH * gc.get_freeze_count()))]
-    heap.settle()  # freezes the growth: the frozen count has now doubled since the first examination
+    heap.settle()  # freezes the growth: the frozen count has now more than doubled since the first examination
     assert ref() is not None
     heap.settle()  # so this one unfreezes and examines everything
     assert ref() is None
     examined_at = gc.get_freeze_count()
-    assert grown and heap._examined == [examined_at]  # the examination starts a new baseline
+    assert grown and heap._frozen == [examined_at, 0]  # the examination starts a new baseline
