@@ -1,5 +1,6 @@
 """A warm container's disruption pass hands an unchanged node's view back (so what the core derived from it is
-reused), and builds a new one when the Node, one of its pods or its NodeClaim's version changed."""
+reused), and builds a new one when the Node, one of its pods or its NodeClaim's version changed, or when the pod set
+could not be written on its NodeClaim."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from reconcile_fakes import two_running_nodes
 
+from nodesmith.core.errors import ConflictError
 from nodesmith.services.disruption.consolidated import cluster_state
-from nodesmith.services.disruption.state import cluster_nodes
+from nodesmith.services.disruption.state import CONDITION_POD_SET, cluster_nodes
 
 if TYPE_CHECKING:
     from reconcile_fakes import FakeCluster
@@ -72,3 +74,28 @@ def test_the_consolidation_state_is_the_same_with_and_without_kept_parts() -> No
     moved = cluster_state(views=[gone, views[1]], digests=digests, **args)  # type: ignore[arg-type]
     assert moved != state and moved == cluster_state(views=[gone, views[1]], **args)  # type: ignore[arg-type]
     assert digests[views[0].name][0] is gone
+
+
+def test_a_pod_set_whose_write_failed_is_written_by_the_next_warm_pass() -> None:
+    cluster, claims = _world()
+    kept: dict[str, ClusterNode] = {}
+    calls: list[str] = []
+    write = cluster.update_nodeclaim_status
+
+    def refused(*, nodeclaim: NodeClaim) -> NodeClaim:
+        calls.append(nodeclaim.name)
+        raise ConflictError(f"nodeclaim {nodeclaim.name} changed", status=409)
+
+    cluster.update_nodeclaim_status = refused  # type: ignore[method-assign]
+    errors: list[str] = []
+    cluster_nodes(
+        cluster=cluster, nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims, facts={}, now=2000.0,
+        errors=errors, kept=kept,
+    )  # fmt: skip
+    assert len(errors) == 2 and sorted(calls) == [c.name for c in claims]
+    assert not kept  # a view over a NodeClaim that does not hold its pod set is not kept
+
+    cluster.update_nodeclaim_status = write  # type: ignore[method-assign]
+    _, written = _views(cluster, claims, kept)  # the same objects: fingerprinted and written again
+    assert all(c.condition(CONDITION_POD_SET) is not None for c in written)
+    assert all(cluster.nodeclaims[c.name].condition(CONDITION_POD_SET) is not None for c in claims)

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from nodesmith.core.model import Node, Pod
     from nodesmith.core.ports import Cluster, InstanceFacts
 
+    _Placed = tuple[Node, tuple[Pod, ...], str | None]  # a Node, the pods bound to it, its NodeClaim's name
+
 __all__ = [
     "CONDITION_CANDIDATE",
     "CONDITION_DISRUPTING",
@@ -196,7 +198,9 @@ def cluster_nodes(
     ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
     the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
     whose other fields are equal gets the kept view object back, so per-view results kept with it
-    (:class:`~nodesmith.core.disruption.memo.NodeMemo`) are reused; ``kept`` is left holding this pass's views.
+    (:class:`~nodesmith.core.disruption.memo.NodeMemo`) are reused; ``kept`` is left holding this pass's views. A
+    kept view whose Node, pods and NodeClaim are the very objects read now is handed back without fingerprinting
+    its pods again: the stored fingerprint was found equal, or written, when that NodeClaim object was read.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
@@ -205,14 +209,83 @@ def cluster_nodes(
     claims = {nc.name: nc for nc in nodeclaims}
     index = _ClaimIndex(list(claims.values()))
     placed = [(node, tuple(by_node.get(node.name, ())), index.name_for(node)) for node in nodes]
-    observed: dict[str, tuple[Pod, ...]] = {}  # a NodeClaim is observed once, with its first node's pods
-    for _, on_node, name in placed:
-        if name is not None:
-            observed.setdefault(name, on_node)
+    unchanged = _unchanged_views(placed, claims=claims, facts=facts, kept=kept or {})
+    last_events, unwritten = _observe_pod_sets(
+        cluster=cluster, placed=placed, claims=claims, unchanged=unchanged, now=now, errors=errors
+    )
+    out: list[ClusterNode] = []
+    keep: list[ClusterNode] = []
+    for node, on_node, name in placed:
+        if (same := unchanged.get(node.name)) is not None and (name is None or claims[name] is same.nodeclaim):
+            out.append(same)
+            keep.append(same)
+            continue
+        owner = claims[name] if name is not None else None
+        image, subnet, groups = _launch_fields(owner, facts.get(instance_id_of(node.provider_id) or ""))
+        view = ClusterNode(
+            node=node,
+            pods=on_node,
+            nodeclaim=owner,
+            last_pod_event_time=last_events.get(name) if name is not None else None,
+            image_id=image,
+            subnet_id=subnet,
+            security_group_ids=groups,
+        )
+        before = kept.get(node.name) if kept is not None else None
+        out.append(before if before is not None and _same_view(before, view) else view)
+        if name in unwritten:
+            continue
+        keep.append(out[-1])
+    if kept is not None:
+        kept.clear()
+        kept.update((v.name, v) for v in keep)
+    return out, claims
 
+
+def _unchanged_views(
+    placed: Sequence[_Placed],
+    *,
+    claims: Mapping[str, NodeClaim],
+    facts: Mapping[str, InstanceFacts],
+    kept: Mapping[str, ClusterNode],
+) -> dict[str, ClusterNode]:
+    """Node name -> kept view whose Node, pods and NodeClaim are the objects read now, with equal launch facts."""
+    unchanged: dict[str, ClusterNode] = {}
+    for node, on_node, name in placed:
+        before = kept.get(node.name)
+        owner = claims[name] if name is not None else None
+        if (
+            before is not None
+            and before.node is node
+            and before.nodeclaim is owner
+            and _same_pods(before.pods, on_node)
+            and _launch_fields(owner, facts.get(instance_id_of(node.provider_id) or "")) == _kept_launch_fields(before)
+        ):
+            unchanged[node.name] = before
+    return unchanged
+
+
+def _observe_pod_sets(
+    *,
+    cluster: Cluster,
+    placed: Sequence[_Placed],
+    claims: dict[str, NodeClaim],
+    unchanged: Mapping[str, ClusterNode],
+    now: float,
+    errors: list[str],
+) -> tuple[dict[str, float | None], set[str]]:
+    """Each NodeClaim's pod-event time, with the pod sets that changed written (``claims`` updated with what was
+    written), and the names of the NodeClaims whose write failed (reported in ``errors``)."""
+    observed: dict[str, tuple[str, tuple[Pod, ...]]] = {}  # a NodeClaim is observed once, with its first node's pods
+    for node, on_node, name in placed:
+        if name is not None:
+            observed.setdefault(name, (node.name, on_node))
     last_events: dict[str, float | None] = {}
     writes: list[tuple[str, tuple[Pod, ...], str]] = []
-    for name, on_node in observed.items():
+    for name, (node_name, on_node) in observed.items():
+        if (same := unchanged.get(node_name)) is not None:  # the same pods and NodeClaim: the same fingerprint
+            last_events[name] = same.last_pod_event_time
+            continue
         fingerprint = _fingerprint(on_node)
         stored = claims[name].condition(CONDITION_POD_SET)
         if stored is not None and stored.message == fingerprint:
@@ -228,31 +301,32 @@ def cluster_nodes(
         )
         return claim, last, problems
 
+    unwritten: set[str] = set()
     for claim, last, problems in map_ordered(observe, writes, workers=OBSERVE_WORKERS, name="podset"):
         claims[claim.name], last_events[claim.name] = claim, last
         errors.extend(problems)
-    out: list[ClusterNode] = []
-    for node, on_node, name in placed:
-        inst = facts.get(instance_id_of(node.provider_id) or "")
-        owner = claims[name] if name is not None else None
-        image = (owner.status.image_id if owner is not None else None) or (inst.image_id if inst is not None else "")
-        view = ClusterNode(
-            node=node,
-            pods=on_node,
-            nodeclaim=owner,
-            last_pod_event_time=last_events.get(name) if name is not None else None,
-            image_id=image or None,
-            subnet_id=(inst.subnet_id or None) if inst is not None else None,
-            security_group_ids=frozenset(inst.security_group_ids)
-            if inst is not None and inst.security_group_ids
-            else None,
-        )
-        before = kept.get(node.name) if kept is not None else None
-        out.append(before if before is not None and _same_view(before, view) else view)
-    if kept is not None:
-        kept.clear()
-        kept.update((v.name, v) for v in out)
-    return out, claims
+        if problems:
+            unwritten.add(claim.name)
+    return last_events, unwritten
+
+
+_LaunchFields = tuple[str | None, str | None, frozenset[str] | None]
+
+
+def _launch_fields(claim: NodeClaim | None, inst: InstanceFacts | None) -> _LaunchFields:
+    """A node view's ``image_id``, ``subnet_id`` and ``security_group_ids`` from its NodeClaim and instance."""
+    image = (claim.status.image_id if claim is not None else None) or (inst.image_id if inst is not None else "")
+    subnet = (inst.subnet_id or None) if inst is not None else None
+    groups = frozenset(inst.security_group_ids) if inst is not None and inst.security_group_ids else None
+    return image or None, subnet, groups
+
+
+def _kept_launch_fields(view: ClusterNode) -> _LaunchFields:
+    return view.image_id, view.subnet_id, view.security_group_ids
+
+
+def _same_pods(before: tuple[Pod, ...], now: tuple[Pod, ...]) -> bool:
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
 
 
 def _same_view(before: ClusterNode, now: ClusterNode) -> bool:
@@ -260,13 +334,10 @@ def _same_view(before: ClusterNode, now: ClusterNode) -> bool:
     version, equal launch facts and pod-event time."""
     return (
         before.node is now.node
-        and len(before.pods) == len(now.pods)
-        and all(a is b for a, b in zip(before.pods, now.pods, strict=True))
+        and _same_pods(before.pods, now.pods)
         and same_version(before.nodeclaim, now.nodeclaim)
         and before.last_pod_event_time == now.last_pod_event_time
-        and before.image_id == now.image_id
-        and before.subnet_id == now.subnet_id
-        and before.security_group_ids == now.security_group_ids
+        and _kept_launch_fields(before) == _kept_launch_fields(now)
     )
 
 
