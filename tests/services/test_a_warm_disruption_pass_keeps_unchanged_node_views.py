@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 from reconcile_fakes import two_running_nodes
 
 from nodesmith.core.errors import ConflictError
+from nodesmith.services.disruption import state
 from nodesmith.services.disruption.consolidated import cluster_state
 from nodesmith.services.disruption.state import CONDITION_POD_SET, cluster_nodes
 
 if TYPE_CHECKING:
+    import pytest
     from reconcile_fakes import FakeCluster
 
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -99,3 +101,18 @@ def test_a_pod_set_whose_write_failed_is_written_by_the_next_warm_pass() -> None
     _, written = _views(cluster, claims, kept)  # the same objects: fingerprinted and written again
     assert all(c.condition(CONDITION_POD_SET) is not None for c in written)
     assert all(cluster.nodeclaims[c.name].condition(CONDITION_POD_SET) is not None for c in claims)
+
+
+def test_an_unchanged_node_is_not_fingerprinted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, claims = _world()
+    kept: dict[str, ClusterNode] = {}
+    _, claims = _views(cluster, claims, kept)
+    hashed: list[int] = []
+    fingerprint = state._fingerprint
+    monkeypatch.setattr(state, "_fingerprint", lambda pods: hashed.append(len(pods)) or fingerprint(pods))
+
+    _views(cluster, [c.model_copy(deep=True) for c in claims], kept)  # listed again: same uid and resourceVersion
+    assert hashed == []
+    cluster.pods[0] = replace(cluster.pods[0], labels={"version": "2"})  # one node's pods changed
+    _views(cluster, claims, kept)
+    assert hashed == [2]

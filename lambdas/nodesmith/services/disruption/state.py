@@ -199,8 +199,9 @@ def cluster_nodes(
     the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
     whose other fields are equal gets the kept view object back, so per-view results kept with it
     (:class:`~nodesmith.core.disruption.memo.NodeMemo`) are reused; ``kept`` is left holding this pass's views. A
-    kept view whose Node, pods and NodeClaim are the very objects read now is handed back without fingerprinting
-    its pods again: the stored fingerprint was found equal, or written, when that NodeClaim object was read.
+    kept view whose Node and pods are the very objects read now and whose NodeClaim is the same version is handed
+    back without fingerprinting its pods again: the stored fingerprint was found equal, or written, when that
+    NodeClaim version was read.
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
@@ -216,7 +217,7 @@ def cluster_nodes(
     out: list[ClusterNode] = []
     keep: list[ClusterNode] = []
     for node, on_node, name in placed:
-        if (same := unchanged.get(node.name)) is not None and (name is None or claims[name] is same.nodeclaim):
+        if (same := unchanged.get(node.name)) is not None and same_version(same.nodeclaim, claims.get(name or "")):
             out.append(same)
             keep.append(same)
             continue
@@ -249,7 +250,8 @@ def _unchanged_views(
     facts: Mapping[str, InstanceFacts],
     kept: Mapping[str, ClusterNode],
 ) -> dict[str, ClusterNode]:
-    """Node name -> kept view whose Node, pods and NodeClaim are the objects read now, with equal launch facts."""
+    """Node name -> kept view whose Node and pods are the objects read now, whose NodeClaim is the same version
+    (:func:`~nodesmith.core.api.nodeclaim.same_version`) and whose launch facts are equal."""
     unchanged: dict[str, ClusterNode] = {}
     for node, on_node, name in placed:
         before = kept.get(node.name)
@@ -257,7 +259,7 @@ def _unchanged_views(
         if (
             before is not None
             and before.node is node
-            and before.nodeclaim is owner
+            and same_version(before.nodeclaim, owner)
             and _same_pods(before.pods, on_node)
             and _launch_fields(owner, facts.get(instance_id_of(node.provider_id) or "")) == _kept_launch_fields(before)
         ):
