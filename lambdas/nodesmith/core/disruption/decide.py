@@ -231,16 +231,19 @@ def decide(
         if expire
         else []
     )
+    expired = {e.node for e in expiries}
     pods_by_node = {
-        cn.name: tuple(sorted(p.key for p in cn.pods if not p.is_daemonset and not p.is_mirror)) for cn in nodes
+        cn.name: tuple(sorted(p.key for p in cn.pods if not p.is_daemonset and not p.is_mirror))
+        for cn in nodes
+        if cn.name in expired
     }
     expirations = tuple(expiration_decisions(expiries, pods_by_node=pods_by_node))
-    gone = set(deleting) | {e.node for e in expiries}
+    gone = set(deleting) | expired
     selection = select_candidates(snapshot, now=now, deleting=gone, memo=memo)
     if memo is not None:
         memo.retain(nodes)
     budgets = _budgets(selection, nodepools, now)
-    rejected: list[Rejection] = [r for r in selection.rejected if r.node not in {e.node for e in expiries}]
+    rejected: list[Rejection] = [r for r in selection.rejected if r.node not in expired]
     candidates = selection.candidates
 
     @cache
