@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nodesmith.core.disruption.candidates import expire_after_of, node_facts
+from nodesmith.core.disruption.candidates import expire_after_of, node_basis, node_facts
 from nodesmith.core.disruption.types import METHOD_EXPIRATION, Decision
+from nodesmith.core.labels import LABEL_NODEPOOL
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
@@ -58,24 +59,24 @@ def expired_nodes(
     catalogue = {it.name: it for it in instance_types}
     out: list[Expiry] = []
     for cn in nodes:
-        facts = node_facts(
-            cn, catalogue=catalogue, deleting=deleting, basis=memo.basis(cn) if memo is not None else None
-        )
-        if facts.nodepool is None or facts.deleting or facts.created is None:
+        basis = memo.basis(cn) if memo is not None else node_basis(cn)
+        pool_name = basis.labels.get(LABEL_NODEPOOL)
+        if pool_name is None or basis.deleting or cn.name in deleting or basis.created is None:
             continue
-        pool = pools.get(facts.nodepool)
+        pool = pools.get(pool_name)
         if pool is None and cn.nodeclaim is None:
             continue
         ttl = expire_after_of(cn, pool)
         if ttl is None:
             continue
-        at = facts.created + ttl
+        at = basis.created + ttl
         if at <= now:
+            facts = node_facts(cn, catalogue=catalogue, deleting=deleting, basis=basis)  # its price
             out.append(
                 Expiry(
                     node=facts.name,
-                    nodepool=facts.nodepool,
-                    created=facts.created,
+                    nodepool=pool_name,
+                    created=basis.created,
                     expire_after=ttl,
                     expired_at=at,
                     price=facts.price,
