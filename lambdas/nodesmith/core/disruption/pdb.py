@@ -90,11 +90,21 @@ def _evictable(pod: Pod, *, protected: bool) -> bool:
 class PdbLimits:
     """The PDBs of a cluster with their current ``disruptionsAllowed``.
 
-    Built once per decision pass from every PDB and every pod of the cluster (bound or not).
+    Built once per decision pass from every PDB and every pod of the cluster (bound or not). A PDB selects pods of
+    its own namespace only, so a pod is matched against its namespace's PDBs alone.
     """
 
     def __init__(self, pdbs: Sequence[PodDisruptionBudget], pods: Sequence[Pod]) -> None:
-        self._items = [(pdb, disruptions_allowed(pdb, pods), is_fully_blocking(pdb)) for pdb in pdbs]
+        pods_in: dict[str, list[Pod]] = {}
+        if any(pdb.disruptions_allowed is None for pdb in pdbs):  # some budget's allowance is counted from pods
+            for pod in pods:
+                pods_in.setdefault(pod.namespace, []).append(pod)
+        self._items = [
+            (pdb, disruptions_allowed(pdb, pods_in.get(pdb.namespace, ())), is_fully_blocking(pdb)) for pdb in pdbs
+        ]
+        self._by_namespace: dict[str, list[tuple[PodDisruptionBudget, int, bool]]] = {}
+        for item in self._items:
+            self._by_namespace.setdefault(item[0].namespace, []).append(item)
 
     @property
     def empty(self) -> bool:
@@ -102,7 +112,7 @@ class PdbLimits:
         return not self._items
 
     def _matching(self, pod: Pod) -> list[tuple[PodDisruptionBudget, int, bool]]:
-        return [item for item in self._items if _matches(item[0], pod)]
+        return [item for item in self._by_namespace.get(pod.namespace, ()) if item[0].selector.matches(pod.labels)]
 
     def blocks(self, pod: Pod, *, protected: bool = False) -> str | None:
         """Why PDBs would refuse evicting ``pod`` now, or None. ``protected`` is True when the pod
