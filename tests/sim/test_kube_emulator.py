@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from kube_objects import KARPENTER, names, nodeclaim, pod
@@ -127,6 +128,33 @@ def test_watch_from_an_expired_version_is_410() -> None:
         with pytest.raises(ApiException) as err:
             list(watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version="1", timeout_seconds=1))
         assert err.value.status == 410
+
+
+def test_a_watch_allowing_bookmarks_ends_with_one_a_resume_can_start_from() -> None:
+    with KubeEmulator(store=Store(history=3)) as kube:
+        v1 = client.CoreV1Api(client.ApiClient(client.Configuration(host=kube.endpoint)))
+        start = v1.list_namespaced_pod("default").metadata.resource_version
+        events: list[tuple[str, str]] = []
+
+        def follow() -> None:
+            stream = watch.Watch().stream(
+                v1.list_namespaced_pod, "default", resource_version=start, allow_watch_bookmarks=True, timeout_seconds=2
+            )
+            events.extend((e["type"], e["raw_object"]["metadata"]["resourceVersion"]) for e in stream)
+
+        thread = threading.Thread(target=follow)
+        thread.start()
+        time.sleep(0.5)
+        for i in range(6):  # writes this watch does not select, more than the history holds
+            v1.create_namespaced_pod("kube-system", pod(f"p{i}"))
+        thread.join(timeout=10)
+        current = v1.list_namespaced_pod("default").metadata.resource_version
+        assert events == [("BOOKMARK", current)]
+        with pytest.raises(ApiException) as err:  # the version the watch started from is gone by now
+            list(watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=start, timeout_seconds=1))
+        assert err.value.status == 410
+        resumed = watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=current, timeout_seconds=1)
+        assert list(resumed) == []
 
 
 def test_custom_resource_status_is_only_written_through_the_status_subresource(custom: client.CustomObjectsApi) -> None:

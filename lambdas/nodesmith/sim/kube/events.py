@@ -73,6 +73,12 @@ class Subscription:
                 cond.wait(remaining)
             return self.queue.popleft()
 
+    def idle_version(self) -> int | None:
+        """The store's current version when every event owed to this subscription has been taken (a watch may
+        then bookmark it), else None."""
+        with self._store.condition:
+            return None if self.queue else self._store.resource_version
+
     def drain(self) -> list[WatchEvent]:
         """Every queued event, without waiting."""
         with self._store.condition:

@@ -5,6 +5,12 @@ A watch starts from a store subscription (all objects when ``resourceVersion`` i
 old), filters by namespace and selectors (an object moving into or out of the selection becomes
 ADDED / DELETED, as upstream), and ends at ``timeoutSeconds``, disconnect or emulator stop. An
 ``Accept`` asking for ``meta.k8s.io/v1`` Tables (``kubectl get -w``) gets one-row Tables.
+
+A watch with ``allowWatchBookmarks=true`` gets a ``BOOKMARK`` at the store's current version every
+:data:`BOOKMARK_SECONDS` and as it ends at its timeout, whenever every event it was owed has been sent, as the API
+server's watch cache does (``cacheWatcher.nextBookmarkTime`` in ``k8s.io/apiserver``'s cacher: bookmarks every
+minute and just before the timeout). A client resuming from its last bookmark then stays inside the retained
+history however many writes of other kinds went by.
 """
 
 from __future__ import annotations
@@ -28,7 +34,10 @@ if TYPE_CHECKING:
     from nodesmith.sim.kube.server import EmulatorServer
     from nodesmith.sim.kube.store import Subscription, WatchEvent
 
-__all__ = ["WatchingHandler"]
+__all__ = ["BOOKMARK_SECONDS", "WatchingHandler"]
+
+BOOKMARK_SECONDS = 60.0
+"""How often a watch that allows bookmarks gets one (the API server's ``bookmarkFrequency``, one minute)."""
 
 
 class _Cut(Exception):
@@ -47,6 +56,9 @@ class WatchingHandler(BaseHTTPRequestHandler):
     @staticmethod
     def _include(query: dict[str, str]) -> str:
         return query.get("includeObject") or "Metadata"
+
+    def _bookmark(self, rt: ResourceType, meta: dict[str, Any]) -> None:
+        self._chunk({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}})
 
     def _chunk(self, event: dict[str, Any]) -> None:
         data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
@@ -119,18 +131,24 @@ class WatchingHandler(BaseHTTPRequestHandler):
         emulator = self.server.emulator
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
         deadline = None if timeout is None else time.monotonic() + timeout
-        bookmark = query.get("sendInitialEvents") == "true" and query.get("allowWatchBookmarks") == "true"
+        bookmarks = query.get("allowWatchBookmarks") == "true"
+        bookmark = query.get("sendInitialEvents") == "true" and bookmarks
+        next_bookmark = time.monotonic() + BOOKMARK_SECONDS
         initial_left = len(sub.queue)
         cut_after = self.fault.cut_after if self.fault is not None and self.fault.kind == "cut" else None
         while not emulator.stopping:
             if bookmark and initial_left == 0:
                 bookmark = False
-                meta = {"resourceVersion": str(sub.since), "annotations": {"k8s.io/initial-events-end": "true"}}
-                self._chunk(
-                    {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
-                )
+                ended = {"k8s.io/initial-events-end": "true"}
+                self._bookmark(rt, {"resourceVersion": str(sub.since), "annotations": ended})
             remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+            ending = remaining is not None and remaining <= 0
+            if bookmarks and not bookmark and (ending or time.monotonic() >= next_bookmark):
+                version = sub.idle_version()
+                if version is not None:
+                    next_bookmark = time.monotonic() + BOOKMARK_SECONDS
+                    self._bookmark(rt, {"resourceVersion": str(version)})
+            if ending:
                 return
             event = sub.get(timeout=0.5 if remaining is None else min(remaining, 0.5))
             if event is None:
