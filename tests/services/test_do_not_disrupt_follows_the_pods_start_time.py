@@ -8,9 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import interruption_fakes as fakes
+import pytest
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
 from nodesmith.core.termination import TERMINATION_REASON_ANNOTATION, TerminationRequest
+from nodesmith.services.disruption.consolidated import Consolidated
 from nodesmith.services.disruption.service import disrupt
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
@@ -44,8 +46,9 @@ def node_events(cluster: Any, reason: str) -> list[str]:
     return [message for kind, _name, r, message in cluster.events if kind == "Node" and r == reason]
 
 
-def run_disruption(cluster: Any) -> Any:
-    return disrupt(ports=Ports(cluster=cluster, cloud=cluster.cloud, cluster_name="test"), now=NOW)
+def run_disruption(cluster: Any, consolidated: Consolidated | None = None) -> Any:
+    ports = Ports(cluster=cluster, cloud=cluster.cloud, cluster_name="test")
+    return disrupt(ports=ports, now=NOW, consolidated=consolidated)
 
 
 def test_true_protects_the_node() -> None:
@@ -69,9 +72,10 @@ def test_an_elapsed_duration_no_longer_protects() -> None:
     assert out.candidates == [node]
 
 
-def test_an_invalid_value_is_ignored_and_the_node_says_so() -> None:
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm container"])
+def test_an_invalid_value_is_ignored_and_the_node_says_so(warm: bool) -> None:
     cluster, node = drifted_node_with("forever", created=900.0, started=NOW - 60)
-    out = run_disruption(cluster)
+    out = run_disruption(cluster, Consolidated() if warm else None)
     assert out.candidates == [node]
     (message,) = node_events(cluster, "InvalidDoNotDisruptAnnotation")
     assert "default/job" in message and '"forever"' in message

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
     from nodesmith.core.disruption import ClusterNode, DisruptionSettings
+    from nodesmith.core.disruption.memo import NodeMemo
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement
     from nodesmith.core.ports import CloudProvider, Instance
     from nodesmith.services.ports import Ports
@@ -149,14 +150,15 @@ class DisruptionPass:
             context = None
         return disruption_volume_topology(pods=self.pods, nodes=self.nodes, context=context)
 
-    def report_invalid_annotations(self) -> None:
+    def report_invalid_annotations(self, memo: NodeMemo | None = None) -> None:
         """Post ``InvalidDoNotDisruptAnnotation`` (Warning, deduplicated) on each managed node for each running pod
         on it whose ``karpenter.sh/do-not-disrupt`` value is ignored (neither ``"true"`` nor a positive Go
-        duration), naming the pod and the value: the pod no longer protects the node, as in Karpenter."""
+        duration), naming the pod and the value: the pod no longer protects the node, as in Karpenter. With a
+        long-lived caller's ``memo``, only the pods its node bases list as annotated are read."""
         for view in self.views:
             if LABEL_NODEPOOL not in view.node.labels:
                 continue
-            for pod in view.pods:
+            for pod in memo.basis(view).annotated if memo is not None else view.pods:
                 if pod.is_terminal or pod.deletion_timestamp is not None:
                     continue
                 verdict = do_not_disrupt(pod, now=self.now)

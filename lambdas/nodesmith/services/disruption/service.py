@@ -115,7 +115,7 @@ def disrupt(
     run.snapshot(snapshot, kept=consolidated.views if consolidated is not None else None)
     if not run.pool_catalogues.evaluated:
         return run.out  # NodeOverlays unread: prices unknown, so nothing is decided (Karpenter waits the same way)
-    run.report_invalid_annotations()
+    run.report_invalid_annotations(consolidated.nodes if consolidated is not None else None)
     going = advance_in_flight(run)
     going -= release_orphaned_taints(run)
     views = [v for v in run.views if v.name not in set(run.out.nodes_terminated)]
