@@ -11,7 +11,7 @@ from reconcile_fakes import two_running_nodes
 
 from nodesmith.core.errors import ConflictError
 from nodesmith.services.disruption import state
-from nodesmith.services.disruption.consolidated import cluster_state
+from nodesmith.services.disruption.consolidated import StateParts, cluster_state
 from nodesmith.services.disruption.state import CONDITION_POD_SET, cluster_nodes
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def test_the_consolidation_state_is_the_same_with_and_without_kept_parts() -> No
     cluster, claims = _world()
     kept: dict[str, ClusterNode] = {}
     views, claims = _views(cluster, claims, kept)
-    digests: dict[str, tuple[ClusterNode, bytes]] = {}
+    digests = StateParts()
     args = {"pending": [], "nodeclaims": claims, "nodepools": [], "pdbs": [], "daemonsets": [], "deleting": []}
     state = cluster_state(views=views, digests=digests, **args)  # type: ignore[arg-type]
     assert state == cluster_state(views=views, **args)  # type: ignore[arg-type]
@@ -75,7 +75,16 @@ def test_the_consolidation_state_is_the_same_with_and_without_kept_parts() -> No
     gone = replace(views[0], pods=views[0].pods[:1])  # a pod left the first node
     moved = cluster_state(views=[gone, views[1]], digests=digests, **args)  # type: ignore[arg-type]
     assert moved != state and moved == cluster_state(views=[gone, views[1]], **args)  # type: ignore[arg-type]
-    assert digests[views[0].name][0] is gone
+    assert digests.views[views[0].name][0] is gone
+
+    assert cluster_state(views=views, digests=digests, **args) == state  # type: ignore[arg-type]
+    written = [claims[0].model_copy(deep=True), *claims[1:]]
+    written[0].status.last_pod_event_time = "2030-01-01T00:00:00Z"  # a NodeClaim part is kept by its version:
+    same_version = {**args, "nodeclaims": written}
+    assert cluster_state(views=views, digests=digests, **same_version) == state  # type: ignore[arg-type]
+    written[0].metadata.resource_version = "99"  # the API server's new version comes with every write
+    changed = cluster_state(views=views, digests=digests, **same_version)  # type: ignore[arg-type]
+    assert changed == cluster_state(views=views, **same_version) != state  # type: ignore[arg-type]
 
 
 def test_a_pod_set_whose_write_failed_is_written_by_the_next_warm_pass() -> None:

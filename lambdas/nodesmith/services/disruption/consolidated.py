@@ -29,10 +29,21 @@ if TYPE_CHECKING:
     from nodesmith.core.disruption.decide import DisruptionPlan
     from nodesmith.core.model import DaemonSet, Pod, PodDisruptionBudget
 
-__all__ = ["CONSOLIDATION_STATE_TTL_SECONDS", "Consolidated", "cluster_state"]
+__all__ = ["CONSOLIDATION_STATE_TTL_SECONDS", "Consolidated", "StateParts", "cluster_state"]
 
 CONSOLIDATION_STATE_TTL_SECONDS = 300.0
 """Karpenter's five minutes: a state older than this is computed again even when nothing changed (seconds)."""
+
+
+@dataclass(slots=True)
+class StateParts:
+    """What :func:`cluster_state` keeps between calls: ``views``, each node's view (by name) with its part, reused
+    while the same view object is handed again; ``claims``, each NodeClaim's part (by name) with the uid and
+    ``resourceVersion`` it was read at, reused while both are the same (the API server changes the version with
+    every write)."""
+
+    views: dict[str, tuple[ClusterNode, bytes]] = field(default_factory=dict)
+    claims: dict[str, tuple[str, str, str]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -44,13 +55,14 @@ class Consolidated:
     last pass's :class:`~nodesmith.core.disruption.ClusterNode` views by node name
     (:func:`~nodesmith.services.disruption.state.cluster_nodes` hands an unchanged node's view back),
     ``nodes``, the core's per-view bases and drift (:class:`~nodesmith.core.disruption.memo.NodeMemo`), and
-    ``digests``, each view's part of :func:`cluster_state`. None of it changes a decision."""
+    ``digests``, each view's and NodeClaim's part of :func:`cluster_state` (:class:`StateParts`). None of it
+    changes a decision."""
 
     state: str = ""
     since: float = 0.0
     views: dict[str, ClusterNode] = field(default_factory=dict)
     nodes: NodeMemo = field(default_factory=NodeMemo)
-    digests: dict[str, tuple[ClusterNode, bytes]] = field(default_factory=dict)
+    digests: StateParts = field(default_factory=StateParts)
 
     def current(self, *, now: float) -> str:
         """The remembered state while it is younger than :data:`CONSOLIDATION_STATE_TTL_SECONDS`, else ""."""
@@ -96,32 +108,49 @@ def cluster_state(
     pdbs: Sequence[PodDisruptionBudget],
     daemonsets: Sequence[DaemonSet],
     deleting: Iterable[str],
-    digests: dict[str, tuple[ClusterNode, bytes]] | None = None,
+    digests: StateParts | None = None,
 ) -> str:
     """A fingerprint (hex digest) of what consolidation reads: each node (labels, taints, allocatable, whether it
     is schedulable, ready or deleting) with its pods, the pending pods, the NodeClaims (:func:`_claim`),
     the NodePools' specs, the PodDisruptionBudgets' allowed disruptions, the DaemonSets and the nodes going away.
     Any change to one of them (a pod bound or gone, a node labelled, a NodeClaim written) changes it.
-    ``digests`` (node name -> view and its part) keeps each view's part between calls: a view handed again (the same
-    object) is not read again; it is left holding these ``views``' parts."""
+    ``digests`` (:class:`StateParts`) keeps each view's and NodeClaim's part between calls: a view handed again (the
+    same object), or a NodeClaim at the same uid and version, is not read again; it is left holding these parts."""
     digest = hashlib.sha256()
     fresh: dict[str, tuple[ClusterNode, bytes]] = {}
     for view in sorted(views, key=lambda v: v.name):
-        kept = digests.get(view.name) if digests is not None else None
+        kept = digests.views.get(view.name) if digests is not None else None
         part = kept[1] if kept is not None and kept[0] is view else _view_part(view)
         fresh[view.name] = (view, part)
         digest.update(part)
     digest.update(("pending:" + ",".join(sorted(_pods(pending)))).encode())
-    digest.update(("claims:" + ",".join(sorted(_claim(nc) for nc in nodeclaims))).encode())
+    claims = _claim_parts(nodeclaims, digests.claims if digests is not None else None)
+    digest.update(("claims:" + ",".join(sorted(claims))).encode())
     for pool in sorted(nodepools, key=lambda p: p.name):
         digest.update(pool.spec.model_dump_json(by_alias=True, exclude_none=True).encode())
     digest.update(repr(sorted((b.namespace, b.name, b.disruptions_allowed) for b in pdbs)).encode())
     digest.update(repr(sorted(d.name for d in daemonsets)).encode())
     digest.update(("deleting:" + ",".join(sorted(deleting))).encode())
     if digests is not None:
-        digests.clear()
-        digests.update(fresh)
+        digests.views = fresh
     return digest.hexdigest()
+
+
+def _claim_parts(nodeclaims: Iterable[NodeClaim], kept: dict[str, tuple[str, str, str]] | None) -> list[str]:
+    """Each NodeClaim's :func:`_claim`, reused from ``kept`` (name -> uid, version, part) for a NodeClaim at the same
+    uid and non-empty ``resourceVersion``; ``kept`` is left holding these NodeClaims' parts."""
+    out: list[str] = []
+    fresh: dict[str, tuple[str, str, str]] = {}
+    for nc in nodeclaims:
+        uid, version = nc.metadata.uid or "", nc.metadata.resource_version or ""
+        held = kept.get(nc.name) if kept is not None and version else None
+        part = held[2] if held is not None and held[0] == uid and held[1] == version else _claim(nc)
+        fresh[nc.name] = (uid, version, part)
+        out.append(part)
+    if kept is not None:
+        kept.clear()
+        kept.update(fresh)
+    return out
 
 
 def _view_part(view: ClusterNode) -> bytes:
