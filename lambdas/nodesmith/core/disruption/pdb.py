@@ -99,17 +99,15 @@ class PdbLimits:
         if any(pdb.disruptions_allowed is None for pdb in pdbs):  # some budget's allowance is counted from pods
             for pod in pods:
                 pods_in.setdefault(pod.namespace, []).append(pod)
-        self._items = [
-            (pdb, disruptions_allowed(pdb, pods_in.get(pdb.namespace, ())), is_fully_blocking(pdb)) for pdb in pdbs
-        ]
         self._by_namespace: dict[str, list[tuple[PodDisruptionBudget, int, bool]]] = {}
-        for item in self._items:
-            self._by_namespace.setdefault(item[0].namespace, []).append(item)
+        for pdb in pdbs:
+            allowed = disruptions_allowed(pdb, pods_in.get(pdb.namespace, ()))
+            self._by_namespace.setdefault(pdb.namespace, []).append((pdb, allowed, is_fully_blocking(pdb)))
 
     @property
     def empty(self) -> bool:
         """True when there is no PDB: no pod is then blocked (:meth:`blocks` None, :meth:`fully_blocked` False)."""
-        return not self._items
+        return not self._by_namespace
 
     def _matching(self, pod: Pod) -> list[tuple[PodDisruptionBudget, int, bool]]:
         return [item for item in self._by_namespace.get(pod.namespace, ()) if item[0].selector.matches(pod.labels)]

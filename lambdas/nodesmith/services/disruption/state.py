@@ -31,7 +31,7 @@ from nodesmith.core.api.nodeclaim import same_version
 from nodesmith.core.disruption import ClusterNode
 from nodesmith.core.errors import KubernetesError
 from nodesmith.services.parallel import map_ordered
-from nodesmith.services.provisioning.capacity import from_rfc3339, instance_id_of, to_rfc3339
+from nodesmith.services.provisioning.capacity import from_rfc3339, instance_id_of, same_objects, to_rfc3339
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -260,7 +260,7 @@ def _unchanged_views(
             before is not None
             and before.node is node
             and same_version(before.nodeclaim, owner)
-            and _same_pods(before.pods, on_node)
+            and same_objects(before.pods, on_node)
             and _launch_fields(owner, facts.get(instance_id_of(node.provider_id) or "")) == _kept_launch_fields(before)
         ):
             unchanged[node.name] = before
@@ -327,16 +327,12 @@ def _kept_launch_fields(view: ClusterNode) -> _LaunchFields:
     return view.image_id, view.subnet_id, view.security_group_ids
 
 
-def _same_pods(before: tuple[Pod, ...], now: tuple[Pod, ...]) -> bool:
-    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
-
-
 def _same_view(before: ClusterNode, now: ClusterNode) -> bool:
     """True when ``now`` says what ``before`` said: the same Node and pod objects (frozen), the same NodeClaim
     version, equal launch facts and pod-event time."""
     return (
         before.node is now.node
-        and _same_pods(before.pods, now.pods)
+        and same_objects(before.pods, now.pods)
         and same_version(before.nodeclaim, now.nodeclaim)
         and before.last_pod_event_time == now.last_pod_event_time
         and _kept_launch_fields(before) == _kept_launch_fields(now)

@@ -63,6 +63,7 @@ __all__ = [
     "offering_price",
     "pending_pods",
     "reschedulable_pods",
+    "same_objects",
     "to_rfc3339",
     "volume_topology",
 ]
@@ -242,6 +243,12 @@ def _registered_node(
 _Made = tuple["Node", "NodeClaim | None", "Sequence[Pod]", float, "ExistingNode | None"]
 
 
+def same_objects(before: Sequence[object], now: Sequence[object]) -> bool:
+    """Whether ``before`` and ``now`` hold the very same objects in the same order (identity, not equality: the
+    watch cache hands out a new object for every change, so an identical one is unchanged)."""
+    return len(before) == len(now) and all(a is b for a, b in zip(before, now, strict=True))
+
+
 @dataclass
 class KeptCapacity:
     """What a long-lived caller (a warm container) keeps of the existing capacity between passes, so a pass costs
@@ -268,8 +275,7 @@ class KeptCapacity:
             and held[0] is node
             and same_version(held[1], nodeclaim)
             and held[3] == price
-            and len(held[2]) == len(pods)
-            and all(a is b for a, b in zip(held[2], pods, strict=True))
+            and same_objects(held[2], pods)
         ):
             return held[4]
         made = _registered_node(node, nodeclaim=nodeclaim, pods=pods, price=price)
