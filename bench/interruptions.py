@@ -90,6 +90,8 @@ class Bench:
         self.events: list[tuple[Any, ...]] = []
         self.sent: dict[str, float] = {}  # instance id -> its first warning's SentTimestamp
         self.lost: dict[str, str] = {}  # pod -> node, of the instances EC2 took back
+        self.put: dict[str, float] = {}  # instance id -> when its warning was put on EventBridge (epoch seconds)
+        self.t0_epoch = 0.0  # the burst's t0, in epoch seconds
 
     def set_up(self) -> None:
         args, world = self.args, self.world.start()
@@ -178,12 +180,12 @@ class Bench:
         """Put the warnings, follow the run to its end and return the figures."""
         args, monitor = self.args, self.monitor
         calibration = {"before": calibrate()}
-        cpu0, t0 = self._cpu(), time.monotonic()
+        cpu0, t0, self.t0_epoch = self._cpu(), time.monotonic(), time.time()
         monitor.start(t0, self.total)
         self.go.set()
-        put = sim_fleet.put_spot_warnings(self.world.client("events"), [n.instance_id for n in self.fleet])
+        self.put = sim_fleet.put_spot_warnings(self.world.client("events"), [n.instance_id for n in self.fleet])
         events_put = time.monotonic() - t0
-        threading.Thread(target=self._reclaim, args=(put,), daemon=True).start()
+        threading.Thread(target=self._reclaim, args=(self.put,), daemon=True).start()
         threading.Thread(target=self._schedule, daemon=True).start()
         while not self._finished() and time.monotonic() - t0 < args.timeout:
             time.sleep(1.0)
@@ -232,6 +234,14 @@ def _spread(values: list[float]) -> dict[str, float] | None:
     return {"min": v[0], "p50": v[len(v) // 2], "max": v[-1]} if v else None
 
 
+def _cordon_latencies(bench: Bench) -> list[float]:
+    """Per cordoned node, seconds from when our interruption queue received its warning (the first delivery's
+    ``SentTimestamp``; the put on EventBridge when no first delivery was reported) to its cordon."""
+    with bench.lock:
+        received = {bench.node_of[i]: bench.sent.get(i, put) for i, put in bench.put.items()}
+    return [bench.t0_epoch + at - received[node] for node, at in bench.monitor.cordoned.items() if node in received]
+
+
 def report(bench: Bench) -> dict[str, Any]:
     """The figures of one run (seconds from ``t0``; ``bench/README.md`` says what each means)."""
     args, monitor, lost = bench.args, bench.monitor, bench.lost
@@ -262,6 +272,7 @@ def report(bench: Bench) -> dict[str, Any]:
             "cordoned_seconds": round(max(monitor.cordoned.values()), 2) if monitor.cordoned.keys() >= nodes else None,
             "nodes_cordoned": len(monitor.cordoned),
             "cordons_seconds": _spread(list(monitor.cordoned.values())),
+            "cordon_latency_seconds": _spread(_cordon_latencies(bench)),
             "replacements_launched_seconds": round(max(monitor.launched.values()), 2) if monitor.launched else None,
             "replacement_nodeclaims": len(monitor.launched),
             "pods_running_again_seconds": None if monitor.all_running_at is None else round(monitor.all_running_at, 2),
