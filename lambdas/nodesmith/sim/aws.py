@@ -190,6 +190,7 @@ def fix_moto() -> None:
     from nodesmith.sim.aws_moto_fixes import (
         deliver_events_whole,
         fifo_deduplication_outlives_deletion,
+        fleet_security_groups_from_template,
         instances_by_id,
         tags_by_resource_id,
     )
@@ -218,6 +219,7 @@ def fix_moto() -> None:
     tags_by_resource_id()
     instances_by_id()
     fifo_deduplication_outlives_deletion(Queue)
+    fleet_security_groups_from_template()
     Message.visible = property(lambda m: time.time() * 1000 > m.visible_at)  # type: ignore[method-assign,assignment]
     Message.delayed = property(lambda m: time.time() * 1000 < m.delayed_until)  # type: ignore[method-assign,assignment]
     _FIXED.append(True)

@@ -1,9 +1,10 @@
-"""Four of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
+"""Five of :func:`nodesmith.sim.aws.fix_moto`'s fixes to moto's models: an EventBridge target without an input
 transformer receives the event itself (:func:`deliver_events_whole`), an EC2 resource's tags are read by its id
 (:func:`tags_by_resource_id`), an instance is found by its id without copying every reservation
-(:func:`instances_by_id`), and a FIFO queue drops a repeated deduplication id for five minutes even after the
-first message was deleted (:func:`fifo_deduplication_outlives_deletion`). All patch moto's classes in this process;
-call them through ``fix_moto``."""
+(:func:`instances_by_id`), a FIFO queue drops a repeated deduplication id for five minutes even after the
+first message was deleted (:func:`fifo_deduplication_outlives_deletion`), and an EC2 fleet's instances get their
+launch template's security groups (:func:`fleet_security_groups_from_template`). All patch moto's classes in this
+process; call them through ``fix_moto``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ __all__ = [
     "EVENT_ENVELOPE",
     "deliver_events_whole",
     "fifo_deduplication_outlives_deletion",
+    "fleet_security_groups_from_template",
     "instances_by_id",
     "tags_by_resource_id",
 ]
@@ -110,3 +112,39 @@ def fifo_deduplication_outlives_deletion(queue_class: Any) -> None:
         add_message(self, message)
 
     queue_class.add_message = deduplicated
+
+
+def template_security_groups(data: dict[str, Any]) -> list[str]:
+    """The security group ids a launch template's ``data`` gives its instances: ``SecurityGroupIds``, else the
+    ``Groups`` of its primary network interface (``DeviceIndex`` 0), else none (EC2 API reference,
+    ``RequestLaunchTemplateData``)."""
+    if data.get("SecurityGroupIds"):
+        return list(data["SecurityGroupIds"])
+    for interface in data.get("NetworkInterfaces") or []:
+        if int(interface.get("DeviceIndex", 0)) == 0 and interface.get("Groups"):
+            return list(interface["Groups"])
+    return []
+
+
+def fleet_security_groups_from_template() -> None:
+    """Make moto's ``CreateFleet`` launch each instance into its launch template's security groups
+    (:func:`template_security_groups`), as EC2 does. moto reads a ``GroupSet`` key that launch template data never
+    has, so every fleet instance landed in the VPC's ``default`` group: a node Karpenter's drift check then finds
+    drifted (``SecurityGroupDrift``) the moment it is described."""
+    from moto.ec2.models.fleets import Fleet
+
+    def with_template_groups(launch: Any) -> Any:
+        def launch_into_template_groups(self: Any, weight_to_add: float) -> Any:
+            for spec in self.launch_specs:
+                template_spec = spec.launch_template_spec or {}
+                if spec.group_set or "LaunchTemplateId" not in template_spec:
+                    continue
+                template = self.ec2_backend.get_launch_template(template_id=template_spec["LaunchTemplateId"])
+                version = template.get_version(template_spec.get("Version", template.default_version_number))
+                spec.group_set = template_security_groups(version.data)
+            return launch(self, weight_to_add)
+
+        return launch_into_template_groups
+
+    Fleet.create_spot_requests = with_template_groups(Fleet.create_spot_requests)  # type: ignore[method-assign]
+    Fleet.create_on_demand_requests = with_template_groups(Fleet.create_on_demand_requests)  # type: ignore[method-assign]

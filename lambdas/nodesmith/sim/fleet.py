@@ -126,14 +126,16 @@ def launch_fleet(
     workers: int = 8,
 ) -> list[FleetNode]:
     """Launch ``count`` instances of ``shape`` for ``nodepool`` (which, and its EC2NodeClass, must be in ``store``)
-    with one NodeClaim each, spread over the subnets tagged ``karpenter.sh/discovery=<cluster_name>``, on the
-    seeded AL2023 x86_64 image (see the module docstring). ``ec2`` is a boto3 EC2 client; ``workers`` launches run
-    at once. Returns the nodes in launch order."""
+    with one NodeClaim each, spread over the subnets tagged ``karpenter.sh/discovery=<cluster_name>``, in the
+    security groups tagged so (those the EC2NodeClass selects: no node is drifted), on the seeded AL2023 x86_64
+    image (see the module docstring). ``ec2`` is a boto3 EC2 client; ``workers`` launches run at once. Returns the
+    nodes in launch order."""
     pool_doc = store.get("nodepools.karpenter.sh", nodepool)
     class_name = pool_doc["spec"]["template"]["spec"]["nodeClassRef"]["name"]
     nodeclass = EC2NodeClass.model_validate(store.get("ec2nodeclasses.karpenter.k8s.aws", class_name))
     discovery = [{"Name": "tag:karpenter.sh/discovery", "Values": [cluster_name]}]
     subnets = sorted((s["AvailabilityZone"], s["SubnetId"]) for s in ec2.describe_subnets(Filters=discovery)["Subnets"])
+    groups = sorted(g["GroupId"] for g in ec2.describe_security_groups(Filters=discovery)["SecurityGroups"])
     images = ec2.describe_images(Filters=[{"Name": "name", "Values": ["amazon-eks-node-al2023-x86_64-standard-*"]}])
     image_id = images["Images"][0]["ImageId"]
 
@@ -144,6 +146,7 @@ def launch_fleet(
         spot = {"InstanceMarketOptions": {"MarketType": "spot"}} if capacity_type == "spot" else {}
         item = ec2.run_instances(
             ImageId=image_id, InstanceType=shape.instance_type, MinCount=1, MaxCount=1, SubnetId=subnet,
+            SecurityGroupIds=groups,
             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
             **spot,
         )["Instances"][0]  # fmt: skip
