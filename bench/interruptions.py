@@ -180,6 +180,8 @@ class Bench:
         """Put the warnings, follow the run to its end and return the figures."""
         args, monitor = self.args, self.monitor
         calibration = {"before": calibrate()}
+        if args.verbose:
+            print(f"burst: {len(self.fleet)} warnings", file=sys.stderr, flush=True)
         cpu0, t0, self.t0_epoch = self._cpu(), time.monotonic(), time.time()
         monitor.start(t0, self.total)
         self.go.set()
