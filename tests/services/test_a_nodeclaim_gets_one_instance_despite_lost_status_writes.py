@@ -7,7 +7,7 @@ yet, and a second launch would carry a new ClientToken, since the offerings have
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
@@ -15,6 +15,8 @@ from nodesmith.core.errors import ConflictError, KubernetesError
 from nodesmith.core.model import instance_id_of
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
+
+ClusterT = TypeVar("ClusterT", bound=FakeCluster)
 
 if TYPE_CHECKING:
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -55,13 +57,18 @@ class StatusLost(FakeCluster):
         raise KubernetesError(f"update nodeclaim {nodeclaim.name} status: 500", status=500)
 
 
+def one_pending_pod(cluster_type: type[ClusterT]) -> ClusterT:
+    """A cluster of ``cluster_type`` with one NodePool, its EC2NodeClass and one pending pod of 3 CPUs."""
+    return cluster_type(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
+
+
 def reconcile_at(cluster: FakeCluster, cloud: FakeCloud, now: float) -> ReconcileOutcome:
     """One reconcile pass over the fakes at ``now`` (epoch seconds)."""
     return reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=now)
 
 
 def test_a_conflicting_launch_status_is_written_again_and_no_second_instance_is_launched() -> None:
-    cluster = ConflictOnce(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
+    cluster = one_pending_pod(ConflictOnce)
     cloud = Unseen()
 
     first = reconcile_at(cluster, cloud, 1000.0)
@@ -81,7 +88,7 @@ def test_a_conflicting_launch_status_is_written_again_and_no_second_instance_is_
 
 def test_a_nodeclaim_created_moments_ago_is_not_launched_again_while_ec2_may_not_show_its_instance() -> None:
     # Given a pass that launched a NodeClaim's instance but could not record it, and EC2 not listing it yet
-    cluster = StatusLost(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
+    cluster = one_pending_pod(StatusLost)
     cloud = Unseen()
     reconcile_at(cluster, cloud, 1000.0)
     (claim,) = cluster.nodeclaims.values()
@@ -100,7 +107,7 @@ def test_a_nodeclaim_created_moments_ago_is_not_launched_again_while_ec2_may_not
 
 def test_a_nodeclaim_never_launched_is_launched_once_the_grace_has_passed() -> None:
     # Given a NodeClaim whose pass died before CreateFleet (no instance carries its name)
-    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], pods=[make_pod("a", cpu="3")])
+    cluster = one_pending_pod(FakeCluster)
     cloud = FakeCloud()
     reconcile_at(cluster, cloud, 1000.0)
     (claim,) = cluster.nodeclaims.values()
