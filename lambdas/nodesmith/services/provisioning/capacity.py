@@ -302,7 +302,9 @@ def existing_capacity(
     Nodes that are cordoned, deleting, or carry the ``karpenter.sh/disrupted`` taint are left out
     (they are going away; their pods get rescheduled). A node backed by a NodeClaim that is not
     ``Initialized`` yet keeps ``initialized=False`` with that NodeClaim's startup taints. Bound pods
-    that are terminal or terminating do not count. NodeClaims that are deleting are left out; the
+    that are terminal (``Succeeded``, ``Failed``) do not count; terminating ones do until they are gone, as in
+    Karpenter's cluster state (``UpdatePod`` releases a pod's requests only once it is terminal or deleted) and in
+    kube-scheduler, which binds nothing into their room before then. NodeClaims that are deleting are left out; the
     others whose Node is not registered yet become in-flight capacity (:func:`inflight_node`).
     ``instances`` maps instance id to the instance listed by the cloud provider. ``kept`` (a long-lived caller's)
     gives back the :class:`ExistingNode` of each registered node unchanged since the last pass and is left holding
@@ -310,7 +312,7 @@ def existing_capacity(
     """
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
-        if pod.node_name and not pod.is_terminal and pod.deletion_timestamp is None:
+        if pod.node_name and not pod.is_terminal:
             by_node.setdefault(pod.node_name, []).append(pod)
     claim_by_provider = {nc.status.provider_id: nc for nc in nodeclaims if nc.status.provider_id}
     out: list[ExistingNode] = []
