@@ -108,7 +108,9 @@ def test_launch_failures_are_counted_by_error_code(ports: Any, capsys: pytest.Ca
     assert failures[0][0] >= 1
 
 
-def test_a_failed_pass_is_counted_and_raised(ports: Any, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_pass_failed_by_the_api_server_is_counted_and_answered_failed(
+    ports: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from nodesmith.core.errors import KubernetesError
     from nodesmith.handlers.reconcile import handler
 
@@ -118,10 +120,23 @@ def test_a_failed_pass_is_counted_and_raised(ports: Any, capsys: pytest.CaptureF
         raise KubernetesError("apiserver unavailable", status=503)
 
     cluster.list_nodes = broken  # type: ignore[method-assign]
-    with pytest.raises(KubernetesError):
+    answer = handler({}, Context())
+    assert answer == {"status": "failed: apiserver unavailable"}
+    assert emitted(capsys.readouterr().out)["ReconcileErrors"][0][0] == 1
+
+
+def test_a_fault_of_nodesmith_itself_is_counted_and_raised(ports: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from nodesmith.handlers.reconcile import handler
+
+    cluster, _ = ports
+
+    def broken() -> list[Any]:
+        raise TypeError("a bug")
+
+    cluster.list_nodes = broken  # type: ignore[method-assign]
+    with pytest.raises(TypeError):
         handler({}, Context())
-    metrics = emitted(capsys.readouterr().out)
-    assert metrics["ReconcileErrors"][0][0] == 1
+    assert emitted(capsys.readouterr().out)["ReconcileErrors"][0][0] == 1
 
 
 def test_importing_the_handler_does_not_import_kubernetes() -> None:

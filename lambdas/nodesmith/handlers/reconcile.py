@@ -17,8 +17,11 @@ from :mod:`~nodesmith.handlers.wiring`, runs :func:`nodesmith.services.provision
   when the pass itself failed);
 * one structured log line with the outcome.
 
-A failed pass is logged and re-raised so the invocation shows as an error; the schedule target has
-no retries (the next tick is a minute away), so nothing is replayed stale.
+A pass that fails on its dependencies (a :class:`~nodesmith.core.errors.NodesmithError`: the API server or AWS
+still failing after the adapters' retries) is counted in ``ReconcileErrors``, logged with its traceback and answered
+``{"status": "failed: <error>"}``, as a Karpenter controller logs a failed reconcile and tries again later: the
+next tick is a minute away, and the schedule target has no retries, so nothing is replayed stale. Any other
+exception is a fault of Nodesmith's own: counted, logged and raised, so the invocation shows as an error.
 
 With a state table (``NODESMITH_STATE_TABLE``) the pass runs under the reconcile lease
 (:mod:`nodesmith.services.provisioning.leases`; holder = the Lambda request id, TTL = the invocation's remaining
@@ -31,6 +34,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.core.errors import NodesmithError
 from nodesmith.handlers import heap, reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services.provisioning.capacity import KeptCapacity
@@ -248,9 +252,11 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
             request_id=str(getattr(context, "aws_request_id", "") or f"watch-{time.time():.6f}"),
             state=wiring.build_state(settings),
         )
-    except Exception:
+    except Exception as exc:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
         logger.exception("reconcile watch failed")
+        if isinstance(exc, NodesmithError):
+            return {"status": f"failed: {exc}"}
         raise
     if run.skipped or run.value is None:
         logger.info("reconcile watch skipped", extra={"reason": run.skipped})
@@ -273,7 +279,8 @@ def _leased(
 
     When another pass holds the lease, returns ``{"status": "skipped: ...", "lease_holder": ...}``. ``label``
     names the pass in the log lines (``"<label> skipped"``, ``"<label> failed"``); the holder is the request
-    id. A failure is counted (``ReconcileErrors``), logged and re-raised.
+    id. A failure is counted (``ReconcileErrors``) and logged; a dependency's
+    (:class:`~nodesmith.core.errors.NodesmithError`) is answered ``{"status": "failed: ..."}``, any other raised.
     """
     try:
         state = wiring.build_state(wiring.get_settings())
@@ -292,10 +299,12 @@ def _leased(
                 logger.info(f"{label} skipped", extra={"reason": leased.skipped_reason})
                 return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
             outcome, disruption = leased.value
-    except Exception:
+    except Exception as exc:
         metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
         logger.exception(f"{label} failed")
+        if isinstance(exc, NodesmithError):
+            return {"status": f"failed: {exc}"}
         raise
     return _report(outcome, disruption, started, **report_extra)
 
