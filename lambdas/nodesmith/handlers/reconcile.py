@@ -253,11 +253,7 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
             state=wiring.build_state(settings),
         )
     except Exception as exc:
-        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
-        logger.exception("reconcile watch failed")
-        if isinstance(exc, NodesmithError):
-            return {"status": f"failed: {exc}"}
-        raise
+        return _failed("reconcile watch", exc)
     if run.skipped or run.value is None:
         logger.info("reconcile watch skipped", extra={"reason": run.skipped})
         return {"status": run.skipped or "no pass ran"}
@@ -300,13 +296,20 @@ def _leased(
                 return {"status": leased.skipped_reason, "lease_holder": leased.held_by}
             outcome, disruption = leased.value
     except Exception as exc:
-        metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
         metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=time.monotonic() - started)
-        logger.exception(f"{label} failed")
-        if isinstance(exc, NodesmithError):
-            return {"status": f"failed: {exc}"}
-        raise
+        return _failed(label, exc)
     return _report(outcome, disruption, started, **report_extra)
+
+
+def _failed(label: str, exc: Exception) -> dict[str, Any]:
+    """Count (``ReconcileErrors``) and log (``"<label> failed"``, with the traceback) a pass that raised ``exc``,
+    from inside its ``except`` block; answer ``{"status": "failed: ..."}`` when a dependency failed it (a
+    :class:`~nodesmith.core.errors.NodesmithError`), else raise ``exc`` again."""
+    metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+    logger.exception(f"{label} failed")
+    if isinstance(exc, NodesmithError):
+        return {"status": f"failed: {exc}"}
+    raise exc
 
 
 def _handle_wake(after: float, context: LambdaContext | None, started: float) -> dict[str, Any]:
