@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client
 
+from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.kube import KubeEmulator
 
 if TYPE_CHECKING:
@@ -36,3 +37,14 @@ def v1(api: client.ApiClient) -> client.CoreV1Api:
 @pytest.fixture
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
+
+
+@pytest.fixture
+def ec2() -> Iterator[Any]:
+    """A boto3 EC2 client of a freshly started and reset embedded AWS, stopped after the test."""
+    running = embedded_aws.start()
+    try:
+        running.reset()
+        yield running.client("ec2")
+    finally:
+        running.stop()

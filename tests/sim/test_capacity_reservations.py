@@ -5,26 +5,13 @@ instance giving its slot back, and Capacity Blocks."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
 from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.aws_capacity_reservations import add_capacity_block
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-
-@pytest.fixture
-def ec2() -> Iterator[Any]:
-    running = embedded_aws.start()
-    try:
-        running.reset()
-        yield running.client("ec2")
-    finally:
-        running.stop()
 
 
 def _odcr(ec2: Any, *, count: int, tags: dict[str, str] | None = None, zone: str = "us-east-1a") -> str:

@@ -3,24 +3,9 @@ instances, launching nothing more; another token launches again."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-import pytest
+from typing import Any
 
 from nodesmith.sim import aws as embedded_aws
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-
-@pytest.fixture
-def ec2() -> Iterator[Any]:
-    running = embedded_aws.start()
-    try:
-        running.reset()
-        yield running.client("ec2")
-    finally:
-        running.stop()
 
 
 def _fleet(ec2: Any, template: str, token: str) -> list[str]:

@@ -5,24 +5,11 @@ instead would be drifted (``SecurityGroupDrift``) the moment they are described.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from nodesmith.sim import aws as embedded_aws
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-
-@pytest.fixture
-def ec2() -> Iterator[Any]:
-    running = embedded_aws.start()
-    try:
-        running.reset()
-        yield running.client("ec2")
-    finally:
-        running.stop()
 
 
 def _group(ec2: Any, name: str) -> str:

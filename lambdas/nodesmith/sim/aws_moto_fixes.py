@@ -114,7 +114,7 @@ def fifo_deduplication_outlives_deletion(queue_class: Any) -> None:
     queue_class.add_message = deduplicated
 
 
-def template_security_groups(data: dict[str, Any]) -> list[str]:
+def _template_security_groups(data: dict[str, Any]) -> list[str]:
     """The security group ids a launch template's ``data`` gives its instances: ``SecurityGroupIds``, else the
     ``Groups`` of its primary network interface (``DeviceIndex`` 0), else none (EC2 API reference,
     ``RequestLaunchTemplateData``)."""
@@ -128,7 +128,7 @@ def template_security_groups(data: dict[str, Any]) -> list[str]:
 
 def fleet_security_groups_from_template() -> None:
     """Make moto's ``CreateFleet`` launch each instance into its launch template's security groups
-    (:func:`template_security_groups`), as EC2 does. moto reads a ``GroupSet`` key that launch template data never
+    (:func:`_template_security_groups`), as EC2 does. moto reads a ``GroupSet`` key that launch template data never
     has, so every fleet instance landed in the VPC's ``default`` group: a node Karpenter's drift check then finds
     drifted (``SecurityGroupDrift``) the moment it is described."""
     from moto.ec2.models.fleets import Fleet
@@ -141,7 +141,7 @@ def fleet_security_groups_from_template() -> None:
                     continue
                 template = self.ec2_backend.get_launch_template(template_id=template_spec["LaunchTemplateId"])
                 version = template.get_version(template_spec.get("Version", template.default_version_number))
-                spec.group_set = template_security_groups(version.data)
+                spec.group_set = _template_security_groups(version.data)
             return launch(self, weight_to_add)
 
         return launch_into_template_groups
