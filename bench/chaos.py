@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lambdas"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chaos_monitor import Monitor, end_state
+from chaos_monitor import Monitor, end_state, unclaimed_instances
 from interruptions_monitor import conditions
 
 from infra.config import NodesmithConfig
@@ -315,7 +315,8 @@ class Chaos:
         return not self.unsettled
 
     def _unsettled(self) -> list[str]:
-        """What keeps the run from settling (empty: settled). A Terminating pod waits for its kubelet (one that
+        """What keeps the run from settling (empty: settled). A NodeClaim not yet initialized is capacity in flight:
+        it registers, or the registration TTL deletes it. A Terminating pod waits for its kubelet (one that
         never confirms the deletion is a cluster fault), not for Nodesmith: its replacement must run like any other
         pod, and a node left with Terminating pods only is a node the pods do not need. The deleted ``burst``
         EC2NodeClass must be gone (and recreated): its launch templates are counted when it goes."""
@@ -340,10 +341,24 @@ class Chaos:
         reasons += [f"reclaim of {i} to come" for i in sorted(self.reclaims)]
         if self.burst_state == "deleting":  # its finalizer waits for a reconcile pass after its last NodeClaim went
             reasons.append(f"EC2NodeClass {BURST} deleting")
+        reasons += [
+            f"nodeclaim {c['metadata']['name']} in flight"
+            for c in claims
+            if not c["metadata"].get("deletionTimestamp") and conditions(c).get("Initialized") != "True"
+        ]
         busy = {(p.get("spec") or {}).get("nodeName") for p in live}
         reasons += [f"node {n['metadata']['name']} without a workload pod" for n in store.objects("nodes")
                     if n["metadata"]["name"] not in busy]  # fmt: skip
-        return reasons
+        return reasons or self._unclaimed_instances(claims)
+
+    def _unclaimed_instances(self, claims: list[dict[str, Any]]) -> list[str]:
+        """Our live instances that no NodeClaim's providerID names: orphans that garbage collection has yet to
+        terminate, or launches whose NodeClaim has yet to record them. Read last, once the cluster is quiet."""
+        try:
+            return [f"instance {i} without a NodeClaim" for i in unclaimed_instances(
+                ec2=self.world.client("ec2"), cluster_name=self.world.cluster_name, claims=claims)]  # fmt: skip
+        except Exception as exc:  # the bench's own read meets the run's faults too: not settled yet
+            return [f"instances unread: {exc}"]
 
     # -- what happens to the cluster -------------------------------------------------------------------
 

@@ -136,12 +136,31 @@ def _tags(instance: dict[str, Any]) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
 
 
+def _live(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for i in instances if i["State"]["Name"] in ("pending", "running")]
+
+
+def _claimed_ids(claims: list[dict[str, Any]]) -> set[str | None]:
+    """The instance ids the NodeClaims not being deleted name in ``status.providerID``."""
+    return {
+        instance_id_of((c.get("status") or {}).get("providerID"))
+        for c in claims
+        if not c["metadata"].get("deletionTimestamp")
+    }
+
+
+def unclaimed_instances(*, ec2: Any, cluster_name: str, claims: list[dict[str, Any]]) -> list[str]:
+    """The ids of our pending or running instances that no NodeClaim in ``claims`` (not being deleted) names."""
+    claimed = _claimed_ids(claims)
+    return sorted(i["InstanceId"] for i in _live(_our_instances(ec2, cluster_name)) if i["InstanceId"] not in claimed)
+
+
 def end_state(*, store: Any, ec2: Any, cluster_name: str) -> dict[str, int]:
     """The end-of-run invariants, each a count that must be 0 (see ``bench/README.md``)."""
     instances = _our_instances(ec2, cluster_name)
-    live = [i for i in instances if i["State"]["Name"] in ("pending", "running")]
+    live = _live(instances)
     claims = [c for c in store.objects(NODECLAIMS) if not c["metadata"].get("deletionTimestamp")]
-    claimed_ids = {instance_id_of((c.get("status") or {}).get("providerID")) for c in claims}
+    claimed_ids = _claimed_ids(claims)
     launched: defaultdict[str, int] = defaultdict(int)
     for instance in instances:
         launched[_tags(instance).get(NODECLAIM_TAG, "")] += 1
