@@ -165,3 +165,51 @@ def test_a_pod_that_fits_nowhere_waits_its_backoff_unless_a_schedulable_node_app
     assert scheduler.step(6.0) == 0
     _node(store, "n2", cpu="40")  # a new schedulable Node: tried at once
     assert scheduler.step(6.1) == 1
+
+
+def _count_fit_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from nodesmith.sim import kube_scheduler
+
+    checks: list[str] = []
+    why_not = kube_scheduler.why_not
+
+    def counting(pod: Any, node: Any, used: Any) -> str | None:
+        checks.append(pod.name)
+        return why_not(pod, node, used)
+
+    monkeypatch.setattr(kube_scheduler, "why_not", counting)
+    return checks
+
+
+def _message(store: Store, name: str) -> str | None:
+    pod = store.get("pods", name, namespace="default")
+    found = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
+    return found[0].get("message") if found else None
+
+
+def test_pods_of_one_shape_that_fit_nowhere_try_the_nodes_once_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(seed=2)
+    for name in ("n1", "n2", "n3"):
+        _node(store, name)
+    for n in range(5):
+        _pod(store, f"big-{n}", cpu="3")
+    checks = _count_fit_checks(monkeypatch)
+
+    assert SimScheduler(store=store).step(0.0) == 0
+
+    assert checks == ["big-0"] * 3  # the four others of its shape were not tried against the nodes again
+    assert {_message(store, f"big-{n}") for n in range(5)} == {"0/3 nodes are available: 3 Insufficient cpu."}
+
+
+def test_a_bind_makes_a_failed_shape_try_the_nodes_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = Store(seed=2)
+    _node(store, "n1")
+    _pod(store, "a", cpu="3", priority=30)
+    _pod(store, "b", cpu="1", priority=20)  # fits n1: its usage changes
+    _pod(store, "c", cpu="3", priority=10)  # a's shape, tried again after b's bind
+    checks = _count_fit_checks(monkeypatch)
+
+    assert SimScheduler(store=store).step(0.0) == 1
+
+    assert checks == ["a", "b", "c"]
+    assert _message(store, "c") == "0/1 nodes are available: 1 Insufficient cpu."

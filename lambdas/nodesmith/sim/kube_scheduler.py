@@ -15,9 +15,11 @@ first that fits wins. A pod that fits no Node waits before it is tried again, as
 backoff queue (1 s, doubling with each failed attempt, at most 10 s: ``podInitialBackoffSeconds`` and
 ``podMaxBackoffSeconds``), unless a schedulable Node appears (added, Ready or uncordoned) or a pod bound
 to a schedulable Node goes, the cluster events that move kube-scheduler's unschedulable pods back to its
-queue. A bound pod is then marked ``Running`` and ``Ready`` straight away (the images are assumed
-pulled). Not simulated: pod (anti-)affinity, topology spread, host ports, volumes, preemption; the
-unschedulable message mirrors kube-scheduler's ``0/N nodes are available: ...``.
+queue. Within a step, once a pod has fit no Node, a pod of the same shape (requests, tolerations,
+``nodeSelector``, required node affinity) is given the same reasons without trying the Nodes again, until a
+pod is bound and the Nodes' usage changes. A bound pod is then marked ``Running`` and ``Ready`` straight away
+(the images are assumed pulled). Not simulated: pod (anti-)affinity, topology spread, host ports, volumes,
+preemption; the unschedulable message mirrors kube-scheduler's ``0/N nodes are available: ...``.
 
 Like kube-scheduler, whose informers keep its cache of pods and nodes current from watch events, a step
 after the first updates its view of the pods from the store's events since the previous step (pods waiting
@@ -100,6 +102,19 @@ def why_not(pod: Pod, node: Node, used: Mapping[str, int]) -> str | None:
 
 PodKey = tuple[str, str]
 """(namespace, name) of a pod."""
+
+_Shape = tuple[Any, ...]
+"""What :func:`why_not` reads of a pod: two pods of one shape fit, or fail to fit, the same nodes for the same
+reasons."""
+
+
+def _shape(pod: Pod) -> _Shape:
+    return (
+        tuple(sorted(pod.requests.items())),
+        pod.tolerations,
+        tuple(sorted(pod.node_selector.items())),
+        pod.required_node_affinity,
+    )
 
 
 def _pod_key(raw: Mapping[str, Any]) -> PodKey:
@@ -266,19 +281,26 @@ class SimScheduler:
             self._waits.clear()
         self._open, self._freed = names, False
         self._waits = {k: w for k, w in self._waits.items() if k in self._view.pending}
+        # the reasons of the shapes that fit no open node since the last bind: nothing why_not reads has changed
+        failed: dict[_Shape, Counter[str]] = {}
         for pod, raw in pending:
             key = _pod_key(raw)
             if self._waits.get(key, (0.0, 0))[0] > now:
                 continue
-            reasons: Counter[str] = Counter({_CORDONED: cordoned} if cordoned else {})
+            shape = _shape(pod)
             target: Node | None = None
-            for node in open_nodes:
-                reason = why_not(pod, node, used.get(node.name, {}))
-                if reason is None:
-                    target = node
-                    break
-                reasons[reason] += 1
+            if (known := failed.get(shape)) is not None:
+                reasons = known
+            else:
+                reasons = Counter({_CORDONED: cordoned} if cordoned else {})
+                for node in open_nodes:
+                    reason = why_not(pod, node, used.get(node.name, {}))
+                    if reason is None:
+                        target = node
+                        break
+                    reasons[reason] += 1
             if target is None:
+                failed[shape] = reasons
                 self._unschedulable(raw, len(nodes), reasons, now)
                 attempts = self._waits.get(key, (0.0, 0))[1] + 1
                 wait = min(_BACKOFF_MAX_SECONDS, _BACKOFF_INITIAL_SECONDS * 2 ** (attempts - 1))
@@ -290,6 +312,7 @@ class SimScheduler:
                 LOG.debug("bind %s -> %s failed: %s", pod.key, target.name, exc)
                 continue
             used[target.name] = add(used.get(target.name, {}), pod.requests)
+            failed.clear()
             bound += 1
             self._run(raw, now)
         return bound
