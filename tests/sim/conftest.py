@@ -40,11 +40,15 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
 
 
 @pytest.fixture
-def ec2() -> Iterator[Any]:
-    """A boto3 EC2 client of a freshly started and reset embedded AWS, stopped after the test."""
-    running = embedded_aws.start()
-    try:
+def aws() -> Iterator[embedded_aws.EmbeddedAws]:
+    """A freshly started and reset embedded AWS, stopped after the test (a module may override it with a seeded
+    one)."""
+    with embedded_aws.start() as running:
         running.reset()
-        yield running.client("ec2")
-    finally:
-        running.stop()
+        yield running
+
+
+@pytest.fixture
+def ec2(aws: embedded_aws.EmbeddedAws) -> Any:
+    """A boto3 EC2 client of :func:`aws`."""
+    return aws.client("ec2")

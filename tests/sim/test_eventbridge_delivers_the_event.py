@@ -9,22 +9,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.aws_moto_fixes import EVENT_ENVELOPE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from nodesmith.sim import aws as embedded_aws
 
 pytestmark = [pytest.mark.slow]
 
 RULE_PATTERN = {"source": ["test.source"]}
-
-
-@pytest.fixture
-def aws() -> Iterator[embedded_aws.EmbeddedAws]:
-    with embedded_aws.start() as embedded:
-        embedded.reset()
-        yield embedded
 
 
 def _queue(aws: embedded_aws.EmbeddedAws, name: str) -> tuple[str, str]:

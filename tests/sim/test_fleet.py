@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 import yaml
@@ -25,23 +25,16 @@ from nodesmith.sim.fleet import (
 from nodesmith.sim.kube import Store
 from nodesmith.sim.kubelet import SimKubelet
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
 pytestmark = [pytest.mark.slow]
 
 CLUSTER = "demo"  # the demo EC2NodeClass selects subnets tagged karpenter.sh/discovery=demo
 
 
 @pytest.fixture
-def aws() -> Iterator[embedded_aws.EmbeddedAws]:
-    running = embedded_aws.start()
-    try:
-        running.reset()
-        embedded_aws.seed(cluster_name=CLUSTER)
-        yield running
-    finally:
-        running.stop()
+def aws(aws: embedded_aws.EmbeddedAws) -> embedded_aws.EmbeddedAws:
+    """The shared embedded AWS, seeded for :data:`CLUSTER`."""
+    embedded_aws.seed(cluster_name=CLUSTER)
+    return aws
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ as its own when asked."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,23 +15,16 @@ from nodesmith.sim.full_cluster import FullCluster, fill
 from nodesmith.sim.kube import Store
 from nodesmith.sim.kubelet import MANAGED_ANNOTATION, SimKubelet
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
 pytestmark = [pytest.mark.slow]
 
 CLUSTER = "demo"
 
 
 @pytest.fixture
-def aws() -> Iterator[embedded_aws.EmbeddedAws]:
-    running = embedded_aws.start()
-    try:
-        running.reset()
-        embedded_aws.seed(cluster_name=CLUSTER)
-        yield running
-    finally:
-        running.stop()
+def aws(aws: embedded_aws.EmbeddedAws) -> embedded_aws.EmbeddedAws:
+    """The shared embedded AWS, seeded for :data:`CLUSTER`."""
+    embedded_aws.seed(cluster_name=CLUSTER)
+    return aws
 
 
 def test_the_running_pods_share_each_nodes_allocatable_cpu() -> None:

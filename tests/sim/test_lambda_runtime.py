@@ -12,7 +12,6 @@ import boto3
 import pytest
 
 from nodesmith.adapters.aws.wake import ReconcileWaker, provision_event
-from nodesmith.sim import aws as embedded_aws
 from nodesmith.sim.lambda_runtime import (
     ERRORS_KEPT,
     AsyncInvocations,
@@ -27,7 +26,7 @@ from nodesmith.sim.lambda_runtime import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from nodesmith.sim import aws as embedded_aws
 
 
 def test_async_invocations_run_in_turn_and_drop_events_older_than_their_age() -> None:
@@ -59,13 +58,8 @@ def test_an_asynchronous_invoke_is_answered_202_and_queued_for_the_function() ->
 
 
 @pytest.fixture
-def sqs() -> Iterator[Any]:
-    running = embedded_aws.start()
-    try:
-        running.reset()
-        yield running.client("sqs")
-    finally:
-        running.stop()
+def sqs(aws: embedded_aws.EmbeddedAws) -> Any:
+    return aws.client("sqs")
 
 
 @pytest.mark.slow
