@@ -5,6 +5,7 @@ finalizers come off last."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import interruption_fakes as fakes
@@ -78,6 +79,23 @@ def test_a_node_drains_tier_by_tier_then_goes_with_its_finalizers_last() -> None
     assert order == ["delete_node", "remove_nodeclaim_finalizer"]
     assert cluster.count("delete_nodeclaim") == 0  # it was being deleted already: no second DELETE
     assert done.seconds_since_deletion == pytest.approx(10 + 10 + 30)
+
+
+def test_a_round_cordons_a_node_only_when_it_finds_it_uncordoned() -> None:
+    # Given a node whose pod a budget holds, so every round finds it still draining
+    cluster, cloud = world(pods=[fakes.make_pod("web")])
+    cluster.pdb_blocks["default/web"] = -1
+
+    round_(cluster, cloud)
+    round_(cluster, cloud, attempt=2)
+    # the first round tainted and cordoned it; the second read both and wrote nothing
+    assert cluster.count("taint_and_cordon") == 1
+    assert cluster.nodes["node-a"].unschedulable
+
+    # an operator uncordons it (kubectl uncordon): the next round cordons it again
+    cluster.nodes["node-a"] = replace(cluster.nodes["node-a"], unschedulable=False)
+    round_(cluster, cloud, attempt=3)
+    assert cluster.count("taint_and_cordon") == 2 and cluster.nodes["node-a"].unschedulable
 
 
 def test_a_round_that_moved_the_drain_comes_back_soon_however_many_came_before() -> None:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from nodesmith.core.model import Node, Pod
     from nodesmith.core.ports import Cluster
 
-__all__ = ["DrainRound", "cordon_node", "drain_round"]
+__all__ = ["DrainRound", "cordon_node", "drain_round", "is_cordoned"]
 
 _MAX_NAMED_PODS = 20  # pods named in a round, so one log line stays readable
 
@@ -58,6 +58,14 @@ class DrainRound:
     remaining_pods: tuple[str, ...] = ()
     next_due: float | None = None
     last_error: str = ""
+
+
+def is_cordoned(node: Node) -> bool:
+    """Whether ``node`` as read is cordoned (``spec.unschedulable``) and carries ``karpenter.sh/disrupted:NoSchedule``:
+    a round that finds both writes nothing (Karpenter's terminator patches the taint only when it is missing)."""
+    return node.unschedulable and any(
+        (t.key, t.effect) == (DISRUPTED_TAINT.key, DISRUPTED_TAINT.effect) for t in node.taints
+    )
 
 
 def cordon_node(*, cluster: Cluster, node_name: str) -> bool:

@@ -51,7 +51,7 @@ from nodesmith.core.termination import (
 from nodesmith.core.timestamps import from_rfc3339, to_rfc3339
 from nodesmith.services.provisioning.lifecycle import instance_grace_seconds
 from nodesmith.services.termination import events
-from nodesmith.services.termination.drain import DrainRound, cordon_node, drain_round
+from nodesmith.services.termination.drain import DrainRound, cordon_node, drain_round, is_cordoned
 from nodesmith.services.termination.requests import finish_termination
 
 if TYPE_CHECKING:
@@ -232,7 +232,8 @@ def run_round(
     )
     drain = None
     if node is not None and not gone:
-        cordon_node(cluster=cluster, node_name=node.name)
+        if not is_cordoned(node):  # read just now: a redelivery finds it cordoned and writes nothing
+            cordon_node(cluster=cluster, node_name=node.name)
         drain = drain_round(cluster=cluster, node=node, now=now, deadline=deadline, workers=settings.eviction_workers)
         if not drain.drained and (deadline is None or now < deadline):
             _heartbeat(cluster, claim, node, drain, now=now, every=settings.heartbeat_seconds)
