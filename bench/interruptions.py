@@ -303,7 +303,9 @@ def main() -> None:
     add("--nodes", type=int, default=100)
     add("--pods-per-node", type=int, default=4)
     add("--pdb-every", type=int, default=4, help="every n-th Deployment gets a PDB (0: none)")
-    add("--concurrency", type=int, default=NodesmithConfig.interruption_max_concurrency, help="invocations at most")
+    add("--concurrency", type=int, default=NodesmithConfig.interruption_max_concurrency, help="interruptions at once")
+    add("--termination-concurrency", type=int, default=NodesmithConfig.termination_max_concurrency,
+        help="termination invocations at once")  # fmt: skip
     add("--batch-size", type=int, default=NodesmithConfig.interruption_batch_size, help="records per invocation")
     add("--processes", type=int, default=4, help="processes the concurrent invocations run in")
     add("--duplicate-every", type=int, default=10, help="deliver every n-th warning twice (0: never)")

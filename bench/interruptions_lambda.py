@@ -147,8 +147,9 @@ def invocations_process(spec: Spec, channels: tuple[Any, Any, Any, Any, Any]) ->
                    _source(spec, TERMINATION, termination.handler, report)]  # fmt: skip
         ready.put(os.getpid())
         go.wait()
-        kwargs = {"scaling": Scaling(most=spec.args.concurrency), "share": spec.share}
-        pollers = [threading.Thread(target=s.run, args=(stop,), kwargs=kwargs) for s in sources]
+        most = {INTERRUPTION: spec.args.concurrency, TERMINATION: spec.args.termination_concurrency}
+        pollers = [threading.Thread(target=s.run, args=(stop,), kwargs={
+            "scaling": Scaling(most=most[s.function_name]), "share": spec.share}) for s in sources]  # fmt: skip
         for poller in pollers:
             poller.start()
         for poller in pollers:
