@@ -47,6 +47,7 @@ __all__ = [
     "CONDITION_DISRUPTING",
     "CONDITION_POD_SET",
     "OBSERVE_WORKERS",
+    "ClusterRead",
     "CommandRecord",
     "cluster_nodes",
     "read_record",
@@ -170,18 +171,26 @@ class _ClaimIndex:
         return min(found)[1] if found else None
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRead:
+    """What a pass read of the cluster and decides on: its Nodes, its pods and its NodeClaims."""
+
+    nodes: Sequence[Node]
+    pods: Sequence[Pod]
+    nodeclaims: Sequence[NodeClaim]
+
+
 def cluster_nodes(
     *,
     cluster: Cluster,
-    nodes: Sequence[Node],
-    pods: Sequence[Pod],
-    nodeclaims: Sequence[NodeClaim],
+    read: ClusterRead,
     facts: Mapping[str, InstanceFacts],
     now: float,
     errors: list[str],
     kept: dict[str, ClusterNode] | None = None,
+    first_sight_writes: int | None = None,
 ) -> tuple[list[ClusterNode], dict[str, NodeClaim]]:
-    """The :class:`ClusterNode` views of ``nodes`` and the NodeClaims by name (as updated here).
+    """The :class:`ClusterNode` views of ``read.nodes`` and the NodeClaims by name (as updated here).
 
     Pods are grouped by ``spec.nodeName`` (terminal pods left out). ``image_id`` is the NodeClaim's
     ``status.imageID`` (Karpenter's AMI drift reads ``nodeClaim.Status.ImageID``), else the AMI of the instance
@@ -192,8 +201,13 @@ def cluster_nodes(
     condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
     creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
     initialization). Only the NodeClaims whose pod set changed are written, :data:`OBSERVE_WORKERS` at a time
-    (a fleet seen for the first time writes one per NodeClaim; an unchanged one none). A failed status write is
-    reported in ``errors`` and does not stop the pass.
+    (an unchanged fleet writes none). A failed status write is reported in ``errors`` and does not stop the pass.
+
+    ``first_sight_writes`` (None: no limit) bounds the NodeClaims seen for the first time whose pod set a pass
+    records, so a cluster adopted whole (thousands of NodeClaims never seen) is recorded over a few passes
+    instead of sending the API server one status write per NodeClaim at once; a changed pod set is always
+    written. A NodeClaim left for a later pass takes ``now`` as its pod-event time, so ``consolidateAfter`` holds
+    it back until its record is written (never sooner than Karpenter would), and its view is not kept.
 
     ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
     the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
@@ -203,6 +217,7 @@ def cluster_nodes(
     back without fingerprinting its pods again: the stored fingerprint was found equal, or written, when that
     NodeClaim version was read.
     """
+    nodes, pods, nodeclaims = read.nodes, read.pods, read.nodeclaims
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
         if pod.node_name and not pod.is_terminal:
@@ -212,8 +227,9 @@ def cluster_nodes(
     placed = [(node, tuple(by_node.get(node.name, ())), index.name_for(node)) for node in nodes]
     unchanged = _unchanged_views(placed, claims=claims, facts=facts, kept=kept or {})
     last_events, unwritten = _observe_pod_sets(
-        cluster=cluster, placed=placed, claims=claims, unchanged=unchanged, now=now, errors=errors
-    )
+        cluster=cluster, placed=placed, claims=claims, unchanged=unchanged, now=now, errors=errors,
+        first_sight_writes=first_sight_writes,
+    )  # fmt: skip
     out: list[ClusterNode] = []
     keep: list[ClusterNode] = []
     for node, on_node, name in placed:
@@ -275,15 +291,19 @@ def _observe_pod_sets(
     unchanged: Mapping[str, ClusterNode],
     now: float,
     errors: list[str],
+    first_sight_writes: int | None,
 ) -> tuple[dict[str, float | None], set[str]]:
     """Each NodeClaim's pod-event time, with the pod sets that changed written (``claims`` updated with what was
-    written), and the names of the NodeClaims whose write failed (reported in ``errors``)."""
+    written; at most ``first_sight_writes`` of those never recorded), and the names of the NodeClaims not written:
+    their write failed (reported in ``errors``) or was left for a later pass."""
     observed: dict[str, tuple[str, tuple[Pod, ...]]] = {}  # a NodeClaim is observed once, with its first node's pods
     for node, on_node, name in placed:
         if name is not None:
             observed.setdefault(name, (node.name, on_node))
     last_events: dict[str, float | None] = {}
     writes: list[tuple[str, tuple[Pod, ...], str]] = []
+    deferred: set[str] = set()
+    first_sights = 0
     for name, (node_name, on_node) in observed.items():
         if (same := unchanged.get(node_name)) is not None:  # the same pods and NodeClaim: the same fingerprint
             last_events[name] = same.last_pod_event_time
@@ -292,7 +312,11 @@ def _observe_pod_sets(
         stored = claims[name].condition(CONDITION_POD_SET)
         if stored is not None and stored.message == fingerprint:
             last_events[name] = from_rfc3339(claims[name].status.last_pod_event_time)
+        elif stored is None and first_sight_writes is not None and first_sights >= first_sight_writes:
+            last_events[name] = now  # recorded by a later pass; until then its pods count as just changed
+            deferred.add(name)
         else:
+            first_sights += stored is None
             writes.append((name, on_node, fingerprint))
 
     def observe(item: tuple[str, tuple[Pod, ...], str]) -> tuple[NodeClaim, float | None, list[str]]:
@@ -303,7 +327,7 @@ def _observe_pod_sets(
         )
         return claim, last, problems
 
-    unwritten: set[str] = set()
+    unwritten = deferred
     for claim, last, problems in map_ordered(observe, writes, workers=OBSERVE_WORKERS, name="podset"):
         claims[claim.name], last_events[claim.name] = claim, last
         errors.extend(problems)
