@@ -206,8 +206,9 @@ def cluster_nodes(
     ``first_sight_writes`` (None: no limit) bounds the NodeClaims seen for the first time whose pod set a pass
     records, so a cluster adopted whole (thousands of NodeClaims never seen) is recorded over a few passes
     instead of sending the API server one status write per NodeClaim at once; a changed pod set is always
-    written. A NodeClaim left for a later pass takes ``now`` as its pod-event time, so ``consolidateAfter`` holds
-    it back until its record is written (never sooner than Karpenter would), and its view is not kept.
+    written. A NodeClaim left for a later pass takes the time of the pass that first saw it as its pod-event time,
+    so ``consolidateAfter`` holds it back until its record is written (never sooner than Karpenter would); it is
+    not fingerprinted until its turn comes.
 
     ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
     the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
@@ -233,7 +234,12 @@ def cluster_nodes(
     out: list[ClusterNode] = []
     keep: list[ClusterNode] = []
     for node, on_node, name in placed:
-        if (same := unchanged.get(node.name)) is not None and same_version(same.nodeclaim, claims.get(name or "")):
+        same = unchanged.get(node.name)
+        if (
+            same is not None
+            and same_version(same.nodeclaim, claims.get(name or ""))
+            and same.last_pod_event_time == last_events.get(name or "")
+        ):
             out.append(same)
             keep.append(same)
             continue
@@ -294,27 +300,28 @@ def _observe_pod_sets(
     first_sight_writes: int | None,
 ) -> tuple[dict[str, float | None], set[str]]:
     """Each NodeClaim's pod-event time, with the pod sets that changed written (``claims`` updated with what was
-    written; at most ``first_sight_writes`` of those never recorded), and the names of the NodeClaims not written:
-    their write failed (reported in ``errors``) or was left for a later pass."""
+    written; at most ``first_sight_writes`` of those never recorded), and the names of the NodeClaims whose write
+    failed (reported in ``errors``)."""
     observed: dict[str, tuple[str, tuple[Pod, ...]]] = {}  # a NodeClaim is observed once, with its first node's pods
     for node, on_node, name in placed:
         if name is not None:
             observed.setdefault(name, (node.name, on_node))
     last_events: dict[str, float | None] = {}
     writes: list[tuple[str, tuple[Pod, ...], str]] = []
-    deferred: set[str] = set()
     first_sights = 0
     for name, (node_name, on_node) in observed.items():
-        if (same := unchanged.get(node_name)) is not None:  # the same pods and NodeClaim: the same fingerprint
+        same = unchanged.get(node_name)
+        stored = claims[name].condition(CONDITION_POD_SET)
+        if same is not None and stored is not None:  # the same pods and recorded NodeClaim: the same fingerprint
             last_events[name] = same.last_pod_event_time
             continue
+        if stored is None and first_sight_writes is not None and first_sights >= first_sight_writes:
+            # recorded by a later pass; until then its pods count as changed when the pass first saw them
+            last_events[name] = same.last_pod_event_time if same is not None else now
+            continue
         fingerprint = _fingerprint(on_node)
-        stored = claims[name].condition(CONDITION_POD_SET)
         if stored is not None and stored.message == fingerprint:
             last_events[name] = from_rfc3339(claims[name].status.last_pod_event_time)
-        elif stored is None and first_sight_writes is not None and first_sights >= first_sight_writes:
-            last_events[name] = now  # recorded by a later pass; until then its pods count as just changed
-            deferred.add(name)
         else:
             first_sights += stored is None
             writes.append((name, on_node, fingerprint))
@@ -327,7 +334,7 @@ def _observe_pod_sets(
         )
         return claim, last, problems
 
-    unwritten = deferred
+    unwritten: set[str] = set()
     for claim, last, problems in map_ordered(observe, writes, workers=OBSERVE_WORKERS, name="podset"):
         claims[claim.name], last_events[claim.name] = claim, last
         errors.extend(problems)
