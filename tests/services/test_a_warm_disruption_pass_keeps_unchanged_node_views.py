@@ -1,6 +1,6 @@
 """A warm container's disruption pass hands an unchanged node's view back (so what the core derived from it is
 reused), and builds a new one when the Node, one of its pods or its NodeClaim's version changed, or when the pod set
-could not be written on its NodeClaim; a cluster seen for the first time is recorded over a few passes."""
+could not be written on its NodeClaim."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ from typing import TYPE_CHECKING
 from reconcile_fakes import two_running_nodes
 
 from nodesmith.core.errors import ConflictError
-from nodesmith.core.timestamps import to_rfc3339
 from nodesmith.services.disruption import state
 from nodesmith.services.disruption.consolidated import StateParts, cluster_state
-from nodesmith.services.disruption.state import CONDITION_POD_SET, ClusterRead, cluster_nodes
+from nodesmith.services.disruption.state import CONDITION_POD_SET, cluster_nodes
 
 if TYPE_CHECKING:
     import pytest
@@ -33,8 +32,8 @@ def _views(
     cluster: FakeCluster, claims: list[NodeClaim], kept: dict[str, ClusterNode]
 ) -> tuple[list[ClusterNode], list[NodeClaim]]:
     views, written = cluster_nodes(
-        cluster=cluster, read=ClusterRead(nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims), facts={},
-        now=2000.0, errors=[], kept=kept,
+        cluster=cluster, nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims, facts={}, now=2000.0, errors=[],
+        kept=kept,
     )  # fmt: skip
     return views, list(written.values())
 
@@ -101,8 +100,8 @@ def test_a_pod_set_whose_write_failed_is_written_by_the_next_warm_pass() -> None
     cluster.update_nodeclaim_status = refused  # type: ignore[method-assign]
     errors: list[str] = []
     cluster_nodes(
-        cluster=cluster, read=ClusterRead(nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims), facts={},
-        now=2000.0, errors=errors, kept=kept,
+        cluster=cluster, nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims, facts={}, now=2000.0,
+        errors=errors, kept=kept,
     )  # fmt: skip
     assert len(errors) == 2 and sorted(calls) == [c.name for c in claims]
     assert not kept  # a view over a NodeClaim that does not hold its pod set is not kept
@@ -126,43 +125,3 @@ def test_an_unchanged_node_is_not_fingerprinted_again(monkeypatch: pytest.Monkey
     cluster.pods[0] = replace(cluster.pods[0], labels={"version": "2"})  # one node's pods changed
     _views(cluster, claims, kept)
     assert hashed == [2]
-
-
-def test_a_cluster_seen_for_the_first_time_is_recorded_a_few_nodeclaims_a_pass() -> None:
-    # Given two NodeClaims never seen, whose pods were created at 100 and 200, and room for one first record a pass
-    cluster, claims = _world()
-    for n, pod in enumerate(cluster.pods):
-        cluster.pods[n] = replace(pod, creation_timestamp=100.0 * (1 + n // 2))
-    kept: dict[str, ClusterNode] = {}
-
-    def observe(claims: list[NodeClaim], now: float) -> tuple[list[ClusterNode], list[NodeClaim]]:
-        views, written = cluster_nodes(
-            cluster=cluster, read=ClusterRead(nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims), facts={},
-            now=now, errors=[], kept=kept, first_sight_writes=1,
-        )  # fmt: skip
-        return views, list(written.values())
-
-    first, claims = observe(claims, 2000.0)
-    recorded = [c.condition(CONDITION_POD_SET) is not None for c in claims]
-    # one is recorded with its newest pod's creation time; the other waits, its pods taken as just changed
-    assert recorded == [True, False]
-    assert [v.last_pod_event_time for v in first] == [100.0, 2000.0]
-
-    second, claims = observe(claims, 2060.0)
-    # the next pass records the other, as if it had been the first to see it; the first's view is handed back
-    assert all(c.condition(CONDITION_POD_SET) is not None for c in claims)
-    assert [v.last_pod_event_time for v in second] == [100.0, 200.0] and second[0] is first[0]
-
-
-def test_a_changed_pod_set_is_written_whatever_the_first_sight_limit() -> None:
-    cluster, claims = _world()
-    kept: dict[str, ClusterNode] = {}
-    _, claims = _views(cluster, claims, kept)  # both recorded
-    cluster.pods = cluster.pods[1:]  # a pod of the first node is gone
-    views, _ = cluster_nodes(
-        cluster=cluster, read=ClusterRead(nodes=cluster.nodes, pods=cluster.pods, nodeclaims=claims), facts={},
-        now=3000.0, errors=[], kept=kept, first_sight_writes=0,
-    )  # fmt: skip
-    # the change is recorded on the NodeClaim at once, and its view kept
-    assert cluster.nodeclaims[claims[0].name].status.last_pod_event_time == to_rfc3339(3000.0)
-    assert views[0].last_pod_event_time == 3000.0 and kept[views[0].name] is views[0]

@@ -197,10 +197,6 @@ class DisruptionSettings:
 
     ``node_repair`` enables node repair (Karpenter's alpha feature gate ``NodeRepair``, off by default
     there and here): :mod:`nodesmith.core.disruption.repair`.
-
-    ``first_sight_records`` (None: no limit) is how many NodeClaims seen for the first time a pass records the pod
-    set of (one status write each; :func:`nodesmith.services.disruption.state.cluster_nodes`): the rest wait for
-    later passes, held back from consolidation until recorded.
     """
 
     min_savings_per_hour: float = 0.0
@@ -212,4 +208,3 @@ class DisruptionSettings:
     min_savings_per_disrupted_node: float = 0.05
     min_savings_per_evicted_pod: float = 0.0
     node_repair: bool = False
-    first_sight_records: int | None = 500

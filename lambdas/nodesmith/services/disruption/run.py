@@ -19,7 +19,7 @@ from nodesmith.core.labels import LABEL_NODEPOOL
 from nodesmith.core.ports import InstanceFacts, ObjectRef
 from nodesmith.services.breakdown import disruption_reason
 from nodesmith.services.disruption.outcome import DisruptionOutcome
-from nodesmith.services.disruption.state import ClusterRead, cluster_nodes, write_condition
+from nodesmith.services.disruption.state import cluster_nodes, write_condition
 from nodesmith.services.provisioning.capacity import disruption_volume_topology, instance_id_of
 from nodesmith.services.provisioning.inputs import take_snapshot
 from nodesmith.services.provisioning.lifecycle import nodeclaim_ref
@@ -115,12 +115,13 @@ class DisruptionPass:
         self.out.errors.extend(self.pool_catalogues.errors)
         self.views, self.claims = cluster_nodes(
             cluster=cluster,
-            read=ClusterRead(nodes=self.nodes, pods=self.pods, nodeclaims=snap.nodeclaims),
+            nodes=self.nodes,
+            pods=self.pods,
+            nodeclaims=snap.nodeclaims,
             facts=drift_facts(cloud=cloud, snap=snap),
             now=self.now,
             errors=self.out.errors,
             kept=kept,
-            first_sight_writes=self.settings.first_sight_records,
         )
         self.by_name: dict[str, ClusterNode] = {v.name: v for v in self.views}
 

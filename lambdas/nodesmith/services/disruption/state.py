@@ -47,7 +47,6 @@ __all__ = [
     "CONDITION_DISRUPTING",
     "CONDITION_POD_SET",
     "OBSERVE_WORKERS",
-    "ClusterRead",
     "CommandRecord",
     "cluster_nodes",
     "read_record",
@@ -171,26 +170,18 @@ class _ClaimIndex:
         return min(found)[1] if found else None
 
 
-@dataclass(frozen=True, slots=True)
-class ClusterRead:
-    """What a pass read of the cluster and decides on: its Nodes, its pods and its NodeClaims."""
-
-    nodes: Sequence[Node]
-    pods: Sequence[Pod]
-    nodeclaims: Sequence[NodeClaim]
-
-
 def cluster_nodes(
     *,
     cluster: Cluster,
-    read: ClusterRead,
+    nodes: Sequence[Node],
+    pods: Sequence[Pod],
+    nodeclaims: Sequence[NodeClaim],
     facts: Mapping[str, InstanceFacts],
     now: float,
     errors: list[str],
     kept: dict[str, ClusterNode] | None = None,
-    first_sight_writes: int | None = None,
 ) -> tuple[list[ClusterNode], dict[str, NodeClaim]]:
-    """The :class:`ClusterNode` views of ``read.nodes`` and the NodeClaims by name (as updated here).
+    """The :class:`ClusterNode` views of ``nodes`` and the NodeClaims by name (as updated here).
 
     Pods are grouped by ``spec.nodeName`` (terminal pods left out). ``image_id`` is the NodeClaim's
     ``status.imageID`` (Karpenter's AMI drift reads ``nodeClaim.Status.ImageID``), else the AMI of the instance
@@ -201,14 +192,8 @@ def cluster_nodes(
     condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
     creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
     initialization). Only the NodeClaims whose pod set changed are written, :data:`OBSERVE_WORKERS` at a time
-    (an unchanged fleet writes none). A failed status write is reported in ``errors`` and does not stop the pass.
-
-    ``first_sight_writes`` (None: no limit) bounds the NodeClaims seen for the first time whose pod set a pass
-    records, so a cluster adopted whole (thousands of NodeClaims never seen) is recorded over a few passes
-    instead of sending the API server one status write per NodeClaim at once; a changed pod set is always
-    written. A NodeClaim left for a later pass takes the time of the pass that first saw it as its pod-event time,
-    so ``consolidateAfter`` holds it back until its record is written (never sooner than Karpenter would); it is
-    not fingerprinted until its turn comes.
+    (a fleet seen for the first time writes one per NodeClaim; an unchanged one none). A failed status write is
+    reported in ``errors`` and does not stop the pass.
 
     ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
     the same objects as its kept view's, whose NodeClaim is the same (object, or uid and ``resourceVersion``) and
@@ -218,7 +203,6 @@ def cluster_nodes(
     back without fingerprinting its pods again: the stored fingerprint was found equal, or written, when that
     NodeClaim version was read.
     """
-    nodes, pods, nodeclaims = read.nodes, read.pods, read.nodeclaims
     by_node: dict[str, list[Pod]] = {}
     for pod in pods:
         if pod.node_name and not pod.is_terminal:
@@ -228,18 +212,12 @@ def cluster_nodes(
     placed = [(node, tuple(by_node.get(node.name, ())), index.name_for(node)) for node in nodes]
     unchanged = _unchanged_views(placed, claims=claims, facts=facts, kept=kept or {})
     last_events, unwritten = _observe_pod_sets(
-        cluster=cluster, placed=placed, claims=claims, unchanged=unchanged, now=now, errors=errors,
-        first_sight_writes=first_sight_writes,
-    )  # fmt: skip
+        cluster=cluster, placed=placed, claims=claims, unchanged=unchanged, now=now, errors=errors
+    )
     out: list[ClusterNode] = []
     keep: list[ClusterNode] = []
     for node, on_node, name in placed:
-        same = unchanged.get(node.name)
-        if (
-            same is not None
-            and same_version(same.nodeclaim, claims.get(name or ""))
-            and same.last_pod_event_time == last_events.get(name or "")
-        ):
+        if (same := unchanged.get(node.name)) is not None and same_version(same.nodeclaim, claims.get(name or "")):
             out.append(same)
             keep.append(same)
             continue
@@ -297,33 +275,24 @@ def _observe_pod_sets(
     unchanged: Mapping[str, ClusterNode],
     now: float,
     errors: list[str],
-    first_sight_writes: int | None,
 ) -> tuple[dict[str, float | None], set[str]]:
     """Each NodeClaim's pod-event time, with the pod sets that changed written (``claims`` updated with what was
-    written; at most ``first_sight_writes`` of those never recorded), and the names of the NodeClaims whose write
-    failed (reported in ``errors``)."""
+    written), and the names of the NodeClaims whose write failed (reported in ``errors``)."""
     observed: dict[str, tuple[str, tuple[Pod, ...]]] = {}  # a NodeClaim is observed once, with its first node's pods
     for node, on_node, name in placed:
         if name is not None:
             observed.setdefault(name, (node.name, on_node))
     last_events: dict[str, float | None] = {}
     writes: list[tuple[str, tuple[Pod, ...], str]] = []
-    first_sights = 0
     for name, (node_name, on_node) in observed.items():
-        same = unchanged.get(node_name)
-        stored = claims[name].condition(CONDITION_POD_SET)
-        if same is not None and stored is not None:  # the same pods and recorded NodeClaim: the same fingerprint
+        if (same := unchanged.get(node_name)) is not None:  # the same pods and NodeClaim: the same fingerprint
             last_events[name] = same.last_pod_event_time
             continue
-        if stored is None and first_sight_writes is not None and first_sights >= first_sight_writes:
-            # recorded by a later pass; until then its pods count as changed when the pass first saw them
-            last_events[name] = same.last_pod_event_time if same is not None else now
-            continue
         fingerprint = _fingerprint(on_node)
+        stored = claims[name].condition(CONDITION_POD_SET)
         if stored is not None and stored.message == fingerprint:
             last_events[name] = from_rfc3339(claims[name].status.last_pod_event_time)
         else:
-            first_sights += stored is None
             writes.append((name, on_node, fingerprint))
 
     def observe(item: tuple[str, tuple[Pod, ...], str]) -> tuple[NodeClaim, float | None, list[str]]:
