@@ -406,7 +406,8 @@ class FakeCloud:
         raise InsufficientCapacityError("all offerings failed", offerings=tuple(failed))
 
     def list_instances(self) -> list[Instance]:
-        return [i for i in self.instances.values() if i.state != "terminated"]
+        # the pass lists the fleet in a thread of its own while it launches: copy before filtering
+        return [i for i in list(self.instances.values()) if i.state != "terminated"]
 
     def get_instance(self, *, instance_id: str) -> Instance | None:
         return self.instances.get(instance_id)

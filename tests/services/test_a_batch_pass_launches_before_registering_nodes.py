@@ -1,13 +1,15 @@
 """Watch mode's batch pass (``provision_first``) launches for its pending pods before it writes the
-registration of nodes that joined meanwhile, and before it lists the fleet (DescribeInstances of every
-instance, which only garbage collection needs); the registration and the garbage collection still
-happen in the same pass, and the registered node's capacity counts either way."""
+registration of nodes that joined meanwhile; no pass waits for the fleet listing (DescribeInstances of every
+instance, which only garbage collection needs) before it launches; the registration and the garbage collection
+still happen in the same pass, and the registered node's capacity counts either way."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import pytest
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
 from nodesmith.services.ports import Ports
@@ -46,9 +48,9 @@ class OrderedCloud(FakeCloud):
         return super().list_instances()
 
 
-def _joined_node_and_new_pod(calls: Calls) -> tuple[OrderedCluster, OrderedCloud]:
+def _joined_node_and_new_pod(calls: Calls, cloud: OrderedCloud | None = None) -> tuple[OrderedCluster, OrderedCloud]:
     cluster = OrderedCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()], calls=calls)
-    cloud = OrderedCloud(calls=calls)
+    cloud = cloud if cloud is not None else OrderedCloud(calls=calls)
     cluster.pods = [make_pod("first", cpu="1")]
     reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     (claim,) = cluster.nodeclaims.values()
@@ -71,9 +73,29 @@ def test_the_batch_pass_calls_createfleet_before_registering_the_joined_node() -
     assert out.nodeclaims_launched == 1 and out.nodeclaims_registered == 1
 
 
-def test_the_batch_pass_lists_the_fleet_after_createfleet_and_still_collects_orphans() -> None:
+@dataclass
+class SlowListingCloud(OrderedCloud):
+    """A fleet listing that answers only once CreateFleet was called (or after 5 s): a pass that waited for the
+    listing before launching would take those 5 s and record ``"listed before CreateFleet"``."""
+
+    launched: threading.Event = field(default_factory=threading.Event)
+
+    def create(self, *, request: LaunchRequest) -> LaunchResult:
+        self.launched.set()
+        return super().create(request=request)
+
+    def list_instances(self) -> list[Instance]:
+        if not self.launched.wait(timeout=5.0):
+            self.calls.order.append("listed before CreateFleet")
+        return super().list_instances()
+
+
+@pytest.mark.parametrize("provision_first", [True, False], ids=["batch pass", "full pass"])
+def test_the_fleet_listing_never_holds_createfleet_and_orphans_are_still_collected(provision_first: bool) -> None:
     calls = Calls()
-    cluster, cloud = _joined_node_and_new_pod(calls)
+    cloud = SlowListingCloud(calls=calls)
+    cluster, _ = _joined_node_and_new_pod(calls, cloud)
+    cloud.launched.clear()
     orphan = replace(next(iter(cloud.instances.values())), instance_id="i-orphan", launch_time=900.0,
                      tags={"karpenter.sh/nodeclaim": "deleted-long-ago"})  # fmt: skip
     cloud.instances[orphan.instance_id] = orphan
@@ -81,13 +103,12 @@ def test_the_batch_pass_lists_the_fleet_after_createfleet_and_still_collects_orp
     out = reconcile(
         ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"),
         now=1010.0,
-        options=ReconcileOptions(provision_first=True),
+        options=ReconcileOptions(provision_first=provision_first),
     )
 
-    assert calls.order.index("CreateFleet") < calls.order.index("list fleet")
-    assert calls.order.count("list fleet") == 1
-    assert cloud.terminated == ["i-orphan"] and out.orphans_terminated == 1
-    assert out.nodeclaims_launched == 1  # the instance it launched is listed too, and not taken for an orphan
+    assert "listed before CreateFleet" not in calls.order and calls.order.count("list fleet") == 1
+    assert cloud.terminated == ["i-orphan"] and out.orphans_terminated == 1 and out.garbage_collected
+    assert out.nodeclaims_launched == 1  # the instance it launched is not taken for an orphan
 
 
 def test_a_batch_pass_that_had_to_list_the_fleet_to_provision_lists_it_once() -> None:
@@ -103,13 +124,6 @@ def test_a_batch_pass_that_had_to_list_the_fleet_to_provision_lists_it_once() ->
     )
 
     assert calls.order.count("list fleet") == 1
-
-
-def test_a_full_pass_lists_the_fleet_first() -> None:
-    calls = Calls()
-    cluster, cloud = _joined_node_and_new_pod(calls)
-    reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1010.0)
-    assert calls.order.index("list fleet") < calls.order.index("CreateFleet")
 
 
 def test_a_full_pass_still_registers_first() -> None:

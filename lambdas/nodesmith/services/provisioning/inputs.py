@@ -13,7 +13,7 @@ from nodesmith.core.errors import NodeClassNotReadyError
 from nodesmith.services.provisioning.capacity import instance_id_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.api.nodeclaim import NodeClaim
@@ -57,7 +57,13 @@ class Snapshot:
     pdbs: list[PodDisruptionBudget] | None = None
 
 
-def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: bool = True) -> Snapshot:
+def take_snapshot(
+    *,
+    cluster: Cluster,
+    cloud: CloudProvider,
+    every_instance: bool = True,
+    fleet: Callable[[], Sequence[Instance]] | None = None,
+) -> Snapshot:
     """Read everything a pass needs; EC2's DescribeInstances runs alongside the Kubernetes lists.
 
     The instance list is the slowest read (and grows with the fleet), so it no longer waits for the
@@ -65,10 +71,12 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: boo
     NodeClaim in the snapshot is covered by the orphan grace period, as before.
 
     ``every_instance=False`` (provisioning only, :func:`~nodesmith.services.provisioning.reconcile.provision_leaving`)
-    reads just the instances provisioning uses (:func:`provisioning_instances`) instead of the fleet.
+    reads just the instances provisioning uses (:func:`provisioning_instances`) instead of the fleet. ``fleet``
+    gives the fleet listing when one is already under way (default: ``cloud.list_instances``).
     """
+    fleet = fleet or cloud.list_instances
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot") as pool:
-        listing = pool.submit(cloud.list_instances) if every_instance else None
+        listing = pool.submit(fleet) if every_instance else None
         nodes = cluster.list_nodes()  # before pods: a pod bound meanwhile is seen bound, never double-counted
         pods = cluster.list_pods()
         daemonsets = cluster.list_daemonsets()
@@ -78,7 +86,7 @@ def take_snapshot(*, cluster: Cluster, cloud: CloudProvider, every_instance: boo
         instances = (
             {i.instance_id: i for i in listing.result()}
             if listing is not None
-            else provisioning_instances(cloud=cloud, nodes=nodes, nodeclaims=nodeclaims)
+            else provisioning_instances(cloud=cloud, nodes=nodes, nodeclaims=nodeclaims, fleet=fleet)
         )
     return Snapshot(
         nodes=nodes,
@@ -99,7 +107,11 @@ def lists_every_instance(nodeclaims: Sequence[NodeClaim]) -> bool:
 
 
 def provisioning_instances(
-    *, cloud: CloudProvider, nodes: Sequence[Node], nodeclaims: Sequence[NodeClaim]
+    *,
+    cloud: CloudProvider,
+    nodes: Sequence[Node],
+    nodeclaims: Sequence[NodeClaim],
+    fleet: Callable[[], Sequence[Instance]] | None = None,
 ) -> dict[str, Instance]:
     """The instances a provisioning pass reads, by id: those of NodeClaims launched but not registered.
 
@@ -111,9 +123,10 @@ def provisioning_instances(
     died between creating it and CreateFleet) needs the instance that carries its name, found only
     by listing: then every instance is listed.
     Terminated instances are left out, as :meth:`~nodesmith.core.ports.CloudProvider.list_instances` does.
+    ``fleet`` gives the fleet listing (default: ``cloud.list_instances``).
     """
     if lists_every_instance(nodeclaims):
-        return {i.instance_id: i for i in cloud.list_instances()}
+        return {i.instance_id: i for i in (fleet or cloud.list_instances)()}
     live = [nc for nc in nodeclaims if nc.metadata.deletion_timestamp is None]
     registered = {n.provider_id for n in nodes if n.provider_id}
     ids = sorted(

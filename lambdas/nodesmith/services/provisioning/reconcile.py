@@ -80,8 +80,8 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     Steps: snapshot (Nodes, Pods, DaemonSets, NodePools, EC2NodeClasses, NodeClaims, our
     instances); with ``ports.reservations``, EC2NodeClass ``status.capacityReservations`` and the termination of
     the NodeClaims of Capacity Blocks about to end (:mod:`.reservations`); link NodeClaims to their Nodes and
-    garbage-collect (liveness, instance gone, orphans); make sure every deletion has a termination request on its
-    way (``ports.queue``; a user's ``kubectl delete nodeclaim`` or ``delete node``,
+    garbage-collect (liveness; instance gone and orphans after provisioning, below); make sure every deletion has a
+    termination request on its way (``ports.queue``; a user's ``kubectl delete nodeclaim`` or ``delete node``,
     :func:`~.termination.requests.sweep_deletions`); finalize EC2NodeClasses
     (:func:`~.nodeclasses.finalize_nodeclasses`); load each EC2NodeClass's catalogue; launch NodeClaims left
     unlaunched by an earlier pass; keep static NodePools at their ``replicas``
@@ -101,31 +101,37 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     NodeClaims only (:func:`~nodesmith.services.provisioning.inputs.provisioning_instances`) and lists the fleet,
     which only the lifecycle's garbage collection needs, after its launches.
 
+    Garbage collection's listing of the fleet (``options.collect_garbage``) runs in the background from the pass's
+    start, so pending pods never wait for it: a full pass's lifecycle runs before provisioning without it
+    (registration, initialization, liveness), and the instance-gone check and the orphan sweep run once the pass
+    has launched (:meth:`~.reconcile_pass.ReconcilePass.collect_fleet_garbage`), the pods of the nodes they remove
+    provisioned for in the same pass; a ``provision_first`` pass's lifecycle takes the listing after its launches.
+
     ``options.collect_garbage`` False does not list the fleet at all: the pass reads the instances of in-flight
     NodeClaims only, skips the instance-gone check and the orphan sweep (registration, initialization and
     liveness still run) and prices registered nodes by their labels; ``outcome.garbage_collected`` says which it
     did (a NodeClaim never launched still makes it list).
     """
     options = options or ReconcileOptions()
-    run = ReconcilePass(
-        ports=ports,
-        now=now,
-        options=options,
-        # a batch pass lists the fleet after its launches, and only when garbage collection is due
-        every_instance=options.collect_garbage and not options.provision_first,
-    )
-    run.capacity_reservations()
-    if options.provision_first:
-        run.leaving = leaving_node_names(run.snap.nodes, nodeclaims=run.claims)
+    # the fleet is listed only when garbage collection is due, and alongside the pass, never in front of CreateFleet
+    run = ReconcilePass(ports=ports, now=now, options=options, every_instance=False, fleet=options.collect_garbage)
+    try:
+        run.capacity_reservations()
+        if options.provision_first:
+            run.leaving = leaving_node_names(run.snap.nodes, nodeclaims=run.claims)
+            run.prepare()
+            run.provision()
+            if options.collect_garbage:
+                run.list_fleet()
+            run.lifecycle()
+            return run.finish()
+        run.lifecycle()
         run.prepare()
+        run.launch_leftovers()
+        run.scale_static()
         run.provision()
         if options.collect_garbage:
-            run.list_fleet()
-        run.lifecycle()
+            run.collect_fleet_garbage()
         return run.finish()
-    run.lifecycle()
-    run.prepare()
-    run.launch_leftovers()
-    run.scale_static()
-    run.provision()
-    return run.finish()
+    finally:
+        run.close()

@@ -7,6 +7,7 @@ the planned NodeClaims is :class:`~nodesmith.services.provisioning.creation.Node
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from nodesmith.core.api.nodeclaim import NodeClaim
+    from nodesmith.core.api.nodepool import NodePool
     from nodesmith.core.model import InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.ports import LaunchResult
     from nodesmith.core.resources import Resources
@@ -67,7 +69,9 @@ class ReconcilePass:
     steps in order. Taking the snapshot (construction) raises what listing raises; each step reports errors on one
     object in ``out.errors`` and goes on."""
 
-    def __init__(self, *, ports: Ports, now: float, options: ReconcileOptions, every_instance: bool = True) -> None:
+    def __init__(
+        self, *, ports: Ports, now: float, options: ReconcileOptions, every_instance: bool = True, fleet: bool = False
+    ) -> None:
         self.ports = ports
         self.cluster = ports.cluster
         self.cloud = ports.cloud
@@ -78,20 +82,84 @@ class ReconcilePass:
         self.clock = options.clock
         self.started = self.clock()
         self.out = ReconcileOutcome()
-        self.snap = take_snapshot(cluster=self.cluster, cloud=self.cloud, every_instance=every_instance)
+        # fleet: garbage collection is due and its listing of the fleet runs while the pass provisions
+        self._listing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet") if fleet else None
+        self._fleet = self._listing.submit(self.cloud.list_instances) if self._listing is not None else None
+        try:
+            self.snap = take_snapshot(
+                cluster=self.cluster,
+                cloud=self.cloud,
+                every_instance=every_instance and not fleet,
+                fleet=self._fleet.result if self._fleet is not None else None,
+            )
+        except BaseException:
+            self.close()
+            raise
         self.claims: list[NodeClaim] = list(self.snap.nodeclaims)
         self.nodes: list[Node] = list(self.snap.nodes)
         self.leaving: set[str] = set()
         self.nominated: list[tuple[Pod, str]] = []
+        self.pending: list[Pod] = []
+        self.pools: list[NodePool] = []
+        self.existing: dict[str, ExistingNode] = {}
+        self.volume_requirements: dict[str, tuple[NodeSelectorRequirement, ...]] = {}
         self.new_cost_by: dict[PoolKey, float] = {}
         self.created: list[NodeClaim] = []
 
+    def close(self) -> None:
+        """Wait for the fleet listing begun at construction, if any (a pass leaves no thread behind)."""
+        if self._listing is not None:
+            self._listing.shutdown(wait=True, cancel_futures=True)
+
     def list_fleet(self) -> None:
-        """Replace the snapshot's instances with every live instance of ours, unless they are already
-        all of them (a pass made with ``every_instance=False`` read only those provisioning uses)."""
-        if not self.snap.every_instance:
-            self.snap.instances = {i.instance_id: i for i in self.cloud.list_instances()}
-            self.snap.every_instance = True
+        """Make the snapshot's instances every live instance of ours, unless they are already all of them (a pass
+        made with ``every_instance=False`` read only those provisioning uses): the listing begun at construction,
+        else one made now. Instances it does not show that this pass read by id or launched are kept (an instance
+        launched after the listing began, or one EC2 does not list yet)."""
+        if self.snap.every_instance:
+            return
+        listed = {i.instance_id: i for i in (self._fleet.result() if self._fleet else self.cloud.list_instances())}
+        self.snap.instances = {**self.snap.instances, **listed}
+        self.snap.every_instance = True
+
+    def collect_fleet_garbage(self) -> None:
+        """The garbage collection that needs the fleet listing (the instance-gone check and the orphan sweep),
+        after provisioning, when :meth:`lifecycle` ran without the fleet: pending pods do not wait for the listing.
+        The pods of the nodes it removes are provisioned for at once, as if :meth:`lifecycle` had removed them."""
+        if self.out.garbage_collected:
+            return
+        self.list_fleet()
+        life = LifecycleOutcome()
+        collect_garbage(
+            ports=self.ports,
+            nodeclaims=self.claims,
+            nodes=self.nodes,
+            instances=self.snap.instances,
+            now=self.now,
+            outcome=life,
+            limits=GcLimits(registration_ttl_seconds=self.options.registration_ttl_seconds),
+        )
+        out = self.out
+        self.claims = [nc for nc in self.claims if nc.name not in life.deleted]
+        self.nodes = [n for n in self.nodes if n.name not in life.deleted_nodes]
+        out.nodeclaims_terminated += life.terminated
+        for key, count in life.terminated_by.items():
+            out.terminated_by[key] = out.terminated_by.get(key, 0) + count
+        out.orphans_terminated += life.orphans_terminated
+        out.garbage_collected = True
+        out.errors.extend(life.errors)
+        gone = set(life.deleted_nodes) - self.leaving
+        self.leaving |= gone
+        if not gone:
+            return
+        pending = {p.key for p in self.pending}
+        removed = [node for name in gone if (node := self.existing.pop(name, None)) is not None]
+        placed = [p for node in removed for p in node.pods if p.key in pending]  # pending pods it was to take
+        out.pods_awaiting_capacity -= len(placed)
+        moving = reschedulable_pods(self.snap.pods, leaving=gone)
+        out.pods_rescheduled += len(moving)
+        if self.pools and (placed or moving):
+            self._solve_all([*placed, *moving])
 
     def lifecycle(self) -> None:
         """(e) + (f): registration, initialization, liveness and garbage collection."""
@@ -275,16 +343,25 @@ class ReconcilePass:
             kept=self.options.kept_capacity,
         )
         # a node going away (its NodeClaim deleting, say) takes no new pods, as Karpenter's marked-for-deletion nodes
-        self.existing: dict[str, ExistingNode] = {n.name: n for n in capacity if n.name not in self.leaving}
+        self.existing = {n.name: n for n in capacity if n.name not in self.leaving}
         self.usage = nodepool_usage(self.claims)
         self.creator.taken = {nc.name for nc in self.claims}
         if not self.pools:
             for pod in self.pending:
                 out.unschedulable[pod.key] = "no NodePool with a ready EC2NodeClass"
             return
-        self.volume_requirements, refused = self._volume_topology(moving)
+        self.volume_requirements = {}
+        self._solve_all([*self.pending, *moving])
+
+    def _solve_all(self, pods: list[Pod]) -> None:
+        """Solve ``pods`` (pending, or moving off nodes going away) and launch, re-solving after capacity errors up
+        to ``options.max_solve_attempts`` solves in the pass."""
+        out = self.out
+        pending = {p.key for p in self.pending}
+        requirements, refused = self._volume_topology([p for p in pods if p.key not in pending])
+        self.volume_requirements = {**self.volume_requirements, **requirements}
         out.unschedulable.update(refused)
-        to_solve: list[Pod] = [p for p in (*self.pending, *moving) if p.key not in refused]
+        to_solve: list[Pod] = [p for p in pods if p.key not in refused]
         while to_solve:
             out.solve_attempts += 1
             retry = self._solve_once(to_solve)
