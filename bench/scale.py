@@ -27,6 +27,8 @@ part of the pass). The JSON's ``mode`` says which ran. Per pass:
 - ``kube_requests`` by method, ``kube_bytes_read`` (response bodies), ``kube_lists`` (list calls by collection:
   how often a pass lists pods), ``ec2_calls`` by operation and ``aws_seconds``, the seconds spent in them (calls
   made in parallel add up);
+- ``first_createfleet_seconds``: from the invocation's start to its first CreateFleet call (None: it launched
+  nothing), what the pending pods waited for;
 - ``rss_mib``: the process's peak resident memory after the pass (``VmHWM``; as Lambda reports "Max Memory
   Used"), ``handler_peak_rss_mib`` the peak over every pass.
 
@@ -101,6 +103,7 @@ class Meter:
         self.lists: Counter[str] = Counter()
         self.ec2: Counter[str] = Counter()
         self.bytes_read = 0
+        self.first_launch: float | None = None
 
     def add(self, key: str, seconds: float) -> None:
         """Add ``seconds`` to ``key``."""
@@ -153,7 +156,14 @@ def instrument(meter: Meter) -> None:
         _timed(meter, lambda: f"decode/{meter.stage}", KarpenterObjects._parse)
     )
     NodeClaimCreator.launch_all = _timed(meter, "launch", NodeClaimCreator.launch_all)  # type: ignore[method-assign]
-    Ec2CloudProvider.create = _timed(meter, "create_fleet_calls", Ec2CloudProvider.create)  # type: ignore[method-assign]
+    create = _timed(meter, "create_fleet_calls", Ec2CloudProvider.create)
+
+    def first_create(self: Ec2CloudProvider, **kw: Any) -> Any:
+        with meter.lock:
+            meter.first_launch = meter.first_launch or time.perf_counter()
+        return create(self, **kw)
+
+    Ec2CloudProvider.create = first_create  # type: ignore[method-assign]
     disruption = handler_module.run_disruption
 
     def staged_disruption(**kw: Any) -> Any:
@@ -274,6 +284,7 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
             Path(profile).mkdir(parents=True, exist_ok=True)
             profiler.dump_stats(str(Path(profile) / f"pass-{number}.pstats"))
         report = _pass_report(meter, seconds, summary)
+        report["first_createfleet_seconds"] = round(meter.first_launch - began, 3) if meter.first_launch else None
         if sync is not None:
             report["informer_sync_seconds"] = round(sync, 3)
         if mode == "watch":
