@@ -114,7 +114,7 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     """
     options = options or ReconcileOptions()
     # the fleet is listed only when garbage collection is due, and alongside the pass, never in front of CreateFleet
-    run = ReconcilePass(ports=ports, now=now, options=options, every_instance=False, fleet=options.collect_garbage)
+    run = ReconcilePass(ports=ports, now=now, options=options, fleet=options.collect_garbage)
     try:
         run.capacity_reservations()
         if options.provision_first:

@@ -69,9 +69,7 @@ class ReconcilePass:
     steps in order. Taking the snapshot (construction) raises what listing raises; each step reports errors on one
     object in ``out.errors`` and goes on."""
 
-    def __init__(
-        self, *, ports: Ports, now: float, options: ReconcileOptions, every_instance: bool = True, fleet: bool = False
-    ) -> None:
+    def __init__(self, *, ports: Ports, now: float, options: ReconcileOptions, fleet: bool = False) -> None:
         self.ports = ports
         self.cluster = ports.cluster
         self.cloud = ports.cloud
@@ -89,7 +87,7 @@ class ReconcilePass:
             self.snap = take_snapshot(
                 cluster=self.cluster,
                 cloud=self.cloud,
-                every_instance=every_instance and not fleet,
+                every_instance=False,
                 fleet=self._fleet.result if self._fleet is not None else None,
             )
         except BaseException:
@@ -112,10 +110,10 @@ class ReconcilePass:
             self._listing.shutdown(wait=True, cancel_futures=True)
 
     def list_fleet(self) -> None:
-        """Make the snapshot's instances every live instance of ours, unless they are already all of them (a pass
-        made with ``every_instance=False`` read only those provisioning uses): the listing begun at construction,
-        else one made now. Instances it does not show that this pass read by id or launched are kept (an instance
-        launched after the listing began, or one EC2 does not list yet)."""
+        """Make the snapshot's instances every live instance of ours, unless they are already all of them (the
+        snapshot reads only those provisioning uses, unless a NodeClaim never launched made it list the fleet): the
+        listing begun at construction, else one made now. Instances it does not show that this pass read by id or
+        launched are kept (an instance launched after the listing began, or one EC2 does not list yet)."""
         if self.snap.every_instance:
             return
         listed = {i.instance_id: i for i in (self._fleet.result() if self._fleet else self.cloud.list_instances())}
@@ -130,24 +128,11 @@ class ReconcilePass:
             return
         self.list_fleet()
         life = LifecycleOutcome()
-        collect_garbage(
-            ports=self.ports,
-            nodeclaims=self.claims,
-            nodes=self.nodes,
-            instances=self.snap.instances,
-            now=self.now,
-            outcome=life,
-            limits=GcLimits(registration_ttl_seconds=self.options.registration_ttl_seconds),
-        )
+        self._collect_garbage(nodeclaims=self.claims, nodes=self.nodes, outcome=life)
         out = self.out
+        out.errors.extend(life.errors)
         self.claims = [nc for nc in self.claims if nc.name not in life.deleted]
         self.nodes = [n for n in self.nodes if n.name not in life.deleted_nodes]
-        out.nodeclaims_terminated += life.terminated
-        for key, count in life.terminated_by.items():
-            out.terminated_by[key] = out.terminated_by.get(key, 0) + count
-        out.orphans_terminated += life.orphans_terminated
-        out.garbage_collected = True
-        out.errors.extend(life.errors)
         gone = set(life.deleted_nodes) - self.leaving
         self.leaving |= gone
         if not gone:
@@ -166,16 +151,11 @@ class ReconcilePass:
         snap, out = self.snap, self.out
         life = LifecycleOutcome()
         claims = link_nodes(cluster=self.cluster, nodeclaims=self.claims, nodes=snap.nodes, now=self.now, outcome=life)
-        collect_garbage(
-            ports=self.ports,
-            nodeclaims=claims,
-            nodes=snap.nodes,
-            instances=snap.instances,
-            now=self.now,
-            outcome=life,
-            fleet_listed=snap.every_instance,
-            limits=GcLimits(registration_ttl_seconds=self.options.registration_ttl_seconds),
-        )
+        out.nodeclaims_registered = life.registered
+        out.nodeclaims_initialized = life.initialized
+        out.registered_by = dict(life.registered_by)
+        out.initialized_by = dict(life.initialized_by)
+        self._collect_garbage(nodeclaims=claims, nodes=snap.nodes, outcome=life)
         if self.ports.queue is not None:
             swept = sweep_deletions(
                 cluster=self.cluster,
@@ -198,15 +178,30 @@ class ReconcilePass:
         )
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
         self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes, nodeclaims=self.claims)
-        out.nodeclaims_registered = life.registered
-        out.nodeclaims_initialized = life.initialized
-        out.nodeclaims_terminated = life.terminated
-        out.registered_by = dict(life.registered_by)
-        out.initialized_by = dict(life.initialized_by)
-        out.terminated_by = dict(life.terminated_by)
-        out.orphans_terminated = life.orphans_terminated
-        out.garbage_collected = snap.every_instance
         out.errors.extend(life.errors)
+
+    def _collect_garbage(
+        self, *, nodeclaims: Sequence[NodeClaim], nodes: Sequence[Node], outcome: LifecycleOutcome
+    ) -> None:
+        """Garbage-collect ``nodeclaims`` and ``nodes`` against the snapshot's instances (the instance-gone check and
+        the orphan sweep only when they are the whole fleet) into ``outcome``, and count what it terminated in
+        :attr:`out` (its errors stay in ``outcome``)."""
+        collect_garbage(
+            ports=self.ports,
+            nodeclaims=nodeclaims,
+            nodes=nodes,
+            instances=self.snap.instances,
+            now=self.now,
+            outcome=outcome,
+            fleet_listed=self.snap.every_instance,
+            limits=GcLimits(registration_ttl_seconds=self.options.registration_ttl_seconds),
+        )
+        out = self.out
+        out.nodeclaims_terminated += outcome.terminated
+        for key, count in outcome.terminated_by.items():
+            out.terminated_by[key] = out.terminated_by.get(key, 0) + count
+        out.orphans_terminated += outcome.orphans_terminated
+        out.garbage_collected = self.snap.every_instance
 
     def capacity_reservations(self) -> None:
         """With ``ports.reservations`` (gate ``ReservedCapacity``): EC2NodeClass ``status.capacityReservations``, and
@@ -350,7 +345,6 @@ class ReconcilePass:
             for pod in self.pending:
                 out.unschedulable[pod.key] = "no NodePool with a ready EC2NodeClass"
             return
-        self.volume_requirements = {}
         self._solve_all([*self.pending, *moving])
 
     def _solve_all(self, pods: list[Pod]) -> None:
