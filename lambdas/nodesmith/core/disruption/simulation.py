@@ -32,6 +32,7 @@ from nodesmith.core.resources import add
 from nodesmith.core.scheduling import solve
 from nodesmith.core.scheduling.existing import ExistingBases
 from nodesmith.core.scheduling.instancetypes import NODES, OfferingFilter, has_offering, type_info
+from nodesmith.core.scheduling.pods import PodDataCache
 from nodesmith.core.scheduling.types import ExistingNode, SchedulingInput
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ class SimulationContext:
     usable types (a NodePool not named uses ``instance_types``). ``existing_bases``: what the trials' scheduling
     passes derive from each destination, derived once for all of them. ``held_back``: destinations as the trials
     offer them when no pod may join them (``unschedulable``), each made once, so the trials share its base too.
+    ``pod_data``: what the trials' scheduling passes derive from each pod (its constraints and requirements), made
+    for ``volume_requirements`` and derived once for all of them.
     """
 
     destinations: Mapping[str, ExistingNode]
@@ -81,6 +84,7 @@ class SimulationContext:
     nodepool_instance_types: Mapping[str, tuple[InstanceType, ...]] = field(default_factory=dict)
     existing_bases: ExistingBases = field(default_factory=ExistingBases, compare=False, repr=False)
     held_back: dict[str, ExistingNode] = field(default_factory=dict, compare=False, repr=False)
+    pod_data: PodDataCache = field(default_factory=PodDataCache, compare=False, repr=False)
 
 
 def _held_back(ctx: SimulationContext, name: str, node: ExistingNode) -> ExistingNode:
@@ -136,6 +140,7 @@ def build_context(
             cap = dict(node.capacity) or (dict(it.capacity) if it is not None else dict(allocatable))
             cap[NODES] = 1
             capacity[node.name] = (f.nodepool, cap)
+    volumes = dict(snapshot.volume_requirements or {})
     return SimulationContext(
         destinations=destinations,
         capacity=capacity,
@@ -147,8 +152,9 @@ def build_context(
         instance_types=usable_types(snapshot.instance_types, dynamic),
         daemonsets=tuple(snapshot.daemonsets),
         recent=frozenset(recent),
-        volume_requirements=dict(snapshot.volume_requirements or {}),
+        volume_requirements=volumes,
         nodepool_instance_types=_usable_per_pool(snapshot.nodepool_instance_types or {}, dynamic),
+        pod_data=PodDataCache(volumes),
     )
 
 
@@ -276,6 +282,7 @@ def simulate(
             volume_requirements=ctx.volume_requirements,
             nodepool_instance_types=ctx.nodepool_instance_types,
             existing_bases=ctx.existing_bases,
+            pod_data=ctx.pod_data,
         )
     )
     failures = {key: why for key, why in result.unschedulable.items() if key in must_place}

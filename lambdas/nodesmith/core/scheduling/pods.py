@@ -324,29 +324,47 @@ def _base_signature(pod: Pod) -> tuple[object, ...]:
 
 
 class PodDataCache:
-    """Interns :class:`PodData` per (pod signature, constraints) so identical pods share one object.
+    """Interns :class:`PodData` per (pod signature, constraints) so identical pods share one object, and keeps each
+    pod's unrelaxed :class:`Constraints`.
 
-    ``volumes`` maps a pod key (``namespace/name``) to its volume topology requirements.
+    ``volumes`` maps a pod key (``namespace/name``) to its volume topology requirements. Pods are known by
+    :func:`pod_id`, so one cache serves any number of scheduling passes over the same pods with the same
+    ``volumes`` (a consolidation's trials, :class:`~nodesmith.core.scheduling.types.SchedulingInput` ``pod_data``):
+    the PodData it hands out are immutable and kept alive by the cache, so a pass's caches keyed by their
+    identity never see one reused.
     """
 
-    __slots__ = ("_by_key", "_signatures", "_volumes")
+    __slots__ = ("_by_key", "_original", "_signatures", "volumes")
 
     def __init__(self, volumes: Mapping[str, tuple[NodeSelectorRequirement, ...]] | None = None) -> None:
         self._by_key: dict[tuple[object, ...], PodData] = {}
         self._signatures: dict[str, tuple[object, ...]] = {}
-        self._volumes = volumes or {}
+        self._original: dict[str, Constraints] = {}
+        self.volumes: Mapping[str, tuple[NodeSelectorRequirement, ...]] = volumes or {}
+
+    def serves(self, volumes: Mapping[str, tuple[NodeSelectorRequirement, ...]]) -> bool:
+        """Whether the cache was made for ``volumes`` (the same mapping, or an equal one)."""
+        return volumes is self.volumes or dict(volumes) == dict(self.volumes)
+
+    def original(self, pod: Pod) -> Constraints:
+        """``pod``'s constraints before any relaxation (:meth:`Constraints.from_pod`), derived once per pod."""
+        pid = pod_id(pod)
+        constraints = self._original.get(pid)
+        if constraints is None:
+            constraints = self._original[pid] = Constraints.from_pod(pod)
+        return constraints
 
     def get(self, pod: Pod, constraints: Constraints) -> PodData:
         """The shared :class:`PodData` for ``pod`` in relaxation state ``constraints``."""
         pid = pod_id(pod)
         sig = self._signatures.get(pid)
         if sig is None:
-            sig = (*_base_signature(pod), self._volumes.get(pod.key, ()))
+            sig = (*_base_signature(pod), self.volumes.get(pod.key, ()))
             self._signatures[pid] = sig
         key = (sig, constraints)
         data = self._by_key.get(key)
         if data is None:
-            data = PodData(pod, constraints, self._volumes.get(pod.key, ()))
+            data = PodData(pod, constraints, self.volumes.get(pod.key, ()))
             self._by_key[key] = data
         return data
 

@@ -131,10 +131,15 @@ class _Pass:
             ],
             excluded=seen,
         )
-        self.cache = PodDataCache(inp.volume_requirements)
+        shared = inp.pod_data
+        self.cache = (
+            shared
+            if shared is not None and shared.serves(inp.volume_requirements)
+            else PodDataCache(inp.volume_requirements)
+        )
         self.original: dict[str, Constraints] = {}
         for pod in self.pending:
-            constraints = Constraints.from_pod(pod)
+            constraints = self.cache.original(pod)
             self.original[pod_id(pod)] = constraints
             self.topology.update(pod, self.cache.get(pod, constraints))
         self.claims: list[SimNodeClaim] = []

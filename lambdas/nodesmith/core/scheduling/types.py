@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     )
     from nodesmith.core.resources import Resources
     from nodesmith.core.scheduling.existing import ExistingBases
+    from nodesmith.core.scheduling.pods import PodDataCache
     from nodesmith.core.scheduling.reasons import Explanation
 
 __all__ = [
@@ -81,8 +82,9 @@ class SchedulingInput:
     ``packing`` is the packing policy (:data:`PACKING_POLICIES`). ``explain`` names pods
     (``namespace/name``) whose placement should be explained even when they schedule
     (``SchedulingResult.explanations``); unschedulable pods are always explained. ``existing_bases`` keeps what
-    the pass derives from each existing node for the next pass over the same nodes (consolidation's trials); it
-    never changes a result.
+    the pass derives from each existing node for the next pass over the same nodes (consolidation's trials);
+    ``pod_data`` is what it derives from each pod, for the next pass over the same pods and
+    ``volume_requirements`` (ignored when made for other ones). Neither ever changes a result.
     """
 
     pods: Sequence[Pod]
@@ -96,6 +98,7 @@ class SchedulingInput:
     volume_requirements: Mapping[str, tuple[NodeSelectorRequirement, ...]] = field(default_factory=dict)
     nodepool_instance_types: Mapping[str, Sequence[InstanceType]] = field(default_factory=dict)
     existing_bases: ExistingBases | None = None
+    pod_data: PodDataCache | None = None
 
     def types_for(self, nodepool: str) -> Sequence[InstanceType]:
         """The catalogue NodePool ``nodepool`` schedules from: its own, else the shared one."""
