@@ -17,8 +17,9 @@ without a kubelet they stay launched, so the warm pass solves the same pods agai
 the full passes of one watching invocation (``NODESMITH_RECONCILE_MODE=watch``): before the first, the function's
 cluster lists pods, Nodes, NodeClaims and NodePools once and follows their watches
 (``KubeCluster.follow``, ``informer_sync_seconds``, part of the first pass's seconds), so every pass reads them from
-memory; after each, the scheduler is warmed as the watching invocation warms it (``warm_scheduler_seconds``, not
-part of the pass). The JSON's ``mode`` says which ran. Per pass:
+memory; the scheduler is warmed as the watching invocation warms it: while that first listing runs (part of the
+first pass's seconds), and after each pass (``warm_scheduler_seconds``, not part of the pass). The JSON's ``mode``
+says which ran. Per pass:
 
 - ``seconds``: the invocation's wall time; ``phases``: seconds listing (HTTP and JSON) and decoding (into the core's
   types) by the stage that read (``provisioning`` or ``disruption``), the provisioning solve (the scheduler), the
@@ -261,6 +262,7 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
     os.dup2(devnull, 1)  # the handler's log and EMF lines (CloudWatch Logs in Lambda)
     meter = Meter()
     from nodesmith.handlers.reconcile import handler
+    from nodesmith.handlers.watch_mode import warm_alongside
     from nodesmith.sim.lambda_runtime import LambdaContext
 
     instrument(meter)
@@ -276,7 +278,11 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
             profiler = cProfile.Profile()
             profiler.enable()
         began = time.perf_counter()
-        sync = _follow(meter, timeout) if mode == "watch" and number == 1 else None
+        sync = None
+        if mode == "watch" and number == 1:  # the catalogue is warmed while the cache lists, as run_watch does
+            warmed = warm_alongside(_warm_scheduler)
+            sync = _follow(meter, timeout)
+            warmed()
         summary = handler(event, context)
         seconds = time.perf_counter() - began
         if profiler is not None and profile:

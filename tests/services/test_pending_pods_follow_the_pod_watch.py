@@ -177,7 +177,8 @@ def test_watch_mode_provisions_for_a_pod_the_watch_reports_pending_without_listi
         remaining_seconds=36.0,  # watches for 6 s: the 30 s exit margin is kept
         request_id="req-1",
     )
-    assert passes == ["full", "warm", "batch"]  # catch-up pass (then warm-up), the batch the watched pod opened
+    # warm-up while listing, catch-up pass (then warm-up), the batch the watched pod opened
+    assert passes == ["warm", "full", "warm", "batch"]
     assert out.batches == (1,)
     assert cluster.listed == 0
 

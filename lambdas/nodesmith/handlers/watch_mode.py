@@ -55,6 +55,7 @@ __all__ = [
     "WatchRun",
     "pending_source",
     "run_watch",
+    "warm_alongside",
     "warm_scheduler",
     "watch_burst",
 ]
@@ -91,8 +92,9 @@ class Clock:
 @dataclass(frozen=True, slots=True)
 class WatchPasses:
     """What :func:`run_watch` runs: ``provision`` (one provisioning pass, for a batch of pods or new cordons),
-    ``full`` (provisioning and disruption, at start and every resync) and ``warm`` (optional, after every full
-    pass: :func:`warm_scheduler`, so what a batch pass needs is loaded while no pod waits)."""
+    ``full`` (provisioning and disruption, at start and every resync) and ``warm`` (optional: :func:`warm_scheduler`,
+    while the cluster is first listed and after every full pass, so what a pass needs is loaded while no pod
+    waits)."""
 
     provision: Callable[[], Any]
     full: Callable[[], Any]
@@ -151,9 +153,11 @@ def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float
         def renew() -> bool:
             return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=clock.wall()))
 
+    warmed = warm_alongside(passes.warm)  # the catalogue's AWS reads while the cluster is listed, not after
     unfollow = _follow(cluster)
     source, close = pending_source(cluster=cluster, clock=clock, watched=watch_pods)
     try:
+        warmed()
         out = watch(
             run_pass=one,
             run_resync=full,
@@ -169,6 +173,26 @@ def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float
         if state is not None:
             state.release_lease(name=LEASE, holder=holder)
     return WatchRun(value=last[0], passes=out.passes, batches=tuple(out.batches), stopped=out.stopped)
+
+
+def warm_alongside(work: Callable[[], object] | None) -> Callable[[], None]:
+    """Start ``work`` (the catalogue warm-up, :func:`warm_scheduler`) in a thread of its own and return what waits
+    for it to end. The invocation's first pass needs both the cluster, listed by :func:`_follow`, and the
+    catalogue, read from EC2, SSM and the Pricing API: reading them at once, from two services, puts the longer of
+    the two on the way to the first CreateFleet instead of their sum. A failure is logged (warming only saves
+    time; the pass reads again and reports it)."""
+    if work is None:
+        return lambda: None
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            logger.warning("could not warm the catalogue while the cluster was listed: %s", exc)
+
+    thread = threading.Thread(target=run, name="warm-catalogue", daemon=True)
+    thread.start()
+    return thread.join
 
 
 def _follow(cluster: Cluster) -> Callable[[], None]:
@@ -256,7 +280,8 @@ def pending_source(*, cluster: Cluster, clock: Clock, watched: bool) -> tuple[Pe
 def warm_scheduler(*, cluster: Cluster, cloud: CloudProvider) -> int:
     """Load every EC2NodeClass's catalogue now and build the scheduler's per-type data for it.
 
-    Watch mode runs it after each full (resync) pass, so the pass a batch of pending pods triggers
+    Watch mode runs it while the cluster is first listed and after each full (resync) pass, so the pass a batch
+    of pending pods triggers
     finds the catalogue (its EC2 and pricing reads, refreshed every 5 minutes), the resolved node
     class (subnets, security groups, AMIs) and the solver's per-type requirements
     (:func:`~nodesmith.core.scheduling.instancetypes.type_info`) already built, instead of building
