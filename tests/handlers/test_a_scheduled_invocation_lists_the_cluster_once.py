@@ -1,11 +1,13 @@
 """One scheduled reconcile invocation reads the cluster once: provisioning, garbage collection and the disruption
 pass decide on one snapshot, so pods, Nodes and NodeClaims are listed once (counted by the API emulator) and EC2's
 fleet at most once (when garbage collection is due), whatever the pass does between its provisioning and its
-disruption."""
+disruption. The catalogue (the EC2NodeClass resolution and instance types) is warmed while the pass lists the
+cluster, not after."""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,3 +136,50 @@ def test_a_scheduled_invocation_lists_pods_nodes_and_nodeclaims_once(
     assert sorted(cloud.facts_read) == sorted(
         n.instance_id for n in cloud.instances.values() if n.private_dns_name in nodes
     )
+
+
+class ListingCluster(KubeCluster):
+    """The pass's first pod list meets the catalogue warm-up: each waits (at most 10 s) for the other to begin."""
+
+    def __init__(self, *, api_client: Any, warming: threading.Event) -> None:
+        super().__init__(api_client=api_client)
+        self.listing, self.warming = threading.Event(), warming
+        self.met: list[bool] = []
+
+    def list_pods(self, *, node_name: str | None = None) -> Any:
+        if not self.listing.is_set():
+            self.listing.set()
+            self.met.append(self.warming.wait(10))
+        return super().list_pods(node_name=node_name)
+
+
+class WarmingCloud(FakeCloud):
+    """A cloud provider whose catalogue warm-up waits (at most 10 s) for the pass's pod list to begin."""
+
+    def __init__(self, *, listing: list[threading.Event], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.warming, self.listing = threading.Event(), listing
+        self.met: list[bool] = []
+
+    def prefetch(self, *, nodeclass: Any) -> Any:
+        self.warming.set()
+        self.met.append(self.listing[0].wait(10))
+        return self.instance_types(nodeclass=nodeclass)
+
+
+def test_a_scheduled_pass_warms_the_catalogue_while_it_lists_the_cluster(
+    world: tuple[KubeEmulator, CountingCloud],
+) -> None:
+    kube, _ = world
+    kube.store.create("pods", _pod("web-0", "1"))
+    listing: list[threading.Event] = []
+    cloud = WarmingCloud(listing=listing, now=time.time(), cluster_name="demo")
+    cluster = ListingCluster(
+        api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"), warming=cloud.warming
+    )
+    listing.append(cluster.listing)
+    settings = Settings(cluster_name="demo", cluster_endpoint=kube.endpoint, kube_auth="none")
+    wiring.set_ports(cluster=cluster, cloud=cloud, queue=FakeQueue(), settings=settings)
+    summary = reconcile_handler.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+    assert summary["nodeclaims_launched"] == 1, summary
+    assert cluster.met == [True] and cloud.met == [True]  # the warm-up and the pod list were under way at once

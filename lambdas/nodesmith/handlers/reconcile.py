@@ -227,6 +227,24 @@ def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     return outcome, disruption
 
 
+def _scheduled_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    """A scheduled (poll mode) invocation: :func:`_pass_and_disrupt`, with the catalogue warmed alongside
+    (:func:`~nodesmith.handlers.watch_mode.warm_alongside`: the EC2NodeClass resolution and the instance types,
+    refreshed ahead of their expiry) while the pass lists the cluster, so neither a cold container's catalogue reads
+    nor an expiring one's are on the way to CreateFleet; the pass waits only for what the warm-up has not read
+    yet."""
+    from nodesmith.handlers.watch_mode import warm_alongside, warm_scheduler
+
+    settings = wiring.get_settings()
+    warmed = warm_alongside(
+        lambda: warm_scheduler(cluster=wiring.build_cluster(settings), cloud=wiring.build_cloud(settings))
+    )
+    try:
+        return _pass_and_disrupt()
+    finally:
+        warmed()
+
+
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     outcome = _reported(run_pass(provision_first=True))
     heap.settle()
@@ -365,7 +383,7 @@ def _dispatch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         return _handle_wake(after, context, started)
     if wiring.get_settings().reconcile_mode == "watch":
         return _handle_watch(context, started)
-    return _leased(context, started, label="reconcile pass", work=_pass_and_disrupt)
+    return _leased(context, started, label="reconcile pass", work=_scheduled_pass)
 
 
 def _report(

@@ -1,8 +1,11 @@
 """A watcher with time to spare refreshes the catalogue and the node class resolution before they
-expire (``fresh_for``), so the pass a pending pod triggers never pays for their EC2 reads."""
+expire (``fresh_for``), so the pass a pending pod triggers never pays for their EC2 reads; a pass that needs a
+resolution the warm-up is making waits for it instead of making it again."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -51,3 +54,28 @@ def test_a_resolution_is_redone_when_it_would_expire_within_fresh_for(seeded: Se
     assert ahead is not first
     now[0] = 70.0  # the first result would have expired; the refreshed one has not
     assert resolver.resolve(nodeclass=nodeclass()) is ahead
+
+
+def test_a_resolution_under_way_is_waited_for_not_repeated(seeded: SeededAws) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    resolver = NodeClassResolver(
+        cluster_name=CLUSTER,
+        kubernetes_version="1.31",
+        clients=AwsClients(ec2=ec2, ssm=boto3.client("ssm", region_name=REGION)),
+        launch=NodeLaunchSettings(instance_profile="p"),
+    )
+    calls = count_calls(ec2, "DescribeSubnets")
+    asking = threading.Event()
+
+    def slow_subnets(**_: Any) -> None:  # the warm-up's read is still under way when the pass asks
+        asking.set()
+        time.sleep(0.5)
+
+    ec2.meta.events.register("before-call.ec2.DescribeSubnets", slow_subnets)
+    warm_up = threading.Thread(target=lambda: resolver.resolve(nodeclass=nodeclass()))
+    warm_up.start()
+    assert asking.wait(10)
+    parts = resolver.resolution(nodeclass=nodeclass())  # the pass's status update, meanwhile
+    warm_up.join(10)
+    assert len(calls) == 1  # resolved once: the pass waited and found it cached
+    assert parts.subnets and all(check.ok for check in parts.checks)

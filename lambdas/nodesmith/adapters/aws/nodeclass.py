@@ -153,7 +153,8 @@ class NodeClassResolver:
     instance profile used for node classes whose ``role`` is ``launch.node_role`` and the ``ReservedCapacity``
     feature gate. A resolution is reused for ``ttl_seconds`` (``clocks.monotonic``); capacity reservation end
     dates are compared with ``clocks.wall``. ``reservations`` receives the counts each describe of capacity
-    reservations reads. Raises ``ValueError`` when ``clients`` lacks ``ec2`` or ``ssm``.
+    reservations reads. Thread-safe: one resolution runs at a time, and a caller that finds one under way waits for
+    it and reads its result. Raises ``ValueError`` when ``clients`` lacks ``ec2`` or ``ssm``.
     """
 
     def __init__(
@@ -183,6 +184,7 @@ class NodeClassResolver:
         self._reserved_capacity = launch.reserved_capacity
         self.reservations = reservations if reservations is not None else ReservationAvailability(clock=self._clock)
         self._lock = threading.Lock()
+        self._resolving = threading.Lock()
         self._cache: dict[str, tuple[float, ResolvedNodeClass]] = {}
         self._profiles: dict[str, str] = {}
 
@@ -201,12 +203,16 @@ class NodeClassResolver:
         hit = self._cached(name, spec, fresh_for=fresh_for)
         if hit is not None:
             return hit
-        parts = self._parts(name, spec)
-        if parts.problems:
-            raise NodeClassNotReadyError(
-                f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(parts.problems), problems=parts.failed
-            )
-        return self._remember(name, spec, parts)
+        with self._resolving:  # one resolution at a time: a caller that waited finds it cached
+            hit = self._cached(name, spec, fresh_for=fresh_for)
+            if hit is not None:
+                return hit
+            parts = self._parts(name, spec)
+            if not parts.problems:
+                return self._remember(name, spec, parts)
+        raise NodeClassNotReadyError(
+            f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(parts.problems), problems=parts.failed
+        )
 
     def resolution(self, *, nodeclass: Any) -> ResolvedParts:
         """What each part of ``nodeclass`` (model or manifest dict) resolved to, for its status
@@ -218,18 +224,19 @@ class NodeClassResolver:
         volume size.
         """
         name, spec = nodeclass_json(nodeclass)
-        resolved = self._cached(name, spec)
-        if resolved is not None:
-            return ResolvedParts(
-                checks=self._checks({}),
-                subnets=resolved.selected_subnets,
-                security_groups=resolved.security_groups,
-                images=resolved.images,
-                instance_profile=resolved.instance_profile,
-            )
-        parts = self._parts(name, spec)
-        if not parts.problems:
-            self._remember(name, spec, parts)
+        with self._resolving:  # as resolve(): a resolution under way is waited for, not repeated
+            resolved = self._cached(name, spec)
+            if resolved is not None:
+                return ResolvedParts(
+                    checks=self._checks({}),
+                    subnets=resolved.selected_subnets,
+                    security_groups=resolved.security_groups,
+                    images=resolved.images,
+                    instance_profile=resolved.instance_profile,
+                )
+            parts = self._parts(name, spec)
+            if not parts.problems:
+                self._remember(name, spec, parts)
         return ResolvedParts(
             checks=self._checks(parts.failed),
             subnets=tuple(parts.subnets),
