@@ -235,10 +235,8 @@ def _scheduled_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     yet."""
     from nodesmith.handlers.watch_mode import warm_alongside, warm_scheduler
 
-    settings = wiring.get_settings()
-    warmed = warm_alongside(
-        lambda: warm_scheduler(cluster=wiring.build_cluster(settings), cloud=wiring.build_cloud(settings))
-    )
+    ports = wiring.ports(wiring.get_settings())  # built here: the pass and the warm-up share one cloud provider
+    warmed = warm_alongside(lambda: warm_scheduler(cluster=ports.cluster, cloud=ports.cloud))
     try:
         return _pass_and_disrupt()
     finally:

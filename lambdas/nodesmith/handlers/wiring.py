@@ -12,6 +12,7 @@ termination requests. Without them (unit tests) the handlers work without a leas
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -67,6 +68,8 @@ class _Cache:
 
 
 _CACHE = _Cache()
+_BUILDING = threading.RLock()
+"""Held while a port is built, so threads that ask at once (a pass and its catalogue warm-up) share one."""
 
 
 def get_settings() -> Settings:
@@ -83,19 +86,20 @@ def region() -> str:
 
 def build_cluster(settings: Settings) -> Cluster:
     """The :class:`~nodesmith.core.ports.Cluster` for ``settings`` (``KubeCluster``), cached per container."""
-    if _CACHE.cluster is None:
-        from nodesmith.adapters.kube.client import KubeConnection, KubeCredentials, build_api_client
-        from nodesmith.adapters.kube.cluster import KubeCluster
+    with _BUILDING:
+        if _CACHE.cluster is None:
+            from nodesmith.adapters.kube.client import KubeConnection, KubeCredentials, build_api_client
+            from nodesmith.adapters.kube.cluster import KubeCluster
 
-        api_client = build_api_client(
-            cluster_endpoint=settings.cluster_endpoint,
-            kube_auth=settings.kube_auth,
-            cluster_ca_data=settings.cluster_ca_data,
-            credentials=KubeCredentials(cluster_name=settings.cluster_name, kube_token=settings.kube_token),
-            connection=KubeConnection(pool_maxsize=KUBE_POOL_MAXSIZE),
-        )
-        _CACHE.cluster = KubeCluster(api_client=api_client)
-    return _CACHE.cluster
+            api_client = build_api_client(
+                cluster_endpoint=settings.cluster_endpoint,
+                kube_auth=settings.kube_auth,
+                cluster_ca_data=settings.cluster_ca_data,
+                credentials=KubeCredentials(cluster_name=settings.cluster_name, kube_token=settings.kube_token),
+                connection=KubeConnection(pool_maxsize=KUBE_POOL_MAXSIZE),
+            )
+            _CACHE.cluster = KubeCluster(api_client=api_client)
+        return _CACHE.cluster
 
 
 def build_cloud(settings: Settings) -> CloudProvider:
@@ -104,22 +108,23 @@ def build_cloud(settings: Settings) -> CloudProvider:
     The region is the Lambda's own. Its unavailable-offerings cache is shared through
     :func:`build_state` when a state table is configured.
     """
-    if _CACHE.cloud is None:
-        from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
-        from nodesmith.adapters.aws.provider import Ec2CloudProvider
+    with _BUILDING:
+        if _CACHE.cloud is None:
+            from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
+            from nodesmith.adapters.aws.provider import Ec2CloudProvider
 
-        _CACHE.cloud = Ec2CloudProvider(
-            cluster=ClusterConfig(
-                name=settings.cluster_name, endpoint=settings.cluster_endpoint, ca=settings.cluster_ca_data
-            ),
-            region=region(),
-            launch=NodeLaunchSettings(
-                node_role=settings.node_role_arn or None, reserved_capacity=settings.reserved_capacity
-            ),
-            catalog=CatalogSettings(price_table=settings.price_table or None),
-            state=build_state(settings),
-        )
-    return _CACHE.cloud
+            _CACHE.cloud = Ec2CloudProvider(
+                cluster=ClusterConfig(
+                    name=settings.cluster_name, endpoint=settings.cluster_endpoint, ca=settings.cluster_ca_data
+                ),
+                region=region(),
+                launch=NodeLaunchSettings(
+                    node_role=settings.node_role_arn or None, reserved_capacity=settings.reserved_capacity
+                ),
+                catalog=CatalogSettings(price_table=settings.price_table or None),
+                state=build_state(settings),
+            )
+        return _CACHE.cloud
 
 
 def build_reservations(settings: Settings, cloud: CloudProvider) -> CapacityReservations | None:
@@ -131,14 +136,15 @@ def build_reservations(settings: Settings, cloud: CloudProvider) -> CapacityRese
 
 def build_state(settings: Settings) -> StateStore | None:
     """The shared :class:`~nodesmith.core.ports.StateStore` (``DynamoStateStore``), or None without a state table."""
-    if _CACHE.state is _UNSET:
-        if not settings.state_table:
-            _CACHE.state = None
-        else:
-            from nodesmith.adapters.aws.state import DynamoStateStore
+    with _BUILDING:
+        if _CACHE.state is _UNSET:
+            if not settings.state_table:
+                _CACHE.state = None
+            else:
+                from nodesmith.adapters.aws.state import DynamoStateStore
 
-            _CACHE.state = DynamoStateStore(table_name=settings.state_table, region=region())
-    return _CACHE.state
+                _CACHE.state = DynamoStateStore(table_name=settings.state_table, region=region())
+        return _CACHE.state
 
 
 def build_termination_queue(settings: Settings) -> TerminationQueue | None:
