@@ -225,8 +225,9 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
 def _follow(meter: Meter, wait_seconds: float) -> float:
     """Watch mode's cache: the reconcile function's cluster lists pods, Nodes, NodeClaims and NodePools once and
     follows their watches (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`), as a watching invocation
-    does before its first pass; returns the seconds until every kind was listed."""
-    from nodesmith.handlers import wiring
+    does before its first pass, then settles the heap as it does (:func:`~nodesmith.handlers.heap.settle`); returns
+    the seconds until every kind was listed."""
+    from nodesmith.handlers import heap, wiring
 
     cluster = wiring.build_cluster(wiring.get_settings())
     meter.stage = "informer"
@@ -236,7 +237,9 @@ def _follow(meter: Meter, wait_seconds: float) -> float:
             raise RuntimeError(f"the watch cache did not list within {wait_seconds} s")
     finally:
         meter.stage = "provisioning"
-    return time.perf_counter() - began
+    listed = time.perf_counter() - began
+    heap.settle()
+    return listed
 
 
 def _warm_scheduler() -> float:
