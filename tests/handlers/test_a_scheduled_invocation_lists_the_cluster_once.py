@@ -2,7 +2,7 @@
 pass decide on one snapshot, so pods, Nodes and NodeClaims are listed once (counted by the API emulator) and EC2's
 fleet at most once (when garbage collection is due), whatever the pass does between its provisioning and its
 disruption. The catalogue (the EC2NodeClass resolution and instance types) is warmed while the pass lists the
-cluster, not after."""
+cluster, not after, by a scheduled invocation and by a wake's first pass."""
 
 from __future__ import annotations
 
@@ -167,9 +167,20 @@ class WarmingCloud(FakeCloud):
         return self.instance_types(nodeclass=nodeclass)
 
 
-def test_a_scheduled_pass_warms_the_catalogue_while_it_lists_the_cluster(
-    world: tuple[KubeEmulator, CountingCloud],
+class AlmostDone(Context):
+    """30 s left: a wake's burst watch has no time to run after its first pass."""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+@pytest.mark.parametrize("woken", [False, True], ids=["scheduled", "wake"])
+def test_a_pass_warms_the_catalogue_while_it_lists_the_cluster(
+    world: tuple[KubeEmulator, CountingCloud], woken: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from nodesmith.adapters.aws.wake import provision_event
+
+    monkeypatch.setattr(reconcile_handler, "_LAST_PASS_BEGAN", [])  # a new container serves any wake
     kube, _ = world
     kube.store.create("pods", _pod("web-0", "1"))
     listing: list[threading.Event] = []
@@ -180,6 +191,7 @@ def test_a_scheduled_pass_warms_the_catalogue_while_it_lists_the_cluster(
     listing.append(cluster.listing)
     settings = Settings(cluster_name="demo", cluster_endpoint=kube.endpoint, kube_auth="none")
     wiring.set_ports(cluster=cluster, cloud=cloud, queue=FakeQueue(), settings=settings)
-    summary = reconcile_handler.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+    event = provision_event(time.time()) if woken else {"source": "aws.events", "detail-type": "Scheduled Event"}
+    summary = reconcile_handler.handler(event, AlmostDone())
     assert summary["nodeclaims_launched"] == 1, summary
     assert cluster.met == [True] and cloud.met == [True]  # the warm-up and the pod list were under way at once

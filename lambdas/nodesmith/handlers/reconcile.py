@@ -227,20 +227,27 @@ def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     return outcome, disruption
 
 
-def _scheduled_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    """A scheduled (poll mode) invocation: :func:`_pass_and_disrupt`, with the catalogue warmed alongside
-    (:func:`~nodesmith.handlers.watch_mode.warm_alongside`: the EC2NodeClass resolution and the instance types,
-    refreshed ahead of their expiry) while the pass lists the cluster, so neither a cold container's catalogue reads
-    nor an expiring one's are on the way to CreateFleet; the pass waits only for what the warm-up has not read
-    yet."""
+def _warmed(
+    work: Callable[[], tuple[ReconcileOutcome, DisruptionOutcome | None]],
+) -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    """``work()``, a pass that may find the catalogue cold or expiring (a scheduled pass; a wake's first), with the
+    catalogue warmed alongside it (:func:`~nodesmith.handlers.watch_mode.warm_alongside`: the EC2NodeClass
+    resolution and the instance types, refreshed ahead of their expiry) while it lists the cluster, so those EC2,
+    SSM and pricing reads are not on the way to CreateFleet; the pass waits only for what the warm-up has not read
+    yet. The ports are built first, so both use the same cloud provider."""
     from nodesmith.handlers.watch_mode import warm_alongside, warm_scheduler
 
-    ports = wiring.ports(wiring.get_settings())  # built here: the pass and the warm-up share one cloud provider
+    ports = wiring.ports(wiring.get_settings())
     warmed = warm_alongside(lambda: warm_scheduler(cluster=ports.cluster, cloud=ports.cloud))
     try:
-        return _pass_and_disrupt()
+        return work()
     finally:
         warmed()
+
+
+def _scheduled_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+    """A scheduled (poll mode) invocation: :func:`_pass_and_disrupt`, the catalogue warmed alongside."""
+    return _warmed(_pass_and_disrupt)
 
 
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
@@ -348,7 +355,7 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
         return last[-1]
 
     def work() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-        one_pass()
+        _warmed(one_pass)  # a wake may find the container, and its catalogue, cold
         seconds = after + BURST_WATCH_SECONDS - time.time()
         if context is not None:
             seconds = min(seconds, context.get_remaining_time_in_millis() / 1000.0 - EXIT_MARGIN_SECONDS)
