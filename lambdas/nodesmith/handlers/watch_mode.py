@@ -177,10 +177,10 @@ def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float
 
 def warm_alongside(work: Callable[[], object] | None) -> Callable[[], None]:
     """Start ``work`` (the catalogue warm-up, :func:`warm_scheduler`) in a thread of its own and return what waits
-    for it to end. The invocation's first pass needs both the cluster, listed by :func:`_follow`, and the
-    catalogue, read from EC2, SSM and the Pricing API: reading them at once, from two services, puts the longer of
-    the two on the way to the first CreateFleet instead of their sum. A failure is logged (warming only saves
-    time; the pass reads again and reports it)."""
+    for it to end. A pass needs both the cluster (listed by the watch cache, :func:`_follow`, or by a scheduled
+    pass itself) and the catalogue, read from EC2, SSM and the Pricing API: reading them at once, from two
+    services, puts the longer of the two on the way to CreateFleet instead of their sum. A failure is logged
+    (warming only saves time; the pass reads again and reports it)."""
     if work is None:
         return lambda: None
 
@@ -281,11 +281,11 @@ def warm_scheduler(*, cluster: Cluster, cloud: CloudProvider) -> int:
     """Load every EC2NodeClass's catalogue now and build the scheduler's per-type data for it.
 
     Watch mode runs it while the cluster is first listed and after each full (resync) pass, so the pass a batch
-    of pending pods triggers
-    finds the catalogue (its EC2 and pricing reads, refreshed every 5 minutes), the resolved node
-    class (subnets, security groups, AMIs) and the solver's per-type requirements
-    (:func:`~nodesmith.core.scheduling.instancetypes.type_info`) already built, instead of building
-    them between the pods becoming unschedulable and CreateFleet. With ``cloud.prefetch``
+    of pending pods triggers finds the catalogue (its EC2 and pricing reads, refreshed every 5 minutes), the
+    resolved node class (subnets, security groups, AMIs) and the solver's per-type requirements
+    (:func:`~nodesmith.core.scheduling.instancetypes.type_info`) already built, instead of building them between
+    the pods becoming unschedulable and CreateFleet; a scheduled pass, and a wake's first, run it while they list
+    the cluster (:func:`warm_alongside`). With ``cloud.prefetch``
     (:meth:`~nodesmith.adapters.aws.provider.Ec2CloudProvider.prefetch`) caches about to expire are
     refreshed now too. Returns how many instance types are ready; a node class that fails is logged
     and skipped (the pass reports it).
