@@ -58,9 +58,11 @@ _UNSET: Any = object()
 
 @dataclass(slots=True)
 class _Cache:
+    """The container's ports, each ``_UNSET`` until built (None is a port that is not configured)."""
+
     settings: Settings | None = None
-    cluster: Cluster | None = None
-    cloud: CloudProvider | None = None
+    cluster: Cluster = _UNSET
+    cloud: CloudProvider = _UNSET
     state: StateStore | None = _UNSET
     queue: TerminationQueue | None = _UNSET
     retry_after: Callable[[Sequence[tuple[str, int]]], int] | None = _UNSET
@@ -70,6 +72,15 @@ class _Cache:
 _CACHE = _Cache()
 _BUILDING = threading.RLock()
 """Held while a port is built, so threads that ask at once (a pass and its catalogue warm-up) share one."""
+
+
+def _once(slot: str, build: Callable[[], Any]) -> Any:
+    """The port kept in ``_CACHE.<slot>``, made by ``build()`` the first time any thread asks for it (under
+    :data:`_BUILDING`, so threads asking at once get the same one)."""
+    with _BUILDING:
+        if getattr(_CACHE, slot) is _UNSET:
+            setattr(_CACHE, slot, build())
+        return getattr(_CACHE, slot)
 
 
 def get_settings() -> Settings:
@@ -86,20 +97,21 @@ def region() -> str:
 
 def build_cluster(settings: Settings) -> Cluster:
     """The :class:`~nodesmith.core.ports.Cluster` for ``settings`` (``KubeCluster``), cached per container."""
-    with _BUILDING:
-        if _CACHE.cluster is None:
-            from nodesmith.adapters.kube.client import KubeConnection, KubeCredentials, build_api_client
-            from nodesmith.adapters.kube.cluster import KubeCluster
 
-            api_client = build_api_client(
-                cluster_endpoint=settings.cluster_endpoint,
-                kube_auth=settings.kube_auth,
-                cluster_ca_data=settings.cluster_ca_data,
-                credentials=KubeCredentials(cluster_name=settings.cluster_name, kube_token=settings.kube_token),
-                connection=KubeConnection(pool_maxsize=KUBE_POOL_MAXSIZE),
-            )
-            _CACHE.cluster = KubeCluster(api_client=api_client)
-        return _CACHE.cluster
+    def build() -> Cluster:
+        from nodesmith.adapters.kube.client import KubeConnection, KubeCredentials, build_api_client
+        from nodesmith.adapters.kube.cluster import KubeCluster
+
+        api_client = build_api_client(
+            cluster_endpoint=settings.cluster_endpoint,
+            kube_auth=settings.kube_auth,
+            cluster_ca_data=settings.cluster_ca_data,
+            credentials=KubeCredentials(cluster_name=settings.cluster_name, kube_token=settings.kube_token),
+            connection=KubeConnection(pool_maxsize=KUBE_POOL_MAXSIZE),
+        )
+        return KubeCluster(api_client=api_client)
+
+    return cast("Cluster", _once("cluster", build))
 
 
 def build_cloud(settings: Settings) -> CloudProvider:
@@ -108,23 +120,24 @@ def build_cloud(settings: Settings) -> CloudProvider:
     The region is the Lambda's own. Its unavailable-offerings cache is shared through
     :func:`build_state` when a state table is configured.
     """
-    with _BUILDING:
-        if _CACHE.cloud is None:
-            from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
-            from nodesmith.adapters.aws.provider import Ec2CloudProvider
 
-            _CACHE.cloud = Ec2CloudProvider(
-                cluster=ClusterConfig(
-                    name=settings.cluster_name, endpoint=settings.cluster_endpoint, ca=settings.cluster_ca_data
-                ),
-                region=region(),
-                launch=NodeLaunchSettings(
-                    node_role=settings.node_role_arn or None, reserved_capacity=settings.reserved_capacity
-                ),
-                catalog=CatalogSettings(price_table=settings.price_table or None),
-                state=build_state(settings),
-            )
-        return _CACHE.cloud
+    def build() -> CloudProvider:
+        from nodesmith.adapters.aws.config import CatalogSettings, ClusterConfig, NodeLaunchSettings
+        from nodesmith.adapters.aws.provider import Ec2CloudProvider
+
+        return Ec2CloudProvider(
+            cluster=ClusterConfig(
+                name=settings.cluster_name, endpoint=settings.cluster_endpoint, ca=settings.cluster_ca_data
+            ),
+            region=region(),
+            launch=NodeLaunchSettings(
+                node_role=settings.node_role_arn or None, reserved_capacity=settings.reserved_capacity
+            ),
+            catalog=CatalogSettings(price_table=settings.price_table or None),
+            state=build_state(settings),
+        )
+
+    return cast("CloudProvider", _once("cloud", build))
 
 
 def build_reservations(settings: Settings, cloud: CloudProvider) -> CapacityReservations | None:
@@ -136,56 +149,57 @@ def build_reservations(settings: Settings, cloud: CloudProvider) -> CapacityRese
 
 def build_state(settings: Settings) -> StateStore | None:
     """The shared :class:`~nodesmith.core.ports.StateStore` (``DynamoStateStore``), or None without a state table."""
-    with _BUILDING:
-        if _CACHE.state is _UNSET:
-            if not settings.state_table:
-                _CACHE.state = None
-            else:
-                from nodesmith.adapters.aws.state import DynamoStateStore
 
-                _CACHE.state = DynamoStateStore(table_name=settings.state_table, region=region())
-        return _CACHE.state
+    def build() -> StateStore | None:
+        if not settings.state_table:
+            return None
+        from nodesmith.adapters.aws.state import DynamoStateStore
+
+        return DynamoStateStore(table_name=settings.state_table, region=region())
+
+    return cast("StateStore | None", _once("state", build))
 
 
 def build_termination_queue(settings: Settings) -> TerminationQueue | None:
     """The termination queue (``SqsTerminationQueue``), or None when no queue URL is configured."""
-    if _CACHE.queue is _UNSET:
-        if not settings.termination_queue_url:
-            _CACHE.queue = None
-        else:
-            from nodesmith.adapters.aws.queue import SqsTerminationQueue
 
-            _CACHE.queue = SqsTerminationQueue(queue_url=settings.termination_queue_url, region=region())
-    return _CACHE.queue
+    def build() -> TerminationQueue | None:
+        if not settings.termination_queue_url:
+            return None
+        from nodesmith.adapters.aws.queue import SqsTerminationQueue
+
+        return SqsTerminationQueue(queue_url=settings.termination_queue_url, region=region())
+
+    return cast("TerminationQueue | None", _once("queue", build))
 
 
 def build_retry_after(settings: Settings) -> Callable[[Sequence[tuple[str, int]]], int] | None:
     """``retry_after([(receipt_handle, seconds), ...])`` on the termination queue (the termination handler's
     backoff between drain rounds, :meth:`~nodesmith.adapters.aws.queue.SqsTerminationQueue.retry_after`),
     or None without a queue URL."""
-    if _CACHE.retry_after is _UNSET:
-        if not settings.termination_queue_url:
-            _CACHE.retry_after = None
-        else:
-            from nodesmith.adapters.aws.queue import SqsTerminationQueue
 
-            _CACHE.retry_after = SqsTerminationQueue(
-                queue_url=settings.termination_queue_url, region=region()
-            ).retry_after
-    return _CACHE.retry_after
+    def build() -> Callable[[Sequence[tuple[str, int]]], int] | None:
+        if not settings.termination_queue_url:
+            return None
+        from nodesmith.adapters.aws.queue import SqsTerminationQueue
+
+        return SqsTerminationQueue(queue_url=settings.termination_queue_url, region=region()).retry_after
+
+    return cast("Callable[[Sequence[tuple[str, int]]], int] | None", _once("retry_after", build))
 
 
 def build_waker(settings: Settings) -> Callable[[float], None] | None:
     """``wake(after)``: an asynchronous invoke of the reconcile function for a provisioning pass
     (:class:`~nodesmith.adapters.aws.wake.ReconcileWaker`), or None when no function is configured."""
-    if _CACHE.waker is _UNSET:
-        if not settings.reconcile_function:
-            _CACHE.waker = None
-        else:
-            from nodesmith.adapters.aws.wake import ReconcileWaker
 
-            _CACHE.waker = ReconcileWaker(function_name=settings.reconcile_function, region=region()).wake
-    return _CACHE.waker
+    def build() -> Callable[[float], None] | None:
+        if not settings.reconcile_function:
+            return None
+        from nodesmith.adapters.aws.wake import ReconcileWaker
+
+        return ReconcileWaker(function_name=settings.reconcile_function, region=region()).wake
+
+    return cast("Callable[[float], None] | None", _once("waker", build))
 
 
 def ports(settings: Settings) -> Ports:
@@ -259,8 +273,8 @@ def set_ports(
 def reset() -> None:
     """Forget cached ports and settings."""
     _CACHE.settings = None
-    _CACHE.cluster = None
-    _CACHE.cloud = None
+    _CACHE.cluster = _UNSET
+    _CACHE.cloud = _UNSET
     _CACHE.state = _UNSET
     _CACHE.queue = _UNSET
     _CACHE.retry_after = _UNSET
