@@ -48,7 +48,7 @@ from nodesmith.core.scheduling.explain import Explainer, Failure
 from nodesmith.core.scheduling.instancetypes import TypeInfo, type_info
 from nodesmith.core.scheduling.nodeclaim import SimNodeClaim, Template, new_nodeclaim
 from nodesmith.core.scheduling.plan import to_plan
-from nodesmith.core.scheduling.pods import Constraints, PodData, PodDataCache, is_provisionable, pod_id, queue_key
+from nodesmith.core.scheduling.pods import PodData, PodDataCache, is_provisionable, pod_id, queue_key
 from nodesmith.core.scheduling.reasons import Rejection
 from nodesmith.core.scheduling.repack import repack
 from nodesmith.core.scheduling.topology import DomainNode, Topology
@@ -137,11 +137,8 @@ class _Pass:
             if shared is not None and shared.serves(inp.volume_requirements)
             else PodDataCache(inp.volume_requirements)
         )
-        self.original: dict[str, Constraints] = {}
         for pod in self.pending:
-            constraints = self.cache.original(pod)
-            self.original[pod_id(pod)] = constraints
-            self.topology.update(pod, self.cache.get(pod, constraints))
+            self.topology.update(pod, self.cache.get(pod, self.cache.original(pod)))
         self.claims: list[SimNodeClaim] = []
         self.index = ClaimIndex()
         self.explainer = Explainer(
@@ -195,12 +192,12 @@ class _Pass:
                 errors.pop(pid, None)
                 continue
             errors[pid] = (pod, failure)
-            self.topology.update(pod, self.cache.get(pod, self.original[pid]))
+            self.topology.update(pod, self.cache.get(pod, self.cache.original(pod)))
             queue.append(pod)
             last_len[pid] = len(queue)
         # Explanations see the pass as the last failed attempts did: before re-packing changes limits.
         explanations = {
-            pod.key: self.explainer.failure(pod, failure, original=self.cache.get(pod, self.original[pod_id(pod)]))
+            pod.key: self.explainer.failure(pod, failure, original=self.cache.get(pod, self.cache.original(pod)))
             for pod, failure in errors.values()
         }
         if self.packing == "nodesmith" and self.claims:
@@ -214,7 +211,7 @@ class _Pass:
 
     def _try(self, pod: Pod) -> Failure | None:
         """Place the pod, relaxing its soft constraints one step at a time (``trySchedule``)."""
-        constraints = self.original[pod_id(pod)]
+        constraints = self.cache.original(pod)
         relaxed: list[str] = []
         while True:
             data = self.cache.get(pod, constraints)
