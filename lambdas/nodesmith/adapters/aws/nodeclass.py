@@ -200,18 +200,11 @@ class NodeClassResolver:
         selector that matched nothing, and ``QuantityError`` for an invalid volume size.
         """
         name, spec = nodeclass_json(nodeclass)
-        hit = self._cached(name, spec, fresh_for=fresh_for)
-        if hit is not None:
-            return hit
-        with self._resolving:  # one resolution at a time: a caller that waited finds it cached
-            hit = self._cached(name, spec, fresh_for=fresh_for)
-            if hit is not None:
-                return hit
-            parts = self._parts(name, spec)
-            if not parts.problems:
-                return self._remember(name, spec, parts)
+        found = self._lookup(name, spec, fresh_for=fresh_for)
+        if isinstance(found, ResolvedNodeClass):
+            return found
         raise NodeClassNotReadyError(
-            f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(parts.problems), problems=parts.failed
+            f"EC2NodeClass {name or '?'} is not ready: " + "; ".join(found.problems), problems=found.failed
         )
 
     def resolution(self, *, nodeclass: Any) -> ResolvedParts:
@@ -224,25 +217,21 @@ class NodeClassResolver:
         volume size.
         """
         name, spec = nodeclass_json(nodeclass)
-        with self._resolving:  # as resolve(): a resolution under way is waited for, not repeated
-            resolved = self._cached(name, spec)
-            if resolved is not None:
-                return ResolvedParts(
-                    checks=self._checks({}),
-                    subnets=resolved.selected_subnets,
-                    security_groups=resolved.security_groups,
-                    images=resolved.images,
-                    instance_profile=resolved.instance_profile,
-                )
-            parts = self._parts(name, spec)
-            if not parts.problems:
-                self._remember(name, spec, parts)
+        found = self._lookup(name, spec)
+        if isinstance(found, ResolvedNodeClass):
+            return ResolvedParts(
+                checks=self._checks({}),
+                subnets=found.selected_subnets,
+                security_groups=found.security_groups,
+                images=found.images,
+                instance_profile=found.instance_profile,
+            )
         return ResolvedParts(
-            checks=self._checks(parts.failed),
-            subnets=tuple(parts.subnets),
-            security_groups=tuple(parts.groups),
-            images=None if parts.images is None else tuple(parts.images),
-            instance_profile=parts.profile,
+            checks=self._checks(found.failed),
+            subnets=tuple(found.subnets),
+            security_groups=tuple(found.groups),
+            images=None if found.images is None else tuple(found.images),
+            instance_profile=found.profile,
         )
 
     def checks(self, *, nodeclass: Any) -> list[Check]:
@@ -271,6 +260,20 @@ class NodeClassResolver:
     @staticmethod
     def _key(name: str, spec: Mapping[str, Any]) -> str:
         return name + "\x00" + json.dumps(spec, sort_keys=True, default=str)
+
+    def _lookup(self, name: str, spec: Mapping[str, Any], *, fresh_for: float = 0.0) -> ResolvedNodeClass | _Parts:
+        """The resolution of ``name``/``spec``: from the cache (see :meth:`_cached`), else read now and remembered
+        when every part resolved; the parts read when one did not. One read runs at a time: a caller that finds one
+        under way waits for it and takes its cached result instead of reading again."""
+        hit = self._cached(name, spec, fresh_for=fresh_for)
+        if hit is not None:
+            return hit
+        with self._resolving:
+            hit = self._cached(name, spec, fresh_for=fresh_for)
+            if hit is not None:
+                return hit
+            parts = self._parts(name, spec)
+            return parts if parts.problems else self._remember(name, spec, parts)
 
     def _cached(self, name: str, spec: Mapping[str, Any], *, fresh_for: float = 0.0) -> ResolvedNodeClass | None:
         hit = self._cache.get(self._key(name, spec))
