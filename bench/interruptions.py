@@ -189,8 +189,11 @@ class Bench:
         events_put = time.monotonic() - t0
         threading.Thread(target=self._reclaim, args=(self.put,), daemon=True).start()
         threading.Thread(target=self._schedule, daemon=True).start()
+        cpu_cordoned = None  # CPU seconds by part when the last node was cordoned: which part bounded the cordons
         while not self._finished() and time.monotonic() - t0 < args.timeout:
             time.sleep(1.0)
+            if cpu_cordoned is None and len(monitor.cordoned) >= len(self.fleet):
+                cpu_cordoned = {k: round(v - cpu0[k], 1) for k, v in self._cpu().items()}
             if args.verbose:
                 with monitor.lock:
                     print(f"t={time.monotonic() - t0:6.1f}s cordoned={len(monitor.cordoned)} launched="
@@ -212,6 +215,7 @@ class Bench:
         share = round(sum(cpu.values()) / max(end, 1e-9) / len(os.sched_getaffinity(0)), 2)
         return report(self) | {"run_seconds": round(end, 2), "timed_out": not done, "cpu_seconds": cpu,
                                "machine_cpu_share": share, "events_put_seconds": round(events_put, 2),
+                               "cpu_seconds_until_cordoned": cpu_cordoned,
                                "calibration_loop_seconds": calibration}  # fmt: skip
 
 
