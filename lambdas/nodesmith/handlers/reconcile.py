@@ -32,12 +32,14 @@ time plus a margin): when another pass holds it the handler returns
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.errors import NodesmithError
 from nodesmith.handlers import heap, reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
 from nodesmith.services.provisioning.capacity import KeptCapacity
+from nodesmith.services.provisioning.fleet_listing import FleetListing
 from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
 from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
@@ -65,6 +67,8 @@ _KEPT_CAPACITY = KeptCapacity()
 _GARBAGE_COLLECTED: list[tuple[object, float]] = []
 """The cloud provider of this container's last pass that listed the fleet and collected garbage, and the pass time
 (epoch seconds) it ran at: the provider's identity ties the cadence to the EC2 client and instance cache it used."""
+_FLEET_LISTING = FleetListing()
+"""Garbage collection's fleet listing, kept across the passes of this container's watching invocation or wake."""
 _LAST_PASS_BEGAN: list[float] = []
 """When (epoch seconds) a pass of this container last began: a wake for cordons before that is served."""
 
@@ -137,13 +141,17 @@ def garbage_collection_due(*, cloud: object, now: float) -> bool:
     return elapsed < 0 or elapsed >= GARBAGE_COLLECTION_INTERVAL_SECONDS
 
 
-def run_pass(*, now: float | None = None, provision_first: bool = False) -> ReconcileOutcome:
+def run_pass(
+    *, now: float | None = None, provision_first: bool = False, more_to_come: bool = False
+) -> ReconcileOutcome:
     """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds).
 
     ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes and a wake's,
     see :func:`~nodesmith.services.provisioning.reconcile.reconcile`). Any pass lists the fleet for garbage
     collection (the instance-gone check and the orphan sweep) only when :func:`garbage_collection_due` says so;
-    in between, it reads only the instances of in-flight NodeClaims, by id.
+    in between, it reads only the instances of in-flight NodeClaims, by id. ``more_to_come``: the pass is one of
+    an invocation that runs pass after pass (watch mode, a wake), so the fleet listing runs across them
+    (:data:`_FLEET_LISTING`) and no pass waits for it; a scheduled pass lists and waits within itself.
     """
     settings = wiring.get_settings()
     _LAST_PASS_BEGAN[:] = [time.time()]
@@ -160,6 +168,7 @@ def run_pass(*, now: float | None = None, provision_first: bool = False) -> Reco
             static_capacity=settings.static_capacity,
             registration_ttl_seconds=settings.registration_ttl_seconds,
             kept_capacity=_KEPT_CAPACITY,
+            fleet_listing=_FLEET_LISTING if more_to_come else None,
         ),
     )
     if outcome.garbage_collected:  # the pass's end, on the pass's clock
@@ -216,11 +225,11 @@ def _reported(outcome: ReconcileOutcome) -> ReconcileOutcome:
     return outcome
 
 
-def _pass_and_disrupt() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
+def _pass_and_disrupt(*, more_to_come: bool = False) -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     """A provisioning pass, then a disruption pass on the snapshot it left (the cluster is listed once); the heap
     is settled after each (:func:`~nodesmith.handlers.heap.settle`), so the disruption pass's collections do not
-    traverse the snapshot."""
-    outcome = _reported(run_pass())
+    traverse the snapshot. ``more_to_come``: see :func:`run_pass`."""
+    outcome = _reported(run_pass(more_to_come=more_to_come))
     heap.settle()
     disruption = run_disruption(snapshot=outcome.snapshot)
     heap.settle()
@@ -251,7 +260,8 @@ def _scheduled_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
 
 
 def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
-    outcome = _reported(run_pass(provision_first=True))
+    """A provisioning pass that launches first, of a watching invocation or a wake (pass after pass)."""
+    outcome = _reported(run_pass(provision_first=True, more_to_come=True))
     heap.settle()
     return outcome, None
 
@@ -267,7 +277,7 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
         run = run_watch(
             passes=WatchPasses(
                 provision=_provision_only,
-                full=_pass_and_disrupt,
+                full=partial(_pass_and_disrupt, more_to_come=True),
                 warm=lambda: warm_scheduler(cluster=cluster, cloud=wiring.build_cloud(settings)),
             ),
             cluster=cluster,

@@ -324,12 +324,14 @@ def collect_garbage(
 ) -> None:
     """Delete NodeClaims whose instance is gone or whose liveness expired; terminate orphan instances.
 
-    ``instances`` are our live instances by id (``cloud.list_instances()``); the instances of settled
-    NodeClaims missing there are confirmed together (``cloud.get_instances``: one DescribeInstances per 200
-    ids) before their NodeClaims are deleted. The deletions (terminate, delete Node and NodeClaim, Event) run
-    ``limits.workers`` at a time. NodeClaims already being deleted are the termination function's. Times in
-    epoch seconds. Deleted NodeClaim names land in ``outcome.deleted``, failed
-    deletions in ``outcome.errors``; a failure to describe the instances propagates (the pass is retried).
+    ``instances`` are our live instances by id (``cloud.list_instances()``, possibly begun passes before this one:
+    :class:`~nodesmith.services.provisioning.fleet_listing.FleetListing`); the instances of settled NodeClaims
+    missing there are confirmed together (``cloud.get_instances``: one DescribeInstances per 200 ids) before their
+    NodeClaims are deleted, and so are the orphans (instances no NodeClaim claims) before they are terminated.
+    The deletions (terminate, delete Node and NodeClaim, Event) run ``limits.workers`` at a time. NodeClaims
+    already being deleted are the termination function's. Times in epoch seconds. Deleted NodeClaim names land
+    in ``outcome.deleted``, failed deletions in ``outcome.errors``; a failure to describe the instances
+    propagates (the pass is retried).
 
     ``fleet_listed=False``: ``instances`` holds only some of ours (those of in-flight NodeClaims, or none), so
     an instance missing there says nothing; only liveness runs, and the instance-gone check and the orphan
@@ -402,6 +404,15 @@ def collect_garbage(
         and i.state not in INSTANCE_GONE_STATES
         and now - i.launch_time >= limits.orphan_grace_seconds
     ]
+    if orphans:  # asked again by id: the listing may have begun passes ago, and only what EC2 says now is acted on
+        again = cloud.get_instances(instance_ids=orphans)
+        orphans = [
+            iid
+            for iid in orphans
+            if (i := again.get(iid)) is not None
+            and i.state not in INSTANCE_GONE_STATES
+            and i.tags.get(TAG_NODECLAIM) not in claimed_names
+        ]
     if orphans:
         try:
             cloud.terminate(instance_ids=orphans)

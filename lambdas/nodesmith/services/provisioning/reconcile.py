@@ -31,6 +31,7 @@ from nodesmith.services.provisioning.reconcile_pass import ReconcilePass
 
 if TYPE_CHECKING:
     from nodesmith.services.ports import Ports
+    from nodesmith.services.provisioning.fleet_listing import FleetListing
 
 __all__ = ["MAX_POD_EVENTS", "MAX_SOLVE_ATTEMPTS", "ReconcileOptions", "ReconcileOutcome", "reconcile"]
 
@@ -60,6 +61,10 @@ class ReconcileOptions:
     NodeClaim without a registered Node after ``registration_ttl_seconds`` is deleted and its instance terminated
     (Karpenter's ``registrationTTL``, 15 minutes). ``kept_capacity`` is what a long-lived caller keeps of the
     existing capacity between its passes (:class:`~.capacity.KeptCapacity`; None: derived afresh every pass).
+    ``fleet_listing`` is what such a caller keeps of garbage collection's fleet listing
+    (:class:`~.fleet_listing.FleetListing`): the listing runs across its passes, none waits for it, and the
+    instance-gone check and the orphan sweep run in the first pass after it ended (None: the pass lists the fleet
+    alongside its work and waits for it).
     """
 
     provision_first: bool = False
@@ -72,6 +77,7 @@ class ReconcileOptions:
     static_capacity: bool = False
     registration_ttl_seconds: float = REGISTRATION_TTL_SECONDS
     kept_capacity: KeptCapacity | None = None
+    fleet_listing: FleetListing | None = None
 
 
 def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = None) -> ReconcileOutcome:
@@ -106,6 +112,10 @@ def reconcile(*, ports: Ports, now: float, options: ReconcileOptions | None = No
     (registration, initialization, liveness), and the instance-gone check and the orphan sweep run once the pass
     has launched (:meth:`~.reconcile_pass.ReconcilePass.collect_fleet_garbage`), the pods of the nodes they remove
     provisioned for in the same pass; a ``provision_first`` pass's lifecycle takes the listing after its launches.
+
+    With ``options.fleet_listing`` (a caller running pass after pass) the listing outlives the pass: a pass that
+    finds it still under way skips the instance-gone check and the orphan sweep (``outcome.garbage_collected``
+    False, so the collection stays due) instead of waiting for it.
 
     ``options.collect_garbage`` False does not list the fleet at all: the pass reads the instances of in-flight
     NodeClaims only, skips the instance-gone check and the orphan sweep (registration, initialization and

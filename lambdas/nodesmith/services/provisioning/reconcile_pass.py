@@ -80,8 +80,12 @@ class ReconcilePass:
         self.clock = options.clock
         self.started = self.clock()
         self.out = ReconcileOutcome()
-        # fleet: garbage collection is due and its listing of the fleet runs while the pass provisions
-        self._listing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet") if fleet else None
+        # fleet: garbage collection is due and its listing of the fleet runs while the pass provisions; a kept
+        # listing (options.fleet_listing) runs across passes, and a snapshot that must list the fleet lists afresh
+        kept = options.fleet_listing if fleet else None
+        if kept is not None:
+            kept.begin(self.cloud)
+        self._listing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet") if fleet and not kept else None
         self._fleet = self._listing.submit(self.cloud.list_instances) if self._listing is not None else None
         try:
             self.snap = take_snapshot(
@@ -109,24 +113,34 @@ class ReconcilePass:
         if self._listing is not None:
             self._listing.shutdown(wait=True, cancel_futures=True)
 
-    def list_fleet(self) -> None:
+    def list_fleet(self) -> bool:
         """Make the snapshot's instances every live instance of ours, unless they are already all of them (the
         snapshot reads only those provisioning uses, unless a NodeClaim never launched made it list the fleet): the
-        listing begun at construction, else one made now. Instances it does not show that this pass read by id or
-        launched are kept (an instance launched after the listing began, or one EC2 does not list yet)."""
+        listing begun at construction, the kept listing (``options.fleet_listing``) once it has ended, else one made
+        now. Instances it does not show that this pass read by id or launched are kept (an instance launched after
+        the listing began, or one EC2 does not list yet); what this pass read wins over a kept listing, which may
+        have begun passes ago. False when the kept listing is still under way."""
         if self.snap.every_instance:
-            return
-        listed = {i.instance_id: i for i in (self._fleet.result() if self._fleet else self.cloud.list_instances())}
-        self.snap.instances = {**self.snap.instances, **listed}
+            return True
+        kept = self.options.fleet_listing if self.options.collect_garbage else None
+        if self._fleet is None and kept is not None:
+            instances = kept.take(self.cloud)
+            if instances is None:
+                return False
+            older = {i.instance_id: i for i in instances}
+            self.snap.instances = {**older, **self.snap.instances}
+        else:
+            listed = {i.instance_id: i for i in (self._fleet.result() if self._fleet else self.cloud.list_instances())}
+            self.snap.instances = {**self.snap.instances, **listed}
         self.snap.every_instance = True
+        return True
 
     def collect_fleet_garbage(self) -> None:
         """The garbage collection that needs the fleet listing (the instance-gone check and the orphan sweep),
         after provisioning, when :meth:`lifecycle` ran without the fleet: pending pods do not wait for the listing.
         The pods of the nodes it removes are provisioned for at once, as if :meth:`lifecycle` had removed them."""
-        if self.out.garbage_collected:
+        if self.out.garbage_collected or not self.list_fleet():
             return
-        self.list_fleet()
         life = LifecycleOutcome()
         self._collect_garbage(nodeclaims=self.claims, nodes=self.nodes, outcome=life)
         out = self.out
