@@ -119,12 +119,16 @@ class ReconcilePass:
         listing begun at construction, the kept listing (``options.fleet_listing``) once it has ended, else one made
         now. Instances it does not show that this pass read by id or launched are kept (an instance launched after
         the listing began, or one EC2 does not list yet); what this pass read wins over a kept listing, which may
-        have begun passes ago. False when the kept listing is still under way."""
+        have begun passes ago. False when the kept listing is still under way, or failed (in ``out.errors``)."""
         if self.snap.every_instance:
             return True
         kept = self.options.fleet_listing if self.options.collect_garbage else None
         if self._fleet is None and kept is not None:
-            instances = kept.take(self.cloud)
+            try:
+                instances = kept.take(self.cloud)
+            except Exception as exc:  # reported; the collection stays due and the next pass lists again
+                self.out.errors.append(f"list the fleet for garbage collection: {exc}")
+                return False
             if instances is None:
                 return False
             older = {i.instance_id: i for i in instances}
