@@ -258,12 +258,13 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
     """The reconcile function's container: ``passes`` invocations; sends back one report per pass.
 
     ``poll``: scheduled invocations, each listing the cluster. ``watch``: the full passes of one watching invocation
-    (provisioning, then disruption on the snapshot it left: what the scheduled handler runs), its cache filled
-    before the first (whose seconds include that sync) and :func:`_warm_scheduler` after each, outside the pass's
-    seconds."""
+    (provisioning, then disruption on the snapshot it left, garbage collection's fleet listing kept across them, as
+    ``run_watch`` runs them), its cache filled before the first (whose seconds include that sync) and
+    :func:`_warm_scheduler` after each, outside the pass's seconds."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the handler's log and EMF lines (CloudWatch Logs in Lambda)
     meter = Meter()
+    from nodesmith.handlers import reconcile as reconcile_handler
     from nodesmith.handlers.reconcile import handler
     from nodesmith.handlers.watch_mode import warm_alongside
     from nodesmith.sim.lambda_runtime import LambdaContext
@@ -286,7 +287,12 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
             warmed = warm_alongside(_warm_scheduler)
             sync = _follow(meter, timeout)
             warmed()
-        summary = handler(event, context)
+        if mode == "watch":  # what run_watch runs for a full pass: the fleet listing is kept across passes
+            summary = reconcile_handler._report(
+                *reconcile_handler._pass_and_disrupt(more_to_come=True), time.monotonic(), mode="watch"
+            )
+        else:
+            summary = handler(event, context)
         seconds = time.perf_counter() - began
         if profiler is not None and profile:
             profiler.disable()
