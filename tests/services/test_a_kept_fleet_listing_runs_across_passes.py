@@ -143,7 +143,7 @@ def test_a_watching_invocation_or_a_wake_keeps_the_listing_and_a_scheduled_pass_
     from nodesmith.handlers.settings import Settings
 
     cluster, cloud = _registered_node_and_an_orphan()
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
+    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [(cloud, 0.0)])  # collected before, and due again
     monkeypatch.setattr(handler, "_FLEET_LISTING", FleetListing())
     wiring.reset()
     settings = Settings(cluster_name="test", cluster_endpoint="http://k", disruption=False)
@@ -157,8 +157,30 @@ def test_a_watching_invocation_or_a_wake_keeps_the_listing_and_a_scheduled_pass_
         assert not batch.garbage_collected and not full.garbage_collected and cloud.listings == 1
         assert collected.garbage_collected and cloud.terminated == ["i-orphan"]
 
-        monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])  # due again
+        monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [(cloud, 0.0)])
         scheduled = handler.run_pass(now=2000.0)  # lists within itself and waits for it
         assert scheduled.garbage_collected and cloud.listings == 2
+    finally:
+        wiring.reset()
+
+
+def test_a_containers_first_collection_waits_for_its_listing_even_in_watch_mode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The instance cache is cold: the disruption pass would describe the whole fleet by id for drift's facts."""
+    from nodesmith.handlers import reconcile as handler
+    from nodesmith.handlers import wiring
+    from nodesmith.handlers.settings import Settings
+
+    cluster, cloud = _registered_node_and_an_orphan()
+    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])  # a new container
+    monkeypatch.setattr(handler, "_FLEET_LISTING", FleetListing())
+    settings = Settings(cluster_name="test", cluster_endpoint="http://k", disruption=False)
+    wiring.reset()
+    wiring.set_ports(cluster=cluster, cloud=cloud, settings=settings)
+    threading.Timer(0.5, cloud.release.set).start()  # a listing slower than the pass's own work
+    try:
+        first, _ = handler._provision_only()
+        assert first.garbage_collected and cloud.terminated == ["i-orphan"] and cloud.listings == 1
     finally:
         wiring.reset()

@@ -135,10 +135,15 @@ def garbage_collection_due(*, cloud: object, now: float) -> bool:
     and a wake's passes follow the same cadence here, counted from the end of the collecting pass, so passes longer
     than the interval (a very large fleet) do not list the fleet every time.
     """
-    if not _GARBAGE_COLLECTED or _GARBAGE_COLLECTED[-1][0] is not cloud:
+    if not _collected_with(cloud):
         return True
     elapsed = now - _GARBAGE_COLLECTED[-1][1]
     return elapsed < 0 or elapsed >= GARBAGE_COLLECTION_INTERVAL_SECONDS
+
+
+def _collected_with(cloud: object) -> bool:
+    """Whether this container's last collecting pass used ``cloud`` (see :data:`_GARBAGE_COLLECTED`)."""
+    return bool(_GARBAGE_COLLECTED) and _GARBAGE_COLLECTED[-1][0] is cloud
 
 
 def run_pass(
@@ -150,8 +155,11 @@ def run_pass(
     see :func:`~nodesmith.services.provisioning.reconcile.reconcile`). Any pass lists the fleet for garbage
     collection (the instance-gone check and the orphan sweep) only when :func:`garbage_collection_due` says so;
     in between, it reads only the instances of in-flight NodeClaims, by id. ``more_to_come``: the pass is one of
-    an invocation that runs pass after pass (watch mode, a wake), so the fleet listing runs across them
-    (:data:`_FLEET_LISTING`) and no pass waits for it; a scheduled pass lists and waits within itself.
+    an invocation that runs pass after pass (watch mode, a wake), so, once this container has collected with its
+    cloud provider, the fleet listing runs across them (:data:`_FLEET_LISTING`) and no pass waits for it. A
+    scheduled pass, and a container's first collection, list and wait within the pass: the first finds the
+    instance cache cold, and the disruption pass after it would otherwise describe the whole fleet by id for
+    drift's launch facts, reading it twice.
     """
     settings = wiring.get_settings()
     _LAST_PASS_BEGAN[:] = [time.time()]
@@ -168,7 +176,7 @@ def run_pass(
             static_capacity=settings.static_capacity,
             registration_ttl_seconds=settings.registration_ttl_seconds,
             kept_capacity=_KEPT_CAPACITY,
-            fleet_listing=_FLEET_LISTING if more_to_come else None,
+            fleet_listing=_FLEET_LISTING if more_to_come and _collected_with(ports.cloud) else None,
         ),
     )
     if outcome.garbage_collected:  # the pass's end, on the pass's clock

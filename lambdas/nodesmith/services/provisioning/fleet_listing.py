@@ -3,9 +3,11 @@
 Garbage collection's instance-gone check and orphan sweep need every live instance of ours
 (``cloud.list_instances()``: DescribeInstances of the whole fleet, seconds for thousands of instances). A scheduled
 pass lists the fleet alongside its own work and waits for the listing before it ends. A watching invocation or a
-wake runs pass after pass: there the listing runs in a thread of its own (:class:`FleetListing`), no pass waits for
-it, and the collection runs in the first pass after it ended, as Karpenter's garbage collection controllers run
-beside its provisioner (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``).
+wake runs pass after pass: there, once the container has collected (its first collection waits, see
+:func:`~nodesmith.handlers.reconcile.run_pass`), the listing runs in a thread of its own (:class:`FleetListing`),
+no pass waits for it, and the collection runs in the first pass after it ended, as Karpenter's garbage
+collection controllers run beside its provisioner (``[core]:pkg/controllers/nodeclaim/garbagecollection/
+controller.go``).
 """
 
 from __future__ import annotations
