@@ -6,8 +6,8 @@ pass lists the fleet alongside its own work and waits for the listing before it 
 wake runs pass after pass: there, once the container has collected (its first collection waits, see
 :func:`~nodesmith.handlers.reconcile.run_pass`), the listing runs in a thread of its own (:class:`FleetListing`),
 no pass waits for it, and the collection runs in the first pass after it ended, as Karpenter's garbage
-collection controllers run beside its provisioner (``[core]:pkg/controllers/nodeclaim/garbagecollection/
-controller.go``).
+collection controllers run beside its provisioner
+(``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``).
 """
 
 from __future__ import annotations
