@@ -1,11 +1,11 @@
 """The interruption Lambda handler on fakes: a batch's records are parsed, judged against what EC2 and the cluster
 say, acted on, and reported one by one (powertools partial batch responses).
 
-Malformed bodies are acknowledged, logged and counted; a record whose work raises is the only one SQS delivers
-again; our account and region are those of the queue the records came from; the rebalance setting reaches the
-service from its environment variable; every instance's log line carries ``event_id``, ``instance_id``, ``node``
-and ``nodeclaim``; the metrics count messages by kind, ignored ones by reason, cordoned nodes, queue age and the
-records acknowledged."""
+Malformed bodies are acknowledged, logged and counted; a record whose work raises is logged and is the only one
+SQS delivers again; our account and region are those of the queue the records came from; the rebalance setting
+reaches the service from its environment variable; every instance's log line carries ``event_id``,
+``instance_id``, ``node`` and ``nodeclaim``; the metrics count messages by kind, ignored ones by reason, cordoned
+nodes, queue age and the records acknowledged."""
 
 from __future__ import annotations
 
@@ -90,6 +90,10 @@ def test_a_batch_is_reported_record_by_record(world: dict[str, Any]) -> None:
         (f"evt-{A}", A, "node-a", "claim-a")
     ]
     assert [d["reason"] for d in docs if d.get("message") == "malformed message acknowledged"]
+    # the record that comes back says why, with the event it carried
+    failed = [d for d in docs if d.get("message") == "interruption message failed"]
+    assert [(d["message_id"], d["event_id"], d["level"]) for d in failed] == [("m-b", f"evt-{B}", "WARNING")]
+    assert "503 Service Unavailable" in failed[0]["error"]
 
 
 def test_the_rebalance_setting_comes_from_the_environment(world: dict[str, Any]) -> None:

@@ -75,7 +75,12 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         # a second copy of a message in this batch (SQS delivers at least once) is acknowledged with the first
         if record.message_id in batch.received and record.message_id not in handled:
             handled.add(record.message_id)
-            outcomes[record.message_id] = await budget.run(partial(batch.handle, record.message_id))
+            try:
+                outcomes[record.message_id] = await budget.run(partial(batch.handle, record.message_id))
+            except Exception as exc:  # the record's failure: logged, and delivered again
+                event_id = batch.received[record.message_id].message.event_id
+                reporting.report_message_failed(record.message_id, event_id, exc)
+                raise
 
     processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     with RecordBudget(context=context, workers=len(records)) as budget:  # a hung record holds no other's request

@@ -214,6 +214,16 @@ def report_round_failed(request: TerminationRequest, error: BaseException, retry
     )  # fmt: skip
 
 
+def report_message_failed(message_id: str, event_id: str, error: BaseException) -> None:
+    """Log an interruption message whose handling raised or overran its time (a WARNING naming the SQS message,
+    the event and the error): SQS delivers it again after the queue's visibility timeout, and the dead-letter
+    queue takes it when it keeps failing."""
+    logger.warning(
+        "interruption message failed",
+        extra={"message_id": message_id, "event_id": event_id or None, "error": f"{type(error).__name__}: {error}"},
+    )
+
+
 def batch_response(
     response: Mapping[str, Any], *, also_failed: Collection[str], message_ids: Sequence[str]
 ) -> dict[str, Any]:
