@@ -396,23 +396,19 @@ def collect_garbage(
         return
     claimed_ids = {instance_id_of(nc.status.provider_id) for nc in nodeclaims if nc.name not in outcome.deleted}
     claimed_names = {nc.name for nc in nodeclaims if nc.name not in outcome.deleted and not nc.status.provider_id}
-    orphans = [
-        i.instance_id
-        for i in instances.values()
-        if i.instance_id not in claimed_ids
-        and i.tags.get(TAG_NODECLAIM) not in claimed_names
-        and i.state not in INSTANCE_GONE_STATES
-        and now - i.launch_time >= limits.orphan_grace_seconds
-    ]
+
+    def orphan(i: Instance) -> bool:
+        return (
+            i.instance_id not in claimed_ids
+            and i.tags.get(TAG_NODECLAIM) not in claimed_names
+            and i.state not in INSTANCE_GONE_STATES
+            and now - i.launch_time >= limits.orphan_grace_seconds
+        )
+
+    orphans = [i.instance_id for i in instances.values() if orphan(i)]
     if orphans:  # asked again by id: the listing may have begun passes ago, and only what EC2 says now is acted on
         again = cloud.get_instances(instance_ids=orphans)
-        orphans = [
-            iid
-            for iid in orphans
-            if (i := again.get(iid)) is not None
-            and i.state not in INSTANCE_GONE_STATES
-            and i.tags.get(TAG_NODECLAIM) not in claimed_names
-        ]
+        orphans = [iid for iid in orphans if (i := again.get(iid)) is not None and orphan(i)]
     if orphans:
         try:
             cloud.terminate(instance_ids=orphans)

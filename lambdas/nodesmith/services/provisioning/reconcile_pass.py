@@ -82,10 +82,12 @@ class ReconcilePass:
         self.out = ReconcileOutcome()
         # fleet: garbage collection is due and its listing of the fleet runs while the pass provisions; a kept
         # listing (options.fleet_listing) runs across passes, and a snapshot that must list the fleet lists afresh
-        kept = options.fleet_listing if fleet else None
-        if kept is not None:
-            kept.begin(self.cloud)
-        self._listing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet") if fleet and not kept else None
+        self._kept = options.fleet_listing if fleet else None
+        if self._kept is not None:
+            self._kept.begin(self.cloud)
+        self._listing = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="fleet") if fleet and not self._kept else None
+        )
         self._fleet = self._listing.submit(self.cloud.list_instances) if self._listing is not None else None
         try:
             self.snap = take_snapshot(
@@ -122,10 +124,9 @@ class ReconcilePass:
         have begun passes ago. False when the kept listing is still under way, or failed (in ``out.errors``)."""
         if self.snap.every_instance:
             return True
-        kept = self.options.fleet_listing if self.options.collect_garbage else None
-        if self._fleet is None and kept is not None:
+        if self._kept is not None:
             try:
-                instances = kept.take(self.cloud)
+                instances = self._kept.take(self.cloud)
             except Exception as exc:  # reported; the collection stays due and the next pass lists again
                 self.out.errors.append(f"list the fleet for garbage collection: {exc}")
                 return False
