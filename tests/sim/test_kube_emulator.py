@@ -130,7 +130,7 @@ def test_watch_from_an_expired_version_is_410() -> None:
         assert err.value.status == 410
 
 
-def test_a_watch_allowing_bookmarks_ends_with_one_a_resume_can_start_from() -> None:
+def test_a_watch_allowing_bookmarks_gets_one_before_its_timeout_a_resume_can_start_from() -> None:
     with KubeEmulator(store=Store(history=3)) as kube:
         v1 = client.CoreV1Api(client.ApiClient(client.Configuration(host=kube.endpoint)))
         start = v1.list_namespaced_pod("default").metadata.resource_version
@@ -138,7 +138,7 @@ def test_a_watch_allowing_bookmarks_ends_with_one_a_resume_can_start_from() -> N
 
         def follow() -> None:
             stream = watch.Watch().stream(
-                v1.list_namespaced_pod, "default", resource_version=start, allow_watch_bookmarks=True, timeout_seconds=2
+                v1.list_namespaced_pod, "default", resource_version=start, allow_watch_bookmarks=True, timeout_seconds=4
             )
             events.extend((e["type"], e["raw_object"]["metadata"]["resourceVersion"]) for e in stream)
 
@@ -155,6 +155,29 @@ def test_a_watch_allowing_bookmarks_ends_with_one_a_resume_can_start_from() -> N
         assert err.value.status == 410
         resumed = watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=current, timeout_seconds=1)
         assert list(resumed) == []
+
+
+@pytest.mark.parametrize(("timeout", "bookmarked"), [(2, False), (3, True)])
+def test_the_last_bookmark_comes_two_seconds_before_the_timeout(timeout: int, bookmarked: bool) -> None:
+    """As the API server's watch cache: 2 s before the deadline, so a watch of 2 s or less gets none."""
+    with KubeEmulator() as kube:
+        v1 = client.CoreV1Api(client.ApiClient(client.Configuration(host=kube.endpoint)))
+        start = v1.list_namespaced_pod("default").metadata.resource_version
+        began = time.monotonic()
+        seen: list[float] = []
+        stream = watch.Watch().stream(
+            v1.list_namespaced_pod,
+            "default",
+            resource_version=start,
+            allow_watch_bookmarks=True,
+            timeout_seconds=timeout,
+        )
+        seen.extend(time.monotonic() - began for e in stream if e["type"] == "BOOKMARK")
+        ended = time.monotonic() - began
+        assert len(seen) == (1 if bookmarked else 0)
+        if bookmarked:
+            assert timeout - 2 - 0.2 <= seen[0] < timeout - 1, seen
+        assert ended >= timeout - 0.1
 
 
 def test_custom_resource_status_is_only_written_through_the_status_subresource(custom: client.CustomObjectsApi) -> None:

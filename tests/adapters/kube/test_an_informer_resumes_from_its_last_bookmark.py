@@ -35,13 +35,13 @@ def _pod(kube: KubeEmulator, name: str) -> None:
 def test_a_resumed_watch_follows_on_without_listing_again(kube: KubeEmulator) -> None:
     cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
     _pod(kube, "a")
-    pods = Informer(rest=cluster.rest, url_path="/api/v1/pods", what="pods", parse=_name, watch_seconds=1)
+    pods = Informer(rest=cluster.rest, url_path="/api/v1/pods", what="pods", parse=_name, watch_seconds=3)
     try:
         assert pods.start(wait_seconds=10.0)
         time.sleep(0.5)  # its watch is open
         for i in range(6):  # Nodes written: the pods' list version leaves the history of three
             kube.store.create("nodes", {"metadata": {"name": f"n{i}"}})
-        time.sleep(2.5)  # the pod watch ends at its timeout and is resumed
+        time.sleep(3.5)  # the pod watch ends at its timeout and is resumed from its bookmark
         _pod(kube, "late")
         deadline = time.monotonic() + 10
         while sorted(pods.items() or []) != ["a", "late"] and time.monotonic() < deadline:

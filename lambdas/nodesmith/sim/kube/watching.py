@@ -7,10 +7,11 @@ ADDED / DELETED, as upstream), and ends at ``timeoutSeconds``, disconnect or emu
 ``Accept`` asking for ``meta.k8s.io/v1`` Tables (``kubectl get -w``) gets one-row Tables.
 
 A watch with ``allowWatchBookmarks=true`` gets a ``BOOKMARK`` at the store's current version every
-:data:`BOOKMARK_SECONDS` and as it ends at its timeout, whenever every event it was owed has been sent, as the API
-server's watch cache does (``cacheWatcher.nextBookmarkTime`` in ``k8s.io/apiserver``'s cacher: bookmarks every
-minute and just before the timeout). A client resuming from its last bookmark then stays inside the retained
-history however many writes of other kinds went by.
+:data:`BOOKMARK_SECONDS` and :data:`PRE_TIMEOUT_BOOKMARK_SECONDS` before its timeout, once every event it was owed
+has been sent, as the API server's watch cache does (``cacheWatcher.nextBookmarkTime`` in ``k8s.io/apiserver``'s
+cacher: bookmarks roughly every minute and 2 s before the deadline; a watch whose timeout is 2 s or less gets none).
+A client resuming from its last bookmark then stays inside the retained history however many writes of other kinds
+went by, and a client that resumes with a short timeout learns from the bookmark that it has caught up.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ if TYPE_CHECKING:
     from nodesmith.sim.kube.server import EmulatorServer
     from nodesmith.sim.kube.store import Subscription, WatchEvent
 
-__all__ = ["BOOKMARK_SECONDS", "WatchingHandler"]
+__all__ = ["BOOKMARK_SECONDS", "PRE_TIMEOUT_BOOKMARK_SECONDS", "WatchingHandler"]
 
 BOOKMARK_SECONDS = 60.0
 """How often a watch that allows bookmarks gets one (the API server's ``bookmarkFrequency``, one minute)."""
+PRE_TIMEOUT_BOOKMARK_SECONDS = 2.0
+"""How long before its timeout a watch that allows bookmarks gets its last one (``cacheWatcher.nextBookmarkTime``)."""
 
 
 class _Cut(Exception):
@@ -133,7 +136,7 @@ class WatchingHandler(BaseHTTPRequestHandler):
         deadline = None if timeout is None else time.monotonic() + timeout
         bookmarks = query.get("allowWatchBookmarks") == "true"
         bookmark = query.get("sendInitialEvents") == "true" and bookmarks
-        next_bookmark = time.monotonic() + BOOKMARK_SECONDS
+        next_bookmark = _next_bookmark(time.monotonic(), deadline)
         initial_left = len(sub.queue)
         cut_after = self.fault.cut_after if self.fault is not None and self.fault.kind == "cut" else None
         while not emulator.stopping:
@@ -141,16 +144,19 @@ class WatchingHandler(BaseHTTPRequestHandler):
                 bookmark = False
                 ended = {"k8s.io/initial-events-end": "true"}
                 self._bookmark(rt, {"resourceVersion": str(sub.since), "annotations": ended})
-            remaining = None if deadline is None else deadline - time.monotonic()
-            ending = remaining is not None and remaining <= 0
-            if bookmarks and not bookmark and (ending or time.monotonic() >= next_bookmark):
+            now = time.monotonic()
+            remaining = None if deadline is None else deadline - now
+            if remaining is not None and remaining <= 0:
+                return
+            if bookmarks and not bookmark and next_bookmark is not None and now >= next_bookmark:
                 version = sub.idle_version()
                 if version is not None:
-                    next_bookmark = time.monotonic() + BOOKMARK_SECONDS
+                    next_bookmark = _next_bookmark(now, deadline)
                     self._bookmark(rt, {"resourceVersion": str(version)})
-            if ending:
-                return
-            event = sub.get(timeout=0.5 if remaining is None else min(remaining, 0.5))
+            wait = 0.5 if remaining is None else min(remaining, 0.5)
+            if bookmarks and next_bookmark is not None:
+                wait = min(wait, max(next_bookmark - now, 0.01))
+            event = sub.get(timeout=wait)
             if event is None:
                 continue
             initial_left -= 1
@@ -188,3 +194,13 @@ class WatchingHandler(BaseHTTPRequestHandler):
         else:
             kind = None
         return None if kind is None else {"type": kind, "object": event.object}
+
+
+def _next_bookmark(now: float, deadline: float | None) -> float | None:
+    """When (monotonic seconds) a watch's next bookmark is due: :data:`BOOKMARK_SECONDS` from ``now``, or
+    :data:`PRE_TIMEOUT_BOOKMARK_SECONDS` before ``deadline`` when that comes first; None when that moment has
+    passed (``cacheWatcher.nextBookmarkTime``)."""
+    due = now + BOOKMARK_SECONDS
+    if deadline is not None:
+        due = min(due, deadline - PRE_TIMEOUT_BOOKMARK_SECONDS)
+    return due if due > now else None
