@@ -13,7 +13,8 @@ clients, catalogue and caches empty), the others warm (``warm_pass_seconds``: th
 cluster between passes but what the passes do themselves (the first launches NodeClaims for the pending pods;
 without a kubelet they stay launched, so the warm pass solves the same pods against them).
 
-``--mode`` says which invocations: ``poll`` (the default) the scheduled ones, each listing the cluster; ``watch``
+``--mode`` says which invocations: ``poll`` (the default) the scheduled ones, the first listing the cluster and the
+others reading what changed since (the container's kept cache); ``watch``
 the full passes of one watching invocation (``NODESMITH_RECONCILE_MODE=watch``): before the first, the function's
 cluster lists pods, Nodes, NodeClaims and NodePools once and follows their watches
 (``KubeCluster.follow``, ``informer_sync_seconds``, part of the first pass's seconds), so every pass reads them from
@@ -24,10 +25,12 @@ says which ran. Per pass:
 - ``seconds``: the invocation's wall time; ``phases``: seconds listing (HTTP and JSON) and decoding (into the core's
   types) by the stage that read (``provisioning`` or ``disruption``), the provisioning solve (the scheduler), the
   launches (NodeClaim creates and CreateFleet calls, run in parallel: wall time), and the disruption pass without
-  its reads;
-- ``kube_requests`` by method, ``kube_bytes_read`` (response bodies), ``kube_lists`` (list calls by collection:
-  how often a pass lists pods), ``ec2_calls`` by operation and ``aws_seconds``, the seconds spent in them (calls
-  made in parallel add up);
+  its reads; in poll mode ``kept_cache_catch_up``, the wall time bringing the container's kept cache of pods,
+  Nodes, NodeClaims and NodePools to the present (``KubeCluster.catch_up``: on a cold container their lists and
+  decoding, counted in the list and decode phases too; on a warm one a watch each, to the API server's bookmark);
+- ``kube_requests`` by method (``GET (watch)``: the catch-up and informer watches), ``kube_bytes_read`` (response
+  bodies, watches not included), ``kube_lists`` (list calls by collection: how often a pass lists pods),
+  ``ec2_calls`` by operation and ``aws_seconds``, the seconds spent in them (calls made in parallel add up);
 - ``first_createfleet_seconds``: from the invocation's start to its first CreateFleet call (None: it launched
   nothing), what the pending pods waited for;
 - ``rss_mib``: the process's peak resident memory after the pass (``VmHWM``; as Lambda reports "Max Memory
@@ -131,6 +134,8 @@ def instrument(meter: Meter) -> None:
 
     from nodesmith.adapters.aws.provider import Ec2CloudProvider
     from nodesmith.adapters.kube.calls import KubeRest
+    from nodesmith.adapters.kube.cluster import KubeCluster
+    from nodesmith.adapters.kube.informer import Informer
     from nodesmith.adapters.kube.karpenter_objects import KarpenterObjects
     from nodesmith.handlers import reconcile as handler_module
     from nodesmith.services.provisioning.creation import NodeClaimCreator
@@ -151,6 +156,15 @@ def instrument(meter: Meter) -> None:
             meter.lists[url_path + (f"?{kw['fieldSelector']}" if kw.get("fieldSelector") else "")] += 1
         return rest_list(self, url_path, **kw)
 
+    open_watch = Informer._open
+
+    def counted_watch(self: Informer[Any], seconds: int) -> Any:
+        with meter.lock:
+            meter.requests["GET (watch)"] += 1
+        return open_watch(self, seconds)
+
+    Informer._open = counted_watch  # type: ignore[method-assign]
+    KubeCluster.catch_up = _timed(meter, "kept_cache_catch_up", KubeCluster.catch_up)  # type: ignore[method-assign]
     KubeRest._send = counted_send  # type: ignore[method-assign]
     KubeRest.list_versioned = _timed(meter, lambda: f"list/{meter.stage}", counted_list)  # type: ignore[method-assign]
     KarpenterObjects._parse = staticmethod(  # type: ignore[method-assign]
@@ -200,6 +214,8 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
     s = meter.seconds
     reads = sum(v for k, v in s.items() if k.startswith(("list/", "decode/")) and k.endswith("/disruption"))
     phases = {k: round(v, 3) for k, v in sorted(s.items()) if k.startswith(("list/", "decode/"))}
+    if "kept_cache_catch_up" in s:
+        phases["kept_cache_catch_up"] = round(s["kept_cache_catch_up"], 3)
     aws = {k.removeprefix("aws/"): round(v, 3) for k, v in sorted(s.items()) if k.startswith("aws/")}
     phases["provisioning_solve"] = round(float(summary.get("scheduling_duration_seconds", 0.0)), 3)
     phases["launch"] = round(s.get("launch", 0.0), 3)
@@ -257,10 +273,10 @@ def _warm_scheduler() -> float:
 def handler_process(conn: Any, passes: int, profile: str | None, mode: str, timeout: float) -> None:
     """The reconcile function's container: ``passes`` invocations; sends back one report per pass.
 
-    ``poll``: scheduled invocations, each listing the cluster. ``watch``: the full passes of one watching invocation
-    (provisioning, then disruption on the snapshot it left, garbage collection's fleet listing kept across them, as
-    ``run_watch`` runs them), its cache filled before the first (whose seconds include that sync) and
-    :func:`_warm_scheduler` after each, outside the pass's seconds."""
+    ``poll``: scheduled invocations (the first lists the cluster, the others catch up its kept cache). ``watch``:
+    the full passes of one watching invocation (provisioning, then disruption on the snapshot it left, garbage
+    collection's fleet listing kept across them, as ``run_watch`` runs them), its cache filled before the first
+    (whose seconds include that sync) and :func:`_warm_scheduler` after each, outside the pass's seconds."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the handler's log and EMF lines (CloudWatch Logs in Lambda)
     meter = Meter()

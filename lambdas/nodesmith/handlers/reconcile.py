@@ -251,15 +251,35 @@ def _warmed(
     catalogue warmed alongside it (:func:`~nodesmith.handlers.watch_mode.warm_alongside`: the EC2NodeClass
     resolution and the instance types, refreshed ahead of their expiry) while it lists the cluster, so those EC2,
     SSM and pricing reads are not on the way to CreateFleet; the pass waits only for what the warm-up has not read
-    yet. The ports are built first, so both use the same cloud provider."""
+    yet. The ports are built first, so both use the same cloud provider. The pass reads the container's kept cache,
+    caught up first (:func:`_caught_up`)."""
     from nodesmith.handlers.watch_mode import warm_alongside, warm_scheduler
 
     ports = wiring.ports(wiring.get_settings())
     warmed = warm_alongside(lambda: warm_scheduler(cluster=ports.cluster, cloud=ports.cloud))
     try:
-        return work()
+        hold = _caught_up(ports.cluster)
+        try:
+            return work()
+        finally:
+            hold()
     finally:
         warmed()
+
+
+def _caught_up(cluster: object) -> Callable[[], None]:
+    """Bring the container's kept cache of pods, Nodes, NodeClaims and NodePools to the present, when ``cluster``
+    keeps one (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.catch_up`: listed by a container's first pass,
+    then only what changed since the last, to the API server's bookmark), so the pass reads it instead of listing
+    the whole cluster; returns what ends serving from it (the passes that follow, a wake's, list the API). A kind
+    listed again because its watch failed, or not caught up at all (the pass lists it as before), is logged."""
+    catch_up = getattr(cluster, "catch_up", None)
+    if catch_up is None:
+        return lambda: None
+    for failure in catch_up():
+        logger.warning("kept cache could not catch up by watch", extra={"failure": failure})
+    hold: Callable[[], None] = cluster.hold  # type: ignore[attr-defined]
+    return hold
 
 
 def _scheduled_pass() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:

@@ -5,12 +5,14 @@ after unfollow the lists read the API again."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube.faults import KubeFaults
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    import pytest
 
     from nodesmith.adapters.kube import KubeCluster
     from nodesmith.sim.kube import KubeEmulator
@@ -68,3 +70,35 @@ def test_a_watch_answered_410_gone_lists_again_and_follows_on(cluster: KubeClust
         assert _eventually(lambda: {p.name for p in cluster.list_pods()} == {"a", "late"})
     finally:
         cluster.unfollow()
+
+
+def test_a_watch_the_server_refuses_stops_the_cache_serving_until_a_bookmark(
+    cluster: KubeCluster, kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 403 (a role without ``watch``) is no passing failure: the cache would go stale, so it serves nothing (the
+    lists read the API) until a watch resumes and its bookmark shows every change applied."""
+    from nodesmith.adapters.kube.informer import Informer
+    from nodesmith.core.errors import KubernetesError
+
+    _pod(kube, "a")
+    opened = Informer._open
+    refused = {"on": True}
+
+    def refusing(self: Informer[Any], seconds: int) -> Any:
+        if refused["on"]:
+            raise KubernetesError("watch pods: HTTP 403: Forbidden", status=403)
+        return opened(self, seconds)
+
+    monkeypatch.setattr(Informer, "_open", refusing)
+    pods = Informer(rest=cluster.rest, url_path="/api/v1/pods", what="pods", parse=lambda i: i["metadata"]["name"],
+                    watch_seconds=3)  # fmt: skip
+    try:
+        pods.start(wait_seconds=10.0)  # it lists, then its watch is refused
+        assert _eventually(lambda: pods.items() is None), pods.failure
+        assert "403" in pods.failure
+        _pod(kube, "b")  # a change the refused watch cannot bring
+        refused["on"] = False
+        assert _eventually(lambda: pods.items() is not None)
+        assert sorted(pods.items() or []) == ["a", "b"] and kube.operations["list pods"] == 1
+    finally:
+        pods.stop()

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.adapters.kube.calls import STRATEGIC_MERGE_PATCH, KubeRest, path
@@ -89,8 +90,33 @@ class KubeCluster(PodWatches):
         self._pods: ParsedObjects[Pod] = ParsedObjects(pod_from_dict)
         self._nodes: ParsedObjects[Node] = ParsedObjects(node_from_dict)
         self._informers: dict[str, Informer[Any]] = {}
+        self._kept: dict[str, Informer[Any]] = {}
 
-    # ----------------------------------------------------------------- watch mode's cache
+    # ----------------------------------------------------------------- watch mode's cache, poll mode's kept cache
+    def _informers_of(self, *, memoised: bool) -> dict[str, Informer[Any]]:
+        """An informer each for pods, Nodes, NodeClaims and NodePools. ``memoised``: pods and Nodes are parsed
+        through this cluster's :class:`~nodesmith.adapters.kube.parsed.ParsedObjects` (a container's next watching
+        invocation lists them again); else the informer keeps its parses itself."""
+        from nodesmith.adapters.kube.informer import Informer
+        from nodesmith.core.api.nodeclaim import NodeClaim
+
+        def claim(item: Mapping[str, Any]) -> NodeClaim:
+            parsed: NodeClaim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
+            return parsed
+
+        pods: Callable[[Mapping[str, Any]], Pod] = self._pods if memoised else pod_from_dict
+        nodes: Callable[[Mapping[str, Any]], Node] = self._nodes if memoised else node_from_dict
+        kinds: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
+            "pods": (path("api", "v1", "pods"), lambda i: self._parse(pods, i, "pod")),
+            "nodes": (path("api", "v1", "nodes"), lambda i: self._parse(nodes, i, "node")),
+            "nodeclaims": (path("apis", "karpenter.sh", "v1", "nodeclaims"), claim),
+            "nodepools": (path("apis", "karpenter.sh", "v1", "nodepools"), self._nodepool_or_none),
+        }
+        return {
+            kind: Informer(rest=self.rest, url_path=url, what=kind, parse=parse, page_size=self.page_size)
+            for kind, (url, parse) in kinds.items()
+        }
+
     def follow(self, *, wait_seconds: float = 10.0) -> bool:
         """Keep pods, Nodes, NodeClaims and NodePools in memory (:class:`~nodesmith.adapters.kube.informer.Informer`:
         one list each, then their watches, relisting after a 410 Gone) until :meth:`unfollow`; meanwhile the
@@ -99,23 +125,7 @@ class KubeCluster(PodWatches):
         breaks) is listed from the API as before. Watch mode follows for the invocation's lifetime."""
         if self._informers:
             return all(i.items() is not None for i in self._informers.values())
-        from nodesmith.adapters.kube.informer import Informer
-        from nodesmith.core.api.nodeclaim import NodeClaim
-
-        def claim(item: Mapping[str, Any]) -> NodeClaim:
-            parsed: NodeClaim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
-            return parsed
-
-        kinds: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
-            "pods": (path("api", "v1", "pods"), lambda i: self._parse(self._pods, i, "pod")),
-            "nodes": (path("api", "v1", "nodes"), lambda i: self._parse(self._nodes, i, "node")),
-            "nodeclaims": (path("apis", "karpenter.sh", "v1", "nodeclaims"), claim),
-            "nodepools": (path("apis", "karpenter.sh", "v1", "nodepools"), self._nodepool_or_none),
-        }
-        self._informers = {
-            kind: Informer(rest=self.rest, url_path=url, what=kind, parse=parse, page_size=self.page_size)
-            for kind, (url, parse) in kinds.items()
-        }
+        self._informers = self._informers_of(memoised=True)
         started = [i.start(wait_seconds=wait_seconds) for i in self._informers.values()]  # every one, then wait
         return all(started)
 
@@ -124,6 +134,42 @@ class KubeCluster(PodWatches):
         informers, self._informers = self._informers, {}
         for informer in informers.values():
             informer.stop()
+
+    def catch_up(self) -> list[str]:
+        """Poll mode's kept cache: bring pods, Nodes, NodeClaims and NodePools to the present and serve their lists
+        from memory until :meth:`hold`, as :meth:`follow` does but without threads left running, for a container
+        that is frozen between invocations. The first call lists each kind (``resourceVersion=0``, in pages); later
+        ones read only what changed since (:meth:`Informer.catch_up
+        <nodesmith.adapters.kube.informer.Informer.catch_up>`: a short watch from the kept version, to the API
+        server's bookmark; a list again after a 410 Gone or a watch that ends without a bookmark). The kinds are
+        caught up at once, in threads. Returns what went wrong, a line each: a kind listed again because its watch
+        failed (``"<kind>: listed again: <why>"``), or one whose list failed too (``"<kind>: not caught up, ..."``),
+        which the pass lists from the API, as without the cache. Does nothing while :meth:`follow` follows."""
+        if self._informers and self._informers is not self._kept:
+            return []
+        if not self._kept:
+            self._kept = self._informers_of(memoised=False)
+        self._pods.clear()  # the kept cache holds every pod; only a node's pods are parsed through it now
+        kept = self._kept
+        with ThreadPoolExecutor(max_workers=len(kept), thread_name_prefix="catch-up") as pool:
+            done = {kind: pool.submit(informer.catch_up) for kind, informer in kept.items()}
+        failures = []
+        for kind, future in done.items():
+            try:
+                if future.result() == "listed" and kept[kind].failure:
+                    failures.append(f"{kind}: listed again: {kept[kind].failure}")
+            except KubernetesError as exc:
+                failures.append(f"{kind}: not caught up, the pass lists it: {exc}")
+        self._informers = kept
+        return failures
+
+    def hold(self) -> None:
+        """End :meth:`catch_up`'s serving: lists read the API until the next catch-up, which starts from what is
+        kept."""
+        if self._informers is self._kept:
+            self._informers = {}
+        for informer in self._kept.values():
+            informer.hold()
 
     # ----------------------------------------------------------------- snapshot reads
     def list_pods(self, *, node_name: str | None = None) -> list[Pod]:

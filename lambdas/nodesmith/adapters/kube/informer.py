@@ -5,8 +5,16 @@ then follows a watch from the list's ``resourceVersion`` in a background thread,
 and ``DELETED`` events and moving its version with every event and ``BOOKMARK``. A stream the server ends at its
 timeout is resumed from that version; a 410 Gone (the version is older than the server still holds: Kubernetes
 API concepts, "Efficient detection of changes") is answered by listing again; other failures are retried with a
-growing pause. :meth:`KubeCluster.follow <nodesmith.adapters.kube.cluster.KubeCluster.follow>` keeps one per kind
-watch mode reads every pass (pods, Nodes, NodeClaims, NodePools): while it follows them, its lists read memory.
+growing pause, and a watch the server refuses (a 4xx other than 410 and 429: RBAC without ``watch``, say) stops the
+informer serving until a resumed watch's bookmark shows it caught up, so a cache that cannot follow is never read.
+:meth:`KubeCluster.follow <nodesmith.adapters.kube.cluster.KubeCluster.follow>` keeps one per kind watch mode reads
+every pass (pods, Nodes, NodeClaims, NodePools): while it follows them, its lists read memory.
+
+Without a thread, :meth:`Informer.catch_up` brings the objects to the present on demand, for a process that is
+frozen between uses (a Lambda container between scheduled invocations): a watch from the kept version, short enough
+that the API server's watch cache ends it with a ``BOOKMARK`` (sent 2 s before a watch's deadline, once every change
+owed has been sent: ``cacheWatcher.nextBookmarkTime`` in ``k8s.io/apiserver``), whose arrival proves every change up
+to its version applied. A change is then read once, not the whole collection every pass.
 """
 
 from __future__ import annotations
@@ -22,10 +30,14 @@ if TYPE_CHECKING:
 
     from nodesmith.adapters.kube.calls import KubeRest
 
-__all__ = ["Informer"]
+__all__ = ["CATCH_UP_WATCH_SECONDS", "Informer"]
 
 T = TypeVar("T")
 
+CATCH_UP_WATCH_SECONDS = 3
+"""The ``timeoutSeconds`` of :meth:`Informer.catch_up`'s watch: the shortest for which the API server's watch cache
+sends the bookmark it ends on (2 s before the deadline; a watch of 2 s or less gets none), so the catch-up waits about
+a second for it."""
 _READ_MARGIN_SECONDS = 10.0
 """A watch's read timeout is its ``timeoutSeconds`` plus this, so the server ends it first."""
 _MAX_PAUSE_SECONDS = 5.0
@@ -85,6 +97,35 @@ class Informer(Generic[T]):
             self._thread.start()
         return self._synced.wait(wait_seconds)
 
+    def catch_up(self) -> str:
+        """Bring the objects to the API server's present without a thread (for a caller that does not :meth:`start`):
+        with no version yet, a list; else one watch from :attr:`version` of :data:`CATCH_UP_WATCH_SECONDS`, its
+        changes applied until the ``BOOKMARK`` that marks them all sent, then closed. A watch that ends without a
+        bookmark or fails, or is answered 410 Gone (the version is older than the server's history), is followed by
+        a list (:attr:`failure` says why). Returns ``"caught up"`` or ``"listed"``; :meth:`items` serves from then
+        until :meth:`hold`. Raises
+        ``KubernetesError`` when the list fails (after the client's retries), and ``RuntimeError`` when a thread
+        follows this informer."""
+        if self._thread is not None:
+            raise RuntimeError(f"informer {self.what} is followed by a thread")
+        self._synced.clear()
+        self.failure = ""
+        if self.version:
+            try:
+                for kind in self._watch(seconds=CATCH_UP_WATCH_SECONDS):
+                    if kind == "BOOKMARK":
+                        self._synced.set()
+                        return "caught up"
+                self.failure = f"{self.what}: the catch-up watch ended without a bookmark"
+            except KubernetesError as exc:
+                self.failure = str(exc)
+        self._list()
+        return "listed"
+
+    def hold(self) -> None:
+        """Stop serving :meth:`items` (None) until the next :meth:`catch_up`; the objects and version are kept."""
+        self._synced.clear()
+
     def stop(self) -> None:
         """Stop following (the thread ends at its next event or at the watch's timeout); :meth:`items` is None."""
         self._stopping.set()
@@ -118,8 +159,10 @@ class Informer(Generic[T]):
             try:
                 if not self.version:
                     self._list()
-                for _ in self._watch():
+                for kind in self._watch():
                     failures = 0
+                    if kind == "BOOKMARK":  # every change up to it applied: serve again after a refused watch
+                        self._synced.set()
                 failures = 0  # the server ended the stream at its timeout: resume from the version
             except KubernetesError as exc:
                 self.failure = str(exc)
@@ -128,6 +171,8 @@ class Informer(Generic[T]):
                     self.version = ""  # too old: list again, at once the first time
                     if failures == 1:
                         continue
+                elif 400 <= exc.status < 500 and exc.status != 429:  # refused (RBAC, ...): not a passing failure
+                    self._synced.clear()  # nothing stale is served; lists read the API until a bookmark
                 self._stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
             except Exception as exc:  # a broken stream must not end the thread silently
                 self.failure = f"{self.what}: {exc!r}"
@@ -138,7 +183,12 @@ class Informer(Generic[T]):
 
     def _list(self) -> None:
         items, version = self.rest.list_versioned(self.url_path, what=self.what, page_size=self.page_size, cached=True)
-        parsed = {_key(i): (str((i.get("metadata") or {}).get("resourceVersion") or ""), self.parse(i)) for i in items}
+        held = self._objects  # an object listed again at the version held is not parsed again
+        parsed: dict[str, tuple[str, T]] = {}
+        for item in items:
+            key, at = _key(item), str((item.get("metadata") or {}).get("resourceVersion") or "")
+            kept = held.get(key)
+            parsed[key] = kept if kept is not None and at and kept[0] == at else (at, self.parse(item))
         with self._lock:
             self._objects = parsed
             self.version = version
@@ -160,16 +210,23 @@ class Informer(Generic[T]):
         if self.on_change is not None:
             self.on_change()
 
-    def _watch(self) -> Iterator[str]:
-        """One watch request from :attr:`version`, applying its events; yields each event's type. Raises
-        ``KubernetesError``: the status of an ``ERROR`` event or a refused request, 0 for a lost connection."""
+    def _watch(self, seconds: int | None = None) -> Iterator[str]:
+        """One watch request from :attr:`version` of ``seconds`` (:attr:`watch_seconds` when None), applying its
+        events; yields each event's type. Raises ``KubernetesError``: the status of an ``ERROR`` event or a refused
+        request, 0 for a lost connection."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.watch import Watch
         from urllib3.exceptions import HTTPError
 
+        seconds = self.watch_seconds if seconds is None else seconds
+
+        def open_watch(**_: Any) -> Any:
+            return self._open(seconds)
+
         watcher = Watch()  # type: ignore[no-untyped-call]
+        stream = None
         try:
-            stream = watcher.stream(self._open, timeout_seconds=self.watch_seconds)  # type: ignore[no-untyped-call]
+            stream = watcher.stream(open_watch, timeout_seconds=seconds)  # type: ignore[no-untyped-call]
             for event in stream:
                 if self._stopping.is_set():
                     return
@@ -188,19 +245,22 @@ class Informer(Generic[T]):
             raise KubernetesError(f"watch {self.what}: connection lost: {exc}", status=0) from exc
         finally:
             watcher.stop()  # type: ignore[no-untyped-call]
+            if stream is not None:  # a caller that stops reading early (a catch-up at its bookmark) closes the stream
+                stream.close()
 
-    def _open(self, **_: Any) -> Any:
-        """GET ``url_path?watch=true`` from :attr:`version`: the raw urllib3 response the watch reads lines from."""
+    def _open(self, seconds: int) -> Any:
+        """GET ``url_path?watch=true`` from :attr:`version`, ending after ``seconds``: the raw urllib3 response the
+        watch reads lines from."""
         from nodesmith.adapters.kube.calls import error_for
 
         api = self.rest.api_client
         query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true")]
-        query += [("resourceVersion", self.version), ("timeoutSeconds", self.watch_seconds)]
+        query += [("resourceVersion", self.version), ("timeoutSeconds", seconds)]
         serialized = api.param_serialize(
             "GET", self.url_path, query_params=query, header_params={"Accept": JSON}, auth_settings=["BearerToken"]
         )
         url, headers = serialized[1], serialized[2]
-        timeout = (self.rest.timeout[0], float(self.watch_seconds) + _READ_MARGIN_SECONDS)
+        timeout = (self.rest.timeout[0], float(seconds) + _READ_MARGIN_SECONDS)
         response = api.call_api("GET", url, header_params=headers, _request_timeout=timeout).response
         if not 200 <= response.status <= 299:
             data = response.read()

@@ -64,5 +64,10 @@ class ParsedObjects(Generic[T]):
         with self._lock:
             self._entries = {uid: entry for uid, entry in self._entries.items() if uid in listed}
 
+    def clear(self) -> None:
+        """Drop every parse kept."""
+        with self._lock:
+            self._entries = {}
+
     def __len__(self) -> int:
         return len(self._entries)

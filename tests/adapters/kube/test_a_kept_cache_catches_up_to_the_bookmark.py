@@ -1,0 +1,160 @@
+"""Poll mode's kept cache: an informer without a thread lists once, then each catch-up reads only what changed since
+its version, through a short watch that ends at the API server's bookmark, and lists again when it cannot (410 Gone,
+a stream cut before the bookmark). ``KubeCluster.catch_up`` serves the kinds a pass reads from memory until
+``hold``."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.adapters.kube.informer import CATCH_UP_WATCH_SECONDS, Informer
+from nodesmith.sim.kube import KubeEmulator, KubeFaults, Store
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeEmulator]:
+    with KubeEmulator(store=Store(history=50)) as emulator:
+        yield emulator
+
+
+def _cluster(kube: KubeEmulator) -> KubeCluster:
+    return KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
+
+
+def _pod(kube: KubeEmulator, name: str, *, node: str = "") -> None:
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    kube.store.create("pods", {"metadata": {"name": name, "namespace": "default"}, "spec": spec})
+
+
+class Parsed:
+    """A parse that counts its calls: the name of each object and the node it is bound to."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, item: Mapping[str, Any]) -> tuple[str, str]:
+        self.calls += 1
+        return str(item["metadata"]["name"]), str((item.get("spec") or {}).get("nodeName") or "")
+
+
+def _informer(kube: KubeEmulator, parse: Parsed) -> Informer[tuple[str, str]]:
+    return Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=parse)
+
+
+def test_a_catch_up_reads_the_changes_since_its_version_and_stops_at_the_bookmark(kube: KubeEmulator) -> None:
+    for name in ("a", "b", "c"):
+        _pod(kube, name)
+    parse = Parsed()
+    pods = _informer(kube, parse)
+    assert pods.catch_up() == "listed" and sorted(pods.items() or []) == [("a", ""), ("b", ""), ("c", "")]
+    pods.hold()
+    assert pods.items() is None  # held: nothing is served until the next catch-up
+
+    kube.store.bind("a", namespace="default", node_name="n1")
+    kube.store.delete("pods", "b", namespace="default")
+    _pod(kube, "d")
+    calls, began = parse.calls, time.monotonic()
+    assert pods.catch_up() == "caught up"
+    took = time.monotonic() - began
+    assert sorted(pods.items() or []) == [("a", "n1"), ("c", ""), ("d", "")]
+    assert parse.calls - calls == 2  # the bound pod and the new one; the others were not read again
+    assert kube.operations["list pods"] == 1 and kube.operations["watch pods"] == 1
+    assert took < CATCH_UP_WATCH_SECONDS - 0.5, took  # it stopped at the bookmark, not at the watch's end
+    assert pods.version == str(kube.store.resource_version)
+
+
+def test_a_version_the_server_no_longer_holds_is_answered_by_a_list_that_reparses_only_what_changed(
+    kube: KubeEmulator,
+) -> None:
+    for name in ("a", "b"):
+        _pod(kube, name)
+    parse = Parsed()
+    pods = _informer(kube, parse)
+    pods.catch_up()
+    _pod(kube, "c")
+    kube.faults = KubeFaults(rates={"watch pods": {"expired": 1.0}})
+    assert pods.catch_up() == "listed"
+    assert sorted(pods.items() or []) == [("a", ""), ("b", ""), ("c", "")]
+    assert pods.relists == 1 and "410" in pods.failure
+    assert parse.calls == 3  # a and b were kept as they were listed before
+
+
+def test_a_catch_up_whose_watch_is_cut_before_the_bookmark_lists_again(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    pods = _informer(kube, Parsed())
+    pods.catch_up()
+    for name in ("b", "c", "d"):
+        _pod(kube, name)
+    kube.faults = KubeFaults(rates={"watch pods": {"cut": 1.0}}, cut_after_events=1)
+    assert pods.catch_up() == "listed"
+    assert [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c", "d"]
+    assert kube.operations["list pods"] == 2 and pods.failure
+
+
+def test_an_informer_followed_by_a_thread_cannot_be_caught_up(kube: KubeEmulator) -> None:
+    pods = _informer(kube, Parsed())
+    try:
+        assert pods.start(wait_seconds=10.0)
+        with pytest.raises(RuntimeError, match="followed by a thread"):
+            pods.catch_up()
+    finally:
+        pods.stop()
+
+
+def test_the_cluster_serves_what_it_caught_up_until_it_holds(kube: KubeEmulator) -> None:
+    kube.store.create("nodes", {"metadata": {"name": "n1"}})
+    _pod(kube, "a", node="n1")
+    cluster = _cluster(kube)
+    assert cluster.catch_up() == []
+    _pod(kube, "late")  # after the catch-up: the pass's snapshot is the catch-up's
+    assert [p.name for p in cluster.list_pods()] == ["a"] and [n.name for n in cluster.list_nodes()] == ["n1"]
+    assert kube.operations["list pods"] == 1
+    cluster.hold()
+    assert [p.name for p in cluster.list_pods()] == ["a", "late"]  # held: read from the API
+    assert kube.operations["list pods"] == 2
+    assert cluster.catch_up() == []
+    assert [p.name for p in cluster.list_pods()] == ["a", "late"]
+    assert kube.operations["list pods"] == 2 and kube.operations["watch pods"] == 1
+
+
+def test_a_kind_that_cannot_catch_up_is_listed_from_the_api(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    cluster = _cluster(kube)
+    kube.faults = KubeFaults(rates={"list nodeclaims": {"error": 1.0}})
+    failures = cluster.catch_up()
+    assert len(failures) == 1 and failures[0].startswith("nodeclaims: not caught up, the pass lists it: "), failures
+    kube.faults = None
+    assert cluster.list_nodeclaims() == [] and kube.operations["list nodeclaims"] > 1  # read from the API
+    assert [p.name for p in cluster.list_pods()] == ["a"] and kube.operations["list pods"] == 1
+    cluster.hold()
+
+
+def test_the_cluster_reports_a_kind_listed_again_because_its_watch_failed(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    cluster = _cluster(kube)
+    assert cluster.catch_up() == []  # the first lists are no failure
+    cluster.hold()
+    kube.faults = KubeFaults(rates={"watch nodes": {"expired": 1.0}})
+    failures = cluster.catch_up()
+    assert len(failures) == 1 and failures[0].startswith("nodes: listed again: ") and "410" in failures[0], failures
+    cluster.hold()
+
+
+def test_a_followed_cluster_is_not_caught_up(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    cluster = _cluster(kube)
+    try:
+        assert cluster.follow(wait_seconds=10.0)
+        assert cluster.catch_up() == []
+        assert kube.operations["watch pods"] == 1  # the follower's own watch, no catch-up beside it
+    finally:
+        cluster.unfollow()
