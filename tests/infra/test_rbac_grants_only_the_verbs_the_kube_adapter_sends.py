@@ -20,15 +20,17 @@ KUBE_ADAPTER = REPO / "lambdas" / "nodesmith" / "adapters" / "kube"
 
 GRANTS = {
     ("", "pods", "list"),  # the reconcile snapshot; a drain round's pods (fieldSelector spec.nodeName)
-    ("", "pods", "watch"),  # pending pods in watch mode
+    ("", "pods", "watch"),  # the reconcile function's cache; pending pods in watch mode
     ("", "pods", "delete"),  # a pod past its deadline
     ("", "pods/eviction", "create"),  # drains, PodDisruptionBudgets honoured
     ("", "nodes", "get"),  # locate an interrupted or terminating node
     ("", "nodes", "list"),  # the snapshot; the cordoned nodes (fieldSelector spec.unschedulable)
+    ("", "nodes", "watch"),  # the reconcile function's cache
     ("", "nodes", "patch"),  # taint and cordon, uncordon, labels and finalizers
     ("", "nodes", "delete"),  # a terminated node
     ("", "events", "create"),  # Events on pods, nodes and NodeClaims
     ("karpenter.sh", "nodepools", "list"),
+    ("karpenter.sh", "nodepools", "watch"),  # the reconcile function's cache
     ("karpenter.k8s.aws", "ec2nodeclasses", "get"),  # re-read before a guarded finalizer patch
     ("karpenter.k8s.aws", "ec2nodeclasses", "list"),
     ("karpenter.sh", "nodeoverlays", "list"),  # feature gate NodeOverlay
@@ -37,6 +39,7 @@ GRANTS = {
     ("karpenter.k8s.aws", "ec2nodeclasses", "patch"),  # the karpenter.k8s.aws/termination finalizer only
     ("karpenter.sh", "nodeclaims", "get"),
     ("karpenter.sh", "nodeclaims", "list"),
+    ("karpenter.sh", "nodeclaims", "watch"),  # the reconcile function's cache
     ("karpenter.sh", "nodeclaims", "create"),
     ("karpenter.sh", "nodeclaims", "patch"),  # labels, termination annotations, finalizer removal
     ("karpenter.sh", "nodeclaims", "delete"),  # a termination request
@@ -58,6 +61,22 @@ def _grants() -> set[tuple[str, str, str]]:
 
 def test_the_cluster_role_grants_exactly_what_the_adapter_uses() -> None:
     assert _grants() == GRANTS
+
+
+def test_every_kind_the_reconcile_cache_keeps_may_be_watched() -> None:
+    """The informers of ``KubeCluster.follow`` and ``KubeCluster.catch_up`` list and watch their collections: a watch
+    the role refused would leave the cache listing every pass (or, followed, not serving)."""
+    from kubernetes.client import ApiClient
+
+    from nodesmith.adapters.kube import KubeCluster
+
+    informers = KubeCluster(api_client=ApiClient())._informers_of(memoised=False)
+    paths = [i.url_path for i in informers.values()]
+    assert len(paths) == 4
+    for url in paths:
+        parts = url.strip("/").split("/")  # /api/v1/<plural> or /apis/<group>/<version>/<plural>
+        group, plural = ("", parts[2]) if parts[0] == "api" else (parts[1], parts[3])
+        assert {(group, plural, "list"), (group, plural, "watch")} <= _grants(), url
 
 
 def test_the_adapter_sends_no_method_the_cluster_role_would_refuse() -> None:
