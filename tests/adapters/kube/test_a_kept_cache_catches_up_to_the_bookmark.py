@@ -72,6 +72,20 @@ def test_a_catch_up_reads_the_changes_since_its_version_and_stops_at_the_bookmar
     assert pods.version == str(kube.store.resource_version)
 
 
+def test_an_own_write_taken_in_is_not_parsed_again_when_its_event_arrives(kube: KubeEmulator) -> None:
+    parse = Parsed()
+    pods = _informer(kube, parse)
+    pods.catch_up()
+    written = kube.store.create(
+        "pods", {"metadata": {"name": "mine", "namespace": "default"}, "spec": {"containers": [{"name": "c"}]}}
+    )
+    pods.observe(written)  # the API server's answer to this process's write
+    held = (pods._objects["default/mine"])[1]
+    calls = parse.calls
+    assert pods.catch_up() == "caught up"
+    assert parse.calls == calls and (pods.items() or [None])[0] is held
+
+
 def test_a_version_the_server_no_longer_holds_is_answered_by_a_list_that_reparses_only_what_changed(
     kube: KubeEmulator,
 ) -> None:

@@ -200,7 +200,12 @@ class Informer(Generic[T]):
             self.on_change()
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """Apply one watch event. An object already held at the event's version (this process's own write, taken
+        in by :meth:`observe`) is kept as it is, not parsed again."""
         key, version = _key(obj), str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        held = self._objects.get(key)
+        if kind != "DELETED" and held is not None and version and held[0] == version:
+            return
         value = None if kind == "DELETED" else self.parse(obj)
         with self._lock:
             if value is None:
