@@ -70,7 +70,7 @@ def test_every_kind_the_reconcile_cache_keeps_may_be_watched() -> None:
 
     from nodesmith.adapters.kube import KubeCluster
 
-    informers = KubeCluster(api_client=ApiClient())._informers_of(memoised=False)
+    informers = KubeCluster(api_client=ApiClient())._informers_of()
     paths = [i.url_path for i in informers.values()]
     assert len(paths) == 4
     for url in paths:

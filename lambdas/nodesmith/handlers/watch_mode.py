@@ -198,9 +198,11 @@ def warm_alongside(work: Callable[[], object] | None) -> Callable[[], None]:
 def _follow(cluster: Cluster) -> Callable[[], None]:
     """Have ``cluster`` keep the kinds every pass lists in memory, when it can
     (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`: one list each, then watches, a 410 Gone answered
-    by listing again), so the watching invocation's passes read memory; returns what stops it. A kind not listed
-    within :data:`SYNC_WAIT_SECONDS` is read from the API as in poll mode. What was listed lives as long as the
-    invocation: the heap is settled (:func:`~nodesmith.handlers.heap.settle`) so no collection traverses it again.
+    by listing again), so the watching invocation's passes read memory; returns what stops it. A container's next
+    watching invocation resumes from what the last one held (one short watch each to the API server's bookmark) instead
+    of listing again. A kind not current within :data:`SYNC_WAIT_SECONDS` is read from the API as in poll mode. What
+    is held lives as long as the container: the heap is settled (:func:`~nodesmith.handlers.heap.settle`) so no
+    collection traverses it again.
     """
     follow = getattr(cluster, "follow", None)
     if follow is None:

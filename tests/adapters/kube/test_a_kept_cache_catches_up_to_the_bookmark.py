@@ -172,3 +172,48 @@ def test_a_followed_cluster_is_not_caught_up(kube: KubeEmulator) -> None:
         assert kube.operations["watch pods"] == 1  # the follower's own watch, no catch-up beside it
     finally:
         cluster.unfollow()
+
+
+def test_a_stopped_informer_ends_its_thread_and_starts_again_from_what_it_holds(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    parse = Parsed()
+    pods = _informer(kube, parse)  # its watches last 60 s
+    assert pods.start(wait_seconds=10.0)
+    time.sleep(0.3)  # its watch is open
+    thread, began = pods._thread, time.monotonic()
+    pods.stop()
+    assert thread is not None and not thread.is_alive() and time.monotonic() - began < 2.0  # not at the watch's end
+    assert pods.items() is None
+    _pod(kube, "b")  # while nothing follows
+    try:
+        assert pods.start(wait_seconds=10.0)
+        assert [name for name, _ in sorted(pods.items() or [])] == ["a", "b"]
+        assert kube.operations["list pods"] == 1 and parse.calls == 2  # caught up from its version: b alone read
+        _pod(kube, "c")
+        deadline = time.monotonic() + 10
+        while len(pods.items() or []) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c"]  # and it follows on
+    finally:
+        pods.stop()
+
+
+def test_a_clusters_next_follow_and_catch_up_read_what_changed_since_it_unfollowed(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    cluster = _cluster(kube)
+    try:
+        assert cluster.follow(wait_seconds=10.0)
+        assert cluster.catch_up() == []  # followed: nothing to do
+    finally:
+        cluster.unfollow()
+    _pod(kube, "b")
+    try:
+        assert cluster.follow(wait_seconds=10.0)  # a container's next watching invocation
+        assert [p.name for p in cluster.list_pods()] == ["a", "b"]
+    finally:
+        cluster.unfollow()
+    _pod(kube, "c")
+    assert cluster.catch_up() == []  # or a scheduled pass
+    assert [p.name for p in cluster.list_pods()] == ["a", "b", "c"]
+    cluster.hold()
+    assert kube.operations["list pods"] == 1 and kube.operations["list nodes"] == 1

@@ -91,12 +91,11 @@ class KubeCluster(PodWatches):
         self._nodes: ParsedObjects[Node] = ParsedObjects(node_from_dict)
         self._informers: dict[str, Informer[Any]] = {}
         self._kept: dict[str, Informer[Any]] = {}
+        self._following = False
 
     # ----------------------------------------------------------------- watch mode's cache, poll mode's kept cache
-    def _informers_of(self, *, memoised: bool) -> dict[str, Informer[Any]]:
-        """An informer each for pods, Nodes, NodeClaims and NodePools. ``memoised``: pods and Nodes are parsed
-        through this cluster's :class:`~nodesmith.adapters.kube.parsed.ParsedObjects` (a container's next watching
-        invocation lists them again); else the informer keeps its parses itself."""
+    def _informers_of(self) -> dict[str, Informer[Any]]:
+        """An informer each for pods, Nodes, NodeClaims and NodePools (each keeps its parses itself)."""
         from nodesmith.adapters.kube.informer import Informer
         from nodesmith.core.api.nodeclaim import NodeClaim
 
@@ -104,11 +103,9 @@ class KubeCluster(PodWatches):
             parsed: NodeClaim = self._parse(NodeClaim.model_validate, item, "nodeclaim")
             return parsed
 
-        pods: Callable[[Mapping[str, Any]], Pod] = self._pods if memoised else pod_from_dict
-        nodes: Callable[[Mapping[str, Any]], Node] = self._nodes if memoised else node_from_dict
         kinds: dict[str, tuple[str, Callable[[Mapping[str, Any]], Any]]] = {
-            "pods": (path("api", "v1", "pods"), lambda i: self._parse(pods, i, "pod")),
-            "nodes": (path("api", "v1", "nodes"), lambda i: self._parse(nodes, i, "node")),
+            "pods": (path("api", "v1", "pods"), lambda i: self._parse(pod_from_dict, i, "pod")),
+            "nodes": (path("api", "v1", "nodes"), lambda i: self._parse(node_from_dict, i, "node")),
             "nodeclaims": (path("apis", "karpenter.sh", "v1", "nodeclaims"), claim),
             "nodepools": (path("apis", "karpenter.sh", "v1", "nodepools"), self._nodepool_or_none),
         }
@@ -117,22 +114,33 @@ class KubeCluster(PodWatches):
             for kind, (url, parse) in kinds.items()
         }
 
+    def _kept_informers(self) -> dict[str, Informer[Any]]:
+        """The informers this cluster keeps for its whole life (a Lambda container's), made the first time."""
+        if not self._kept:
+            self._kept = self._informers_of()
+        return self._kept
+
     def follow(self, *, wait_seconds: float = 10.0) -> bool:
         """Keep pods, Nodes, NodeClaims and NodePools in memory (:class:`~nodesmith.adapters.kube.informer.Informer`:
         one list each, then their watches, relisting after a 410 Gone) until :meth:`unfollow`; meanwhile the
         lists of those kinds (all pods, not a node's) read memory, and NodeClaims this process writes are taken in
-        at once. True when every kind was listed within ``wait_seconds``; a kind that was not (or whose informer
-        breaks) is listed from the API as before. Watch mode follows for the invocation's lifetime."""
-        if self._informers:
-            return all(i.items() is not None for i in self._informers.values())
-        self._informers = self._informers_of(memoised=True)
-        started = [i.start(wait_seconds=wait_seconds) for i in self._informers.values()]  # every one, then wait
+        at once. The informers are kept after :meth:`unfollow`: the next :meth:`follow` (a container's next watching
+        invocation) or :meth:`catch_up` reads only what changed since. True when every kind was current within
+        ``wait_seconds``; a kind that was not (or whose informer breaks) is listed from the API as before. Watch
+        mode follows for the invocation's lifetime."""
+        kept = self._kept_informers()
+        self._following = True
+        self._pods.clear()  # the informers hold every pod; only a node's pods are parsed through it now
+        self._informers = kept
+        started = [i.start(wait_seconds=wait_seconds) for i in kept.values()]  # every one, then wait
         return all(started)
 
     def unfollow(self) -> None:
-        """Stop the informers of :meth:`follow`; lists read the API again."""
-        informers, self._informers = self._informers, {}
-        for informer in informers.values():
+        """Stop the informers of :meth:`follow` (their threads end; what they hold is kept); lists read the API
+        again."""
+        self._following = False
+        self._informers = {}
+        for informer in self._kept.values():
             informer.stop()
 
     def catch_up(self) -> list[str]:
@@ -145,12 +153,10 @@ class KubeCluster(PodWatches):
         caught up at once, in threads. Returns what went wrong, a line each: a kind listed again because its watch
         failed (``"<kind>: listed again: <why>"``), or one whose list failed too (``"<kind>: not caught up, ..."``),
         which the pass lists from the API, as without the cache. Does nothing while :meth:`follow` follows."""
-        if self._informers and self._informers is not self._kept:
+        if self._following:
             return []
-        if not self._kept:
-            self._kept = self._informers_of(memoised=False)
+        kept = self._kept_informers()
         self._pods.clear()  # the kept cache holds every pod; only a node's pods are parsed through it now
-        kept = self._kept
         with ThreadPoolExecutor(max_workers=len(kept), thread_name_prefix="catch-up") as pool:
             done = {kind: pool.submit(informer.catch_up) for kind, informer in kept.items()}
         failures = []
@@ -166,8 +172,9 @@ class KubeCluster(PodWatches):
     def hold(self) -> None:
         """End :meth:`catch_up`'s serving: lists read the API until the next catch-up, which starts from what is
         kept."""
-        if self._informers is self._kept:
-            self._informers = {}
+        if self._following:
+            return
+        self._informers = {}
         for informer in self._kept.values():
             informer.hold()
 

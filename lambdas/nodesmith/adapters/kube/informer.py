@@ -19,6 +19,7 @@ to its version applied. A change is then read once, not the whole collection eve
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -41,6 +42,8 @@ a second for it."""
 _READ_MARGIN_SECONDS = 10.0
 """A watch's read timeout is its ``timeoutSeconds`` plus this, so the server ends it first."""
 _MAX_PAUSE_SECONDS = 5.0
+_STOP_WAIT_SECONDS = 5.0
+"""How long :meth:`Informer.stop` waits for its thread to end."""
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -86,14 +89,20 @@ class Informer(Generic[T]):
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._response: Any = None
         self._lists = 0
 
     # -- use ----------------------------------------------------------------------------------------
 
     def start(self, *, wait_seconds: float) -> bool:
-        """Start following in a daemon thread; True when the first list is read within ``wait_seconds``."""
+        """Start following in a daemon thread; True when the objects are current within ``wait_seconds``: listed,
+        or, when this informer holds a version from before (a :meth:`stop`, or :meth:`catch_up`), caught up from it
+        as :meth:`catch_up` does, before the thread follows on from there."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name=f"informer-{self.what}", daemon=True)
+            self._stopping = stopping = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(stopping,), name=f"informer-{self.what}", daemon=True
+            )
             self._thread.start()
         return self._synced.wait(wait_seconds)
 
@@ -103,33 +112,30 @@ class Informer(Generic[T]):
         changes applied until the ``BOOKMARK`` that marks them all sent, then closed. A watch that ends without a
         bookmark or fails, or is answered 410 Gone (the version is older than the server's history), is followed by
         a list (:attr:`failure` says why). Returns ``"caught up"`` or ``"listed"``; :meth:`items` serves from then
-        until :meth:`hold`. Raises
-        ``KubernetesError`` when the list fails (after the client's retries), and ``RuntimeError`` when a thread
-        follows this informer."""
+        until :meth:`hold`. Raises ``KubernetesError`` when the list fails (after the client's retries), and
+        ``RuntimeError`` when a thread follows this informer."""
         if self._thread is not None:
             raise RuntimeError(f"informer {self.what} is followed by a thread")
         self._synced.clear()
-        self.failure = ""
-        if self.version:
-            try:
-                for kind in self._watch(seconds=CATCH_UP_WATCH_SECONDS):
-                    if kind == "BOOKMARK":
-                        self._synced.set()
-                        return "caught up"
-                self.failure = f"{self.what}: the catch-up watch ended without a bookmark"
-            except KubernetesError as exc:
-                self.failure = str(exc)
-        self._list()
-        return "listed"
+        return self._resume(None)
 
     def hold(self) -> None:
         """Stop serving :meth:`items` (None) until the next :meth:`catch_up`; the objects and version are kept."""
         self._synced.clear()
 
     def stop(self) -> None:
-        """Stop following (the thread ends at its next event or at the watch's timeout); :meth:`items` is None."""
+        """Stop following: the open watch is shut down and the thread waited for (at most
+        :data:`_STOP_WAIT_SECONDS`; one that has not ended by then applies nothing more). :meth:`items` is None
+        until the next :meth:`start` or :meth:`catch_up`, which resume from the objects and version kept."""
         self._stopping.set()
         self._synced.clear()
+        thread, self._thread = self._thread, None
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):  # unblocks the thread's read; the stream is abandoned anyway
+                response.shutdown()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_STOP_WAIT_SECONDS)
 
     def items(self) -> list[T] | None:
         """The objects now (by namespace and name), or None while not synced (not started, stopped, broken)."""
@@ -153,36 +159,72 @@ class Informer(Generic[T]):
 
     # -- the thread ---------------------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, stopping: threading.Event) -> None:
+        """The thread: until ``stopping`` is set, list when there is no version, then follow the watch."""
         failures = 0
-        while not self._stopping.is_set():
+        if self.version and not self._synced.is_set():  # started again: catch up from what is kept
+            try:
+                self._resume(stopping)
+            except KubernetesError as exc:
+                self.failure, self.version = str(exc), ""  # listed in the loop, with its pauses
+        while not stopping.is_set():
             try:
                 if not self.version:
-                    self._list()
-                for kind in self._watch():
+                    self._list(stopping)
+                for kind in self._watch(stopping=stopping):
                     failures = 0
                     if kind == "BOOKMARK":  # every change up to it applied: serve again after a refused watch
                         self._synced.set()
                 failures = 0  # the server ended the stream at its timeout: resume from the version
             except KubernetesError as exc:
-                self.failure = str(exc)
+                if stopping.is_set():  # the watch was shut down by stop()
+                    return
                 failures += 1
-                if exc.status == 410:
-                    self.version = ""  # too old: list again, at once the first time
-                    if failures == 1:
-                        continue
-                elif 400 <= exc.status < 500 and exc.status != 429:  # refused (RBAC, ...): not a passing failure
-                    self._synced.clear()  # nothing stale is served; lists read the API until a bookmark
-                self._stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
+                if self._failed(exc, first=failures == 1):
+                    stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
             except Exception as exc:  # a broken stream must not end the thread silently
+                if stopping.is_set():
+                    return
                 self.failure = f"{self.what}: {exc!r}"
                 self.version = ""
                 self._synced.clear()
                 failures += 1
-                self._stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
+                stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
 
-    def _list(self) -> None:
+    def _failed(self, exc: KubernetesError, *, first: bool) -> bool:
+        """Take in a failed list or watch; True when the thread should pause before trying again. A 410 Gone (the
+        version too old) lists again, at once the first time; a refused watch (a 4xx other than 410 and 429: RBAC,
+        say) is no passing failure, so nothing stale is served (lists read the API) until a bookmark."""
+        self.failure = str(exc)
+        if exc.status == 410:
+            self.version = ""
+            return not first
+        if 400 <= exc.status < 500 and exc.status != 429:
+            self._synced.clear()
+        return True
+
+    def _resume(self, stopping: threading.Event | None) -> str:
+        """Catch up from :attr:`version` (see :meth:`catch_up`), or list when there is none; ``stopping`` ends the
+        watch early (None: nothing does). Returns ``"caught up"`` or ``"listed"``; raises ``KubernetesError`` when
+        the list fails."""
+        self.failure = ""
+        if self.version:
+            try:
+                for kind in self._watch(seconds=CATCH_UP_WATCH_SECONDS, stopping=stopping):
+                    if kind == "BOOKMARK":
+                        self._synced.set()
+                        return "caught up"
+                self.failure = f"{self.what}: the catch-up watch ended without a bookmark"
+            except KubernetesError as exc:
+                self.failure = str(exc)
+        self._list(stopping)
+        return "listed"
+
+    def _list(self, stopping: threading.Event | None = None) -> None:
+        """List the collection and hold what it lists (unless ``stopping`` was set meanwhile)."""
         items, version = self.rest.list_versioned(self.url_path, what=self.what, page_size=self.page_size, cached=True)
+        if stopping is not None and stopping.is_set():
+            return
         held = self._objects  # an object listed again at the version held is not parsed again
         parsed: dict[str, tuple[str, T]] = {}
         for item in items:
@@ -215,10 +257,10 @@ class Informer(Generic[T]):
         if self.on_change is not None:
             self.on_change()
 
-    def _watch(self, seconds: int | None = None) -> Iterator[str]:
+    def _watch(self, seconds: int | None = None, stopping: threading.Event | None = None) -> Iterator[str]:
         """One watch request from :attr:`version` of ``seconds`` (:attr:`watch_seconds` when None), applying its
-        events; yields each event's type. Raises ``KubernetesError``: the status of an ``ERROR`` event or a refused
-        request, 0 for a lost connection."""
+        events until ``stopping`` is set; yields each event's type. Raises ``KubernetesError``: the status of an
+        ``ERROR`` event or a refused request, 0 for a lost connection."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.watch import Watch
         from urllib3.exceptions import HTTPError
@@ -233,7 +275,7 @@ class Informer(Generic[T]):
         try:
             stream = watcher.stream(open_watch, timeout_seconds=seconds)  # type: ignore[no-untyped-call]
             for event in stream:
-                if self._stopping.is_set():
+                if stopping is not None and stopping.is_set():
                     return
                 kind, obj = str(event.get("type")), event.get("raw_object") or {}
                 version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
@@ -266,7 +308,7 @@ class Informer(Generic[T]):
         )
         url, headers = serialized[1], serialized[2]
         timeout = (self.rest.timeout[0], float(seconds) + _READ_MARGIN_SECONDS)
-        response = api.call_api("GET", url, header_params=headers, _request_timeout=timeout).response
+        response = self._response = api.call_api("GET", url, header_params=headers, _request_timeout=timeout).response
         if not 200 <= response.status <= 299:
             data = response.read()
             response.release_conn()
