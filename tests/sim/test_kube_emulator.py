@@ -130,6 +130,19 @@ def test_watch_from_an_expired_version_is_410() -> None:
         assert err.value.status == 410
 
 
+def test_the_watch_history_is_kept_per_resource() -> None:
+    """As the API server's watch cache per resource: writes of other kinds never expire a version."""
+    with KubeEmulator(store=Store(history=3)) as kube:
+        v1 = client.CoreV1Api(client.ApiClient(client.Configuration(host=kube.endpoint)))
+        v1.create_namespaced_pod("default", pod("a"))
+        start = v1.list_namespaced_pod("default").metadata.resource_version
+        for i in range(6):
+            kube.store.create("nodes", {"metadata": {"name": f"n{i}"}})
+        v1.create_namespaced_pod("default", pod("b"))
+        events = watch.Watch().stream(v1.list_namespaced_pod, "default", resource_version=start, timeout_seconds=1)
+        assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "b")]
+
+
 def test_a_watch_allowing_bookmarks_gets_one_before_its_timeout_a_resume_can_start_from() -> None:
     with KubeEmulator(store=Store(history=3)) as kube:
         v1 = client.CoreV1Api(client.ApiClient(client.Configuration(host=kube.endpoint)))

@@ -1,5 +1,5 @@
-"""An informer whose watch ends at its timeout resumes from the last BOOKMARK the API server sent, so writes of
-other kinds that pushed its list's version out of the server's history do not make it list again."""
+"""An informer whose watch ends at its timeout resumes from the last BOOKMARK the API server sent: the bookmark moves
+its version past writes of other kinds, and it follows on from there without listing again."""
 
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ def test_a_resumed_watch_follows_on_without_listing_again(kube: KubeEmulator) ->
     pods = Informer(rest=cluster.rest, url_path="/api/v1/pods", what="pods", parse=_name, watch_seconds=3)
     try:
         assert pods.start(wait_seconds=10.0)
+        listed = int(pods.version)
         time.sleep(0.5)  # its watch is open
-        for i in range(6):  # Nodes written: the pods' list version leaves the history of three
+        for i in range(6):  # Nodes written: no pod event moves the pods' version
             kube.store.create("nodes", {"metadata": {"name": f"n{i}"}})
         time.sleep(3.5)  # the pod watch ends at its timeout and is resumed from its bookmark
+        assert int(pods.version) == listed + 6  # the bookmark's: the store's version when it was sent
         _pod(kube, "late")
         deadline = time.monotonic() + 10
         while sorted(pods.items() or []) != ["a", "late"] and time.monotonic() < deadline:

@@ -1,7 +1,7 @@
 """The emulator's object store: thread-safe, versioned, watchable, shared by HTTP and in-process users.
 
 Objects are plain JSON dicts kept as immutable snapshots (every write stores a new dict), so the
-watch history can hold them without copying. Every successful write bumps one global
+watch history (kept per resource) can hold them without copying. Every successful write bumps one global
 ``resourceVersion`` counter and emits exactly one :class:`WatchEvent`, which makes watch resumption
 from any retained version exact. Readers get detached copies.
 

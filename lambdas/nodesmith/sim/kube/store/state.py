@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     import builtins
     import random
     import threading
-    from collections import deque
     from collections.abc import Callable
 
     from nodesmith.sim.kube.events import Subscription
@@ -60,7 +60,9 @@ class StoreState:
     _rng: random.Random
     _rv: int
     _objects: dict[str, dict[tuple[str, str], _Entry]]
-    _history: deque[WatchEvent]
+    _history: dict[str, deque[WatchEvent]]
+    _history_size: int
+    _history_dropped: set[str]
     _subs: builtins.list[Subscription]
     _order: dict[str, builtins.list[tuple[str, str]]]
     _pods_by_node: dict[str, set[tuple[str, str]]]
@@ -87,7 +89,9 @@ class StoreState:
     def rt(self, resource: str) -> ResourceType:
         """The :class:`ResourceType` of a store key; ``KeyError`` if unknown."""
         rt = self.registry.get(resource)
-        self._objects.setdefault(rt.key, {})
+        if rt.key not in self._objects:  # registered after the store was made (a CRD applied)
+            self._objects[rt.key] = {}
+            self._history[rt.key] = deque(maxlen=self._history_size)
         return rt
 
     def _key(self, rt: ResourceType, namespace: str | None, name: str) -> tuple[str, str]:
@@ -115,7 +119,12 @@ class StoreState:
         if rt.key == "pods":
             self._index_pod(kind, obj, old)
         event = WatchEvent(kind, rt.key, obj, old, self._rv)
-        self._history.append(event)
+        history = self._history.get(rt.key)
+        if history is None:
+            history = self._history[rt.key] = deque(maxlen=self._history_size)
+        if len(history) == history.maxlen:
+            self._history_dropped.add(rt.key)
+        history.append(event)
         for sub in self._subs:
             if sub.accepts(event):
                 sub.queue.append(event)

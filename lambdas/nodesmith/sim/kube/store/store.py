@@ -4,6 +4,7 @@ the pod subresources (eviction, binding) and watches; creates/updates and delete
 
 from __future__ import annotations
 
+import heapq
 import json
 import random
 import threading
@@ -32,9 +33,11 @@ class Store(StoreWrites, StoreDeletes):
     """In-memory Kubernetes objects with global versioning, watch history and subscriptions.
 
     ``clock`` gives epoch seconds (inject a simulated clock for virtual time); ``seed`` makes
-    generated names and uids reproducible; ``history`` bounds the retained watch events (a watch
-    from an older version gets 410 Expired). Resource arguments are store keys: ``pods``,
-    ``nodes``, ``deployments.apps``, ``poddisruptionbudgets.policy``, ``nodeclaims.karpenter.sh``...
+    generated names and uids reproducible; ``history`` bounds the watch events retained per resource, as the API
+    server keeps a watch cache per resource (a watch from a version older than its resource's oldest retained event,
+    once one was dropped, gets 410 Expired: ``watchCache.getAllEventsSinceLocked`` in ``k8s.io/apiserver``).
+    Resource arguments are store keys: ``pods``, ``nodes``, ``deployments.apps``, ``poddisruptionbudgets.policy``,
+    ``nodeclaims.karpenter.sh``...
     All methods raise :class:`~nodesmith.sim.kube.errors.ApiError` as the API server would answer.
     ``not_ready_toleration_seconds`` and ``unreachable_toleration_seconds`` (seconds, 300 unless set) are the API
     server's ``--default-not-ready-toleration-seconds`` and ``--default-unreachable-toleration-seconds``: the
@@ -60,7 +63,9 @@ class Store(StoreWrites, StoreDeletes):
         self._rng = random.Random(seed)
         self._rv = 0
         self._objects: dict[str, dict[tuple[str, str], _Entry]] = {rt.key: {} for rt in self.registry}
-        self._history: deque[WatchEvent] = deque(maxlen=history)
+        self._history_size = history
+        self._history: dict[str, deque[WatchEvent]] = {rt.key: deque(maxlen=history) for rt in self.registry}
+        self._history_dropped: set[str] = set()
         self._subs: list[Subscription] = []
         self._order: dict[str, list[tuple[str, str]]] = {}
         self._pods_by_node: dict[str, set[tuple[str, str]]] = {}
@@ -234,10 +239,13 @@ class Store(StoreWrites, StoreDeletes):
             keys = None if resources is None else frozenset(self.rt(r).key for r in resources)
             sub = Subscription(self, keys, since)
             if since is not None:
-                oldest = self._history[0].resource_version if self._history else self._rv + 1
-                if since < oldest - 1:
-                    raise errors.expired(f"too old resource version: {since} ({oldest - 1})")
-                sub.queue.extend(e for e in self._history if sub.accepts(e))
+                histories = {k: h for k, h in self._history.items() if keys is None or k in keys}
+                for key, history in histories.items():
+                    oldest = history[0].resource_version if history else self._rv + 1
+                    if key in self._history_dropped and since < oldest - 1:
+                        raise errors.expired(f"too old resource version: {since} ({oldest - 1})")
+                retained = heapq.merge(*histories.values(), key=lambda e: e.resource_version)
+                sub.queue.extend(e for e in retained if sub.accepts(e))
             elif initial:
                 for key in sorted(keys) if keys is not None else sorted(self._objects):
                     rt = self.rt(key)
