@@ -19,8 +19,9 @@ the full passes of one watching invocation (``NODESMITH_RECONCILE_MODE=watch``):
 cluster lists pods, Nodes, NodeClaims and NodePools once and follows their watches
 (``KubeCluster.follow``, ``informer_sync_seconds``, part of the first pass's seconds), so every pass reads them from
 memory; the scheduler is warmed as the watching invocation warms it: while that first listing runs (part of the
-first pass's seconds), and after each pass (``warm_scheduler_seconds``, not part of the pass). The JSON's ``mode``
-says which ran. Per pass:
+first pass's seconds), and after each pass (``warm_scheduler_seconds``, not part of the pass); after the passes the
+invocation stops following and the container's next one follows again (``next_invocation_sync_seconds``: until its
+cache serves, caught up from what the informers held). The JSON's ``mode`` says which ran. Per pass:
 
 - ``seconds``: the invocation's wall time; ``phases``: seconds listing (HTTP and JSON) and decoding (into the core's
   types) by the stage that read (``provisioning`` or ``disruption``), the provisioning solve (the scheduler), the
@@ -258,6 +259,15 @@ def _follow(meter: Meter, wait_seconds: float) -> float:
     return listed
 
 
+def _follow_again(meter: Meter, wait_seconds: float) -> float:
+    """A watching invocation's end (``unfollow``) and the container's next one's start (``follow``): returns the
+    seconds until its cache served again (caught up from what the informers held, not listed)."""
+    from nodesmith.handlers import wiring
+
+    wiring.build_cluster(wiring.get_settings()).unfollow()  # type: ignore[attr-defined]
+    return _follow(meter, wait_seconds)
+
+
 def _warm_scheduler() -> float:
     """What a watching invocation runs after each full pass (:func:`~nodesmith.handlers.watch_mode.warm_scheduler`);
     returns its seconds."""
@@ -321,6 +331,8 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
         if mode == "watch":
             report["warm_scheduler_seconds"] = round(_warm_scheduler(), 3)
         reports.append(report)
+    if mode == "watch":  # the invocation leaves; the container's next watching invocation follows again
+        reports[0]["next_invocation_sync_seconds"] = round(_follow_again(meter, timeout), 3)
     conn.send(reports)
     conn.close()
 
@@ -364,6 +376,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "warm_pass_seconds": passes[-1]["seconds"],
         "handler_peak_rss_mib": max(p["rss_mib"] for p in passes),
         "handler_rss_after_import_mib": reports[0]["rss_after_import_mib"],
+        **(
+            {"next_invocation_sync_seconds": reports[0]["next_invocation_sync_seconds"]}
+            if "next_invocation_sync_seconds" in reports[0]
+            else {}
+        ),
         "passes": passes,
         "targets": TARGETS.get(shape),
     }
