@@ -132,7 +132,10 @@ class KubeCluster(PodWatches):
         self._following = True
         self._pods.clear()  # the informers hold every pod; only a node's pods are parsed through it now
         self._informers = kept
-        started = [i.start(wait_seconds=wait_seconds) for i in kept.values()]  # every one, then wait
+        for informer in kept.values():  # every one at once, then wait for them
+            informer.start(wait_seconds=0)
+        deadline = time.monotonic() + wait_seconds
+        started = [i.start(wait_seconds=max(deadline - time.monotonic(), 0.0)) for i in kept.values()]
         return all(started)
 
     def unfollow(self) -> None:
