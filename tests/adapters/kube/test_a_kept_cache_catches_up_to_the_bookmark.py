@@ -219,3 +219,20 @@ def test_a_clusters_next_follow_and_catch_up_read_what_changed_since_it_unfollow
     assert [p.name for p in cluster.list_pods()] == ["a", "b", "c"]
     cluster.hold()
     assert kube.operations["list pods"] == 1 and kube.operations["list nodes"] == 1
+
+
+def test_following_again_and_again_serves_only_what_was_caught_up(kube: KubeEmulator) -> None:
+    """A stop right after a start (the thread between its catch-up and its long watch) still ends the thread at once,
+    and never leaves the next start serving before it caught up."""
+    cluster = _cluster(kube)
+    for i in range(4):
+        _pod(kube, f"p{i}")  # while nothing follows
+        try:
+            assert cluster.follow(wait_seconds=10.0)
+            assert [p.name for p in cluster.list_pods()] == [f"p{j}" for j in range(i + 1)]
+        finally:
+            began = time.monotonic()
+            cluster.unfollow()
+            assert time.monotonic() - began < 2.0
+    assert all(not (i._thread and i._thread.is_alive()) for i in cluster._kept.values())
+    assert kube.operations["list pods"] == 1

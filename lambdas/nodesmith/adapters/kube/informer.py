@@ -90,6 +90,7 @@ class Informer(Generic[T]):
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._response: Any = None
+        self._response_lock = threading.Lock()
         self._lists = 0
 
     # -- use ----------------------------------------------------------------------------------------
@@ -99,6 +100,7 @@ class Informer(Generic[T]):
         or, when this informer holds a version from before (a :meth:`stop`, or :meth:`catch_up`), caught up from it
         as :meth:`catch_up` does, before the thread follows on from there."""
         if self._thread is None:
+            self._synced.clear()  # served again once this thread has listed or caught up
             self._stopping = stopping = threading.Event()
             self._thread = threading.Thread(
                 target=self._run, args=(stopping,), name=f"informer-{self.what}", daemon=True
@@ -127,10 +129,11 @@ class Informer(Generic[T]):
         """Stop following: the open watch is shut down and the thread waited for (at most
         :data:`_STOP_WAIT_SECONDS`; one that has not ended by then applies nothing more). :meth:`items` is None
         until the next :meth:`start` or :meth:`catch_up`, which resume from the objects and version kept."""
-        self._stopping.set()
+        with self._response_lock:  # a watch opened from now on sees the stop; one opened before is shut down
+            self._stopping.set()
+            response = self._response
         self._synced.clear()
         thread, self._thread = self._thread, None
-        response = self._response
         if response is not None:
             with contextlib.suppress(Exception):  # unblocks the thread's read; the stream is abandoned anyway
                 response.shutdown()
@@ -162,7 +165,7 @@ class Informer(Generic[T]):
     def _run(self, stopping: threading.Event) -> None:
         """The thread: until ``stopping`` is set, list when there is no version, then follow the watch."""
         failures = 0
-        if self.version and not self._synced.is_set():  # started again: catch up from what is kept
+        if self.version:  # started again: catch up from what is kept
             try:
                 self._resume(stopping)
             except KubernetesError as exc:
@@ -174,7 +177,7 @@ class Informer(Generic[T]):
                 for kind in self._watch(stopping=stopping):
                     failures = 0
                     if kind == "BOOKMARK":  # every change up to it applied: serve again after a refused watch
-                        self._synced.set()
+                        self._serve(stopping)
                 failures = 0  # the server ended the stream at its timeout: resume from the version
             except KubernetesError as exc:
                 if stopping.is_set():  # the watch was shut down by stop()
@@ -190,6 +193,13 @@ class Informer(Generic[T]):
                 self._synced.clear()
                 failures += 1
                 stopping.wait(min(_MAX_PAUSE_SECONDS, 0.1 * 2**failures))
+
+    def _serve(self, stopping: threading.Event | None) -> None:
+        """Serve :meth:`items` from now on, unless ``stopping`` (the thread's) was set: a stopped thread that ends
+        late must not make a later start serve before it has caught up."""
+        with self._response_lock:
+            if stopping is None or not stopping.is_set():
+                self._synced.set()
 
     def _failed(self, exc: KubernetesError, *, first: bool) -> bool:
         """Take in a failed list or watch; True when the thread should pause before trying again. A 410 Gone (the
@@ -212,7 +222,7 @@ class Informer(Generic[T]):
             try:
                 for kind in self._watch(seconds=CATCH_UP_WATCH_SECONDS, stopping=stopping):
                     if kind == "BOOKMARK":
-                        self._synced.set()
+                        self._serve(stopping)
                         return "caught up"
                 self.failure = f"{self.what}: the catch-up watch ended without a bookmark"
             except KubernetesError as exc:
@@ -237,7 +247,7 @@ class Informer(Generic[T]):
             if self._lists:
                 self.relists += 1
             self._lists += 1
-        self._synced.set()
+        self._serve(stopping)
         if self.on_change is not None:
             self.on_change()
 
@@ -268,7 +278,7 @@ class Informer(Generic[T]):
         seconds = self.watch_seconds if seconds is None else seconds
 
         def open_watch(**_: Any) -> Any:
-            return self._open(seconds)
+            return self._open(seconds, stopping)
 
         watcher = Watch()  # type: ignore[no-untyped-call]
         stream = None
@@ -295,9 +305,9 @@ class Informer(Generic[T]):
             if stream is not None:  # a caller that stops reading early (a catch-up at its bookmark) closes the stream
                 stream.close()
 
-    def _open(self, seconds: int) -> Any:
+    def _open(self, seconds: int, stopping: threading.Event | None = None) -> Any:
         """GET ``url_path?watch=true`` from :attr:`version`, ending after ``seconds``: the raw urllib3 response the
-        watch reads lines from."""
+        watch reads lines from. Raises ``KubernetesError`` (status 0) when ``stopping`` was set meanwhile."""
         from nodesmith.adapters.kube.calls import error_for
 
         api = self.rest.api_client
@@ -308,7 +318,14 @@ class Informer(Generic[T]):
         )
         url, headers = serialized[1], serialized[2]
         timeout = (self.rest.timeout[0], float(seconds) + _READ_MARGIN_SECONDS)
-        response = self._response = api.call_api("GET", url, header_params=headers, _request_timeout=timeout).response
+        response = api.call_api("GET", url, header_params=headers, _request_timeout=timeout).response
+        with self._response_lock:
+            self._response = response
+            stopped = stopping is not None and stopping.is_set()
+        if stopped:  # closed, not handed back to the pool with a stream still coming
+            response.close()
+            response.release_conn()
+            raise KubernetesError(f"watch {self.what}: stopped", status=0)
         if not 200 <= response.status <= 299:
             data = response.read()
             response.release_conn()
