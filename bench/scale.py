@@ -159,10 +159,10 @@ def instrument(meter: Meter) -> None:
 
     open_watch = Informer._open
 
-    def counted_watch(self: Informer[Any], seconds: int) -> Any:
+    def counted_watch(self: Informer[Any], seconds: int, stopping: threading.Event | None = None) -> Any:
         with meter.lock:
             meter.requests["GET (watch)"] += 1
-        return open_watch(self, seconds)
+        return open_watch(self, seconds, stopping)
 
     Informer._open = counted_watch  # type: ignore[method-assign]
     KubeCluster.catch_up = _timed(meter, "kept_cache_catch_up", KubeCluster.catch_up)  # type: ignore[method-assign]
