@@ -104,3 +104,14 @@ def test_users_keep_their_nodepools_and_ec2nodeclasses() -> None:
     source = (KUBE_ADAPTER / "karpenter_objects.py").read_text()
     patches = re.findall(r'"ec2nodeclasses", name\)', source)
     assert len(patches) == 2  # the finalizer's add and removal, nothing else addresses one EC2NodeClass
+
+
+def test_the_security_docs_list_what_the_cluster_role_grants() -> None:
+    """docs/security.md's RBAC table (resource, verbs) says what the shipped role grants, no more and no less."""
+    doc = (REPO / "docs" / "security.md").read_text()
+    table = doc[doc.index("| resource | verbs | why |") :].split("\n\n", 1)[0].splitlines()[2:]
+    documented = set()
+    for row in table:
+        resources, verbs = (cell.strip() for cell in row.strip("|").split("|")[:2])
+        documented |= {(r.strip(), v.strip()) for r in resources.split(",") for v in verbs.split(",")}
+    assert documented == {(resource, verb) for _, resource, verb in _grants()}
