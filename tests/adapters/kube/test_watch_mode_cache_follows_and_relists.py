@@ -84,10 +84,10 @@ def test_a_watch_the_server_refuses_stops_the_cache_serving_until_a_bookmark(
     opened = Informer._open
     refused = {"on": True}
 
-    def refusing(self: Informer[Any], seconds: int) -> Any:
+    def refusing(self: Informer[Any], seconds: int, stopping: Any = None) -> Any:
         if refused["on"]:
             raise KubernetesError("watch pods: HTTP 403: Forbidden", status=403)
-        return opened(self, seconds)
+        return opened(self, seconds, stopping)
 
     monkeypatch.setattr(Informer, "_open", refusing)
     pods = Informer(rest=cluster.rest, url_path="/api/v1/pods", what="pods", parse=lambda i: i["metadata"]["name"],
