@@ -182,8 +182,8 @@ class Settings(BaseModel):
     )
     reconcile_mode: Literal["poll", "watch"] = Field(
         default="poll",
-        description="`poll`: one reconcile pass per scheduled invocation; `watch`: one invocation watches pending "
-        "pods for most of its timeout.",
+        description="`poll`: one reconcile pass per scheduled invocation (a warm container reads only what changed "
+        "since its last pass); `watch`: one invocation watches pending pods for most of its timeout.",
     )
     reconcile_function: str = Field(
         default="",
