@@ -71,7 +71,8 @@ def world() -> Iterator[tuple[KubeEmulator, CountingCloud]]:
             if doc:
                 kube.store.apply(doc)
         cloud = CountingCloud(now=time.time(), cluster_name="demo")
-        cluster = KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
+        api = build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none")
+        cluster = KubeCluster(api_client=api, relist_below=0)  # catches up by watch however few objects a kind has
         settings = Settings(cluster_name="demo", cluster_endpoint=kube.endpoint, kube_auth="none")
         wiring.reset()
         wiring.set_ports(cluster=cluster, cloud=cloud, queue=FakeQueue(), settings=settings)

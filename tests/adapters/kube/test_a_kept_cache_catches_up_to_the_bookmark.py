@@ -24,8 +24,10 @@ def kube() -> Iterator[KubeEmulator]:
         yield emulator
 
 
-def _cluster(kube: KubeEmulator) -> KubeCluster:
-    return KubeCluster(api_client=build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none"))
+def _cluster(kube: KubeEmulator, *, relist_below: int = 0) -> KubeCluster:
+    """A cluster whose kept cache watches to the bookmark however few objects a kind holds (unless told)."""
+    api = build_api_client(cluster_endpoint=kube.endpoint, kube_auth="none")
+    return KubeCluster(api_client=api, relist_below=relist_below)
 
 
 def _pod(kube: KubeEmulator, name: str, *, node: str = "") -> None:
@@ -112,6 +114,25 @@ def test_a_catch_up_whose_watch_is_cut_before_the_bookmark_lists_again(kube: Kub
     assert pods.catch_up() == "listed"
     assert [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c", "d"]
     assert kube.operations["list pods"] == 2 and pods.failure
+
+
+def test_a_kind_with_few_objects_is_listed_again_without_waiting_for_a_bookmark(kube: KubeEmulator) -> None:
+    for name in ("a", "b", "c"):
+        _pod(kube, name)
+    parse = Parsed()
+    pods = Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=parse, relist_below=4)
+    assert pods.catch_up() == "listed" and parse.calls == 3
+    pods.hold()
+    kube.store.bind("b", namespace="default", node_name="n1")
+    began = time.monotonic()
+    assert pods.catch_up() == "listed" and pods.failure == ""
+    assert time.monotonic() - began < 0.5  # no bookmark waited for
+    assert sorted(pods.items() or []) == [("a", ""), ("b", "n1"), ("c", "")]
+    assert parse.calls == 4 and kube.operations["watch pods"] == 0  # the list parsed again only the changed pod
+    pods.hold()
+    _pod(kube, "d")  # four held after this catch-up: the next one watches
+    assert pods.catch_up() == "listed"
+    assert pods.catch_up() == "caught up" and kube.operations["watch pods"] == 1
 
 
 def test_an_informer_followed_by_a_thread_cannot_be_caught_up(kube: KubeEmulator) -> None:

@@ -65,7 +65,8 @@ class KubeCluster(PodWatches):
     the snapshot's lists of pods, Nodes, DaemonSets, PodDisruptionBudgets, NodePools and EC2NodeClasses ask for
     ``resourceVersion=0`` (the API server's watch cache, as an informer lists; pages of ``page_size``); NodeClaims,
     which the passes themselves create and must read back, and selected lists (a node's pods, the cordoned
-    nodes) are read at the latest version.
+    nodes) are read at the latest version. The kept cache (:meth:`follow`, :meth:`catch_up`) lists again, rather than
+    watching to a bookmark, a kind that holds fewer than ``relist_below`` objects (a page, by default).
     All methods take keyword arguments and raise :mod:`nodesmith.core.errors` types.
     """
 
@@ -79,10 +80,12 @@ class KubeCluster(PodWatches):
         clock: Callable[[], float] = time.time,
         retry: RetryPolicy | None = None,
         list_from_watch_cache: bool = True,
+        relist_below: int = 500,
     ) -> None:
         self.rest = KubeRest(api_client, timeout=request_timeout, retry=retry)
         self.list_from_watch_cache = list_from_watch_cache
         self.page_size = page_size
+        self.relist_below = relist_below
         self.component = component
         self.clock = clock
         self._read_nodes: dict[str, tuple[float, dict[str, Any]]] = {}
@@ -110,7 +113,14 @@ class KubeCluster(PodWatches):
             "nodepools": (path("apis", "karpenter.sh", "v1", "nodepools"), self._nodepool_or_none),
         }
         return {
-            kind: Informer(rest=self.rest, url_path=url, what=kind, parse=parse, page_size=self.page_size)
+            kind: Informer(
+                rest=self.rest,
+                url_path=url,
+                what=kind,
+                parse=parse,
+                page_size=self.page_size,
+                relist_below=self.relist_below,
+            )
             for kind, (url, parse) in kinds.items()
         }
 

@@ -78,9 +78,11 @@ class Informer(Generic[T]):
         page_size: int = 500,
         watch_seconds: int = 60,
         on_change: Callable[[], None] | None = None,
+        relist_below: int = 0,
     ) -> None:
         self.rest, self.url_path, self.what, self.parse = rest, url_path, what, parse
         self.page_size, self.watch_seconds, self.on_change = page_size, watch_seconds, on_change
+        self.relist_below = relist_below
         self.version = ""
         self.relists = 0
         self.failure = ""
@@ -110,7 +112,8 @@ class Informer(Generic[T]):
 
     def catch_up(self) -> str:
         """Bring the objects to the API server's present without a thread (for a caller that does not :meth:`start`):
-        with no version yet, a list; else one watch from :attr:`version` of :data:`CATCH_UP_WATCH_SECONDS`, its
+        with no version yet, or fewer than ``relist_below`` objects held, a list (which parses again only the objects
+        whose version changed); else one watch from :attr:`version` of :data:`CATCH_UP_WATCH_SECONDS`, its
         changes applied until the ``BOOKMARK`` that marks them all sent, then closed. A watch that ends without a
         bookmark or fails, or is answered 410 Gone (the version is older than the server's history), is followed by
         a list (:attr:`failure` says why). Returns ``"caught up"`` or ``"listed"``; :meth:`items` serves from then
@@ -214,11 +217,12 @@ class Informer(Generic[T]):
         return True
 
     def _resume(self, stopping: threading.Event | None) -> str:
-        """Catch up from :attr:`version` (see :meth:`catch_up`), or list when there is none; ``stopping`` ends the
+        """Catch up from :attr:`version` (see :meth:`catch_up`), or list when there is none or few objects are held
+        (``relist_below``); ``stopping`` ends the
         watch early (None: nothing does). Returns ``"caught up"`` or ``"listed"``; raises ``KubernetesError`` when
         the list fails."""
         self.failure = ""
-        if self.version:
+        if self.version and len(self._objects) >= self.relist_below:
             try:
                 for kind in self._watch(seconds=CATCH_UP_WATCH_SECONDS, stopping=stopping):
                     if kind == "BOOKMARK":
