@@ -12,6 +12,8 @@ import pytest
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
 from nodesmith.adapters.kube.informer import CATCH_UP_WATCH_SECONDS, Informer
+from nodesmith.adapters.kube.retry import RetryPolicy
+from nodesmith.core.errors import KubernetesError
 from nodesmith.sim.kube import KubeEmulator, KubeFaults, Store
 
 if TYPE_CHECKING:
@@ -133,6 +135,35 @@ def test_a_kind_with_few_objects_is_listed_again_without_waiting_for_a_bookmark(
     _pod(kube, "d")  # four held after this catch-up: the next one watches
     assert pods.catch_up() == "listed"
     assert pods.catch_up() == "caught up" and kube.operations["watch pods"] == 1
+
+
+def test_a_list_again_answered_by_a_lagging_api_server_never_goes_back_in_time(kube: KubeEmulator) -> None:
+    """Behind a load balancer the next request may reach another API server whose watch cache trails: a list again
+    asks for no older a version than the informer held, so that server refuses it (504 "Too large resource
+    version") instead of answering with pods the informer already saw deleted or never created."""
+    for name in ("a", "b", "c"):
+        _pod(kube, name)
+    pods = Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=Parsed(), relist_below=10)
+    assert pods.catch_up() == "listed" and kube.cache_lists["pods"] == 1  # the first list: the watch cache
+    pods.hold()
+    with KubeEmulator(store=Store(history=50)) as lagging:
+        _pod(lagging, "a")  # it has seen only the first write
+        api = build_api_client(cluster_endpoint=lagging.endpoint, kube_auth="none")
+        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+        with pytest.raises(KubernetesError, match="Too large resource version"):
+            pods.catch_up()
+        assert pods.items() is None and lagging.cache_lists["pods"] == 0
+    pods.rest = _cluster(kube).rest
+    assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c"]
+    assert kube.cache_lists["pods"] == 1  # not older than the version held: no watch-cache list of any age
+
+
+def test_the_kept_cache_lists_nodeclaims_first_at_the_latest_version(kube: KubeEmulator) -> None:
+    _pod(kube, "a")
+    cluster = _cluster(kube)
+    assert cluster.catch_up() == []
+    assert kube.cache_lists["pods"] == 1 and kube.cache_lists["nodeclaims"] == 0  # its own writes: read back
+    cluster.hold()
 
 
 def test_an_informer_followed_by_a_thread_cannot_be_caught_up(kube: KubeEmulator) -> None:

@@ -260,12 +260,26 @@ class KubeRest:
         return self.list_versioned(url_path, what=what, page_size=page_size, cached=cached, **query)[0]
 
     def list_versioned(
-        self, url_path: str, *, what: str, page_size: int = 500, cached: bool = False, **query: Any
+        self,
+        url_path: str,
+        *,
+        what: str,
+        page_size: int = 500,
+        cached: bool = False,
+        not_older_than: str = "",
+        **query: Any,
     ) -> tuple[builtins.list[dict[str, Any]], str]:
-        """:meth:`list`, and the list's ``metadata.resourceVersion`` (where a watch of it starts)."""
+        """:meth:`list`, and the list's ``metadata.resourceVersion`` (where a watch of it starts).
+
+        ``not_older_than`` (a version this caller already saw) asks for the first page at that version with
+        ``resourceVersionMatch=NotOlderThan``: served from the watch cache once it holds that version, so the list
+        never goes back in time behind what the caller read, from whichever API server answers (client-go's
+        reflector relists so). It takes precedence over ``cached``."""
         items: builtins.list[dict[str, Any]] = []
         token: str | None = None
-        first = {"resourceVersion": "0"} if cached else {}
+        first: dict[str, str] = {"resourceVersion": "0"} if cached else {}
+        if not_older_than:
+            first = {"resourceVersion": not_older_than, "resourceVersionMatch": "NotOlderThan"}
         version = ""
         while True:
             page = {**query, **(first if token is None else {}), "limit": page_size, "continue": token}

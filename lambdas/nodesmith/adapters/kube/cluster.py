@@ -98,7 +98,8 @@ class KubeCluster(PodWatches):
 
     # ----------------------------------------------------------------- watch mode's cache, poll mode's kept cache
     def _informers_of(self) -> dict[str, Informer[Any]]:
-        """An informer each for pods, Nodes, NodeClaims and NodePools (each keeps its parses itself)."""
+        """An informer each for pods, Nodes, NodeClaims and NodePools (each keeps its parses itself). NodeClaims,
+        which the passes create and must read back, are first listed at the latest version, as without the cache."""
         from nodesmith.adapters.kube.informer import Informer
         from nodesmith.core.api.nodeclaim import NodeClaim
 
@@ -120,6 +121,7 @@ class KubeCluster(PodWatches):
                 parse=parse,
                 page_size=self.page_size,
                 relist_below=self.relist_below,
+                cache_first_list=self.list_from_watch_cache and kind != "nodeclaims",
             )
             for kind, (url, parse) in kinds.items()
         }

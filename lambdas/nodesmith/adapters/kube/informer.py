@@ -64,8 +64,14 @@ class Informer(Generic[T]):
 
     ``parse`` turns a raw object into ``T`` (it raises ``KubernetesError`` for an unreadable one: the informer
     then stops serving, :meth:`items` is None, until a later list reads everything). ``page_size`` pages the
-    lists; ``watch_seconds`` is each watch request's ``timeoutSeconds``; ``on_change`` is called after every
-    applied change. :attr:`relists` counts the lists after the first (410 Gone, or a broken parse).
+    lists. The first list is read at ``resourceVersion=0`` (the API server's watch cache, which may trail the latest
+    writes), or at the latest when ``cache_first_list`` is False (a kind the caller writes and must read back);
+    every later one not older than the newest version this informer held (``resourceVersionMatch=NotOlderThan``),
+    so a relist that a lagging API server answers never goes back in time (client-go's reflector relists so).
+    ``watch_seconds`` is each watch request's ``timeoutSeconds``; ``on_change`` is called after every applied
+    change. While it holds fewer than ``relist_below`` objects, a catch-up lists again instead of watching: one small
+    list costs the API server little and saves waiting about a second for the watch's bookmark. :attr:`relists`
+    counts the lists after the first (410 Gone, a broken parse, a catch-up of a small kind).
     """
 
     def __init__(
@@ -79,10 +85,12 @@ class Informer(Generic[T]):
         watch_seconds: int = 60,
         on_change: Callable[[], None] | None = None,
         relist_below: int = 0,
+        cache_first_list: bool = True,
     ) -> None:
         self.rest, self.url_path, self.what, self.parse = rest, url_path, what, parse
         self.page_size, self.watch_seconds, self.on_change = page_size, watch_seconds, on_change
-        self.relist_below = relist_below
+        self.relist_below, self.cache_first_list = relist_below, cache_first_list
+        self._seen = ""  # the newest version held, kept when :attr:`version` is dropped (410 Gone, a broken stream)
         self.version = ""
         self.relists = 0
         self.failure = ""
@@ -236,7 +244,14 @@ class Informer(Generic[T]):
 
     def _list(self, stopping: threading.Event | None = None) -> None:
         """List the collection and hold what it lists (unless ``stopping`` was set meanwhile)."""
-        items, version = self.rest.list_versioned(self.url_path, what=self.what, page_size=self.page_size, cached=True)
+        floor = self.version or self._seen
+        items, version = self.rest.list_versioned(
+            self.url_path,
+            what=self.what,
+            page_size=self.page_size,
+            cached=self.cache_first_list and not floor,
+            not_older_than=floor,
+        )
         if stopping is not None and stopping.is_set():
             return
         held = self._objects  # an object listed again at the version held is not parsed again
@@ -247,7 +262,7 @@ class Informer(Generic[T]):
             parsed[key] = kept if kept is not None and at and kept[0] == at else (at, self.parse(item))
         with self._lock:
             self._objects = parsed
-            self.version = version
+            self.version = self._seen = version
             if self._lists:
                 self.relists += 1
             self._lists += 1
@@ -296,7 +311,7 @@ class Informer(Generic[T]):
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
                     self._apply(kind, obj)
                 if version:
-                    self.version = version
+                    self.version = self._seen = version
                 yield kind
         except ApiException as exc:  # an ERROR event (410 Gone when the version is too old)
             raise KubernetesError(
