@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import multiprocessing
 import os
@@ -98,6 +99,7 @@ class Meter:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.stage = "provisioning"
+        self.catching_up = False
         self.reset()
 
     def reset(self) -> None:
@@ -165,7 +167,16 @@ def instrument(meter: Meter) -> None:
         return open_watch(self, seconds, stopping)
 
     Informer._open = counted_watch  # type: ignore[method-assign]
-    KubeCluster.catch_up = _timed(meter, "kept_cache_catch_up", KubeCluster.catch_up)  # type: ignore[method-assign]
+    catch_up = _timed(meter, "kept_cache_catch_up", KubeCluster.catch_up)
+
+    def marked_catch_up(self: KubeCluster) -> Any:
+        meter.catching_up = True
+        try:
+            return catch_up(self)
+        finally:
+            meter.catching_up = False
+
+    KubeCluster.catch_up = marked_catch_up  # type: ignore[method-assign]
     KubeRest._send = counted_send  # type: ignore[method-assign]
     KubeRest.list_versioned = _timed(meter, lambda: f"list/{meter.stage}", counted_list)  # type: ignore[method-assign]
     KarpenterObjects._parse = staticmethod(  # type: ignore[method-assign]
@@ -190,6 +201,14 @@ def instrument(meter: Meter) -> None:
             meter.stage = "provisioning"
 
     handler_module.run_disruption = staged_disruption
+    from nodesmith.services.disruption import run as disruption_run
+    from nodesmith.services.disruption import service as disruption_service
+
+    decide = disruption_service.decide  # type: ignore[attr-defined]
+    disruption_service.decide = _timed(meter, "disruption_decide", decide)  # type: ignore[attr-defined]
+    disruption_run.DisruptionPass.snapshot = _timed(  # type: ignore[method-assign]
+        meter, "disruption_snapshot", disruption_run.DisruptionPass.snapshot
+    )
     make_call = botocore.client.BaseClient._make_api_call
 
     def counted_call(self: Any, operation: str, params: Any) -> Any:
@@ -198,6 +217,19 @@ def instrument(meter: Meter) -> None:
         return _timed(meter, f"aws/{operation}", make_call)(self, operation, params)
 
     botocore.client.BaseClient._make_api_call = counted_call
+    collecting: dict[int, float] = {}
+
+    def timed_collection(phase: str, info: dict[str, Any]) -> None:  # the cyclic collector's pauses, by generation
+        if phase == "start":
+            collecting[threading.get_ident()] = time.perf_counter()
+        elif (began := collecting.pop(threading.get_ident(), None)) is not None:
+            where = "catch-up" if meter.catching_up else meter.stage
+            meter.add(f"gc/{where}/generation {info['generation']}", time.perf_counter() - began)
+
+    gc.callbacks.append(timed_collection)
+    from nodesmith.handlers import heap
+
+    heap.settle = _timed(meter, "heap_settle", heap.settle)  # its full collections are counted in gc_seconds too
 
 
 def _rss_mib() -> float:
@@ -218,9 +250,12 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
     if "kept_cache_catch_up" in s:
         phases["kept_cache_catch_up"] = round(s["kept_cache_catch_up"], 3)
     aws = {k.removeprefix("aws/"): round(v, 3) for k, v in sorted(s.items()) if k.startswith("aws/")}
+    collections = {k.removeprefix("gc/"): round(v, 3) for k, v in sorted(s.items()) if k.startswith("gc/")}
     phases["provisioning_solve"] = round(float(summary.get("scheduling_duration_seconds", 0.0)), 3)
     phases["launch"] = round(s.get("launch", 0.0), 3)
     phases["disruption"] = round(max(0.0, s.get("disruption_total", 0.0) - reads), 3)
+    for part in ("snapshot", "decide"):  # within it: the views (with the pod-set writes), the decision (simulations)
+        phases[f"disruption/{part}"] = round(s.get(f"disruption_{part}", 0.0), 3)
     return {
         "seconds": round(seconds, 3),
         "phases": phases,
@@ -229,6 +264,8 @@ def _pass_report(meter: Meter, seconds: float, summary: dict[str, Any]) -> dict[
         "kube_lists": dict(sorted(meter.lists.items())),
         "ec2_calls": dict(sorted(meter.ec2.items())),
         "aws_seconds": aws,
+        "gc_seconds": collections,
+        "heap_settle_seconds": round(s.get("heap_settle", 0.0), 3),
         "rss_mib": _rss_mib(),
         "pods_pending": summary.get("pods_pending"),
         "pods_awaiting_capacity": summary.get("pods_awaiting_capacity"),
