@@ -7,6 +7,7 @@ pass lists the cluster, not after, by a scheduled invocation and by a wake's fir
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -21,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "services"))
 from reconcile_fakes import FakeCloud, FakeQueue
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
+from nodesmith.handlers import heap, wiring
 from nodesmith.handlers import reconcile as reconcile_handler
-from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
 from nodesmith.sim.kube import KubeEmulator
 
@@ -113,7 +114,13 @@ def test_a_scheduled_invocation_lists_pods_nodes_and_nodeclaims_once(
     kube, cloud = world
     for i in range(3):
         kube.store.create("pods", _pod(f"web-{i}", "1"))
-    first = reconcile_handler.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+    thresholds = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)  # CPython's default, as a new container starts
+    try:
+        first = reconcile_handler.handler({"source": "aws.events", "detail-type": "Scheduled Event"}, Context())
+        assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 10, 10)  # the collector tuned for a heap of the cluster
+    finally:
+        gc.set_threshold(*thresholds)
     assert first["nodeclaims_launched"] >= 1 and "disruption" in first
     assert kube.operations["list pods"] == 1
     assert kube.operations["list nodes"] == 1

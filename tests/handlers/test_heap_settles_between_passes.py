@@ -65,3 +65,39 @@ def test_a_frozen_cycle_dropped_later_is_freed_once_the_frozen_count_doubles() -
     assert ref() is None
     examined_at = gc.get_freeze_count()
     assert grown and heap._frozen == [examined_at, 0]  # the examination starts a new baseline
+
+
+@pytest.fixture
+def thresholds() -> Iterator[None]:
+    before = gc.get_threshold()
+    yield
+    gc.set_threshold(*before)
+
+
+def _full_collections_while_keeping(count: int) -> int:
+    """How many full collections run while ``count`` container objects are built and kept, as a first listing does."""
+    before = gc.get_stats()[2]["collections"]
+    kept = [[n] for n in range(count)]
+    after = gc.get_stats()[2]["collections"]
+    del kept
+    return after - before
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_tuned_the_collector_runs_far_fewer_full_collections_while_a_pass_builds_what_it_keeps() -> None:
+    gc.set_threshold(700, 10, 10)  # CPython's default
+    default = _full_collections_while_keeping(2_000_000)
+    heap.tune()
+    assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 10, 10)
+    tuned = _full_collections_while_keeping(2_000_000)
+    assert default >= 3 and tuned * 3 <= default, (default, tuned)
+
+
+@pytest.mark.usefixtures("thresholds")
+def test_tune_leaves_a_higher_threshold_and_a_collector_turned_off_as_they_are() -> None:
+    gc.set_threshold(heap.YOUNG_THRESHOLD * 2, 5, 20)
+    heap.tune()
+    assert gc.get_threshold() == (heap.YOUNG_THRESHOLD * 2, 5, 20)
+    gc.set_threshold(0, 10, 10)
+    heap.tune()
+    assert gc.get_threshold()[0] == 0

@@ -15,17 +15,29 @@ can hold to the live heap.
 
 The counts are taken from the oldest generation just before it is frozen (``gc.get_objects(generation=2)``: only
 what this pass left alive), never from ``gc.get_freeze_count()``, which walks the whole permanent generation.
+
+Within a pass, :func:`tune` keeps the collector from running full collections again and again while the pass builds
+what it keeps: a container's first listing parses every pod, Node and NodeClaim, and a disruption pass builds a
+view of every node. With CPython's default youngest threshold (700 allocations), a full collection comes every
+70,000 net allocations once the oldest generation has grown by a quarter, and each traverses all it has not
+frozen: during a first pass, that is most of the heap again and again. A higher youngest threshold spaces the
+collections out; garbage that only the cyclic collector frees (reference cycles) waits for a young collection,
+at most :data:`YOUNG_THRESHOLD` allocations later.
 """
 
 from __future__ import annotations
 
 import gc
 
-__all__ = ["REEXAMINE_GROWTH", "settle"]
+__all__ = ["REEXAMINE_GROWTH", "YOUNG_THRESHOLD", "settle", "tune"]
 
 REEXAMINE_GROWTH = 2.0
 """Examine every object again (``gc.unfreeze()``, a full collection) once the objects frozen since the last such
 examination, with those it froze, number this many times what it froze."""
+
+YOUNG_THRESHOLD = 20_000
+"""The collector's youngest-generation threshold in the reconcile container (``gc.set_threshold``'s first value:
+container objects allocated, less those freed, between young collections; CPython's default is 700)."""
 
 _frozen: list[int] = []
 """Objects frozen by the last examination of every object, then objects frozen since (empty before the first)."""
@@ -47,3 +59,12 @@ def settle() -> int:
     else:
         _frozen.extend((survivors, 0))
     return survivors
+
+
+def tune() -> None:
+    """Raise the youngest generation's threshold to :data:`YOUNG_THRESHOLD` (see the module docstring), keeping the
+    older generations' thresholds; a threshold already higher, or 0 (collection turned off), is left as it is.
+    Idempotent; never raises."""
+    young, middle, old = gc.get_threshold()
+    if 0 < young < YOUNG_THRESHOLD:
+        gc.set_threshold(YOUNG_THRESHOLD, middle, old)

@@ -413,8 +413,10 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 
 
 def _dispatch(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    """A wake, a watch or a scheduled pass, as ``event`` and the mode say."""
+    """A wake, a watch or a scheduled pass, as ``event`` and the mode say, with the container's cyclic collector
+    tuned for a heap that holds the cluster (:func:`~nodesmith.handlers.heap.tune`)."""
     started = time.monotonic()
+    heap.tune()
     from nodesmith.adapters.aws.wake import provision_after
 
     try:
