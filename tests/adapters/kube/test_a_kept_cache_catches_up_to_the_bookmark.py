@@ -220,6 +220,9 @@ def test_a_followed_cluster_is_not_caught_up(kube: KubeEmulator) -> None:
     cluster = _cluster(kube)
     try:
         assert cluster.follow(wait_seconds=10.0)
+        deadline = time.monotonic() + 10
+        while kube.operations["watch pods"] < 1 and time.monotonic() < deadline:  # the follower opens its watch
+            time.sleep(0.01)
         assert cluster.catch_up() == []
         assert kube.operations["watch pods"] == 1  # the follower's own watch, no catch-up beside it
     finally:
