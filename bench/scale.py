@@ -334,6 +334,7 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the handler's log and EMF lines (CloudWatch Logs in Lambda)
     meter = Meter()
+    from nodesmith.handlers import heap
     from nodesmith.handlers import reconcile as reconcile_handler
     from nodesmith.handlers.reconcile import handler
     from nodesmith.handlers.watch_mode import warm_alongside
@@ -354,6 +355,7 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
         began = time.perf_counter()
         sync = None
         if mode == "watch" and number == 1:  # the catalogue is warmed while the cache lists, as run_watch does
+            heap.tune()  # as the handler does for every invocation (the passes here are called below it)
             warmed = warm_alongside(_warm_scheduler)
             sync = _follow(meter, timeout)
             warmed()
