@@ -155,7 +155,29 @@ def test_a_list_again_answered_by_a_lagging_api_server_never_goes_back_in_time(k
         assert pods.items() is None and lagging.cache_lists["pods"] == 0
     pods.rest = _cluster(kube).rest
     assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c"]
-    assert kube.cache_lists["pods"] == 1  # not older than the version held: no watch-cache list of any age
+    assert kube.cache_lists["pods"] == 1  # the version refused was forgotten: the latest, not the watch cache's
+
+
+def test_a_version_the_server_never_reaches_is_forgotten_after_one_refusal(kube: KubeEmulator) -> None:
+    """A store that went back (etcd restored from a backup) refuses the version held for ever: after one refusal
+    the informer reads the latest version, as client-go's reflector does, instead of being refused pass after
+    pass."""
+    for name in ("a", "b", "c"):
+        _pod(kube, name)
+    pods = Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=Parsed(), relist_below=10)
+    assert pods.catch_up() == "listed"
+    pods.hold()
+    with KubeEmulator(store=Store(history=50)) as restored:
+        _pod(restored, "a")
+        api = build_api_client(cluster_endpoint=restored.endpoint, kube_auth="none")
+        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+        with pytest.raises(KubernetesError, match="Too large resource version"):
+            pods.catch_up()
+        assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a"]
+        assert restored.cache_lists["pods"] == 0  # read at the latest version, not from a watch cache
+        pods.hold()
+        _pod(restored, "d")
+        assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a", "d"]
 
 
 def test_the_kept_cache_lists_nodeclaims_first_at_the_latest_version(kube: KubeEmulator) -> None:

@@ -51,6 +51,11 @@ def _key(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
+def _too_new(exc: KubernetesError) -> bool:
+    """Whether the API server refused a version as newer than any it has (504 "Too large resource version")."""
+    return exc.status == 504 and "too large resource version" in str(exc).lower()
+
+
 def _newer(version: str, than: str) -> bool:
     """Whether ``version`` comes after ``than`` (numeric versions compared as numbers; etcd's are)."""
     try:
@@ -91,6 +96,7 @@ class Informer(Generic[T]):
         self.page_size, self.watch_seconds, self.on_change = page_size, watch_seconds, on_change
         self.relist_below, self.cache_first_list = relist_below, cache_first_list
         self._seen = ""  # the newest version held, kept when :attr:`version` is dropped (410 Gone, a broken stream)
+        self._latest = False  # the next list reads the latest version (the one held was refused as too new)
         self.version = ""
         self.relists = 0
         self.failure = ""
@@ -214,10 +220,13 @@ class Informer(Generic[T]):
 
     def _failed(self, exc: KubernetesError, *, first: bool) -> bool:
         """Take in a failed list or watch; True when the thread should pause before trying again. A 410 Gone (the
-        version too old) lists again, at once the first time; a refused watch (a 4xx other than 410 and 429: RBAC,
-        say) is no passing failure, so nothing stale is served (lists read the API) until a bookmark."""
+        version too old) lists again, at once the first time, and so does a version refused as too new, then at the
+        latest version (see :meth:`_list`); a refused watch (a 4xx other than 410 and 429: RBAC, say) is no passing
+        failure, so nothing stale is served (lists read the API) until a bookmark."""
         self.failure = str(exc)
-        if exc.status == 410:
+        if _too_new(exc):
+            self._seen, self._latest = "", True
+        if exc.status == 410 or _too_new(exc):
             self.version = ""
             return not first
         if 400 <= exc.status < 500 and exc.status != 429:
@@ -243,15 +252,25 @@ class Informer(Generic[T]):
         return "listed"
 
     def _list(self, stopping: threading.Event | None = None) -> None:
-        """List the collection and hold what it lists (unless ``stopping`` was set meanwhile)."""
+        """List the collection and hold what it lists (unless ``stopping`` was set meanwhile). A list not older than
+        the version held that the server refuses as newer than any it has (504 "Too large resource version": it has
+        not caught up, or its store went back, restored from a backup) is raised, and the version forgotten: the
+        next list reads the latest version (a consistent read), as client-go's reflector does after that error."""
         floor = self.version or self._seen
-        items, version = self.rest.list_versioned(
-            self.url_path,
-            what=self.what,
-            page_size=self.page_size,
-            cached=self.cache_first_list and not floor,
-            not_older_than=floor,
-        )
+        try:
+            items, version = self.rest.list_versioned(
+                self.url_path,
+                what=self.what,
+                page_size=self.page_size,
+                cached=self.cache_first_list and not floor and not self._latest,
+                not_older_than=floor,
+            )
+        except KubernetesError as exc:
+            if floor and _too_new(exc):
+                self.version = self._seen = ""
+                self._latest = True
+            raise
+        self._latest = False
         if stopping is not None and stopping.is_set():
             return
         held = self._objects  # an object listed again at the version held is not parsed again
