@@ -313,3 +313,28 @@ def test_following_again_and_again_serves_only_what_was_caught_up(kube: KubeEmul
             assert time.monotonic() - began < 2.0
     assert all(not (i._thread and i._thread.is_alive()) for i in cluster._kept.values())
     assert kube.operations["list pods"] == 1
+
+
+def test_a_followed_informer_whose_version_the_server_never_reaches_follows_from_the_latest(kube: KubeEmulator) -> None:
+    """Watch mode's thread: the watch from a version the server never reached (its store restored from a backup) is
+    refused, and so is a list not older than it; the informer then lists the latest version and follows on."""
+    for name in ("a", "b", "c"):
+        _pod(kube, name)
+    pods = _informer(kube, Parsed())
+    assert pods.catch_up() == "listed"
+    pods.hold()
+    with KubeEmulator(store=Store(history=50)) as restored:
+        _pod(restored, "a")
+        api = build_api_client(cluster_endpoint=restored.endpoint, kube_auth="none")
+        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+        try:
+            assert pods.start(wait_seconds=10.0), pods.failure
+            assert [name for name, _ in sorted(pods.items() or [])] == ["a"]
+            assert restored.operations["watch pods"] >= 1  # the watch from the version held was tried first
+            _pod(restored, "d")
+            deadline = time.monotonic() + 10
+            while len(pods.items() or []) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert [name for name, _ in sorted(pods.items() or [])] == ["a", "d"]
+        finally:
+            pods.stop()

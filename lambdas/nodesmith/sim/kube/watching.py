@@ -1,10 +1,10 @@
 """The watch half of the emulator's HTTP handler: chunked ``watch=true`` streams, as Tables when asked.
 
 A watch starts from a store subscription (all objects when ``resourceVersion`` is empty or ``0`` or
-``sendInitialEvents=true``, else the changes after it; ``410 Gone`` as an ``ERROR`` event when too
-old), filters by namespace and selectors (an object moving into or out of the selection becomes
-ADDED / DELETED, as upstream), and ends at ``timeoutSeconds``, disconnect or emulator stop. An
-``Accept`` asking for ``meta.k8s.io/v1`` Tables (``kubectl get -w``) gets one-row Tables.
+``sendInitialEvents=true``, else the changes after it; ``410 Gone`` as an ``ERROR`` event when too old, ``504``
+"Too large resource version" when newer than the store's), filters by namespace and selectors (an object moving
+into or out of the selection becomes ADDED / DELETED, as upstream), and ends at ``timeoutSeconds``, disconnect or
+emulator stop. An ``Accept`` asking for ``meta.k8s.io/v1`` Tables (``kubectl get -w``) gets one-row Tables.
 
 A watch with ``allowWatchBookmarks=true`` gets a ``BOOKMARK`` at the store's current version every
 :data:`BOOKMARK_SECONDS` and :data:`PRE_TIMEOUT_BOOKMARK_SECONDS` before its timeout, once every event it was owed
@@ -68,7 +68,8 @@ class WatchingHandler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _subscribe(self, rt: ResourceType, query: dict[str, str]) -> Subscription | ApiError:
-        """The store subscription a watch starts from, or the 410 to report as an ERROR event."""
+        """The store subscription a watch starts from, or the error to report as an ERROR event: 410 Gone for a
+        version older than the history kept, 504 "Too large resource version" for one newer than the store's."""
         store = self.server.emulator.store
         rv = query.get("resourceVersion", "")
         if rv in ("", "0") or query.get("sendInitialEvents") == "true":
@@ -79,6 +80,8 @@ class WatchingHandler(BaseHTTPRequestHandler):
             since = int(rv)
         except ValueError:
             raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
+        if since > store.resource_version:  # the watch cache never reached it (it waits 3 s first; this one is current)
+            return ApiError(504, "Timeout", f"Too large resource version: {since}, current: {store.resource_version}")
         try:
             return store.subscribe(resources=[rt.key], since=since)
         except ApiError as exc:
