@@ -5,6 +5,7 @@ a stream cut before the bookmark). ``KubeCluster.catch_up`` serves the kinds a p
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,33 @@ class Parsed:
 
 def _informer(kube: KubeEmulator, parse: Parsed) -> Informer[tuple[str, str]]:
     return Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=parse)
+
+
+def _three_pods_listed(kube: KubeEmulator, *, relist_below: int) -> Informer[tuple[str, str]]:
+    """An informer of pods a, b and c, listed once and held."""
+    for name in ("a", "b", "c"):
+        _pod(kube, name)
+    pods = Informer(
+        rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=Parsed(), relist_below=relist_below
+    )
+    assert pods.catch_up() == "listed"
+    pods.hold()
+    return pods
+
+
+@contextlib.contextmanager
+def _another_server(pods: Informer[Any]) -> Iterator[KubeEmulator]:
+    """The informer's next requests reach another API server, one that has seen only pod a (its watch cache trails,
+    or its store was restored from a backup); retries there do not wait."""
+    with KubeEmulator(store=Store(history=50)) as other:
+        _pod(other, "a")
+        api = build_api_client(cluster_endpoint=other.endpoint, kube_auth="none")
+        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+        yield other
+
+
+def _names(pods: Informer[tuple[str, str]]) -> list[str]:
+    return [name for name, _ in sorted(pods.items() or [])]
 
 
 def test_a_catch_up_reads_the_changes_since_its_version_and_stops_at_the_bookmark(kube: KubeEmulator) -> None:
@@ -141,20 +169,14 @@ def test_a_list_again_answered_by_a_lagging_api_server_never_goes_back_in_time(k
     """Behind a load balancer the next request may reach another API server whose watch cache trails: a list again
     asks for no older a version than the informer held, so that server refuses it (504 "Too large resource
     version") instead of answering with pods the informer already saw deleted or never created."""
-    for name in ("a", "b", "c"):
-        _pod(kube, name)
-    pods = Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=Parsed(), relist_below=10)
-    assert pods.catch_up() == "listed" and kube.cache_lists["pods"] == 1  # the first list: the watch cache
-    pods.hold()
-    with KubeEmulator(store=Store(history=50)) as lagging:
-        _pod(lagging, "a")  # it has seen only the first write
-        api = build_api_client(cluster_endpoint=lagging.endpoint, kube_auth="none")
-        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+    pods = _three_pods_listed(kube, relist_below=10)
+    assert kube.cache_lists["pods"] == 1  # the first list: the watch cache
+    with _another_server(pods) as lagging:
         with pytest.raises(KubernetesError, match="Too large resource version"):
             pods.catch_up()
         assert pods.items() is None and lagging.cache_lists["pods"] == 0
     pods.rest = _cluster(kube).rest
-    assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c"]
+    assert pods.catch_up() == "listed" and _names(pods) == ["a", "b", "c"]
     assert kube.cache_lists["pods"] == 1  # the version refused was forgotten: the latest, not the watch cache's
 
 
@@ -162,22 +184,15 @@ def test_a_version_the_server_never_reaches_is_forgotten_after_one_refusal(kube:
     """A store that went back (etcd restored from a backup) refuses the version held for ever: after one refusal
     the informer reads the latest version, as client-go's reflector does, instead of being refused pass after
     pass."""
-    for name in ("a", "b", "c"):
-        _pod(kube, name)
-    pods = Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=Parsed(), relist_below=10)
-    assert pods.catch_up() == "listed"
-    pods.hold()
-    with KubeEmulator(store=Store(history=50)) as restored:
-        _pod(restored, "a")
-        api = build_api_client(cluster_endpoint=restored.endpoint, kube_auth="none")
-        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+    pods = _three_pods_listed(kube, relist_below=10)
+    with _another_server(pods) as restored:
         with pytest.raises(KubernetesError, match="Too large resource version"):
             pods.catch_up()
-        assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a"]
+        assert pods.catch_up() == "listed" and _names(pods) == ["a"]
         assert restored.cache_lists["pods"] == 0  # read at the latest version, not from a watch cache
         pods.hold()
         _pod(restored, "d")
-        assert pods.catch_up() == "listed" and [name for name, _ in sorted(pods.items() or [])] == ["a", "d"]
+        assert pods.catch_up() == "listed" and _names(pods) == ["a", "d"]
 
 
 def test_the_kept_cache_lists_nodeclaims_first_at_the_latest_version(kube: KubeEmulator) -> None:
@@ -318,23 +333,16 @@ def test_following_again_and_again_serves_only_what_was_caught_up(kube: KubeEmul
 def test_a_followed_informer_whose_version_the_server_never_reaches_follows_from_the_latest(kube: KubeEmulator) -> None:
     """Watch mode's thread: the watch from a version the server never reached (its store restored from a backup) is
     refused, and so is a list not older than it; the informer then lists the latest version and follows on."""
-    for name in ("a", "b", "c"):
-        _pod(kube, name)
-    pods = _informer(kube, Parsed())
-    assert pods.catch_up() == "listed"
-    pods.hold()
-    with KubeEmulator(store=Store(history=50)) as restored:
-        _pod(restored, "a")
-        api = build_api_client(cluster_endpoint=restored.endpoint, kube_auth="none")
-        pods.rest = KubeCluster(api_client=api, retry=RetryPolicy(attempts=2, sleep=lambda _: None)).rest
+    pods = _three_pods_listed(kube, relist_below=0)
+    with _another_server(pods) as restored:
         try:
             assert pods.start(wait_seconds=10.0), pods.failure
-            assert [name for name, _ in sorted(pods.items() or [])] == ["a"]
+            assert _names(pods) == ["a"]
             assert restored.operations["watch pods"] >= 1  # the watch from the version held was tried first
             _pod(restored, "d")
             deadline = time.monotonic() + 10
             while len(pods.items() or []) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            assert [name for name, _ in sorted(pods.items() or [])] == ["a", "d"]
+            assert _names(pods) == ["a", "d"]
         finally:
             pods.stop()
