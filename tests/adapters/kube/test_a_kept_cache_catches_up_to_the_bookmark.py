@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from nodesmith.adapters.kube import KubeCluster, build_api_client
-from nodesmith.adapters.kube.informer import CATCH_UP_WATCH_SECONDS, Informer
+from nodesmith.adapters.kube.informer import CATCH_UP_WATCH_SECONDS, Informer, Listing
 from nodesmith.adapters.kube.retry import RetryPolicy
 from nodesmith.core.errors import KubernetesError
 from nodesmith.sim.kube import KubeEmulator, KubeFaults, Store
@@ -60,7 +60,11 @@ def _three_pods_listed(kube: KubeEmulator, *, relist_below: int) -> Informer[tup
     for name in ("a", "b", "c"):
         _pod(kube, name)
     pods = Informer(
-        rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=Parsed(), relist_below=relist_below
+        rest=_cluster(kube).rest,
+        url_path="/api/v1/pods",
+        what="pods",
+        parse=Parsed(),
+        listing=Listing(relist_below=relist_below),
     )
     assert pods.catch_up() == "listed"
     pods.hold()
@@ -150,7 +154,9 @@ def test_a_kind_with_few_objects_is_listed_again_without_waiting_for_a_bookmark(
     for name in ("a", "b", "c"):
         _pod(kube, name)
     parse = Parsed()
-    pods = Informer(rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=parse, relist_below=4)
+    pods = Informer(
+        rest=_cluster(kube).rest, url_path="/api/v1/pods", what="pods", parse=parse, listing=Listing(relist_below=4)
+    )
     assert pods.catch_up() == "listed" and parse.calls == 3
     pods.hold()
     kube.store.bind("b", namespace="default", node_name="n1")

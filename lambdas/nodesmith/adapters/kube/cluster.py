@@ -100,7 +100,7 @@ class KubeCluster(PodWatches):
     def _informers_of(self) -> dict[str, Informer[Any]]:
         """An informer each for pods, Nodes, NodeClaims and NodePools (each keeps its parses itself). NodeClaims,
         which the passes create and must read back, are first listed at the latest version, as without the cache."""
-        from nodesmith.adapters.kube.informer import Informer
+        from nodesmith.adapters.kube.informer import Informer, Listing
         from nodesmith.core.api.nodeclaim import NodeClaim
 
         def claim(item: Mapping[str, Any]) -> NodeClaim:
@@ -119,9 +119,11 @@ class KubeCluster(PodWatches):
                 url_path=url,
                 what=kind,
                 parse=parse,
-                page_size=self.page_size,
-                relist_below=self.relist_below,
-                cache_first_list=self.list_from_watch_cache and kind != "nodeclaims",
+                listing=Listing(
+                    page_size=self.page_size,
+                    cache_first=self.list_from_watch_cache and kind != "nodeclaims",
+                    relist_below=self.relist_below,
+                ),
             )
             for kind, (url, parse) in kinds.items()
         }

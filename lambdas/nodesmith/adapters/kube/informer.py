@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from nodesmith.adapters.kube.calls import JSON
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from nodesmith.adapters.kube.calls import KubeRest
 
-__all__ = ["CATCH_UP_WATCH_SECONDS", "Informer"]
+__all__ = ["CATCH_UP_WATCH_SECONDS", "Informer", "Listing"]
 
 T = TypeVar("T")
 
@@ -64,19 +65,35 @@ def _newer(version: str, than: str) -> bool:
         return version != than
 
 
+@dataclass(frozen=True)
+class Listing:
+    """How an :class:`Informer` lists its collection.
+
+    ``page_size`` objects a page. The first list is read at ``resourceVersion=0`` (the API server's watch cache,
+    which may trail the latest writes), or at the latest when ``cache_first`` is False (a kind the caller writes and
+    must read back); every later one not older than the newest version the informer held
+    (``resourceVersionMatch=NotOlderThan``), so a relist that a lagging API server answers never goes back in time
+    (client-go's reflector relists so). While the informer holds fewer than ``relist_below`` objects, a catch-up
+    lists again instead of watching: one small list costs the API server little and saves waiting about a second for
+    the watch's bookmark.
+    """
+
+    page_size: int = 500
+    cache_first: bool = True
+    relist_below: int = 0
+
+
+_DEFAULT_LISTING = Listing()
+
+
 class Informer(Generic[T]):
     """The objects at ``url_path`` (a collection), kept current by a watch (see the module docstring).
 
     ``parse`` turns a raw object into ``T`` (it raises ``KubernetesError`` for an unreadable one: the informer
-    then stops serving, :meth:`items` is None, until a later list reads everything). ``page_size`` pages the
-    lists. The first list is read at ``resourceVersion=0`` (the API server's watch cache, which may trail the latest
-    writes), or at the latest when ``cache_first_list`` is False (a kind the caller writes and must read back);
-    every later one not older than the newest version this informer held (``resourceVersionMatch=NotOlderThan``),
-    so a relist that a lagging API server answers never goes back in time (client-go's reflector relists so).
-    ``watch_seconds`` is each watch request's ``timeoutSeconds``; ``on_change`` is called after every applied
-    change. While it holds fewer than ``relist_below`` objects, a catch-up lists again instead of watching: one small
-    list costs the API server little and saves waiting about a second for the watch's bookmark. :attr:`relists`
-    counts the lists after the first (410 Gone, a broken parse, a catch-up of a small kind).
+    then stops serving, :meth:`items` is None, until a later list reads everything). ``listing`` says how it lists
+    (:class:`Listing`). ``watch_seconds`` is each watch request's ``timeoutSeconds``; ``on_change`` is called after
+    every applied change. :attr:`relists` counts the lists after the first (410 Gone, a broken parse, a catch-up of
+    a small kind).
     """
 
     def __init__(
@@ -86,15 +103,12 @@ class Informer(Generic[T]):
         url_path: str,
         what: str,
         parse: Callable[[Mapping[str, Any]], T],
-        page_size: int = 500,
+        listing: Listing = _DEFAULT_LISTING,
         watch_seconds: int = 60,
         on_change: Callable[[], None] | None = None,
-        relist_below: int = 0,
-        cache_first_list: bool = True,
     ) -> None:
         self.rest, self.url_path, self.what, self.parse = rest, url_path, what, parse
-        self.page_size, self.watch_seconds, self.on_change = page_size, watch_seconds, on_change
-        self.relist_below, self.cache_first_list = relist_below, cache_first_list
+        self.listing, self.watch_seconds, self.on_change = listing, watch_seconds, on_change
         self._seen = ""  # the newest version held, kept when :attr:`version` is dropped (410 Gone, a broken stream)
         self._latest = False  # the next list reads the latest version (the one held was refused as too new)
         self.version = ""
@@ -126,8 +140,9 @@ class Informer(Generic[T]):
 
     def catch_up(self) -> str:
         """Bring the objects to the API server's present without a thread (for a caller that does not :meth:`start`):
-        with no version yet, or fewer than ``relist_below`` objects held, a list (which parses again only the objects
-        whose version changed); else one watch from :attr:`version` of :data:`CATCH_UP_WATCH_SECONDS`, its
+        with no version yet, or fewer than :attr:`Listing.relist_below` objects held, a list (which parses again
+        only the objects whose version changed); else one watch from :attr:`version` of
+        :data:`CATCH_UP_WATCH_SECONDS`, its
         changes applied until the ``BOOKMARK`` that marks them all sent, then closed. A watch that ends without a
         bookmark or fails, or is answered 410 Gone (the version is older than the server's history), is followed by
         a list (:attr:`failure` says why). Returns ``"caught up"`` or ``"listed"``; :meth:`items` serves from then
@@ -225,21 +240,26 @@ class Informer(Generic[T]):
         failure, so nothing stale is served (lists read the API) until a bookmark."""
         self.failure = str(exc)
         if _too_new(exc):
-            self._seen, self._latest = "", True
-        if exc.status == 410 or _too_new(exc):
+            self._forget()
+            return not first
+        if exc.status == 410:
             self.version = ""
             return not first
         if 400 <= exc.status < 500 and exc.status != 429:
             self._synced.clear()
         return True
 
+    def _forget(self) -> None:
+        """Forget the version held, which the server refused as too new: the next list reads the latest version."""
+        self.version = self._seen = ""
+        self._latest = True
+
     def _resume(self, stopping: threading.Event | None) -> str:
         """Catch up from :attr:`version` (see :meth:`catch_up`), or list when there is none or few objects are held
-        (``relist_below``); ``stopping`` ends the
-        watch early (None: nothing does). Returns ``"caught up"`` or ``"listed"``; raises ``KubernetesError`` when
-        the list fails."""
+        (:attr:`Listing.relist_below`); ``stopping`` ends the watch early (None: nothing does). Returns ``"caught
+        up"`` or ``"listed"``; raises ``KubernetesError`` when the list fails."""
         self.failure = ""
-        if self.version and len(self._objects) >= self.relist_below:
+        if self.version and len(self._objects) >= self.listing.relist_below:
             try:
                 for kind in self._watch(seconds=CATCH_UP_WATCH_SECONDS, stopping=stopping):
                     if kind == "BOOKMARK":
@@ -261,14 +281,13 @@ class Informer(Generic[T]):
             items, version = self.rest.list_versioned(
                 self.url_path,
                 what=self.what,
-                page_size=self.page_size,
-                cached=self.cache_first_list and not floor and not self._latest,
+                page_size=self.listing.page_size,
+                cached=self.listing.cache_first and not floor and not self._latest,
                 not_older_than=floor,
             )
         except KubernetesError as exc:
             if floor and _too_new(exc):
-                self.version = self._seen = ""
-                self._latest = True
+                self._forget()
             raise
         self._latest = False
         if stopping is not None and stopping.is_set():
