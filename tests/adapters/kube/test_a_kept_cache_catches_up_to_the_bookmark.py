@@ -18,7 +18,7 @@ from nodesmith.core.errors import KubernetesError
 from nodesmith.sim.kube import KubeEmulator, KubeFaults, Store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 
 @pytest.fixture
@@ -258,21 +258,21 @@ def test_the_cluster_reports_a_kind_listed_again_because_its_watch_failed(kube: 
     cluster.hold()
 
 
-def test_a_followed_cluster_is_not_caught_up(kube: KubeEmulator) -> None:
+def test_a_followed_cluster_is_not_caught_up(kube: KubeEmulator, eventually: Callable[..., bool]) -> None:
     _pod(kube, "a")
     cluster = _cluster(kube)
     try:
         assert cluster.follow(wait_seconds=10.0)
-        deadline = time.monotonic() + 10
-        while kube.operations["watch pods"] < 1 and time.monotonic() < deadline:  # the follower opens its watch
-            time.sleep(0.01)
+        eventually(lambda: kube.operations["watch pods"] >= 1)  # the follower opens its watch
         assert cluster.catch_up() == []
         assert kube.operations["watch pods"] == 1  # the follower's own watch, no catch-up beside it
     finally:
         cluster.unfollow()
 
 
-def test_a_stopped_informer_ends_its_thread_and_starts_again_from_what_it_holds(kube: KubeEmulator) -> None:
+def test_a_stopped_informer_ends_its_thread_and_starts_again_from_what_it_holds(
+    kube: KubeEmulator, eventually: Callable[..., bool]
+) -> None:
     _pod(kube, "a")
     parse = Parsed()
     pods = _informer(kube, parse)  # its watches last 60 s
@@ -288,9 +288,7 @@ def test_a_stopped_informer_ends_its_thread_and_starts_again_from_what_it_holds(
         assert [name for name, _ in sorted(pods.items() or [])] == ["a", "b"]
         assert kube.operations["list pods"] == 1 and parse.calls == 2  # caught up from its version: b alone read
         _pod(kube, "c")
-        deadline = time.monotonic() + 10
-        while len(pods.items() or []) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: len(pods.items() or []) >= 3)
         assert [name for name, _ in sorted(pods.items() or [])] == ["a", "b", "c"]  # and it follows on
     finally:
         pods.stop()
@@ -336,7 +334,9 @@ def test_following_again_and_again_serves_only_what_was_caught_up(kube: KubeEmul
     assert kube.operations["list pods"] == 1
 
 
-def test_a_followed_informer_whose_version_the_server_never_reaches_follows_from_the_latest(kube: KubeEmulator) -> None:
+def test_a_followed_informer_whose_version_the_server_never_reaches_follows_from_the_latest(
+    kube: KubeEmulator, eventually: Callable[..., bool]
+) -> None:
     """Watch mode's thread: the watch from a version the server never reached (its store restored from a backup) is
     refused, and so is a list not older than it; the informer then lists the latest version and follows on."""
     pods = _three_pods_listed(kube, relist_below=0)
@@ -346,9 +346,7 @@ def test_a_followed_informer_whose_version_the_server_never_reaches_follows_from
             assert _names(pods) == ["a"]
             assert restored.operations["watch pods"] >= 1  # the watch from the version held was tried first
             _pod(restored, "d")
-            deadline = time.monotonic() + 10
-            while len(pods.items() or []) < 2 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            eventually(lambda: len(pods.items() or []) >= 2)
             assert _names(pods) == ["a", "d"]
         finally:
             pods.stop()

@@ -4,7 +4,6 @@ after unfollow the lists read the API again."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube.faults import KubeFaults
@@ -24,17 +23,8 @@ def _pod(kube: KubeEmulator, name: str) -> None:
     )
 
 
-def _eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
-
-
 def test_a_followed_cluster_lists_once_then_reads_what_its_watches_bring(
-    cluster: KubeCluster, kube: KubeEmulator
+    cluster: KubeCluster, kube: KubeEmulator, eventually: Callable[..., bool]
 ) -> None:
     _pod(kube, "a")
     kube.store.create("nodes", {"metadata": {"name": "n1"}, "spec": {"providerID": "aws:///us-east-1a/i-1"}})
@@ -49,7 +39,7 @@ def test_a_followed_cluster_lists_once_then_reads_what_its_watches_bring(
 
         _pod(kube, "b")
         kube.store.delete("pods", "a", namespace="default")
-        assert _eventually(lambda: [p.name for p in cluster.list_pods()] == ["b"])
+        assert eventually(lambda: [p.name for p in cluster.list_pods()] == ["b"])
         assert kube.operations["list pods"] == 1, "the change came by the watch, not by listing"
     finally:
         cluster.unfollow()
@@ -57,23 +47,25 @@ def test_a_followed_cluster_lists_once_then_reads_what_its_watches_bring(
     assert kube.operations["list pods"] == 2, "unfollowed: the list reads the API"
 
 
-def test_a_watch_answered_410_gone_lists_again_and_follows_on(cluster: KubeCluster, kube: KubeEmulator) -> None:
+def test_a_watch_answered_410_gone_lists_again_and_follows_on(
+    cluster: KubeCluster, kube: KubeEmulator, eventually: Callable[..., bool]
+) -> None:
     _pod(kube, "a")
     kube.faults = KubeFaults(rates={"watch pods": {"expired": 1.0}})  # every resumed pod watch: 410 Gone
     try:
         assert cluster.follow(wait_seconds=10.0)
         pods = cluster._informers["pods"]
-        assert _eventually(lambda: pods.relists >= 1), pods.failure
+        assert eventually(lambda: pods.relists >= 1), pods.failure
         assert kube.operations["list pods"] >= 2 and "410" in pods.failure
         kube.faults = None
         _pod(kube, "late")
-        assert _eventually(lambda: {p.name for p in cluster.list_pods()} == {"a", "late"})
+        assert eventually(lambda: {p.name for p in cluster.list_pods()} == {"a", "late"})
     finally:
         cluster.unfollow()
 
 
 def test_a_watch_the_server_refuses_stops_the_cache_serving_until_a_bookmark(
-    cluster: KubeCluster, kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch
+    cluster: KubeCluster, kube: KubeEmulator, monkeypatch: pytest.MonkeyPatch, eventually: Callable[..., bool]
 ) -> None:
     """A 403 (a role without ``watch``) is no passing failure: the cache would go stale, so it serves nothing (the
     lists read the API) until a watch resumes and its bookmark shows every change applied."""
@@ -94,11 +86,11 @@ def test_a_watch_the_server_refuses_stops_the_cache_serving_until_a_bookmark(
                     watch_seconds=3)  # fmt: skip
     try:
         pods.start(wait_seconds=10.0)  # it lists, then its watch is refused
-        assert _eventually(lambda: pods.items() is None), pods.failure
+        assert eventually(lambda: pods.items() is None), pods.failure
         assert "403" in pods.failure
         _pod(kube, "b")  # a change the refused watch cannot bring
         refused["on"] = False
-        assert _eventually(lambda: pods.items() is not None)
+        assert eventually(lambda: pods.items() is not None)
         assert sorted(pods.items() or []) == ["a", "b"] and kube.operations["list pods"] == 1
     finally:
         pods.stop()
