@@ -20,6 +20,7 @@ __all__ = [
     "invalid",
     "not_found",
     "status_body",
+    "too_large_resource_version",
     "too_many_requests",
     "unsupported_media_type",
 ]
@@ -104,6 +105,12 @@ def invalid(kind: str, name: str, message: str) -> ApiError:
 def expired(message: str = "too old resource version") -> ApiError:
     """410 Expired: a watch asked for a resourceVersion older than the retained history."""
     return ApiError(410, "Expired", message)
+
+
+def too_large_resource_version(wanted: int, current: int) -> ApiError:
+    """504 "Too large resource version": a list or watch asked for a version newer than the store's (the API
+    server's watch cache answers so once it has waited for it: ``storage.NewTooLargeResourceVersionError``)."""
+    return ApiError(504, "Timeout", f"Too large resource version: {wanted}, current: {current}")
 
 
 def too_many_requests(

@@ -8,7 +8,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from nodesmith.sim.kube import errors
-from nodesmith.sim.kube.errors import ApiError
 from nodesmith.sim.kube.selectors import fields_match, parse_field_selector, parse_label_selector
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ def from_watch_cache(query: Mapping[str, str], *, current: int) -> bool:
     except ValueError:
         raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
     if wanted > current:
-        raise ApiError(504, "Timeout", f"Too large resource version: {wanted}, current: {current}")
+        raise errors.too_large_resource_version(wanted, current)
     if query.get("resourceVersionMatch") == "Exact" and wanted != current:
         raise errors.expired(f"too old resource version: {wanted} ({current})")
     return False

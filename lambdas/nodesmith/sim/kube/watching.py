@@ -81,7 +81,7 @@ class WatchingHandler(BaseHTTPRequestHandler):
         except ValueError:
             raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
         if since > store.resource_version:  # the watch cache never reached it (it waits 3 s first; this one is current)
-            return ApiError(504, "Timeout", f"Too large resource version: {since}, current: {store.resource_version}")
+            return errors.too_large_resource_version(since, store.resource_version)
         try:
             return store.subscribe(resources=[rt.key], since=since)
         except ApiError as exc:
