@@ -185,6 +185,14 @@ class FakeCluster:
     def list_nodeclaims(self) -> list[NodeClaim]:
         return [nc.model_copy(deep=True) for nc in self.nodeclaims.values()]
 
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> EC2NodeClass:
+        """Merge ``status`` into the stored class's status, as the API server's merge patch does."""
+        (position, found), *_ = [(i, nc) for i, nc in enumerate(self.nodeclasses) if nc.name == name]
+        doc = found.model_dump(by_alias=True, exclude_none=True, mode="json")
+        written = EC2NodeClass.model_validate({**doc, "status": {**(doc.get("status") or {}), **status}})
+        self.nodeclasses[position] = written
+        return written
+
     def volume_context(self) -> VolumeContext:
         self.volume_reads += 1
         return self.volumes

@@ -29,8 +29,9 @@ NOW = 1_800_000_000.0
 class StatusCluster(FakeCluster):
     statuses: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
 
-    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> EC2NodeClass:
         self.statuses.setdefault(name, []).append(dict(status))
+        return super().patch_ec2nodeclass_status(name=name, status=status)
 
 
 @dataclass

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass
+from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod
 
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass, EC2NodeClassStatus
 from nodesmith.core.errors import LaunchError
@@ -16,6 +16,7 @@ from nodesmith.core.nodeclass_parts import SecurityGroup, Subnet
 from nodesmith.core.nodeclass_status import Check, ResolvedParts
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.nodeclasses import update_nodeclass_status
+from nodesmith.services.provisioning.reconcile import reconcile
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -29,8 +30,9 @@ SUBNET = Subnet(id="subnet-0a", zone="us-east-1a", zone_id="use1-az1", available
 class StatusCluster(FakeCluster):
     statuses: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
 
-    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> EC2NodeClass:
         self.statuses.setdefault(name, []).append(dict(status))
+        return with_status(make_nodeclass(name), status)
 
 
 @dataclass
@@ -69,9 +71,9 @@ def test_the_status_is_written_once_and_not_again_while_nothing_changes() -> Non
     readiness = Readiness(failing={"broken": "SubnetsReady"})
     classes = [make_nodeclass("default"), make_nodeclass("broken")]
 
-    errors = update_nodeclass_status(ports=ports(cluster, readiness), nodeclasses=classes, now=NOW)
+    written, errors = update_nodeclass_status(ports=ports(cluster, readiness), nodeclasses=classes, now=NOW)
 
-    assert errors == []
+    assert errors == [] and sorted(written) == ["broken", "default"]
     [ready] = cluster.statuses["default"]
     [broken] = cluster.statuses["broken"]
     assert {c["type"]: c["status"] for c in ready["conditions"]}["Ready"] == "True"
@@ -81,8 +83,8 @@ def test_the_status_is_written_once_and_not_again_while_nothing_changes() -> Non
     assert ready["securityGroups"] == broken["securityGroups"] == [{"id": "sg-0a", "name": "nodes"}]
     assert ready["instanceProfile"] == "profile"
 
-    again = [with_status(classes[0], ready), with_status(classes[1], broken)]
-    assert update_nodeclass_status(ports=ports(cluster, readiness), nodeclasses=again, now=NOW + 60) == []
+    again = [written["default"], written["broken"]]  # as written: unchanged since
+    assert update_nodeclass_status(ports=ports(cluster, readiness), nodeclasses=again, now=NOW + 60) == ({}, [])
     assert [len(v) for v in cluster.statuses.values()] == [1, 1]
 
 
@@ -94,15 +96,29 @@ def test_a_deleting_class_is_left_alone_and_one_refusal_does_not_stop_the_others
     )
     classes = [make_nodeclass("throttled"), deleting, make_nodeclass("default")]
 
-    errors = update_nodeclass_status(
+    written, errors = update_nodeclass_status(
         ports=ports(cluster, Readiness(refusing={"throttled"})), nodeclasses=classes, now=NOW
     )
 
     assert errors == ["status of EC2NodeClass throttled: DescribeSubnets: RequestLimitExceeded"]
-    assert set(cluster.statuses) == {"default"}
+    assert set(cluster.statuses) == set(written) == {"default"}
 
 
 def test_without_the_readiness_port_nothing_is_written() -> None:
     cluster = StatusCluster()
-    assert update_nodeclass_status(ports=ports(cluster, None), nodeclasses=[make_nodeclass()], now=NOW) == []
+    assert update_nodeclass_status(ports=ports(cluster, None), nodeclasses=[make_nodeclass()], now=NOW) == ({}, [])
     assert cluster.statuses == {}
+
+
+def test_the_pass_leaves_the_status_it_wrote_to_the_disruption_pass_after_it() -> None:
+    """The disruption pass decides on the snapshot the provisioning pass left: drift reads the class's resolved
+    subnets and AMIs as this pass wrote them, not as they were before it."""
+    cluster = StatusCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster.pods = [make_pod("web", cpu="1")]
+
+    outcome = reconcile(ports=ports(cluster, Readiness()), now=NOW)
+
+    assert outcome.snapshot is not None
+    left = outcome.snapshot.nodeclasses["default"]
+    assert left.status is not None and [s.id for s in left.status.subnets] == ["subnet-0a"]
+    assert left.status.instance_profile == "profile"

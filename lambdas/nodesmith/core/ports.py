@@ -314,9 +314,9 @@ class Cluster(Protocol):
         """All ``karpenter.k8s.aws/v1`` EC2NodeClasses."""
         ...
 
-    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> None:
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> EC2NodeClass:
         """Merge ``status`` (Karpenter JSON, e.g. ``{"capacityReservations": [...]}``) into the EC2NodeClass's
-        status subresource; ``NotFoundError`` if it is gone."""
+        status subresource; returns the EC2NodeClass as written. ``NotFoundError`` if it is gone."""
         ...
 
     def list_nodeclaims(self) -> list[NodeClaim]:

@@ -158,9 +158,10 @@ def test_ec2nodeclass_status_is_merged_and_its_spec_kept(cluster: KubeCluster, s
              "instanceMatchCriteria": "targeted", "reservationType": "default", "interruptible": False,
              "state": "active"}  # fmt: skip
 
-    cluster.patch_ec2nodeclass_status(name="default", status={"capacityReservations": [entry]})
+    written = cluster.patch_ec2nodeclass_status(name="default", status={"capacityReservations": [entry]})
 
     (nodeclass,) = cluster.list_ec2nodeclasses()
+    assert written == nodeclass  # as written, resourceVersion included
     assert nodeclass.status is not None
     assert [r.id for r in nodeclass.status.capacity_reservations] == ["cr-0a1"]
     assert nodeclass.spec.role == "KarpenterNodeRole-demo"

@@ -156,15 +156,17 @@ class KarpenterObjects:
             what=f"patch nodeoverlay {name} status",
         )
 
-    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> None:
-        """Merge ``status`` into the EC2NodeClass's status subresource; ``NotFoundError`` if it is gone."""
-        self.rest.request(
+    def patch_ec2nodeclass_status(self, *, name: str, status: Mapping[str, Any]) -> EC2NodeClass:
+        """Merge ``status`` into the EC2NodeClass's status subresource; returns the EC2NodeClass as written.
+        ``NotFoundError`` if it is gone."""
+        doc = self.rest.request(
             "PATCH",
             _crd(KARPENTER_AWS_GROUP, "ec2nodeclasses", name, "status"),
             body={"status": dict(status)},
             content_type=MERGE_PATCH,
             what=f"patch ec2nodeclass {name} status",
         )
+        return self._parse(EC2NodeClass.model_validate, doc, "ec2nodeclass")  # type: ignore[no-any-return]
 
     def list_nodeclaims(self) -> list[NodeClaim]:
         """All NodeClaims. An unreadable one raises ``KubernetesError`` (never silently orphaned)."""

@@ -93,18 +93,22 @@ def finalize_nodeclasses(
     return out
 
 
-def update_nodeclass_status(*, ports: Ports, nodeclasses: Iterable[EC2NodeClass], now: float) -> list[str]:
+def update_nodeclass_status(
+    *, ports: Ports, nodeclasses: Iterable[EC2NodeClass], now: float
+) -> tuple[dict[str, EC2NodeClass], list[str]]:
     """Write the status of each live EC2NodeClass in ``nodeclasses`` whose status changed (see the module
     docstring) at ``now`` (epoch seconds): one merge patch of its ``conditions``, ``subnets``, ``securityGroups``,
     ``amis`` and ``instanceProfile`` (:func:`~nodesmith.core.nodeclass_status.nodeclass_status`); an unchanged class
     costs no write, and a condition whose status stays keeps its ``lastTransitionTime``. Deleting classes are left
     alone, as Karpenter's controller only finalizes them. Does nothing without ``ports.readiness``. Returns the
-    errors met (one class's error does not stop the others; the next pass tries again); never raises.
+    classes written, as written, by name, and the errors met (one class's error does not stop the others; the next
+    pass tries again); never raises.
     """
+    written: dict[str, EC2NodeClass] = {}
+    errors: list[str] = []
     readiness = ports.readiness
     if readiness is None:
-        return []
-    errors: list[str] = []
+        return written, errors
     for nodeclass in nodeclasses:
         if nodeclass.metadata.deletion_timestamp is not None:
             continue
@@ -113,7 +117,7 @@ def update_nodeclass_status(*, ports: Ports, nodeclasses: Iterable[EC2NodeClass]
             status = nodeclass_status(nodeclass=nodeclass, resolution=resolution, now=now)
             if not status_changed(nodeclass, status):
                 continue
-            ports.cluster.patch_ec2nodeclass_status(name=nodeclass.name, status=status)
+            written[nodeclass.name] = ports.cluster.patch_ec2nodeclass_status(name=nodeclass.name, status=status)
         except NodesmithError as exc:
             errors.append(f"status of EC2NodeClass {nodeclass.name}: {exc}")
-    return errors
+    return written, errors

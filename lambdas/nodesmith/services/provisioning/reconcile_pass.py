@@ -192,9 +192,9 @@ class ReconcilePass:
         )
         out.launch_templates_deleted = classes.templates_deleted
         out.errors.extend(classes.errors)
-        out.errors.extend(
-            update_nodeclass_status(ports=self.ports, nodeclasses=snap.nodeclasses.values(), now=self.now)
-        )
+        written, errors = update_nodeclass_status(ports=self.ports, nodeclasses=snap.nodeclasses.values(), now=self.now)
+        snap.nodeclasses.update(written)  # the disruption pass after this one decides on the status as written
+        out.errors.extend(errors)
         self.nodes = [n for n in snap.nodes if n.name not in life.deleted_nodes]
         self.leaving = leaving_node_names(snap.nodes, deleted=life.deleted_nodes, nodeclaims=self.claims)
         out.errors.extend(life.errors)
@@ -229,9 +229,10 @@ class ReconcilePass:
         reservations = self.ports.reservations
         if reservations is None:
             return
-        _, errors = sync_nodeclass_status(
+        written, errors = sync_nodeclass_status(
             ports=self.ports, reservations=reservations, nodeclasses=list(self.snap.nodeclasses.values()), now=self.now
         )
+        self.snap.nodeclasses.update(written)
         self.out.errors.extend(errors)
         expiry = expire_capacity_blocks(
             ports=self.ports, reservations=reservations, nodeclaims=self.claims, now=self.now

@@ -72,11 +72,11 @@ def _current_status(nodeclass: EC2NodeClass) -> list[dict[str, Any]]:
 
 def sync_nodeclass_status(
     *, ports: Ports, reservations: CapacityReservations, nodeclasses: Sequence[EC2NodeClass], now: float
-) -> tuple[list[str], list[str]]:
+) -> tuple[dict[str, EC2NodeClass], list[str]]:
     """Write ``status.capacityReservations`` of each node class in ``nodeclasses`` whose selected reservations
-    changed (a node class without terms and without entries is left alone). Returns (names written, errors);
-    never raises for one node class."""
-    written: list[str] = []
+    changed (a node class without terms and without entries is left alone). Returns the classes written, as
+    written, by name, and the errors; never raises for one node class."""
+    written: dict[str, EC2NodeClass] = {}
     errors: list[str] = []
     for nodeclass in nodeclasses:
         current = _current_status(nodeclass)
@@ -91,11 +91,11 @@ def sync_nodeclass_status(
         if wanted == current:
             continue
         try:
-            ports.cluster.patch_ec2nodeclass_status(name=nodeclass.name, status={"capacityReservations": wanted})
+            written[nodeclass.name] = ports.cluster.patch_ec2nodeclass_status(
+                name=nodeclass.name, status={"capacityReservations": wanted}
+            )
         except KubernetesError as exc:
             errors.append(f"write status of EC2NodeClass {nodeclass.name}: {exc}")
-            continue
-        written.append(nodeclass.name)
     return written, errors
 
 
