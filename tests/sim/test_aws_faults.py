@@ -225,7 +225,9 @@ def test_no_plan_leaves_every_answer_to_moto(faults: embedded_aws.EmbeddedAws) -
 
 
 @pytest.mark.slow
-def test_a_moto_in_its_own_process_takes_a_plan_and_reports_its_counts() -> None:
+def test_a_moto_in_its_own_process_takes_a_plan_and_reports_its_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # the process sets no environment: the client's own keys
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     running = embedded_aws.start_process(set_environ=False)
     try:
         set_faults(running, FaultPlan(throttle={"sqs:ListQueues": 1.0}))
