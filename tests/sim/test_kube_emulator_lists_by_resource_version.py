@@ -50,3 +50,14 @@ def test_a_version_newer_than_the_store_times_out_and_an_old_exact_one_is_gone(k
     assert _get(kube, resourceVersion=str(current - 1))[0] == 200  # not older than: the latest serves
     assert _get(kube, resourceVersion=str(current - 1), resourceVersionMatch="Exact")[0] == 410
     assert _get(kube, resourceVersion="abc")[0] == 400
+
+
+def test_a_list_at_a_version_is_served_from_the_watch_cache_only_without_a_limit(kube: KubeEmulator) -> None:
+    """The API server's cacher hands to etcd a list with a version other than 0 and a limit, and an Exact match."""
+    current = str(kube.store.resource_version)
+    assert _get(kube, resourceVersion=current, resourceVersionMatch="NotOlderThan")[0] == 200
+    assert _get(kube, resourceVersion=current)[0] == 200
+    assert kube.cache_lists["nodes"] == 2
+    assert _get(kube, resourceVersion=current, resourceVersionMatch="NotOlderThan", limit="2")[0] == 200
+    assert _get(kube, resourceVersion=current, resourceVersionMatch="Exact")[0] == 200
+    assert kube.cache_lists["nodes"] == 2

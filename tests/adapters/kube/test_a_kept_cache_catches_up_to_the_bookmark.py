@@ -186,6 +186,16 @@ def test_a_list_again_answered_by_a_lagging_api_server_never_goes_back_in_time(k
     assert kube.cache_lists["pods"] == 1  # the version refused was forgotten: the latest, not the watch cache's
 
 
+def test_a_list_again_is_read_unpaged_from_the_watch_cache_not_from_etcd(kube: KubeEmulator) -> None:
+    """The API server reads a list with a version other than 0 and a limit from etcd (its cacher's
+    ``shouldDelegateList``): a list again asks without a limit, as client-go's reflector does, so the watch cache
+    serves it once it holds the version."""
+    pods = _three_pods_listed(kube, relist_below=10)
+    kube.store.bind("b", namespace="default", node_name="n1")
+    assert pods.catch_up() == "listed" and _names(pods) == ["a", "b", "c"]
+    assert kube.cache_lists["pods"] == 2 and kube.operations["list pods"] == 2
+
+
 def test_a_version_the_server_never_reaches_is_forgotten_after_one_refusal(kube: KubeEmulator) -> None:
     """A store that went back (etcd restored from a backup) refuses the version held for ever: after one refusal
     the informer reads the latest version, as client-go's reflector does, instead of being refused pass after

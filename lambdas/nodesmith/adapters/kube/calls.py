@@ -271,18 +271,22 @@ class KubeRest:
     ) -> tuple[builtins.list[dict[str, Any]], str]:
         """:meth:`list`, and the list's ``metadata.resourceVersion`` (where a watch of it starts).
 
-        ``not_older_than`` (a version this caller already saw) asks for the first page at that version with
-        ``resourceVersionMatch=NotOlderThan``: served from the watch cache once it holds that version, so the list
-        never goes back in time behind what the caller read, from whichever API server answers (client-go's
-        reflector relists so). It takes precedence over ``cached``."""
+        ``not_older_than`` (a version this caller already saw) asks for the list at that version with
+        ``resourceVersionMatch=NotOlderThan`` and no ``limit``: the API server serves it from its watch cache once
+        the cache holds that version (a list with a version other than ``0`` and a limit is read from etcd), so the
+        list never goes back in time behind what the caller read, from whichever API server answers, and etcd is
+        not read. client-go's reflector relists so, turning paging off for the same reason. It takes precedence
+        over ``cached``."""
         items: builtins.list[dict[str, Any]] = []
         token: str | None = None
         first: dict[str, str] = {"resourceVersion": "0"} if cached else {}
+        limit: int | None = page_size
         if not_older_than:
             first = {"resourceVersion": not_older_than, "resourceVersionMatch": "NotOlderThan"}
+            limit = None
         version = ""
         while True:
-            page = {**query, **(first if token is None else {}), "limit": page_size, "continue": token}
+            page = {**query, **(first if token is None else {}), "limit": limit, "continue": token}
             doc = self.request("GET", url_path, what=what, query=page) or {}
             items.extend(doc.get("items") or [])
             meta = doc.get("metadata") or {}

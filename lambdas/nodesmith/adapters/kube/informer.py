@@ -69,13 +69,13 @@ def _newer(version: str, than: str) -> bool:
 class Listing:
     """How an :class:`Informer` lists its collection.
 
-    ``page_size`` objects a page. The first list is read at ``resourceVersion=0`` (the API server's watch cache,
-    which may trail the latest writes), or at the latest when ``cache_first`` is False (a kind the caller writes and
-    must read back); every later one not older than the newest version the informer held
-    (``resourceVersionMatch=NotOlderThan``), so a relist that a lagging API server answers never goes back in time
-    (client-go's reflector relists so). While the informer holds fewer than ``relist_below`` objects, a catch-up
-    lists again instead of watching: one small list costs the API server little and saves waiting about a second for
-    the watch's bookmark.
+    ``page_size`` objects a page of the first list. The first list is read at ``resourceVersion=0`` (the API
+    server's watch cache, which may trail the latest writes), or at the latest when ``cache_first`` is False (a kind
+    the caller writes and must read back); every later one not older than the newest version the informer held
+    (``resourceVersionMatch=NotOlderThan``), unpaged so that the watch cache serves it, not etcd, and a relist that
+    a lagging API server answers never goes back in time (client-go's reflector relists so). While the informer
+    holds fewer than ``relist_below`` objects, a catch-up lists again instead of watching: one small list costs the
+    API server little and saves waiting about a second for the watch's bookmark.
     """
 
     page_size: int = 500

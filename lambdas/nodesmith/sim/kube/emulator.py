@@ -34,7 +34,8 @@ class KubeEmulator:
     attribute can be set or cleared while the emulator runs and applies from the next request.
     ``operations`` counts the requests served by operation (``"list pods"``, ``"update nodeclaims/status"``, as
     :func:`~nodesmith.sim.kube.faults.request_of` names them; each page of a list is one); ``cache_lists`` counts
-    the lists asked at ``resourceVersion=0`` (served from the API server's watch cache) by resource plural.
+    the lists the API server serves from its watch cache (:func:`~nodesmith.sim.kube.listing.from_watch_cache`:
+    at ``resourceVersion=0``, or not older than a version and without a limit) by resource plural.
     ``start()`` returns the endpoint (``http://127.0.0.1:<port>``) in a few milliseconds; ``stop()``
     ends watches and closes connections. Usable as a context manager (starts on enter).
     """

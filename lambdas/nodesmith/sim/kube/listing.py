@@ -74,13 +74,14 @@ def _last_key(entries: list[Any]) -> tuple[str, str]:
 
 
 def from_watch_cache(query: Mapping[str, str], *, current: int) -> bool:
-    """Whether a list with ``query`` is served from the API server's watch cache (``resourceVersion=0``: any
-    version; the emulator's cache is its store, always current), after refusing what the API server refuses
-    (Kubernetes API concepts, "Resource versions" and "Retrieving large results sets in chunks"): a version given
-    with ``continue`` (400: the token carries it), one that is not a version (400), one newer than ``current``
-    (504 "Too large resource version": the cache never caught up) and an ``Exact`` match of a version other than
-    ``current`` (410: the emulator keeps no older states). Without a version, or with one not newer than
-    ``current``, the list is served as the latest (False)."""
+    """Whether a list with ``query`` is served from the API server's watch cache (the emulator's cache is its
+    store, always current), after refusing what the API server refuses (Kubernetes API concepts, "Resource
+    versions" and "Retrieving large results sets in chunks"): a version given with ``continue`` (400: the token
+    carries it), one that is not a version (400), one newer than ``current`` (504 "Too large resource version":
+    the cache never caught up) and an ``Exact`` match of a version other than ``current`` (410: the emulator keeps
+    no older states). The cache serves ``resourceVersion=0`` (any version), and a version not newer than
+    ``current`` without a ``limit`` (not older than it); the API server reads a list without a version, or with one
+    and a ``limit``, from etcd (its cacher's ``shouldDelegateList``): served as the latest (False)."""
     rv = query.get("resourceVersion", "")
     if not rv:
         return False
@@ -94,6 +95,8 @@ def from_watch_cache(query: Mapping[str, str], *, current: int) -> bool:
         raise errors.bad_request(f"invalid resourceVersion {rv!r}") from None
     if wanted > current:
         raise errors.too_large_resource_version(wanted, current)
-    if query.get("resourceVersionMatch") == "Exact" and wanted != current:
-        raise errors.expired(f"too old resource version: {wanted} ({current})")
-    return False
+    if query.get("resourceVersionMatch") == "Exact":
+        if wanted != current:
+            raise errors.expired(f"too old resource version: {wanted} ({current})")
+        return False
+    return not query.get("limit")
