@@ -53,7 +53,8 @@ def test_a_version_newer_than_the_store_times_out_and_an_old_exact_one_is_gone(k
 
 
 def test_a_list_at_a_version_is_served_from_the_watch_cache_only_without_a_limit(kube: KubeEmulator) -> None:
-    """The API server's cacher hands to etcd a list with a version other than 0 and a limit, and an Exact match."""
+    """The cacher of Kubernetes 1.32 and earlier hands to etcd a list with a version other than 0 and a limit, and an
+    Exact match."""
     current = str(kube.store.resource_version)
     assert _get(kube, resourceVersion=current, resourceVersionMatch="NotOlderThan")[0] == 200
     assert _get(kube, resourceVersion=current)[0] == 200

@@ -187,9 +187,9 @@ def test_a_list_again_answered_by_a_lagging_api_server_never_goes_back_in_time(k
 
 
 def test_a_list_again_is_read_unpaged_from_the_watch_cache_not_from_etcd(kube: KubeEmulator) -> None:
-    """The API server reads a list with a version other than 0 and a limit from etcd (its cacher's
-    ``shouldDelegateList``): a list again asks without a limit, as client-go's reflector does, so the watch cache
-    serves it once it holds the version."""
+    """Kubernetes 1.32 and earlier read a list with a version other than 0 and a limit from etcd (their cacher's
+    ``shouldDelegateList``; later versions its pages after the first): a list again asks without a limit, as
+    client-go's reflector does, so the watch cache serves it once it holds the version."""
     pods = _three_pods_listed(kube, relist_below=10)
     kube.store.bind("b", namespace="default", node_name="n1")
     assert pods.catch_up() == "listed" and _names(pods) == ["a", "b", "c"]

@@ -272,11 +272,11 @@ class KubeRest:
         """:meth:`list`, and the list's ``metadata.resourceVersion`` (where a watch of it starts).
 
         ``not_older_than`` (a version this caller already saw) asks for the list at that version with
-        ``resourceVersionMatch=NotOlderThan`` and no ``limit``: the API server serves it from its watch cache once
-        the cache holds that version (a list with a version other than ``0`` and a limit is read from etcd), so the
-        list never goes back in time behind what the caller read, from whichever API server answers, and etcd is
-        not read. client-go's reflector relists so, turning paging off for the same reason. It takes precedence
-        over ``cached``."""
+        ``resourceVersionMatch=NotOlderThan`` and no ``limit``: every API server version serves it from its watch
+        cache once the cache holds that version (with a limit, Kubernetes 1.32 and earlier read the list from etcd,
+        later versions its pages after the first), so the list never goes back in time behind what the caller read,
+        from whichever API server answers, and etcd is not read. client-go's reflector relists so, turning paging
+        off for the same reason. It takes precedence over ``cached``."""
         items: builtins.list[dict[str, Any]] = []
         token: str | None = None
         first: dict[str, str] = {"resourceVersion": "0"} if cached else {}

@@ -80,8 +80,9 @@ def from_watch_cache(query: Mapping[str, str], *, current: int) -> bool:
     carries it), one that is not a version (400), one newer than ``current`` (504 "Too large resource version":
     the cache never caught up) and an ``Exact`` match of a version other than ``current`` (410: the emulator keeps
     no older states). The cache serves ``resourceVersion=0`` (any version), and a version not newer than
-    ``current`` without a ``limit`` (not older than it); the API server reads a list without a version, or with one
-    and a ``limit``, from etcd (its cacher's ``shouldDelegateList``): served as the latest (False)."""
+    ``current`` without a ``limit`` (not older than it); a list without a version, or with one and a ``limit``, is
+    read from etcd, as Kubernetes 1.32 and earlier do (their cacher's ``shouldDelegateList``): served as the latest
+    (False)."""
     rv = query.get("resourceVersion", "")
     if not rv:
         return False
