@@ -187,12 +187,12 @@ def cluster_nodes(
     ``status.imageID`` (Karpenter's AMI drift reads ``nodeClaim.Status.ImageID``), else the AMI of the instance
     behind the node; the instance's launch facts (``facts``, by instance id of the node's providerID) give
     ``subnet_id`` and ``security_group_ids`` (Karpenter's AWS provider reads them from the instance,
-    ``[aws]:pkg/cloudprovider/drift.go``); None where unknown. The pod-set
-    fingerprint of each node with a NodeClaim is compared with the stored ``nodesmith.io/PodSet``
-    condition: on a change ``lastPodEventTime`` becomes ``now`` (first sight: the newest pod's
-    creation time, or unset when the node has no pods, so the core falls back to the NodeClaim's
-    initialization). Only the NodeClaims whose pod set changed are written, :data:`OBSERVE_WORKERS` at a time
-    (a fleet seen for the first time writes one per NodeClaim; an unchanged one none). A failed status write is
+    ``[aws]:pkg/cloudprovider/drift.go``); None where unknown. The pod-set fingerprint of each node with a NodeClaim
+    is compared with the stored ``nodesmith.io/PodSet`` condition: on a change ``lastPodEventTime`` becomes ``now``
+    (first sight: the newest pod's creation time, or the ``lastPodEventTime`` already recorded when that is later,
+    as Karpenter's is for a NodeClaim it launched; unset when there is neither, so the core falls back to the
+    NodeClaim's initialization). Only the NodeClaims whose pod set changed are written, :data:`OBSERVE_WORKERS` at a
+    time (a fleet seen for the first time writes one per NodeClaim; an unchanged one none). A failed status write is
     reported in ``errors`` and does not stop the pass.
 
     ``kept`` (node name -> view) is what a long-lived caller keeps between passes: a node whose Node and pods are
@@ -346,9 +346,9 @@ def _record_pods(
     ``lastPodEventTime`` on ``claim``; returns the claim as written and that time."""
     stored = claim.condition(CONDITION_POD_SET)
     last = from_rfc3339(claim.status.last_pod_event_time)
-    if stored is None:
+    if stored is None:  # first sight: a time already recorded (by Karpenter, before Nodesmith) is never moved back
         created = [p.creation_timestamp for p in pods if not p.is_daemonset and p.creation_timestamp > 0]
-        new_last = max(created) if created else last
+        new_last = max([*created, *([last] if last is not None else [])], default=None)
     else:
         new_last = now
     try:
