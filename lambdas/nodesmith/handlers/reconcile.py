@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodesmith.core.errors import NodesmithError
 from nodesmith.handlers import heap, reporting, wiring
-from nodesmith.handlers.observability import MetricUnit, count_by, logger, metrics, tracer
+from nodesmith.handlers.observability import MetricUnit, logger, metrics, tracer
 from nodesmith.services.provisioning.capacity import KeptCapacity
 from nodesmith.services.provisioning.fleet_listing import FleetListing
 from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from nodesmith.services.disruption.service import Consolidated, DisruptionOutcome, PendingCommand
     from nodesmith.services.provisioning.inputs import Snapshot
 
-__all__ = ["garbage_collection_due", "handler", "outcome_summary", "run_disruption", "run_pass"]
+__all__ = ["garbage_collection_due", "handler", "run_disruption", "run_pass"]
 
 _PENDING: dict[str, PendingCommand] = {}
 """Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
@@ -71,55 +71,6 @@ _FLEET_LISTING = FleetListing()
 """Garbage collection's fleet listing, kept across the passes of this container's watching invocation or wake."""
 _LAST_PASS_BEGAN: list[float] = []
 """When (epoch seconds) a pass of this container last began: a wake for cordons before that is served."""
-
-_MAX_LOGGED_REASONS = 20
-
-
-def outcome_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
-    """A JSON-safe summary of ``outcome`` for logs and the handler's return value.
-
-    Unschedulable pods are summarised by reason (at most 20 reasons, with pod counts).
-    """
-    reasons = sorted(outcome.unschedulable_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-    return {
-        "pods_pending": outcome.pods_pending,
-        "oldest_pending_age_seconds": round(outcome.oldest_pending_age_seconds, 3),
-        "pods_scheduled": outcome.pods_scheduled,
-        "pods_awaiting_capacity": outcome.pods_awaiting_capacity,
-        "pods_rescheduled": outcome.pods_rescheduled,
-        "nodeclaims_created": outcome.nodeclaims_created,
-        "nodeclaims_launched": outcome.nodeclaims_launched,
-        "nodeclaims_registered": outcome.nodeclaims_registered,
-        "nodeclaims_initialized": outcome.nodeclaims_initialized,
-        "nodeclaims_terminated": outcome.nodeclaims_terminated,
-        "orphans_terminated": outcome.orphans_terminated,
-        "launch_templates_deleted": list(outcome.launch_templates_deleted),
-        "terminations_requested": list(outcome.terminations_requested),
-        "garbage_collected": outcome.garbage_collected,
-        "launched": list(outcome.launched),
-        "launch_failures": dict(outcome.launch_failures),
-        "offerings_marked_unavailable": outcome.offerings_marked_unavailable,
-        "cost_usd_per_hour": round(outcome.cost_per_hour, 6),
-        "new_cost_usd_per_hour": round(outcome.new_cost_per_hour, 6),
-        "scheduling_duration_seconds": round(outcome.scheduling_duration_seconds, 6),
-        "solve_attempts": outcome.solve_attempts,
-        "unschedulable": len(outcome.unschedulable),
-        "unschedulable_reasons": dict(reasons[:_MAX_LOGGED_REASONS]),
-        "errors": list(outcome.errors),
-    }
-
-
-def _emit(outcome: ReconcileOutcome) -> None:
-    add = metrics.add_metric
-    add(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods_pending)
-    add(name="OldestPendingPodAgeSeconds", unit=MetricUnit.Seconds, value=outcome.oldest_pending_age_seconds)
-    add(name="SchedulingDurationSeconds", unit=MetricUnit.Seconds, value=outcome.scheduling_duration_seconds)
-    add(name="PodsScheduled", unit=MetricUnit.Count, value=outcome.pods_scheduled)
-    add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
-    add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
-    add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
-    for code, count in sorted(outcome.launch_failures.items()):
-        count_by("LaunchFailures", dimension="ErrorCode", value=code, count=count)
 
 
 def garbage_collection_due(*, cloud: object, now: float) -> bool:
@@ -189,9 +140,8 @@ def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None
     it when ``NODESMITH_FEATURE_GATES`` turns ``NodeRepair`` on. ``snapshot`` is the provisioning pass's, as
     that pass left the cluster (None: the disruption pass lists the cluster itself).
 
-    Logs one structured line per decision (method, nodes, cost before/after, rejected candidates
-    with why) and emits ``DisruptionDecisions`` / ``DisruptionSavingsUSDPerHour`` by ``Method``; the nodes it
-    disrupts are drained and counted by the termination function.
+    Reported as it ends (:func:`~nodesmith.handlers.reporting.report_disruption`: a line per decision, the
+    decisions and savings by ``Method``); the nodes it disrupts are drained and counted by the termination function.
     """
     from nodesmith.core.disruption import DisruptionSettings
     from nodesmith.services.disruption.service import Consolidated, disrupt
@@ -215,20 +165,13 @@ def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None
         snapshot=snapshot,
         consolidated=_CONSOLIDATED[0],
     )
-    for decision in outcome.decisions:
-        logger.info("disruption decision", extra={"disruption": decision})
     reporting.report_disruption(outcome)
-    for method, count in sorted(outcome.executed.items()):
-        count_by("DisruptionDecisions", dimension="Method", value=method, count=count)
-    for method, saved in sorted(outcome.savings_by_method.items()):
-        count_by("DisruptionSavingsUSDPerHour", dimension="Method", value=method, count=saved, unit=MetricUnit.NoUnit)
     return outcome
 
 
 def _reported(outcome: ReconcileOutcome) -> ReconcileOutcome:
     """Emit one pass's metrics as soon as it ends: a watch-mode invocation runs many passes, and
     reporting only the last would lose the NodeClaims the others created, launched or terminated."""
-    _emit(outcome)
     reporting.report_pass(outcome)
     return outcome
 
@@ -440,7 +383,7 @@ def _report(
     """
     duration = time.monotonic() - started
     metrics.add_metric(name="ReconcileDurationSeconds", unit=MetricUnit.Seconds, value=duration)
-    summary = outcome_summary(outcome)
+    summary = reporting.pass_summary(outcome)
     summary["duration_seconds"] = round(duration, 3)
     summary.update(extra)
     if disruption is not None:

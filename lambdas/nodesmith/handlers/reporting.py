@@ -1,11 +1,13 @@
-"""What the handlers report beyond their pass summaries: breakdown metrics, deadlines, trace keys.
+"""What the handlers report: pass summaries, metrics and their breakdowns, deadlines, trace keys.
 
 Both handlers call in here with their outcomes; every function only emits metrics and log lines
 (names from ``infra/metric_names.py``, units as there: Count, Seconds, Percent, None for USD/hour)
 and never changes what the pass did. Each data point goes under one dimension set (``service``
 plus the breakdown), so the dashboard's sums count it once.
 
-Reconcile (:func:`report_pass`, and :func:`report_disruption` after each disruption pass):
+Reconcile (:func:`pass_summary` for the pass's log line and return value, :func:`report_pass`, and
+:func:`report_disruption` after each disruption pass): the pass's totals (``PodsPending``, ``PodsScheduled``,
+``ClusterCostUSDPerHour``, ``ReconcileErrors``, ...), the disruption decisions and savings by ``Method``, and
 
 * ``NodeClaimsCreated`` / ``Launched`` / ``Registered`` / ``Initialized`` by ``NodePool`` and
   ``CapacityType`` (Karpenter's ``nodeclaims_created_total{nodepool}`` and the status-condition
@@ -49,12 +51,16 @@ if TYPE_CHECKING:
 __all__ = [
     "batch_response",
     "instance_keys",
+    "pass_summary",
     "report_disruption",
     "report_malformed",
     "report_message",
     "report_pass",
     "report_termination",
 ]
+
+MAX_LOGGED_REASONS = 20
+"""Unschedulable reasons a pass summary lists at most (the most frequent first)."""
 
 NODECLAIM_STAGES = (
     ("NodeClaimsCreated", "created_by"),
@@ -87,13 +93,59 @@ def _terminated(counts: Iterable[tuple[tuple[str, str, str], int]]) -> None:
 # --- reconcile ------------------------------------------------------------------------------------
 
 
+def pass_summary(outcome: ReconcileOutcome) -> dict[str, Any]:
+    """A JSON-safe summary of ``outcome`` for logs and the handler's return value.
+
+    Unschedulable pods are summarised by reason (at most 20 reasons, with pod counts).
+    """
+    reasons = sorted(outcome.unschedulable_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "pods_pending": outcome.pods_pending,
+        "oldest_pending_age_seconds": round(outcome.oldest_pending_age_seconds, 3),
+        "pods_scheduled": outcome.pods_scheduled,
+        "pods_awaiting_capacity": outcome.pods_awaiting_capacity,
+        "pods_rescheduled": outcome.pods_rescheduled,
+        "nodeclaims_created": outcome.nodeclaims_created,
+        "nodeclaims_launched": outcome.nodeclaims_launched,
+        "nodeclaims_registered": outcome.nodeclaims_registered,
+        "nodeclaims_initialized": outcome.nodeclaims_initialized,
+        "nodeclaims_terminated": outcome.nodeclaims_terminated,
+        "orphans_terminated": outcome.orphans_terminated,
+        "launch_templates_deleted": list(outcome.launch_templates_deleted),
+        "terminations_requested": list(outcome.terminations_requested),
+        "garbage_collected": outcome.garbage_collected,
+        "launched": list(outcome.launched),
+        "launch_failures": dict(outcome.launch_failures),
+        "offerings_marked_unavailable": outcome.offerings_marked_unavailable,
+        "cost_usd_per_hour": round(outcome.cost_per_hour, 6),
+        "new_cost_usd_per_hour": round(outcome.new_cost_per_hour, 6),
+        "scheduling_duration_seconds": round(outcome.scheduling_duration_seconds, 6),
+        "solve_attempts": outcome.solve_attempts,
+        "unschedulable": len(outcome.unschedulable),
+        "unschedulable_reasons": dict(reasons[:MAX_LOGGED_REASONS]),
+        "errors": list(outcome.errors),
+    }
+
+
 def report_pass(outcome: ReconcileOutcome) -> None:
-    """Emit the reconcile pass's breakdown metrics (see the module docstring).
+    """Emit the reconcile pass's metrics: ``PodsPending``, ``OldestPendingPodAgeSeconds``,
+    ``SchedulingDurationSeconds``, ``PodsScheduled``, ``OfferingsMarkedUnavailable``, ``ClusterCostUSDPerHour``,
+    ``ReconcileErrors``, ``LaunchFailures`` by ``ErrorCode``, and the breakdowns (see the module docstring).
 
     Only pairs with something to report are emitted (a pass that created nothing emits no
     ``NodeClaimsCreated``); utilisation only for NodePools with capacity, cost only for NodePools
     with running instances.
     """
+    add = metrics.add_metric
+    add(name="PodsPending", unit=MetricUnit.Count, value=outcome.pods_pending)
+    add(name="OldestPendingPodAgeSeconds", unit=MetricUnit.Seconds, value=outcome.oldest_pending_age_seconds)
+    add(name="SchedulingDurationSeconds", unit=MetricUnit.Seconds, value=outcome.scheduling_duration_seconds)
+    add(name="PodsScheduled", unit=MetricUnit.Count, value=outcome.pods_scheduled)
+    add(name="OfferingsMarkedUnavailable", unit=MetricUnit.Count, value=outcome.offerings_marked_unavailable)
+    add(name="ClusterCostUSDPerHour", unit=MetricUnit.NoUnit, value=outcome.cost_per_hour)
+    add(name="ReconcileErrors", unit=MetricUnit.Count, value=len(outcome.errors))
+    for code, count in sorted(outcome.launch_failures.items()):
+        count_by("LaunchFailures", dimension="ErrorCode", value=code, count=count)
     for name, attribute in NODECLAIM_STAGES:
         _by_pool(name, getattr(outcome, attribute).items())
     _terminated(outcome.terminated_by.items())
@@ -109,11 +161,19 @@ def report_pass(outcome: ReconcileOutcome) -> None:
 
 
 def report_disruption(disruption: DisruptionOutcome) -> None:
-    """Emit a disruption pass's replacements' ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` (by NodePool,
-    capacity type); the nodes it disrupts are counted terminated by the termination function, when they go.
+    """Log one line per decision of a disruption pass (method, nodes, cost before and after, rejected candidates
+    with why) and emit ``DisruptionDecisions`` and ``DisruptionSavingsUSDPerHour`` by ``Method`` and its
+    replacements' ``NodeClaimsCreated`` / ``NodeClaimsLaunched`` (by NodePool, capacity type); the nodes it
+    disrupts are counted terminated by the termination function, when they go.
 
     Called right after each disruption pass (a watch-mode invocation runs several), so none is lost.
     """
+    for decision in disruption.decisions:
+        logger.info("disruption decision", extra={"disruption": decision})
+    for method, count in sorted(disruption.executed.items()):
+        count_by("DisruptionDecisions", dimension="Method", value=method, count=count)
+    for method, saved in sorted(disruption.savings_by_method.items()):
+        count_by("DisruptionSavingsUSDPerHour", dimension="Method", value=method, count=saved, unit=MetricUnit.NoUnit)
     _by_pool("NodeClaimsCreated", disruption.created_by.items())
     _by_pool("NodeClaimsLaunched", disruption.launched_by.items())
 
