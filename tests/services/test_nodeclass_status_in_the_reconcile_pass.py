@@ -122,3 +122,5 @@ def test_the_pass_leaves_the_status_it_wrote_to_the_disruption_pass_after_it() -
     left = outcome.snapshot.nodeclasses["default"]
     assert left.status is not None and [s.id for s in left.status.subnets] == ["subnet-0a"]
     assert left.status.instance_profile == "profile"
+    pool = cluster.nodepools[0].status  # the NodePool's readiness follows the class's, in the same pass
+    assert pool is not None and {c.type: c.status for c in pool.conditions}["NodeClassReady"] == "True"

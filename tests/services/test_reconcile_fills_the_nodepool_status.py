@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
 
-from nodesmith.core.api.ec2nodeclass import EC2NodeClassStatus
+from nodesmith.core.api.ec2nodeclass import EC2NodeClass, EC2NodeClassStatus
 from nodesmith.core.nodepool_status import nodepool_status, status_changed
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import ReconcileOutcome, reconcile
@@ -27,8 +27,15 @@ def conditions(cluster: FakeCluster) -> dict[str, tuple[str, str | None]]:
     return {c.type: (c.status, c.reason) for c in status.conditions}
 
 
+def _ready_nodeclass() -> EC2NodeClass:
+    """The default EC2NodeClass with the ``Ready`` condition an earlier pass wrote."""
+    return make_nodeclass().model_copy(
+        update={"status": EC2NodeClassStatus.model_validate({"conditions": [{"type": "Ready", "status": "True"}]})}
+    )
+
+
 def test_a_nodepool_with_its_nodeclass_is_ready_and_counts_its_registered_nodes() -> None:
-    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
+    cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[_ready_nodeclass()])
     cluster.pods = [make_pod("inflate-0")]
     cloud = FakeCloud()
     run(cluster, cloud, 1000.0)
@@ -112,3 +119,8 @@ def test_nodeclass_ready_follows_the_ec2nodeclass_ready_condition() -> None:
         "False",
         "NodeClassReadinessUnknown",
     )
+
+    never_resolved = make_nodeclass()  # no Ready condition yet: unknown, as Karpenter's readiness controller says
+    status = nodepool_status(nodepool=pool, nodes=[], nodeclaims=[], nodeclass=never_resolved, now=1000.0)
+    found = {c["type"]: c for c in status["conditions"]}
+    assert (found["NodeClassReady"]["reason"], found["Ready"]["status"]) == ("NodeClassReadinessUnknown", "False")

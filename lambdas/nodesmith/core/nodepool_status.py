@@ -7,8 +7,8 @@ memory, pods, ephemeral-storage and nodes, and ``status.nodes`` to the node coun
 ``NodeClassTerminating`` when it is missing or deleting, else the EC2NodeClass's own ``Ready``: False with its
 reason and message, ``NodeClassReadinessUnknown`` when Unknown), and ``Ready`` is true when
 ``ValidationSucceeded`` and ``NodeClassReady`` both are (``pkg/apis/v1/nodepool_status.go``). An EC2NodeClass
-without a ``Ready`` condition yet counts as ready here (Karpenter says ``NodeClassReadinessUnknown``): the reconcile
-pass writes the class's conditions itself, and a NodePool's status is not held back a pass for them.
+without a ``Ready`` condition yet is ``NodeClassReadinessUnknown`` too, as in Karpenter; the reconcile pass writes
+the class's conditions before the NodePools' status, from the class as written.
 
 A node of the pool is a Node labelled ``karpenter.sh/nodepool: <name>``, or a NodeClaim of the
 pool whose Node has not registered yet (its ``status.capacity`` counts). A NodePool reaching this
@@ -83,9 +83,9 @@ def _condition(
 
 def _nodeclass_readiness(nodeclass: EC2NodeClass) -> tuple[bool, str, str]:
     ready = next((c for c in (nodeclass.status.conditions if nodeclass.status else []) if c.type == "Ready"), None)
-    if ready is None or ready.status == "True":
+    if ready is not None and ready.status == "True":
         return True, "", ""
-    if ready.status == "Unknown":
+    if ready is None or ready.status == "Unknown":
         return False, "NodeClassReadinessUnknown", "Node Class Readiness Unknown"
     return False, ready.reason or "NodeClassNotReady", ready.message or ""
 
