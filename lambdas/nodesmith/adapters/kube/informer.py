@@ -142,12 +142,11 @@ class Informer(Generic[T]):
         """Bring the objects to the API server's present without a thread (for a caller that does not :meth:`start`):
         with no version yet, or fewer than :attr:`Listing.relist_below` objects held, a list (which parses again
         only the objects whose version changed); else one watch from :attr:`version` of
-        :data:`CATCH_UP_WATCH_SECONDS`, its
-        changes applied until the ``BOOKMARK`` that marks them all sent, then closed. A watch that ends without a
-        bookmark or fails, or is answered 410 Gone (the version is older than the server's history), is followed by
-        a list (:attr:`failure` says why). Returns ``"caught up"`` or ``"listed"``; :meth:`items` serves from then
-        until :meth:`hold`. Raises ``KubernetesError`` when the list fails (after the client's retries), and
-        ``RuntimeError`` when a thread follows this informer."""
+        :data:`CATCH_UP_WATCH_SECONDS`, its changes applied until the ``BOOKMARK`` that marks them all sent, then
+        closed. A watch that ends without a bookmark or fails, or is answered 410 Gone (the version is older than
+        the server's history), is followed by a list (:attr:`failure` says why). Returns ``"caught up"`` or
+        ``"listed"``; :meth:`items` serves from then until :meth:`hold`. Raises ``KubernetesError`` when the list
+        fails (after the client's retries), and ``RuntimeError`` when a thread follows this informer."""
         if self._thread is not None:
             raise RuntimeError(f"informer {self.what} is followed by a thread")
         self._synced.clear()

@@ -347,8 +347,10 @@ def _record_pods(
     stored = claim.condition(CONDITION_POD_SET)
     last = from_rfc3339(claim.status.last_pod_event_time)
     if stored is None:  # first sight: a time already recorded (by Karpenter, before Nodesmith) is never moved back
-        created = [p.creation_timestamp for p in pods if not p.is_daemonset and p.creation_timestamp > 0]
-        new_last = max([*created, *([last] if last is not None else [])], default=None)
+        times = [p.creation_timestamp for p in pods if not p.is_daemonset and p.creation_timestamp > 0]
+        if last is not None:
+            times.append(last)
+        new_last = max(times, default=None)
     else:
         new_last = now
     try:
