@@ -25,6 +25,7 @@ from nodesmith.adapters.kube import KubeCluster, build_api_client
 from nodesmith.handlers import heap, wiring
 from nodesmith.handlers import reconcile as reconcile_handler
 from nodesmith.handlers.settings import Settings
+from nodesmith.services.reconciler.container import WarmContainer
 from nodesmith.sim.kube import KubeEmulator
 
 if TYPE_CHECKING:
@@ -65,8 +66,7 @@ def _pod(name: str, cpu: str) -> dict[str, Any]:
 
 @pytest.fixture
 def world() -> Iterator[tuple[KubeEmulator, CountingCloud]]:
-    reconcile_handler._PENDING.clear()
-    reconcile_handler._RECENT_EVENTS.clear()
+    reconcile_handler._CONTAINER = WarmContainer()
     with KubeEmulator() as kube:
         for doc in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()):
             if doc:
@@ -81,8 +81,7 @@ def world() -> Iterator[tuple[KubeEmulator, CountingCloud]]:
             yield kube, cloud
         finally:
             wiring.reset()
-            reconcile_handler._PENDING.clear()
-            reconcile_handler._RECENT_EVENTS.clear()
+            reconcile_handler._CONTAINER = WarmContainer()
 
 
 def _register(kube: KubeEmulator, cloud: FakeCloud) -> list[str]:
@@ -189,7 +188,7 @@ def test_a_pass_warms_the_catalogue_while_it_lists_the_cluster(
 ) -> None:
     from nodesmith.adapters.aws.wake import provision_event
 
-    monkeypatch.setattr(reconcile_handler, "_LAST_PASS_BEGAN", [])  # a new container serves any wake
+    monkeypatch.setattr(reconcile_handler, "_CONTAINER", WarmContainer())  # a new container serves any wake
     kube, _ = world
     kube.store.create("pods", _pod("web-0", "1"))
     listing: list[threading.Event] = []

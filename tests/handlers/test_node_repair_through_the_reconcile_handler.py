@@ -27,6 +27,7 @@ from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.reconcile import reconcile
+from nodesmith.services.reconciler.container import WarmContainer
 from nodesmith.sim.kube import KubeEmulator
 
 if TYPE_CHECKING:
@@ -126,11 +127,9 @@ class World:
 
 @pytest.fixture(autouse=True)
 def _fresh_handler_state() -> Iterator[None]:
-    reconcile_handler._PENDING.clear()
-    reconcile_handler._RECENT_EVENTS.clear()
+    reconcile_handler._CONTAINER = WarmContainer()
     yield
-    reconcile_handler._PENDING.clear()
-    reconcile_handler._RECENT_EVENTS.clear()
+    reconcile_handler._CONTAINER = WarmContainer()
 
 
 @pytest.fixture

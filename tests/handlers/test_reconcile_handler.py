@@ -20,6 +20,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
+from nodesmith.services.reconciler.container import WarmContainer
 
 
 class Context:
@@ -157,7 +158,7 @@ def test_a_wake_is_skipped_when_a_pass_of_this_container_began_after_its_cordons
     from nodesmith.adapters.aws.wake import provision_event
     from nodesmith.handlers import reconcile
 
-    monkeypatch.setattr(reconcile, "_LAST_PASS_BEGAN", [])  # a new container
+    monkeypatch.setattr(reconcile, "_CONTAINER", WarmContainer())  # a new container
     cluster, cloud = ports
     cordoned_at = time.time()  # nodes cordoned, then a scheduled pass begins and sees them
     reconcile.handler({}, Context())
@@ -179,7 +180,7 @@ def test_a_new_container_serves_any_wake(ports: Any, monkeypatch: pytest.MonkeyP
     from nodesmith.adapters.aws.wake import provision_event
     from nodesmith.handlers import reconcile
 
-    monkeypatch.setattr(reconcile, "_LAST_PASS_BEGAN", [])
+    monkeypatch.setattr(reconcile, "_CONTAINER", WarmContainer())
 
     woken = reconcile.handler(provision_event(time.time() - 3600.0), AlmostDone())
 

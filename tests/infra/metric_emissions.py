@@ -165,6 +165,7 @@ def _disruption_scenario(emitted: Emitted) -> bool:
     from nodesmith.handlers import termination, wiring
     from nodesmith.handlers.observability import metrics
     from nodesmith.handlers.settings import Settings
+    from nodesmith.services.reconciler.container import WarmContainer
 
     run_disruption = getattr(reconcile_handler, "run_disruption", None)
     if run_disruption is None:
@@ -208,9 +209,7 @@ def _disruption_scenario(emitted: Emitted) -> bool:
         records = [sqs_record(r.body(), f"empty-{n}", queue="termination") for n, r in enumerate(queue.sent)]
         _captured(lambda: termination.handler({"Records": records}, Context("nodesmith-termination")), emitted)
     finally:
-        for state in ("_PENDING", "_RECENT_EVENTS"):
-            with contextlib.suppress(AttributeError):
-                getattr(reconcile_handler, state).clear()
+        reconcile_handler._CONTAINER = WarmContainer()
         wiring.reset()
     _repair_scenario(emitted, DrainableCluster)
     return True
@@ -227,6 +226,7 @@ def _repair_scenario(emitted: Emitted, cluster_type: type[Any]) -> None:
     from nodesmith.handlers import termination, wiring
     from nodesmith.handlers.observability import metrics
     from nodesmith.handlers.settings import Settings
+    from nodesmith.services.reconciler.container import WarmContainer
 
     pool = make_nodepool()
     budgets = pool.spec.disruption.model_copy(update={"budgets": [Budget(nodes="5")]})
@@ -255,9 +255,7 @@ def _repair_scenario(emitted: Emitted, cluster_type: type[Any]) -> None:
         records = [sqs_record(r.body(), f"sick-{n}", queue="termination") for n, r in enumerate(queue.sent)]
         _captured(lambda: termination.handler({"Records": records}, Context("nodesmith-termination")), emitted)
     finally:
-        for state in ("_PENDING", "_RECENT_EVENTS"):
-            with contextlib.suppress(AttributeError):
-                getattr(reconcile_handler, state).clear()
+        reconcile_handler._CONTAINER = WarmContainer()
         wiring.reset()
 
 

@@ -15,6 +15,7 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepoo
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.fleet_listing import FleetListing
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, reconcile
+from nodesmith.services.reconciler.container import WarmContainer
 
 if TYPE_CHECKING:
     from nodesmith.core.ports import Instance
@@ -143,8 +144,7 @@ def test_a_watching_invocation_or_a_wake_keeps_the_listing_and_a_scheduled_pass_
     from nodesmith.handlers.settings import Settings
 
     cluster, cloud = _registered_node_and_an_orphan()
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [(cloud, 0.0)])  # collected before, and due again
-    monkeypatch.setattr(handler, "_FLEET_LISTING", FleetListing())
+    monkeypatch.setattr(handler, "_CONTAINER", WarmContainer(collected=(cloud, 0.0)))  # collected before, due again
     wiring.reset()
     settings = Settings(cluster_name="test", cluster_endpoint="http://k", disruption=False)
     wiring.set_ports(cluster=cluster, cloud=cloud, settings=settings)
@@ -157,7 +157,7 @@ def test_a_watching_invocation_or_a_wake_keeps_the_listing_and_a_scheduled_pass_
         assert not batch.garbage_collected and not full.garbage_collected and cloud.listings == 1
         assert collected.garbage_collected and cloud.terminated == ["i-orphan"]
 
-        monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [(cloud, 0.0)])
+        handler._CONTAINER.collected = (cloud, 0.0)
         scheduled = handler.run_pass(now=2000.0)  # lists within itself and waits for it
         assert scheduled.garbage_collected and cloud.listings == 2
     finally:
@@ -173,8 +173,7 @@ def test_a_containers_first_collection_waits_for_its_listing_even_in_watch_mode(
     from nodesmith.handlers.settings import Settings
 
     cluster, cloud = _registered_node_and_an_orphan()
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])  # a new container
-    monkeypatch.setattr(handler, "_FLEET_LISTING", FleetListing())
+    monkeypatch.setattr(handler, "_CONTAINER", WarmContainer())  # a new container
     settings = Settings(cluster_name="test", cluster_endpoint="http://k", disruption=False)
     wiring.reset()
     wiring.set_ports(cluster=cluster, cloud=cloud, settings=settings)

@@ -17,6 +17,7 @@ from nodesmith.handlers.settings import Settings
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS, REGISTRATION_TTL_SECONDS
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, reconcile
+from nodesmith.services.reconciler.container import WarmContainer
 
 if TYPE_CHECKING:
     from nodesmith.core.ports import Instance
@@ -142,7 +143,7 @@ def test_the_handler_lists_the_fleet_once_per_interval_whatever_the_pass(
     from nodesmith.handlers import reconcile as handler
 
     cluster, cloud = _registered_node_and_an_orphan()
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
+    monkeypatch.setattr(handler, "_CONTAINER", WarmContainer())
     wiring.reset()
     wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
     try:
@@ -169,23 +170,19 @@ def test_the_handler_lists_the_fleet_once_per_interval_whatever_the_pass(
 def test_a_collecting_pass_longer_than_the_interval_does_not_make_the_next_pass_list_the_fleet(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import time as real_time
-    from types import SimpleNamespace
-
     from nodesmith.handlers import reconcile as handler
+    from nodesmith.services.reconciler import container
 
     cluster, cloud = _registered_node_and_an_orphan()
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
     clock = [0.0]
-    monkeypatch.setattr(handler, "time", SimpleNamespace(time=real_time.time, monotonic=lambda: clock[0]))
-    reconcile_pass = handler.reconcile
+    monkeypatch.setattr(handler, "_CONTAINER", WarmContainer(clock=lambda: clock[0]))
 
     def slow(**kwargs: object) -> object:  # a pass over a very large fleet: 5 minutes
-        out = reconcile_pass(**kwargs)  # type: ignore[arg-type]
+        out = reconcile(**kwargs)  # type: ignore[arg-type]
         clock[0] += 300.0
         return out
 
-    monkeypatch.setattr(handler, "reconcile", slow)
+    monkeypatch.setattr(container, "reconcile", slow)
     wiring.reset()
     wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
     try:
@@ -205,7 +202,7 @@ def test_the_handler_collects_at_once_with_new_ports_or_when_the_clock_went_back
 
     cluster, cloud = _registered_node_and_an_orphan()
     del cloud.instances["i-orphan"]
-    monkeypatch.setattr(handler, "_GARBAGE_COLLECTED", [])
+    monkeypatch.setattr(handler, "_CONTAINER", WarmContainer())
     wiring.reset()
     wiring.set_ports(cluster=cluster, cloud=cloud, settings=Settings(cluster_name="test", cluster_endpoint="http://k"))
     try:

@@ -17,6 +17,7 @@ from nodesmith.handlers import reconcile as reconcile_handler
 from nodesmith.handlers import wiring
 from nodesmith.services.disruption import command
 from nodesmith.services.disruption.state import CONDITION_CANDIDATE, CONDITION_DISRUPTING
+from nodesmith.services.reconciler import container
 from nodesmith.services.termination.requests import request_termination
 from nodesmith.sim.lambda_runtime import AsyncInvocations, install_function_timeouts, kill_invocation
 
@@ -28,8 +29,8 @@ pytestmark = pytest.mark.slow
 
 
 class ShiftedTime:
-    """The ``time`` module as the reconcile handler sees it, its wall clock ``offset`` seconds ahead (so passes run
-    past ``consolidateAfter`` without waiting)."""
+    """The ``time`` module as the reconcile handler and its passes see it, its wall clock ``offset`` seconds ahead
+    (so passes run past ``consolidateAfter`` without waiting)."""
 
     def __init__(self) -> None:
         self.offset = 0.0
@@ -55,6 +56,7 @@ def sim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Sim]:
 def clock(monkeypatch: pytest.MonkeyPatch) -> ShiftedTime:
     shifted = ShiftedTime()
     monkeypatch.setattr(reconcile_handler, "time", shifted)
+    monkeypatch.setattr(container, "time", shifted)
     return shifted
 
 

@@ -19,6 +19,7 @@ from nodesmith.adapters.aws.state import DynamoStateStore
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
 from nodesmith.services.provisioning.leases import LEASE_MARGIN_SECONDS, RECONCILE_LEASE, lease_ttl
+from nodesmith.services.reconciler.container import WarmContainer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -219,7 +220,7 @@ def test_a_wake_while_another_invocation_holds_the_lease_is_skipped_naming_it(
     from nodesmith.adapters.aws.wake import provision_event
     from nodesmith.handlers import reconcile
 
-    monkeypatch.setattr(reconcile, "_LAST_PASS_BEGAN", [])  # no pass of this container covers the wake
+    monkeypatch.setattr(reconcile, "_CONTAINER", WarmContainer())  # no pass of this container covers the wake
     _, cloud, table = world
     cloud.release.set()
     store = DynamoStateStore(table_name=table, region="us-east-1")

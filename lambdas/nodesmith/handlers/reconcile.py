@@ -38,101 +38,58 @@ from typing import TYPE_CHECKING, Any
 from nodesmith.core.errors import NodesmithError
 from nodesmith.handlers import heap, reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, logger, metrics, tracer
-from nodesmith.services.provisioning.capacity import KeptCapacity
-from nodesmith.services.provisioning.fleet_listing import FleetListing
 from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
-from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
-from nodesmith.services.provisioning.reconcile import ReconcileOptions, ReconcileOutcome, reconcile
+from nodesmith.services.reconciler.container import PassSettings, WarmContainer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from nodesmith.services.disruption.service import Consolidated, DisruptionOutcome, PendingCommand
+    from nodesmith.handlers.settings import Settings
+    from nodesmith.services.disruption.service import DisruptionOutcome
     from nodesmith.services.provisioning.inputs import Snapshot
+    from nodesmith.services.provisioning.outcome import ReconcileOutcome
 
-__all__ = ["garbage_collection_due", "handler", "run_disruption", "run_pass"]
+__all__ = ["handler", "pass_settings", "run_disruption", "run_pass"]
 
-_PENDING: dict[str, PendingCommand] = {}
-"""Disruption commands found by this container, for exact re-validation (the NodeClaims hold the rest)."""
-_RECENT_EVENTS: dict[str, float] = {}
-"""Rejection Events this container posted recently (deduplication)."""
-_CONSOLIDATED: list[Consolidated] = []
-"""The consolidation state this container's last disruption pass found nothing in (created by the first pass)."""
-
-_KEPT_CAPACITY = KeptCapacity()
-"""The existing capacity this container's passes derived, kept for the next (nodes unchanged cost nothing again)."""
-
-_GARBAGE_COLLECTED: list[tuple[object, float]] = []
-"""The cloud provider of this container's last pass that listed the fleet and collected garbage, and the pass time
-(epoch seconds) it ran at: the provider's identity ties the cadence to the EC2 client and instance cache it used."""
-_FLEET_LISTING = FleetListing()
-"""Garbage collection's fleet listing, kept across the passes of this container's watching invocation or wake."""
-_LAST_PASS_BEGAN: list[float] = []
-"""When (epoch seconds) a pass of this container last began: a wake for cordons before that is served."""
+_CONTAINER = WarmContainer()
+"""What this container keeps from pass to pass (:class:`~nodesmith.services.reconciler.container.WarmContainer`)."""
 
 
-def garbage_collection_due(*, cloud: object, now: float) -> bool:
-    """True when a pass at ``now`` (epoch seconds) with the cloud provider ``cloud`` lists the fleet and collects
-    garbage: this container never did with that provider (a cold container's first pass, or its ports replaced), or
-    the pass that last did ended at least
-    :data:`~nodesmith.services.provisioning.lifecycle.GARBAGE_COLLECTION_INTERVAL_SECONDS` (2 minutes) before ``now``,
-    or after it (the clock went back: better list than trust a time to come).
+def pass_settings(settings: Settings) -> PassSettings:
+    """The passes' configuration from the function's ``settings``."""
+    from nodesmith.core.disruption import DisruptionSettings
 
-    Karpenter's garbage collection controllers requeue 2 minutes after each reconcile returns, whatever triggers its
-    provisioning (``[core]:pkg/controllers/nodeclaim/garbagecollection/controller.go``,
-    ``[aws]:pkg/controllers/nodeclaim/garbagecollection/controller.go``); scheduled passes, watch mode's batch passes
-    and a wake's passes follow the same cadence here, counted from the end of the collecting pass, so passes longer
-    than the interval (a very large fleet) do not list the fleet every time.
-    """
-    if not _collected_with(cloud):
-        return True
-    elapsed = now - _GARBAGE_COLLECTED[-1][1]
-    return elapsed < 0 or elapsed >= GARBAGE_COLLECTION_INTERVAL_SECONDS
-
-
-def _collected_with(cloud: object) -> bool:
-    """Whether this container's last collecting pass used ``cloud`` (see :data:`_GARBAGE_COLLECTED`)."""
-    return bool(_GARBAGE_COLLECTED) and _GARBAGE_COLLECTED[-1][0] is cloud
+    return PassSettings(
+        request_stale_seconds=settings.termination_request_stale_seconds,
+        static_capacity=settings.static_capacity,
+        registration_ttl_seconds=settings.registration_ttl_seconds,
+        disruption=DisruptionSettings(
+            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour,
+            policy=settings.disruption_policy,
+            node_repair=settings.node_repair,
+        )
+        if settings.disruption
+        else None,
+        validation_delay_seconds=settings.disruption_validation_delay_seconds,
+    )
 
 
 def run_pass(
     *, now: float | None = None, provision_first: bool = False, more_to_come: bool = False
 ) -> ReconcileOutcome:
-    """One reconcile pass with the container's settings and ports (``now`` defaults to the clock, epoch seconds).
-
-    ``provision_first``: launch before the NodeClaim lifecycle (watch mode's batch passes and a wake's,
-    see :func:`~nodesmith.services.provisioning.reconcile.reconcile`). Any pass lists the fleet for garbage
-    collection (the instance-gone check and the orphan sweep) only when :func:`garbage_collection_due` says so;
-    in between, it reads only the instances of in-flight NodeClaims, by id. ``more_to_come``: the pass is one of
-    an invocation that runs pass after pass (watch mode, a wake), so, once this container has collected with its
-    cloud provider, the fleet listing runs across them (:data:`_FLEET_LISTING`) and no pass waits for it. A
-    scheduled pass, and a container's first collection, list and wait within the pass: the first finds the
-    instance cache cold, and the disruption pass after it would otherwise describe the whole fleet by id for
-    drift's launch facts, reading it twice.
-    """
+    """One provisioning pass with the container's settings, ports and kept state (``now`` defaults to the clock,
+    epoch seconds; ``provision_first`` and ``more_to_come``: see
+    :meth:`~nodesmith.services.reconciler.container.WarmContainer.provision`)."""
     settings = wiring.get_settings()
-    _LAST_PASS_BEGAN[:] = [time.time()]
-    at = time.time() if now is None else now
-    ports = wiring.ports(settings)
-    began = time.monotonic()
-    outcome = reconcile(
-        ports=ports,
-        now=at,
-        options=ReconcileOptions(
-            provision_first=provision_first,
-            collect_garbage=garbage_collection_due(cloud=ports.cloud, now=at),
-            request_stale_seconds=settings.termination_request_stale_seconds,
-            static_capacity=settings.static_capacity,
-            registration_ttl_seconds=settings.registration_ttl_seconds,
-            kept_capacity=_KEPT_CAPACITY,
-            fleet_listing=_FLEET_LISTING if more_to_come and _collected_with(ports.cloud) else None,
-        ),
+    return _CONTAINER.provision(
+        ports=wiring.ports(settings),
+        settings=pass_settings(settings),
+        now=now,
+        provision_first=provision_first,
+        more_to_come=more_to_come,
     )
-    if outcome.garbage_collected:  # the pass's end, on the pass's clock
-        _GARBAGE_COLLECTED[:] = [(ports.cloud, at + time.monotonic() - began)]
-    return outcome
 
 
 def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None) -> DisruptionOutcome | None:
@@ -143,29 +100,12 @@ def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None
     Reported as it ends (:func:`~nodesmith.handlers.reporting.report_disruption`: a line per decision, the
     decisions and savings by ``Method``); the nodes it disrupts are drained and counted by the termination function.
     """
-    from nodesmith.core.disruption import DisruptionSettings
-    from nodesmith.services.disruption.service import Consolidated, disrupt
-
     settings = wiring.get_settings()
-    if not settings.disruption:
-        return None
-    if not _CONSOLIDATED:
-        _CONSOLIDATED.append(Consolidated())
-    outcome = disrupt(
-        ports=wiring.ports(settings),
-        now=time.time() if now is None else now,
-        settings=DisruptionSettings(
-            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour,
-            policy=settings.disruption_policy,
-            node_repair=settings.node_repair,
-        ),
-        pending=_PENDING,
-        recent_events=_RECENT_EVENTS,
-        validation_delay=settings.disruption_validation_delay_seconds,
-        snapshot=snapshot,
-        consolidated=_CONSOLIDATED[0],
+    outcome = _CONTAINER.disrupt(
+        ports=wiring.ports(settings), settings=pass_settings(settings), now=now, snapshot=snapshot
     )
-    reporting.report_disruption(outcome)
+    if outcome is not None:
+        reporting.report_disruption(outcome)
     return outcome
 
 
@@ -325,7 +265,7 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
     ``burst`` gives the passes run and the sizes of the batches of unschedulable pods that triggered them."""
     from nodesmith.handlers.watch_mode import BURST_WATCH_SECONDS, EXIT_MARGIN_SECONDS, watch_burst
 
-    if _LAST_PASS_BEGAN and _LAST_PASS_BEGAN[-1] >= after:
+    if _CONTAINER.began_since(after):
         logger.info("reconcile wake skipped", extra={"reason": "a pass began after the cordons", "woken_for": after})
         return {"status": "skipped: a pass began after the cordons", "woken_for": after}
     last: list[tuple[ReconcileOutcome, DisruptionOutcome | None]] = []
