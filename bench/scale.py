@@ -313,10 +313,10 @@ def _follow_again(meter: Meter, wait_seconds: float) -> float:
 
 
 def _warm_scheduler() -> float:
-    """What a watching invocation runs after each full pass (:func:`~nodesmith.handlers.watch_mode.warm_scheduler`);
-    returns its seconds."""
+    """What a watching invocation runs after each full pass
+    (:func:`~nodesmith.services.reconciler.watching.warm_scheduler`); returns its seconds."""
     from nodesmith.handlers import wiring
-    from nodesmith.handlers.watch_mode import warm_scheduler
+    from nodesmith.services.reconciler.watching import warm_scheduler
 
     settings = wiring.get_settings()
     began = time.perf_counter()
@@ -337,7 +337,7 @@ def handler_process(conn: Any, passes: int, profile: str | None, mode: str, time
     from nodesmith.handlers import heap
     from nodesmith.handlers import reconcile as reconcile_handler
     from nodesmith.handlers.reconcile import handler
-    from nodesmith.handlers.watch_mode import warm_alongside
+    from nodesmith.services.reconciler.watching import warm_alongside
     from nodesmith.sim.lambda_runtime import LambdaContext
 
     instrument(meter)

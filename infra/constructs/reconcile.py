@@ -5,7 +5,7 @@ makes it the single writer, as Karpenter's leader election does; ticks that arri
 still running are dropped rather than queued, because the next tick is at most a minute away.
 
 In watch mode one invocation watches for ~14 minutes and the next scheduled one takes over from it
-through the reconcile lease (``nodesmith.handlers.watch_mode``): that one has to run *while* the
+through the reconcile lease (``nodesmith.services.reconciler.watching``): that one has to run *while* the
 leaving watcher still runs, so the reserved concurrency is :data:`WATCH_CONCURRENCY` (2) and the
 lease, not the concurrency, keeps a single pass active. With 1, the successor tick would be
 throttled until the watcher returned, then retried by Lambda's backoff: a gap of up to ~30 s.

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def test_two_passes_of_one_watch_invocation_both_report_their_launches(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from nodesmith.handlers import reconcile, watch_mode
+    from nodesmith.handlers import reconcile
+    from nodesmith.services.reconciler import watching as watch_mode
 
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
     cluster.pods = [make_pod("inflate-0")]

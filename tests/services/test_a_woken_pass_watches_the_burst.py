@@ -12,7 +12,7 @@ from reconcile_fakes import make_pod
 from test_pending_pods_follow_the_pod_watch import FeedCluster
 
 from nodesmith.core.ports import PodEvent
-from nodesmith.handlers.watch_mode import watch_burst
+from nodesmith.services.reconciler.watching import watch_burst
 
 
 def test_a_pod_left_unschedulable_during_the_burst_gets_a_pass_within_the_batch_window() -> None:

@@ -15,8 +15,8 @@ from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_pod
 from nodesmith.core.errors import KubernetesError
 from nodesmith.core.ports import PodEvent
 from nodesmith.core.scheduling import instancetypes
-from nodesmith.handlers.watch_mode import WatchPasses, run_watch, warm_scheduler
 from nodesmith.services.provisioning.pod_watch import PendingPodWatch
+from nodesmith.services.reconciler.watching import WatchPasses, run_watch, warm_scheduler
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -10,7 +10,7 @@ from typing import Any
 from memory_state import MemoryStateStore
 from test_pending_pods_follow_the_pod_watch import FeedCluster
 
-from nodesmith.handlers.watch_mode import LEASE, WatchPasses, run_watch
+from nodesmith.services.reconciler.watching import LEASE, WatchPasses, run_watch
 
 
 def test_the_next_invocation_takes_over_when_the_watcher_leaves_and_never_runs_beside_it() -> None:

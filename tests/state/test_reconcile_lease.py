@@ -185,7 +185,8 @@ def test_a_wake_keeps_provisioning_through_the_window_for_a_pod_left_unschedulab
     import time
 
     from nodesmith.adapters.aws.wake import provision_event
-    from nodesmith.handlers import reconcile, watch_mode
+    from nodesmith.handlers import reconcile
+    from nodesmith.services.reconciler import watching as watch_mode
 
     cluster, cloud, table = world
     cloud.release.set()

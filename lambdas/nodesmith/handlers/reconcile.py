@@ -131,12 +131,12 @@ def _warmed(
     work: Callable[[], tuple[ReconcileOutcome, DisruptionOutcome | None]],
 ) -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
     """``work()``, a pass that may find the catalogue cold or expiring (a scheduled pass; a wake's first), with the
-    catalogue warmed alongside it (:func:`~nodesmith.handlers.watch_mode.warm_alongside`: the EC2NodeClass
+    catalogue warmed alongside it (:func:`~nodesmith.services.reconciler.watching.warm_alongside`: the EC2NodeClass
     resolution and the instance types, refreshed ahead of their expiry) while it lists the cluster, so those EC2,
     SSM and pricing reads are not on the way to CreateFleet; the pass waits only for what the warm-up has not read
     yet. The ports are built first, so both use the same cloud provider. The pass reads the container's kept cache,
     caught up first (:func:`_caught_up`)."""
-    from nodesmith.handlers.watch_mode import warm_alongside, warm_scheduler
+    from nodesmith.services.reconciler.watching import warm_alongside, warm_scheduler
 
     ports = wiring.ports(wiring.get_settings())
     warmed = warm_alongside(lambda: warm_scheduler(cluster=ports.cluster, cloud=ports.cloud))
@@ -178,8 +178,9 @@ def _provision_only() -> tuple[ReconcileOutcome, DisruptionOutcome | None]:
 
 
 def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, Any]:
-    """Watch mode (:mod:`nodesmith.handlers.watch_mode`): passes as pending pods arrive, until near the timeout."""
-    from nodesmith.handlers.watch_mode import WatchPasses, run_watch, warm_scheduler
+    """Watch mode (:mod:`nodesmith.services.reconciler.watching`): passes as pending pods arrive, until near the
+    timeout."""
+    from nodesmith.services.reconciler.watching import WatchPasses, run_watch, warm_scheduler
 
     settings = wiring.get_settings()
     remaining = context.get_remaining_time_in_millis() / 1000.0 if context is not None else 900.0
@@ -190,6 +191,7 @@ def _handle_watch(context: LambdaContext | None, started: float) -> dict[str, An
                 provision=_provision_only,
                 full=partial(_pass_and_disrupt, more_to_come=True),
                 warm=lambda: warm_scheduler(cluster=cluster, cloud=wiring.build_cloud(settings)),
+                settle=heap.settle,
             ),
             cluster=cluster,
             remaining_seconds=remaining,
@@ -260,10 +262,10 @@ def _handle_wake(after: float, context: LambdaContext | None, started: float) ->
     """A wake from an interruption batch (:mod:`nodesmith.adapters.aws.wake`) that cordoned nodes at ``after``
     (epoch seconds): skipped when a pass of this container began since (it saw them); else, under the lease, one
     provisioning pass and then more as nodes are cordoned and pods turn unschedulable, until
-    :data:`~nodesmith.handlers.watch_mode.BURST_WATCH_SECONDS` after ``after``
-    (:func:`~nodesmith.handlers.watch_mode.watch_burst`). No disruption pass: the schedule runs those. The summary's
-    ``burst`` gives the passes run and the sizes of the batches of unschedulable pods that triggered them."""
-    from nodesmith.handlers.watch_mode import BURST_WATCH_SECONDS, EXIT_MARGIN_SECONDS, watch_burst
+    :data:`~nodesmith.services.reconciler.watching.BURST_WATCH_SECONDS` after ``after``
+    (:func:`~nodesmith.services.reconciler.watching.watch_burst`). No disruption pass: the schedule runs those. The
+    summary's ``burst`` gives the passes run and the sizes of the batches of unschedulable pods that triggered them."""
+    from nodesmith.services.reconciler.watching import BURST_WATCH_SECONDS, EXIT_MARGIN_SECONDS, watch_burst
 
     if _CONTAINER.began_since(after):
         logger.info("reconcile wake skipped", extra={"reason": "a pass began after the cordons", "woken_for": after})

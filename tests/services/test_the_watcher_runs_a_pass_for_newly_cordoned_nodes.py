@@ -16,8 +16,8 @@ import memory_state as memory
 from reconcile_fakes import FakeCluster, make_nodeclass, make_nodepool
 
 from nodesmith.core.model import Node
-from nodesmith.handlers.watch_mode import LEASE, Clock, WatchPasses, run_watch
 from nodesmith.services.provisioning.watch import POLL_SECONDS, RESYNC_SECONDS
+from nodesmith.services.reconciler.watching import LEASE, Clock, WatchPasses, run_watch
 
 LISTING_SECONDS = 1.0  # how often the watcher lists the cordoned nodes (CordonWatch's default)
 

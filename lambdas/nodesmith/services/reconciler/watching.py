@@ -1,4 +1,4 @@
-"""The reconcile handler's watch mode (``NODESMITH_RECONCILE_MODE=watch``).
+"""The reconcile function's watch mode (``NODESMITH_RECONCILE_MODE=watch``) and a wake's burst of passes.
 
 One invocation runs :func:`nodesmith.services.provisioning.watch.watch` until :data:`EXIT_MARGIN_SECONDS` before its
 timeout, so it leaves before Lambda kills it. With a state store, it
@@ -19,14 +19,13 @@ interruption or a disruption owe a pass too
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from nodesmith.handlers import heap
-from nodesmith.handlers.observability import logger
 from nodesmith.services.provisioning.capacity import pending_pods
 from nodesmith.services.provisioning.pod_watch import PendingPodWatch
 from nodesmith.services.provisioning.watch import (
@@ -44,6 +43,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from nodesmith.core.ports import CloudProvider, Cluster
+
+LOG = logging.getLogger(__name__)
 
 __all__ = [
     "BURST_WATCH_SECONDS",
@@ -92,13 +93,15 @@ class Clock:
 @dataclass(frozen=True, slots=True)
 class WatchPasses:
     """What :func:`run_watch` runs: ``provision`` (one provisioning pass, for a batch of pods or new cordons),
-    ``full`` (provisioning and disruption, at start and every resync) and ``warm`` (optional: :func:`warm_scheduler`,
+    ``full`` (provisioning and disruption, at start and every resync), ``warm`` (optional: :func:`warm_scheduler`,
     while the cluster is first listed and after every full pass, so what a pass needs is loaded while no pod
-    waits)."""
+    waits) and ``settle`` (optional: what keeps the cluster, listed into memory, out of the cyclic collector's way,
+    the reconcile handler's :func:`~nodesmith.handlers.heap.settle`; run once the watch cache has listed)."""
 
     provision: Callable[[], Any]
     full: Callable[[], Any]
     warm: Callable[[], object] | None = None
+    settle: Callable[[], object] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +157,7 @@ def run_watch(*, passes: WatchPasses, cluster: Cluster, remaining_seconds: float
             return bool(state.renew_lease(name=LEASE, holder=holder, ttl_seconds=ttl, now=clock.wall()))
 
     warmed = warm_alongside(passes.warm)  # the catalogue's AWS reads while the cluster is listed, not after
-    unfollow = _follow(cluster)
+    unfollow = _follow(cluster, settle=passes.settle)
     source, close = pending_source(cluster=cluster, clock=clock, watched=watch_pods)
     try:
         warmed()
@@ -188,28 +191,28 @@ def warm_alongside(work: Callable[[], object] | None) -> Callable[[], None]:
         try:
             work()
         except Exception as exc:
-            logger.warning("could not warm the catalogue while the cluster was listed: %s", exc)
+            LOG.warning("could not warm the catalogue while the cluster was listed: %s", exc)
 
     thread = threading.Thread(target=run, name="warm-catalogue", daemon=True)
     thread.start()
     return thread.join
 
 
-def _follow(cluster: Cluster) -> Callable[[], None]:
+def _follow(cluster: Cluster, *, settle: Callable[[], object] | None) -> Callable[[], None]:
     """Have ``cluster`` keep the kinds every pass lists in memory, when it can
     (:meth:`~nodesmith.adapters.kube.cluster.KubeCluster.follow`: one list each, then watches, a 410 Gone answered
     by listing again), so the watching invocation's passes read memory; returns what stops it. A container's next
     watching invocation resumes from what the last one held (one short watch each to the API server's bookmark) instead
     of listing again. A kind not current within :data:`SYNC_WAIT_SECONDS` is read from the API as in poll mode. What
-    is held lives as long as the container: the heap is settled (:func:`~nodesmith.handlers.heap.settle`) so no
-    collection traverses it again.
+    is held lives as long as the container: ``settle`` runs once it is listed, so no collection traverses it again.
     """
     follow = getattr(cluster, "follow", None)
     if follow is None:
         return lambda: None
     if not follow(wait_seconds=SYNC_WAIT_SECONDS):
-        logger.warning("watch cache did not list in %.0fs; its passes list from the API", SYNC_WAIT_SECONDS)
-    heap.settle()
+        LOG.warning("watch cache did not list in %.0fs; its passes list from the API", SYNC_WAIT_SECONDS)
+    if settle is not None:
+        settle()
     unfollow: Callable[[], None] = cluster.unfollow  # type: ignore[attr-defined]
     return unfollow
 
@@ -266,7 +269,7 @@ def pending_source(*, cluster: Cluster, clock: Clock, watched: bool) -> tuple[Pe
     tracker = PendingPodWatch(cluster=cluster, on_change=changed.set, clock=clock.monotonic)
     if not tracker.start(wait_seconds=SYNC_WAIT_SECONDS):
         tracker.stop()
-        logger.warning("pod watch did not list in %.0fs; polling pods instead", SYNC_WAIT_SECONDS)
+        LOG.warning("pod watch did not list in %.0fs; polling pods instead", SYNC_WAIT_SECONDS)
         return polling, lambda: None
 
     def wait(seconds: float) -> None:
@@ -303,5 +306,5 @@ def warm_scheduler(*, cluster: Cluster, cloud: CloudProvider) -> int:
                 type_info(it)
                 ready += 1
         except Exception as exc:  # warming only saves time; the pass itself reports the failure
-            logger.warning("could not warm the catalogue of EC2NodeClass %s: %s", nodeclass.name, exc)
+            LOG.warning("could not warm the catalogue of EC2NodeClass %s: %s", nodeclass.name, exc)
     return ready

@@ -1,6 +1,7 @@
 """A watching invocation reads the catalogue (EC2, SSM, Pricing) while its watch cache lists the cluster, not
 after: its first pass needs both, and the two come from different services. The first pass still finds the
-catalogue warmed, and a warm-up that fails does not stop the watch."""
+catalogue warmed, and a warm-up that fails does not stop the watch. What the cache listed is settled (the
+handler keeps it out of the cyclic collector's way) before the first pass."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from nodesmith.handlers.watch_mode import WatchPasses, run_watch
+from nodesmith.services.reconciler.watching import WatchPasses, run_watch
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -83,3 +84,16 @@ def test_a_warm_up_that_fails_while_listing_does_not_stop_the_watch() -> None:
 
     _run(cluster, WatchPasses(provision=full, full=full, warm=warm))
     assert calls[:3] == ["warm", "full", "warm"]  # the pass ran, and warmed again after it
+
+
+def test_what_the_watch_cache_listed_is_settled_once_before_the_first_pass() -> None:
+    cluster = ListingCluster()
+    cluster.warming.set()
+    order: list[str] = []
+
+    def full() -> str:
+        order.append("full")
+        return "full"
+
+    _run(cluster, WatchPasses(provision=full, full=full, settle=lambda: order.append("settle")))
+    assert order[:2] == ["settle", "full"] and order.count("settle") == 1
