@@ -40,6 +40,7 @@ import heapq
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BinType",
+    "BoundLimits",
     "BoundResult",
     "PodClass",
     "bin_types",
@@ -77,24 +79,40 @@ __all__ = [
 # -------------------------------------------------------------------------- configuration LP
 
 
+@dataclass(frozen=True, slots=True)
+class BoundLimits:
+    """How far :func:`configuration_lp_bound` searches (see its steps).
+
+    ``tolerance``: relative gap between the Farley bound and the restricted master at which column generation
+    stops. ``max_seconds`` and ``max_iterations``: column generation's budget; ``cut_seconds`` more for the
+    knapsack-cut rounds. ``milp_seconds``: time limit of each HiGHS MILP pricing problem. ``alpha``: Wentges
+    smoothing weight of the best Farley duals. ``exact_every``: price exactly (MILPs) every this many iterations.
+    ``lp_columns``: LP-rounded columns tried per iteration, on the most promising types. ``cut_types``: types a
+    cut round separates on. ``max_classes``: more pod classes than this are first coarsened.
+    """
+
+    tolerance: float = 1e-3
+    max_seconds: float = 30.0
+    max_iterations: int = 500
+    milp_seconds: float = 0.3
+    alpha: float = 0.7
+    exact_every: int = 3
+    lp_columns: int = 30
+    cut_seconds: float = 15.0
+    cut_types: int = 12
+    max_classes: int = 250
+
+
 def configuration_lp_bound(
     classes: Sequence[PodClass],
     types: Sequence[BinType],
     *,
-    tolerance: float = 1e-3,
-    max_seconds: float = 30.0,
-    max_iterations: int = 500,
-    milp_seconds: float = 0.3,
-    alpha: float = 0.7,
-    exact_every: int = 3,
-    lp_columns: int = 30,
-    cut_seconds: float = 15.0,
-    cut_types: int = 12,
-    max_classes: int = 250,
+    limits: BoundLimits | None = None,
     initial_patterns: Sequence[Sequence[int]] = (),
 ) -> BoundResult:
     """A valid lower bound (USD/hour) on packing ``classes`` onto ``types``, from the
-    configuration LP (module docstring): the best of three, each valid on its own.
+    configuration LP (module docstring): the best of three, each valid on its own, searched as far as
+    ``limits`` allow (:class:`BoundLimits`, whose fields the steps below name; None: its defaults).
 
     1. Column generation (Wentges-smoothed duals, greedy and LP-rounded columns, HiGHS MILP pricing
        every ``exact_every`` iterations and whenever a round adds nothing) for ``max_seconds`` or
@@ -120,8 +138,9 @@ def configuration_lp_bound(
     import numpy as np
     from scipy.optimize import linprog
 
+    lim = limits or BoundLimits()
     start = time.perf_counter()
-    classes, mapping = _coarsened(classes, max_classes)
+    classes, mapping = _coarsened(classes, lim.max_classes)
     rounded = mapping is not None
     if mapping is not None:
         merged = []
@@ -136,7 +155,7 @@ def configuration_lp_bound(
     plain = plain_lp_bound(classes, types)
     per_class = _class_lp(inst)[0]
     per_class_counted = _class_lp(inst, count_cuts=True)[0]
-    pricer = _Pricer(inst, milp_seconds=milp_seconds)
+    pricer = _Pricer(inst, milp_seconds=lim.milp_seconds)
     ncls = len(inst.count)
     col_type: list[int] = []
     col_pattern: list[Any] = []
@@ -174,7 +193,7 @@ def configuration_lp_bound(
     # Wentges smoothing: pricing at a mix of the master's duals and the duals of the best Farley
     # bound so far (the class LP's duals are not used as a centre: mixes with them price poorly)
     center: Any = None
-    smoothing = alpha
+    smoothing = lim.alpha
     stalled = False  # the last iteration added no column: price exactly (MILPs) in this one
     converged = False
     while True:
@@ -188,7 +207,7 @@ def configuration_lp_bound(
         pi_master = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=float), 0.0)
         pi = pi_master if center is None else smoothing * center + (1 - smoothing) * pi_master
         new = 0
-        exact_now = stalled or iterations % exact_every == 0
+        exact_now = stalled or iterations % lim.exact_every == 0
 
         def offer(t: int, pattern: Any, pi_master: Any = pi_master, pi: Any = pi) -> int:
             """Add ``pattern`` on ``t`` when its reduced cost is negative at either set of duals."""
@@ -201,7 +220,7 @@ def configuration_lp_bound(
             for pattern in pricer.greedy(t, pi):
                 new += offer(t, pattern)
         relaxed: dict[int, float] = {}
-        for t in promising[np.argsort(-upper[promising] / inst.price[promising])][:lp_columns]:
+        for t in promising[np.argsort(-upper[promising] / inst.price[promising])][: lim.lp_columns]:
             pattern, relaxed[int(t)] = pricer.relaxed(int(t), pi)
             new += offer(int(t), pricer.complete(int(t), pattern, pi))
         # theta = max_t (knapsack value upper bound) / price_t, refined lazily: Dantzig, LP, MILP
@@ -234,17 +253,17 @@ def configuration_lp_bound(
                 f"best={best_lb:.2f} theta={theta:.4f} cols={len(col_type)} milps={pricer.milps} a={smoothing}",
                 file=sys.stderr,
             )
-        if master - best_lb <= tolerance * master:
+        if master - best_lb <= lim.tolerance * master:
             converged = True
             break
-        if iterations >= max_iterations or time.perf_counter() - start > max_seconds:
+        if iterations >= lim.max_iterations or time.perf_counter() - start > lim.max_seconds:
             break
         if not new:  # mispricing: the smoothed duals found nothing the master can use
             if smoothing == 0.0 and exact_now:
                 break  # nothing to add even by exact pricing at the master's duals
             smoothing, stalled = 0.0, True
         else:
-            smoothing, stalled = alpha, False
+            smoothing, stalled = lim.alpha, False
     # Cutting planes on the class LP: separation of the busiest types' average patterns, else
     # knapsacks at the cut LP's own duals (Kelley); its value is a valid bound after every round.
     with_cuts, cut_rounds, flat = 0.0, 0, 0
@@ -258,11 +277,11 @@ def configuration_lp_bound(
         cut_rounds += 1
         if _DEBUG:
             print(f"cuts round {cut_rounds} t={time.perf_counter() - start:.1f}s lb={value:.2f}", file=sys.stderr)
-        if flat >= 2 or master - with_cuts <= tolerance * master:
+        if flat >= 2 or master - with_cuts <= lim.tolerance * master:
             break
-        if time.perf_counter() - start > max_seconds + cut_seconds:
+        if time.perf_counter() - start > lim.max_seconds + lim.cut_seconds:
             break
-        busiest = sorted(usage, key=lambda t: -inst.price[t] * usage[t][1])[:cut_types]
+        busiest = sorted(usage, key=lambda t: -inst.price[t] * usage[t][1])[: lim.cut_types]
         separated = sum(_separate(pricer, t, usage[t][0] / usage[t][1], known.get(t, [])) for t in busiest)
         if separated:
             continue
@@ -271,7 +290,7 @@ def configuration_lp_bound(
         candidates = sorted((t for t, r in ratio.items() if r > 1 + 1e-6), key=lambda t: -ratio[t])
         if not candidates:
             break  # the duals price no pattern above its type: the configuration LP is reached
-        for t in candidates[:cut_types]:
+        for t in candidates[: lim.cut_types]:
             pricer.exact(t, duals)
     if with_cuts > best_lb:
         kind, lower = "class-lp-knapsack-cuts", with_cuts

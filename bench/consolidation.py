@@ -182,7 +182,7 @@ def configuration_bound(pods: list[Pod], catalogue: list[InstanceType], pool: No
     result = bounds.configuration_lp_bound(
         bounds.pod_classes([p.requests for p in pods], resources),
         bounds.bin_types(types, resources),
-        max_seconds=30.0,
+        limits=bounds.BoundLimits(max_seconds=30.0),
     )
     return dict(result.as_json())
 

@@ -262,9 +262,8 @@ def configuration_bound(
         for pod in plan.pods:
             pattern[index[tuple(pod.requests.get(r, 0) for r in RESOURCES)]] += 1
         patterns.append(pattern)
-    return b.configuration_lp_bound(
-        classes, bins, initial_patterns=patterns, max_seconds=max_seconds * 2 / 3, cut_seconds=max_seconds / 3
-    )
+    limits = b.BoundLimits(max_seconds=max_seconds * 2 / 3, cut_seconds=max_seconds / 3)
+    return b.configuration_lp_bound(classes, bins, initial_patterns=patterns, limits=limits)
 
 
 # ------------------------------------------------------------------------------------------- run

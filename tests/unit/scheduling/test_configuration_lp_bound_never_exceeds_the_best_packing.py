@@ -90,7 +90,7 @@ def test_a_bound_stopped_after_one_iteration_is_still_valid(bounds: ModuleType) 
     counts = (3, 4, 2)
     classes = [bounds.PodClass(d, n) for d, n in zip(DEMANDS, counts, strict=True)]
     types = [bounds.BinType(f"t{i}", cap, price) for i, (cap, price) in enumerate(TYPES)]
-    early = bounds.configuration_lp_bound(classes, types, max_iterations=1)
+    early = bounds.configuration_lp_bound(classes, types, limits=bounds.BoundLimits(max_iterations=1))
     assert early.lower_bound <= brute_force_optimum(DEMANDS, counts, TYPES) + 1e-9
     assert early.lower_bound >= early.plain_bound
     assert early.iterations == 1
@@ -103,7 +103,7 @@ def test_many_classes_are_rounded_down_and_the_bound_stays_valid(bounds: ModuleT
     classes = [bounds.PodClass(d, n) for d, n in zip(demands, counts, strict=True)]
     types = [bounds.BinType(f"t{i}", cap, price) for i, (cap, price) in enumerate(raw_types)]
     exact = bounds.configuration_lp_bound(classes, types)
-    coarse = bounds.configuration_lp_bound(classes, types, max_classes=2)
+    coarse = bounds.configuration_lp_bound(classes, types, limits=bounds.BoundLimits(max_classes=2))
     assert not exact.demands_rounded and exact.classes == 3
     assert coarse.demands_rounded and coarse.classes == 2
     assert coarse.lower_bound <= exact.lower_bound + 1e-9
