@@ -15,7 +15,7 @@ back and checks every (name, dimensions) pair against what the handlers emit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cloudwatch
@@ -37,7 +37,7 @@ from infra.metric_names import BREAKDOWNS, Dimension, MetricName
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["SERVICE_DIMENSION", "NodesmithMonitoring", "insights_query", "search_each", "search_total"]
+__all__ = ["SERVICE_DIMENSION", "NodesmithMonitoring", "QueueConsumer", "insights_query", "search_each", "search_total"]
 
 _PERIOD = PERIOD
 _FULL_WIDTH = 24
@@ -144,18 +144,32 @@ _NODECLAIM_STAGES = (
 """A NodeClaim's way to a node, in order: (label, metric)."""
 
 
+class QueueConsumer(Protocol):
+    """A Lambda fed by an SQS queue with a dead-letter queue (:class:`~infra.constructs.interruption.Interruption`,
+    :class:`~infra.constructs.termination.Termination`)."""
+
+    @property
+    def function(self) -> lambda_.IFunction: ...
+
+    @property
+    def queue(self) -> sqs.IQueue: ...
+
+    @property
+    def dead_letter_queue(self) -> sqs.IQueue: ...
+
+
 class NodesmithMonitoring(Construct):
     """Dashboard plus the controller's alarms (actions are attached by the stack).
 
     Props (keyword-only):
 
-    ``reconcile_function`` / ``interruption_function`` / ``termination_function``
-        The three Lambdas (their built-in Errors, Throttles and Invocations are shown).
-    ``interruption_queue`` / ``interruption_dead_letter_queue``
-        The interruption queue and its DLQ (depth and age of oldest message are shown).
-    ``termination_queue`` / ``termination_dead_letter_queue``
-        The termination queue and its DLQ: requests waiting, requests in flight (nodes between two drain
-        rounds: a request waiting out its backoff is in flight), dead-lettered requests.
+    ``reconcile_function``
+        The reconcile Lambda.
+    ``interruption`` / ``termination``
+        The interruption and termination Lambdas with their queues and DLQs (:class:`QueueConsumer`). For the three
+        Lambdas, their built-in Errors, Throttles and Invocations are shown; for the interruption queue, its depth and
+        age of oldest message; for the termination queue, requests waiting, requests in flight (nodes between two
+        drain rounds: a request waiting out its backoff is in flight) and dead-lettered requests.
     ``pending_pod_age_threshold``
         The oldest-pending-pod alarm fires when the age stays above this for two minutes.
     ``extra_alarms``
@@ -176,21 +190,19 @@ class NodesmithMonitoring(Construct):
         construct_id: str,
         *,
         reconcile_function: lambda_.IFunction,
-        interruption_function: lambda_.IFunction,
-        termination_function: lambda_.IFunction,
-        interruption_queue: sqs.IQueue,
-        interruption_dead_letter_queue: sqs.IQueue,
-        termination_queue: sqs.IQueue,
-        termination_dead_letter_queue: sqs.IQueue,
+        interruption: QueueConsumer,
+        termination: QueueConsumer,
         pending_pod_age_threshold: Duration,
         extra_alarms: Sequence[cloudwatch.IAlarm] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         functions = {
             "reconcile": reconcile_function,
-            "interruption": interruption_function,
-            "termination": termination_function,
+            "interruption": interruption.function,
+            "termination": termination.function,
         }
+        interruption_queue, interruption_dead_letter_queue = interruption.queue, interruption.dead_letter_queue
+        termination_queue, termination_dead_letter_queue = termination.queue, termination.dead_letter_queue
         self.alarms = controller_alarms(self, functions=functions, pending_pod_age_threshold=pending_pod_age_threshold)
         threshold_line = cloudwatch.HorizontalAnnotation(
             value=pending_pod_age_threshold.to_seconds(), label="alarm threshold"
