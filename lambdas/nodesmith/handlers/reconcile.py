@@ -39,41 +39,21 @@ from nodesmith.core.errors import NodesmithError
 from nodesmith.handlers import heap, reporting, wiring
 from nodesmith.handlers.observability import MetricUnit, logger, metrics, tracer
 from nodesmith.services.provisioning.leases import RECONCILE_LEASE, lease_ttl, with_lease
-from nodesmith.services.reconciler.container import PassSettings, WarmContainer
+from nodesmith.services.reconciler.container import WarmContainer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from nodesmith.handlers.settings import Settings
     from nodesmith.services.disruption.service import DisruptionOutcome
     from nodesmith.services.provisioning.inputs import Snapshot
     from nodesmith.services.provisioning.outcome import ReconcileOutcome
 
-__all__ = ["handler", "pass_settings", "run_disruption", "run_pass"]
+__all__ = ["handler", "run_disruption", "run_pass"]
 
 _CONTAINER = WarmContainer()
 """What this container keeps from pass to pass (:class:`~nodesmith.services.reconciler.container.WarmContainer`)."""
-
-
-def pass_settings(settings: Settings) -> PassSettings:
-    """The passes' configuration from the function's ``settings``."""
-    from nodesmith.core.disruption import DisruptionSettings
-
-    return PassSettings(
-        request_stale_seconds=settings.termination_request_stale_seconds,
-        static_capacity=settings.static_capacity,
-        registration_ttl_seconds=settings.registration_ttl_seconds,
-        disruption=DisruptionSettings(
-            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour,
-            policy=settings.disruption_policy,
-            node_repair=settings.node_repair,
-        )
-        if settings.disruption
-        else None,
-        validation_delay_seconds=settings.disruption_validation_delay_seconds,
-    )
 
 
 def run_pass(
@@ -85,7 +65,7 @@ def run_pass(
     settings = wiring.get_settings()
     return _CONTAINER.provision(
         ports=wiring.ports(settings),
-        settings=pass_settings(settings),
+        settings=wiring.pass_settings(settings),
         now=now,
         provision_first=provision_first,
         more_to_come=more_to_come,
@@ -102,7 +82,7 @@ def run_disruption(*, now: float | None = None, snapshot: Snapshot | None = None
     """
     settings = wiring.get_settings()
     outcome = _CONTAINER.disrupt(
-        ports=wiring.ports(settings), settings=pass_settings(settings), now=now, snapshot=snapshot
+        ports=wiring.ports(settings), settings=wiring.pass_settings(settings), now=now, snapshot=snapshot
     )
     if outcome is not None:
         reporting.report_disruption(outcome)

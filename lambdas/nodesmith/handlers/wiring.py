@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         TerminationQueue,
     )
     from nodesmith.services.ports import Ports
+    from nodesmith.services.reconciler.container import PassSettings
     from nodesmith.services.termination.service import TerminationSettings
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "build_termination_queue",
     "build_waker",
     "get_settings",
+    "pass_settings",
     "ports",
     "region",
     "reset",
@@ -240,6 +242,26 @@ def termination_settings(settings: Settings) -> TerminationSettings:
         eviction_workers=settings.eviction_workers,
         retry_initial_seconds=settings.termination_retry_seconds,
         retry_max_seconds=settings.termination_retry_max_seconds,
+    )
+
+
+def pass_settings(settings: Settings) -> PassSettings:
+    """The reconcile passes' configuration from ``settings`` (disruption None when ``NODESMITH_DISRUPTION`` is off)."""
+    from nodesmith.core.disruption import DisruptionSettings
+    from nodesmith.services.reconciler.container import PassSettings
+
+    return PassSettings(
+        request_stale_seconds=settings.termination_request_stale_seconds,
+        static_capacity=settings.static_capacity,
+        registration_ttl_seconds=settings.registration_ttl_seconds,
+        disruption=DisruptionSettings(
+            min_savings_per_hour=settings.disruption_min_savings_usd_per_hour,
+            policy=settings.disruption_policy,
+            node_repair=settings.node_repair,
+        )
+        if settings.disruption
+        else None,
+        validation_delay_seconds=settings.disruption_validation_delay_seconds,
     )
 
 
