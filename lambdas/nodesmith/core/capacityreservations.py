@@ -6,16 +6,17 @@ adapter) and the time (epoch seconds). Sources, in ``aws/karpenter-provider-aws`
 * ``pkg/providers/instancetype/offering/reserved_capacity_resolver.go``: one ``reserved`` offering per
   (instance type, selected reservation of that type), in the reservation's zone, labelled with
   ``karpenter.k8s.aws/capacity-reservation-id``, ``-type`` (``default`` | ``capacity-block``) and
-  ``-interruptible``; available while the reservation can take an instance, is not ``expiring`` and its zone is one
-  the node class launches into. Its price is the on-demand price / 10,000,000 (:data:`RESERVED_PRICE_DIVISOR`):
-  next to free, so reserved capacity is preferred over spot and on-demand, yet types keep their relative order.
+  ``-interruptible`` (``"true"`` for an interruptible ODCR, else ``"false"``); available while the reservation can
+  take an instance, is not ``expiring`` and its zone is one the node class launches into. Its price is the on-demand
+  price / 10,000,000 (:data:`RESERVED_PRICE_DIVISOR`): next to free, so reserved capacity is preferred over spot and
+  on-demand, yet types keep their relative order.
 * ``pkg/apis/v1/ec2nodeclass_status.go``: a ``capacity-block`` reservation is ``expiring`` from 40 minutes before
   its end (:data:`CAPACITY_BLOCK_EXPIRATION_SECONDS`); EC2 starts reclaiming the block's instances 30 minutes before
   the end, and ``pkg/controllers/capacityreservation/expiration`` deletes (drains) every NodeClaim of an expiring
   reservation meanwhile.
-* ``pkg/providers/instance/filter/filter.go``: before a reserved launch, one partition of (reservation type,
-  interruptible) is kept (the one with the cheapest offering; ties: default, capacity-block, interruptible), a single
-  capacity block at most (CreateFleet takes one), and one reservation per zone (the one with the most capacity).
+* ``pkg/providers/instance/filter/filter.go``: before a reserved launch, one reservation-type partition is kept (the
+  one with the cheapest offering; ties: default before capacity-block), a single capacity block at most (CreateFleet
+  takes one), and one reservation per zone (the one with the most capacity).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ __all__ = [
     "RESERVED_PRICE_DIVISOR",
     "CapacityReservation",
     "expiring_reservation_ids",
-    "reserved_labels",
+    "reservation_labels",
     "reserved_offerings",
     "reserved_price",
     "select_reserved_for_launch",
@@ -132,6 +133,7 @@ def reserved_offerings(
                 zone_id=(zone_ids or {}).get(r.zone, known_ids.get(r.zone, "")),
                 reservation_id=r.id,
                 reservation_type=r.reservation_type,
+                reservation_interruptible=r.interruptible,
                 reservation_capacity=max(0, r.available_count),
             )
         )
@@ -161,14 +163,16 @@ def with_reserved_offerings(
     return out
 
 
-def reserved_labels(offering: Offering, *, interruptible: bool = False) -> dict[str, str]:
-    """The labels a node launched into ``offering``'s reservation carries (none for other offerings):
-    ``karpenter.k8s.aws/capacity-reservation-id``, ``-type`` and ``-interruptible`` (``"true"``/``"false"``)."""
-    if offering.capacity_type != CAPACITY_TYPE_RESERVED or not offering.reservation_id:
+def reservation_labels(*, reservation_id: str, reservation_type: str, interruptible: bool) -> dict[str, str]:
+    """The labels of a node launched into the capacity reservation ``reservation_id`` (none when it is empty: the
+    node is not in a reservation): ``karpenter.k8s.aws/capacity-reservation-id``, ``-type`` (``reservation_type``,
+    ``default`` when empty) and ``-interruptible`` (``"true"``/``"false"``), the reserved offering's labels
+    (``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``)."""
+    if not reservation_id:
         return {}
     return {
-        LABEL_CAPACITY_RESERVATION_ID: offering.reservation_id,
-        LABEL_CAPACITY_RESERVATION_TYPE: offering.reservation_type or RESERVATION_TYPE_DEFAULT,
+        LABEL_CAPACITY_RESERVATION_ID: reservation_id,
+        LABEL_CAPACITY_RESERVATION_TYPE: reservation_type or RESERVATION_TYPE_DEFAULT,
         LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: "true" if interruptible else "false",
     }
 

@@ -343,9 +343,10 @@ class Offering:
     is True when the price is not from the Pricing API, a price table or spot price history.
 
     A ``reserved`` offering is one capacity reservation's: ``reservation_id`` (``cr-...``), ``reservation_type``
-    (``default`` for an On-Demand Capacity Reservation, ``capacity-block``) and ``reservation_capacity``, the
-    instances it can still take (Karpenter ``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``).
-    Other offerings leave them empty.
+    (``default`` for an On-Demand Capacity Reservation, ``capacity-block``), ``reservation_interruptible`` (an
+    interruptible ODCR, whose owner may reclaim its instances) and ``reservation_capacity``, the instances it can
+    still take (Karpenter ``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``). Other
+    offerings leave them empty.
     """
 
     zone: str
@@ -356,6 +357,7 @@ class Offering:
     price_estimated: bool = False
     reservation_id: str = ""
     reservation_type: str = ""
+    reservation_interruptible: bool = False
     reservation_capacity: int = 0
 
 

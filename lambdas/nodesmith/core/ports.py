@@ -90,7 +90,7 @@ class LaunchResult:
     ``capacity_errors`` are the offerings the same CreateFleet answered a capacity error for while it launched
     this one (its ``Errors``): the provider has marked them unavailable, and the caller's pass should plan
     around them too. A ``reserved`` instance names its capacity reservation (``reservation_id``, ``reservation_type``
-    ``default`` | ``capacity-block``).
+    ``default`` | ``capacity-block``, and ``reservation_interruptible`` for an interruptible ODCR).
     """
 
     instance_id: str
@@ -103,6 +103,7 @@ class LaunchResult:
     capacity_errors: tuple[UnavailableOffering, ...] = ()
     reservation_id: str = ""
     reservation_type: str = ""
+    reservation_interruptible: bool = False
 
     @property
     def provider_id(self) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["add_capacity_block", "serve_capacity_reservations", "set_end_time"]
+__all__ = ["add_capacity_block", "serve_capacity_reservations", "set_end_time", "set_interruptible"]
 
 _PATCHED: list[bool] = []
 _LOCK = threading.RLock()
@@ -50,6 +50,7 @@ class _Reservation:
     platform: str = "Linux/UNIX"
     match_criteria: str = "targeted"
     reservation_type: str = "default"
+    interruptible: bool = False
     start: datetime = field(default_factory=lambda: datetime.now(UTC))
     end: datetime | None = None
     tags: dict[str, str] = field(default_factory=dict)
@@ -89,6 +90,7 @@ class _Reservation:
             "CreateDate": self.start,
             "Tags": [{"Key": k, "Value": v} for k, v in sorted(self.tags.items())],
             "ReservationType": self.reservation_type,
+            "Interruptible": self.interruptible,
         }
         if self.end is not None:
             item["EndDate"] = self.end
@@ -318,3 +320,13 @@ def set_end_time(
     an unknown id."""
     with _LOCK:
         _store(_backend(region, account))[reservation_id].end = end
+
+
+def set_interruptible(
+    reservation_id: str, interruptible: bool = True, *, region: str = "us-east-1", account: str = "123456789012"
+) -> None:
+    """Make a reservation an interruptible ODCR (``Interruptible`` in DescribeCapacityReservations: its owner may
+    reclaim the instances, with an ``EC2 Capacity Reservation Instance Interruption Warning`` first), or not. Raises
+    ``KeyError`` for an unknown id."""
+    with _LOCK:
+        _store(_backend(region, account))[reservation_id].interruptible = interruptible

@@ -15,7 +15,7 @@ from nodesmith.adapters.aws.capacity_reservations import describe_capacity_reser
 from nodesmith.core.errors import InsufficientCapacityError
 from nodesmith.core.ports import LaunchRequest
 from nodesmith.sim.aws import SeededAws, write_price_table
-from nodesmith.sim.aws_capacity_reservations import serve_capacity_reservations
+from nodesmith.sim.aws_capacity_reservations import serve_capacity_reservations, set_interruptible
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -114,6 +114,22 @@ def test_a_launch_goes_into_the_reservation_with_its_labels_and_template(
     assert template_data(ec2, other.launch_template_name)["CapacityReservationSpecification"] == {
         "CapacityReservationPreference": "none"
     }
+
+
+def test_a_launch_into_an_interruptible_odcr_is_labelled_interruptible(
+    seeded: SeededAws, ec2: Any, tmp_path: Path
+) -> None:
+    reservation = reserve(ec2, count=1)
+    set_interruptible(reservation)
+    cloud = provider(seeded, tmp_path)
+    nc = nodeclass(capacityReservationSelectorTerms=TERMS)
+
+    result = cloud.create(request=request(cloud, nc, "default-rsv02", {"reserved", "on-demand"}))
+
+    assert (result.capacity_type, result.reservation_id) == ("reserved", reservation)
+    assert result.reservation_interruptible
+    user_data = base64.b64decode(template_data(ec2, result.launch_template_name)["UserData"]).decode()
+    assert "karpenter.k8s.aws/capacity-reservation-interruptible=true" in user_data
 
 
 def test_a_full_reservation_is_a_capacity_error_that_zeroes_its_count(

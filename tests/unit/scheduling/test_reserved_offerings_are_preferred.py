@@ -11,7 +11,7 @@ from nodesmith.core.capacityreservations import (
     CAPACITY_BLOCK_EXPIRATION_SECONDS,
     CapacityReservation,
     expiring_reservation_ids,
-    reserved_labels,
+    reservation_labels,
     reserved_offerings,
     select_reserved_for_launch,
     with_reserved_offerings,
@@ -94,12 +94,51 @@ def test_a_reservation_id_requirement_keeps_only_that_reservations_offerings() -
 
 def test_labels_of_a_reserved_offering_only() -> None:
     (offering,) = reserved_offerings(M5, [block("cr-0b", end=NOW + 7200)], zones=None, now=NOW)
-    assert reserved_labels(offering) == {
+    assert reservation_labels(
+        reservation_id=offering.reservation_id,
+        reservation_type=offering.reservation_type,
+        interruptible=offering.reservation_interruptible,
+    ) == {
         "karpenter.k8s.aws/capacity-reservation-id": "cr-0b",
         "karpenter.k8s.aws/capacity-reservation-type": "capacity-block",
         "karpenter.k8s.aws/capacity-reservation-interruptible": "false",
     }
-    assert reserved_labels(M5.offerings[0]) == {}
+    assert reservation_labels(reservation_id="", reservation_type="", interruptible=False) == {}
+
+
+def test_an_interruptible_odcr_is_offered_and_labelled_as_one() -> None:
+    shared = CapacityReservation(
+        id="cr-0i", instance_type="m5.large", zone="us-west-2b", owner_id="123456789012", available_count=1,
+        interruptible=True,
+    )  # fmt: skip
+    (offering,) = reserved_offerings(M5, [shared], zones=None, now=NOW)
+    labels = reservation_labels(
+        reservation_id=offering.reservation_id, reservation_type=offering.reservation_type, interruptible=True
+    )
+    assert offering.reservation_interruptible and offering.available
+    assert labels["karpenter.k8s.aws/capacity-reservation-interruptible"] == "true"
+
+
+def test_an_interruptible_requirement_narrows_to_the_reservations_that_match_it() -> None:
+    """On-demand and spot offerings have no capacity-reservation labels (Karpenter's base offerings require them
+    not to exist): requiring ``-interruptible`` keeps only reserved offerings whose value matches."""
+    firm = odcr("cr-0a")
+    shared = CapacityReservation(
+        id="cr-0i", instance_type="c5.large", zone="us-west-2a", owner_id="123456789012", available_count=1,
+        interruptible=True,
+    )  # fmt: skip
+    types = with_reserved_offerings([C5, M5], [firm, shared], zones=None, now=NOW)
+
+    def solved(values: list[str], operator: str = "In") -> list[tuple[str, frozenset[str]]]:
+        wants = {"key": "karpenter.k8s.aws/capacity-reservation-interruptible", "operator": operator, "values": values}
+        pool = make_nodepool(requirements=[ALL_TYPES, wants])
+        out = solve(make_input([make_pod(cpu="1")], nodepools=[pool], types=types))
+        return [(nc.instance_types[0].name, nc.capacity_types) for nc in out.nodeclaims]
+
+    assert solved(["false"]) == [("m5.large", frozenset({"reserved"}))]
+    assert solved(["true"]) == [("c5.large", frozenset({"reserved"}))]
+    ((name, kinds),) = solved(["true"], operator="NotIn")  # the firm reservation, or capacity outside any
+    assert "reserved" in kinds and name == "m5.large"
 
 
 def _reserved(rid: str, *, zone: str, price: float, capacity: int, kind: str = "default") -> Offering:

@@ -87,7 +87,8 @@ _EXOTIC_RESOURCES = (GPU_NVIDIA, GPU_AMD, NEURON, NEURON_CORE, HABANA_GAUDI, EFA
 @dataclass(frozen=True, slots=True)
 class Override:
     """One CreateFleet override: a type in a zone's subnet with an AMI, at a price (USD/hour); a reserved one names
-    its reservation (``reservation_id``, ``reservation_type`` ``default`` | ``capacity-block``)."""
+    its reservation (``reservation_id``, ``reservation_type`` ``default`` | ``capacity-block``, and whether it is an
+    interruptible ODCR, ``reservation_interruptible``)."""
 
     instance_type: str
     zone: str
@@ -96,6 +97,7 @@ class Override:
     price: float
     reservation_id: str = ""
     reservation_type: str = ""
+    reservation_interruptible: bool = False
 
     @property
     def template_key(self) -> tuple[str, str]:
@@ -125,6 +127,7 @@ class FleetInstance:
     capacity_errors: tuple[UnavailableOffering, ...] = ()
     reservation_id: str = ""
     reservation_type: str = ""
+    reservation_interruptible: bool = False
 
 
 def _exotic(it: InstanceType) -> bool:
@@ -225,6 +228,7 @@ def _reserved_choice(
             price=o.price,
             reservation_id=o.reservation_id,
             reservation_type=o.reservation_type,
+            reservation_interruptible=o.reservation_interruptible,
         )
         for name, o in picked
     )
@@ -373,6 +377,7 @@ def read_create_fleet_response(
             capacity_errors=capacity,
             reservation_id=match.reservation_id if reserved and match else "",
             reservation_type=match.reservation_type if reserved and match else "",
+            reservation_interruptible=bool(reserved and match and match.reservation_interruptible),
         )
     if errors and len(capacity) == len(errors):
         codes = sorted({o.code for o in capacity})

@@ -30,11 +30,7 @@ from nodesmith.adapters.aws.instances import NODECLASS_TAG, NODEPOOL_TAG
 from nodesmith.adapters.aws.launch_template import LaunchTemplateSpec, NodeadmCluster, render_user_data
 from nodesmith.adapters.aws.nodeclass import field_value
 from nodesmith.adapters.aws.tags import launch_tags, static_tags
-from nodesmith.core.capacityreservations import (
-    LABEL_CAPACITY_RESERVATION_ID,
-    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-    LABEL_CAPACITY_RESERVATION_TYPE,
-)
+from nodesmith.core.capacityreservations import reservation_labels
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError
 from nodesmith.core.model import CAPACITY_TYPE_RESERVED
 from nodesmith.core.ports import LaunchResult
@@ -241,6 +237,7 @@ class FleetLauncher:
             capacity_errors=launched.capacity_errors,
             reservation_id=launched.reservation_id,
             reservation_type=launched.reservation_type,
+            reservation_interruptible=launched.reservation_interruptible,
         )
 
     def _reservations_full(self, choice: FleetChoice, errors: Sequence[UnavailableOffering]) -> None:
@@ -267,10 +264,13 @@ class FleetLauncher:
             NODECLASS_TAG: resolved.name,
             CAPACITY_TYPE_LABEL: capacity_type,
         }
-        if override.reservation_id:
-            labels[LABEL_CAPACITY_RESERVATION_ID] = override.reservation_id
-            labels[LABEL_CAPACITY_RESERVATION_TYPE] = override.reservation_type
-            labels[LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE] = "false"
+        labels.update(
+            reservation_labels(
+                reservation_id=override.reservation_id,
+                reservation_type=override.reservation_type,
+                interruptible=override.reservation_interruptible,
+            )
+        )
         kubelet = field_value(resolved.spec, "kubelet") or {}
         user_data = render_user_data(
             NodeadmCluster(

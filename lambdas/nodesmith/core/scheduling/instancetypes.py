@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nodesmith.core.capacityreservations import LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE
+from nodesmith.core.capacityreservations import (
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+)
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
     LABEL_ZONE,
@@ -73,7 +77,9 @@ selects GPU types only."""
 
 _ABSENT = tuple(Requirement(k, complement=False) for k in sorted(ABSENT_MEANS_DOES_NOT_EXIST))
 
-OFFERING_ONLY_KEYS: frozenset[str] = frozenset({LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE})
+OFFERING_ONLY_KEYS: frozenset[str] = frozenset(
+    {LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE}
+)
 """Labels only some offerings of a type carry (reserved ones): they narrow offerings, not instance types."""
 
 NODES = "nodes"
@@ -143,21 +149,42 @@ class OfferingFilter:
     """The zone, capacity-type, zone-id and capacity-reservation requirements of a requirement set, for testing
     offerings fast.
 
-    ``karpenter.k8s.aws/capacity-reservation-id`` and ``-type`` are labels of reserved offerings only
-    (``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``): an offering without a reservation
-    passes such a requirement only when it is negative (``NotIn``, ``DoesNotExist``).
+    ``karpenter.k8s.aws/capacity-reservation-id``, ``-type`` and ``-interruptible`` are labels of reserved offerings
+    only (``[aws]:pkg/providers/instancetype/offering/reserved_capacity_resolver.go``; the on-demand and spot
+    offerings of ``base_resolver.go`` require them not to exist): an offering without a reservation passes such a
+    requirement only when it is negative (``NotIn``, ``DoesNotExist``).
     """
 
-    __slots__ = ("capacity_type", "key", "reservation_id", "reservation_type", "zone", "zone_id")
+    __slots__ = (
+        "capacity_type",
+        "key",
+        "reservation_id",
+        "reservation_interruptible",
+        "reservation_type",
+        "zone",
+        "zone_id",
+    )
 
     def __init__(self, reqs: Requirements) -> None:
         self.zone = reqs.get(LABEL_ZONE) if reqs.has(LABEL_ZONE) else None
         self.capacity_type = reqs.get(LABEL_CAPACITY_TYPE) if reqs.has(LABEL_CAPACITY_TYPE) else None
         self.zone_id = reqs.get(LABEL_ZONE_ID) if reqs.has(LABEL_ZONE_ID) else None
-        rid, rtype = LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE
+        rid, rtype, rint = (
+            LABEL_CAPACITY_RESERVATION_ID,
+            LABEL_CAPACITY_RESERVATION_TYPE,
+            LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+        )
         self.reservation_id = reqs.get(rid) if reqs.has(rid) else None
         self.reservation_type = reqs.get(rtype) if reqs.has(rtype) else None
-        self.key = (self.zone, self.capacity_type, self.zone_id, self.reservation_id, self.reservation_type)
+        self.reservation_interruptible = reqs.get(rint) if reqs.has(rint) else None
+        self.key = (
+            self.zone,
+            self.capacity_type,
+            self.zone_id,
+            self.reservation_id,
+            self.reservation_type,
+            self.reservation_interruptible,
+        )
 
     def allows(self, o: Offering) -> bool:
         """True when the offering's zone, capacity type, zone id and reservation are allowed (undefined keys allow
@@ -168,7 +195,15 @@ class OfferingFilter:
             return False
         if o.zone_id and self.zone_id is not None and not self.zone_id.has(o.zone_id):
             return False
-        for req, value in ((self.reservation_id, o.reservation_id), (self.reservation_type, o.reservation_type)):
+        if self.reservation_id is None and self.reservation_type is None and self.reservation_interruptible is None:
+            return True
+        reserved = bool(o.reservation_id)
+        interruptible = ("true" if o.reservation_interruptible else "false") if reserved else ""
+        for req, value in (
+            (self.reservation_id, o.reservation_id),
+            (self.reservation_type, o.reservation_type),
+            (self.reservation_interruptible, interruptible),
+        ):
             if req is not None and not (req.has(value) if value else req.is_negative()):
                 return False
         return True

@@ -128,6 +128,7 @@ class Launcher:
                     ),
                     reservation_id=inst.reservation_id,
                     reservation_type=inst.reservation_type,
+                    reservation_interruptible=_interruptible(catalogue, inst.reservation_id),
                 )
         return None
 
@@ -285,3 +286,16 @@ def _capacity_code(offerings: Sequence[UnavailableOffering]) -> str:
     """The most common EC2 error code of ``offerings`` (:data:`INSUFFICIENT_CAPACITY` when they name none)."""
     codes = Counter(off.code for off in offerings if off.code)
     return codes.most_common(1)[0][0] if codes else INSUFFICIENT_CAPACITY
+
+
+def _interruptible(catalogue: Mapping[str, InstanceType], reservation_id: str) -> bool:
+    """Whether the capacity reservation ``reservation_id`` is an interruptible ODCR, as the catalogue's reserved
+    offerings say (False when no offering names it: EC2 describes an instance's reservation, not its kind)."""
+    if not reservation_id:
+        return False
+    return any(
+        o.reservation_interruptible
+        for it in catalogue.values()
+        for o in it.offerings
+        if o.reservation_id == reservation_id
+    )

@@ -42,12 +42,7 @@ from nodesmith.core.api.nodeclaim import (
     NodeClaimResources,
     NodeClaimSpec,
 )
-from nodesmith.core.capacityreservations import (
-    LABEL_CAPACITY_RESERVATION_ID,
-    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-    LABEL_CAPACITY_RESERVATION_TYPE,
-    RESERVATION_TYPE_DEFAULT,
-)
+from nodesmith.core.capacityreservations import reservation_labels
 from nodesmith.core.disruption.drift_basis import (
     NODECLASS_HASH_ANNOTATION,
     NODECLASS_HASH_VERSION,
@@ -328,10 +323,13 @@ def launched_labels(result: LaunchResult) -> dict[str, str]:
         LABEL_ZONE: result.zone,
         LABEL_CAPACITY_TYPE: result.capacity_type,
     }
-    if result.reservation_id:
-        labels[LABEL_CAPACITY_RESERVATION_ID] = result.reservation_id
-        labels[LABEL_CAPACITY_RESERVATION_TYPE] = result.reservation_type or RESERVATION_TYPE_DEFAULT
-        labels[LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE] = "false"
+    labels.update(
+        reservation_labels(
+            reservation_id=result.reservation_id,
+            reservation_type=result.reservation_type,
+            interruptible=result.reservation_interruptible,
+        )
+    )
     return labels
 
 
