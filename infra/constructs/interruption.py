@@ -65,12 +65,16 @@ INTERRUPTION_RULES: Mapping[str, Mapping[str, Any]] = {
         "detail_type": ["AWS Health Event"],
         "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
     },
+    "CapacityReservationInterruptionRule": {
+        "source": ["aws.ec2"],
+        "detail_type": ["EC2 Capacity Reservation Instance Interruption Warning"],
+    },
 }
 """Construct id -> EventBridge pattern (``events.EventPattern`` keywords) of each interruption rule."""
 
 
 class Interruption(Construct):
-    """The interruption queue, its DLQ and alarm, the four EventBridge rules, and the consuming Lambda.
+    """The interruption queue, its DLQ and alarm, the five EventBridge rules, and the consuming Lambda.
 
     Props (keyword-only):
 

@@ -142,7 +142,7 @@ def test_only_the_reconcile_and_interruption_roles_may_send_to_the_termination_q
         assert [(s["Action"], s["Resource"]) for s in sends] == [("sqs:SendMessage", {"Fn::GetAtt": [queue_id, "Arn"]})]
 
 
-def test_exactly_the_four_interruption_rules_target_the_queue(synth: Synth) -> None:
+def test_exactly_the_five_interruption_rules_target_the_queue(synth: Synth) -> None:
     queue_id, _ = interruption_queue(synth)
     patterns = []
     for props in synth.resources("AWS::Events::Rule").values():
@@ -164,6 +164,7 @@ def test_exactly_the_four_interruption_rules_target_the_queue(synth: Synth) -> N
             "detail-type": ["AWS Health Event"],
             "detail": {"service": ["EC2"], "eventTypeCategory": ["scheduledChange"]},
         },
+        {"source": ["aws.ec2"], "detail-type": ["EC2 Capacity Reservation Instance Interruption Warning"]},
     ]
     key = lambda p: json.dumps(p, sort_keys=True)  # noqa: E731
     assert sorted(patterns, key=key) == sorted(expected, key=key)

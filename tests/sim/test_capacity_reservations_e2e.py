@@ -1,8 +1,10 @@
 """Capacity reservations end to end, through the real reconcile and termination handlers on the embedded AWS and
 Kubernetes: a pod lands in the On-Demand Capacity Reservation its EC2NodeClass selects (labelled ``reserved`` with the
 reservation's id and type, the EC2NodeClass's ``status.capacityReservations`` written); when the reservation turns
-out full at launch (``ReservationCapacityExceeded``) the same pass falls back to spot; and a Capacity Block's node is
-drained and terminated once the block is within 40 minutes of its end, its pod running again elsewhere."""
+out full at launch (``ReservationCapacityExceeded``) the same pass falls back to spot; a Capacity Block's node is
+drained and terminated once the block is within 40 minutes of its end, its pod running again elsewhere; and a node in
+an interruptible ODCR is labelled so, and drained and removed when EC2 warns that the reservation's owner reclaims
+it."""
 
 from __future__ import annotations
 
@@ -10,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from embedded_world import app_pods, running, state, until
+from embedded_world import app_pods, deliver, event_body, put_event, running, state, until
 
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
-from nodesmith.sim.aws_capacity_reservations import add_capacity_block, set_end_time
+from nodesmith.sim.aws_capacity_reservations import add_capacity_block, set_end_time, set_interruptible
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -24,6 +26,7 @@ CLAIMS = "nodeclaims.karpenter.sh"
 RESERVATION_ID = "karpenter.k8s.aws/capacity-reservation-id"
 RESERVATION_TYPE = "karpenter.k8s.aws/capacity-reservation-type"
 CAPACITY_TYPE = "karpenter.sh/capacity-type"
+INTERRUPTIBLE = "karpenter.k8s.aws/capacity-reservation-interruptible"
 
 
 def _pool(terms: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -172,3 +175,32 @@ def test_a_capacity_block_node_is_drained_before_the_block_ends(world: EmbeddedW
     assert until(world, moved, timeout=90), "the block's node was not drained and replaced"
     (replacement,) = _claims(world)
     assert _labels(replacement)[CAPACITY_TYPE] in ("spot", "on-demand")  # an expiring block takes no launch
+
+
+def test_an_interruptible_reservations_node_is_drained_when_its_owner_reclaims_it(world: EmbeddedWorld) -> None:
+    reservation = _odcr(world, count=1)
+    set_interruptible(reservation)
+    _apply(world, [{"tags": {"team": "ml"}}])
+    world.scale(deployment="inflate", replicas=1)
+    assert until(world, lambda: running(world) == 1, timeout=60), "the pod never ran"
+    (claim,) = _claims(world)
+    labels = _labels(claim)
+    assert (labels[CAPACITY_TYPE], labels[RESERVATION_ID], labels[INTERRUPTIBLE]) == ("reserved", reservation, "true")
+    instance_id = claim["status"]["providerID"].rsplit("/", 1)[-1]
+    pod_node = app_pods(world)[0]["spec"]["nodeName"]
+
+    put_event(world, event_body("capacity_reservation_interruption_warning.json", {"i-1234567890abcdef0": instance_id}))
+    assert deliver(world) == (1, 0)
+
+    def moved() -> bool:
+        pods = app_pods(world)
+        return (
+            state(world, instance_id) in ("shutting-down", "terminated")
+            and len(pods) == 1
+            and (pods[0].get("status") or {}).get("phase") == "Running"
+            and pods[0]["spec"].get("nodeName") != pod_node
+        )
+
+    assert until(world, moved, timeout=90), "the reclaimed node was not drained and replaced"
+    reasons = {e.get("reason") for e in world.store.objects("events")}
+    assert {"CapacityReservationInstanceInterrupted", "TerminatingOnInterruption"} <= reasons

@@ -87,7 +87,7 @@ def test_price_table_carries_spot_overrides_per_zone(tmp_path: Path) -> None:
     assert missing.on_demand == {}  # prices will be estimated, and labelled so
 
 
-def test_interruption_plumbing_routes_the_four_event_kinds_to_the_queue(aws: embedded_aws.EmbeddedAws) -> None:
+def test_interruption_plumbing_routes_the_five_event_kinds_to_the_queue(aws: embedded_aws.EmbeddedAws) -> None:
     queues = embedded_aws.create_queues(cluster_name=CLUSTER)
     queue_url = queues.interruption_url
     sqs, events = aws.client("sqs"), aws.client("events")
@@ -96,6 +96,7 @@ def test_interruption_plumbing_routes_the_four_event_kinds_to_the_queue(aws: emb
     assert "events.amazonaws.com" in attributes["Policy"]
     rules = {r["Name"]: json.loads(r["EventPattern"]) for r in events.list_rules(NamePrefix=CLUSTER)["Rules"]}
     assert sorted((p["source"][0], p["detail-type"][0]) for p in rules.values()) == [
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
         ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
         ("aws.ec2", "EC2 Instance State-change Notification"),
         ("aws.ec2", "EC2 Spot Instance Interruption Warning"),

@@ -50,8 +50,13 @@ def message(kind: str = "EC2 Spot Instance Interruption Warning", **detail: str)
     return parse_message(json.dumps(body))
 
 
-def instance(*, tags: dict[str, str] = OURS, state: str = "running", capacity_type: str = "spot") -> Instance:
-    return Instance(IID, "m5.large", "us-west-2a", capacity_type, state, 0.0, tags=tags)
+def instance(
+    *, tags: dict[str, str] = OURS, state: str = "running", capacity_type: str = "spot", reservation_id: str = ""
+) -> Instance:
+    return Instance(IID, "m5.large", "us-west-2a", capacity_type, state, 0.0, tags=tags, reservation_id=reservation_id)
+
+
+RESERVATION_WARNING = "EC2 Capacity Reservation Instance Interruption Warning"
 
 
 def test_only_owned_instances_launched_for_a_nodepool_are_ours() -> None:
@@ -121,6 +126,13 @@ def test_a_rebalance_recommendation_follows_the_setting(setting: str, action: Ac
             "",
         ),
         (message(), instance(), True, ""),
+        (message(RESERVATION_WARNING, **{"instance-action": "terminate"}), instance(), True, "not_reserved"),
+        (
+            message(RESERVATION_WARNING, **{"instance-action": "terminate"}),
+            instance(capacity_type="reserved", reservation_id="cr-0i"),
+            True,
+            "",
+        ),
     ],
     ids=[
         "unknown",
@@ -131,6 +143,8 @@ def test_a_rebalance_recommendation_follows_the_setting(setting: str, action: Ac
         "forged-stopping",
         "confirmed",
         "ours",
+        "reservation-warning-for-spot",
+        "reservation-warning-confirmed",
     ],
 )
 def test_an_instance_is_judged_on_what_ec2_and_the_cluster_say(
@@ -140,6 +154,19 @@ def test_an_instance_is_judged_on_what_ec2_and_the_cluster_say(
     verdict = judge_instance(first, msg, instance=found, has_nodeclaim=claimed, cluster_name="demo", received_at=1000.0)
     assert verdict.ignored == why
     assert (verdict.action is Action.NONE) == bool(why)
+
+
+def test_a_capacity_reservation_warning_drains_and_removes_the_node_without_a_deadline() -> None:
+    """Karpenter cordons and drains on it and deletes the NodeClaim; its ``instance-termination-time`` is the
+    sender's word, so the drain keeps the usual rules (no forced deadline)."""
+    msg = message(RESERVATION_WARNING, **{"instance-action": "terminate", "instance-termination-time": "2026-11-22"})
+    first = judge_message(msg, account=ACCOUNT, region=REGION, rebalance_action="ignore")
+    verdict = judge_instance(
+        first, msg, instance=instance(capacity_type="reserved", reservation_id="cr-0i"), has_nodeclaim=True,
+        cluster_name="demo", received_at=1000.0,
+    )  # fmt: skip
+    assert verdict.action is Action.CORDON_AND_DRAIN and verdict.removing
+    assert verdict.reason == "CapacityReservationInstanceInterrupted" and verdict.deadline is None
 
 
 def test_a_spot_deadline_counts_from_our_receipt_never_the_events_time() -> None:

@@ -75,6 +75,18 @@ def test_rebalance_recommendation() -> None:
     assert msg.instance_ids == ("i-1234567890abcdef0",)
 
 
+def test_capacity_reservation_interruption_warning_names_the_instance_and_nothing_more() -> None:
+    msg = parse_message(golden("capacity_reservation_interruption_warning.json"))
+    assert msg.kind is MessageKind.CAPACITY_RESERVATION_INTERRUPTED
+    assert msg.instance_ids == ("i-1234567890abcdef0",)
+    assert (msg.account, msg.region, msg.instance_action) == ("123456789012", "us-west-2", "terminate")
+    assert action_for(msg.kind, rebalance_action="ignore") is Action.CORDON_AND_DRAIN
+    doc = golden_json("capacity_reservation_interruption_warning.json")
+    doc["detail"]["instance-id"] = "cr-0123"
+    with pytest.raises(MalformedEventError, match=r"detail\.instance-id"):
+        parse_message(json.dumps(doc))
+
+
 @pytest.mark.parametrize(
     ("state", "kind"),
     [

@@ -87,13 +87,13 @@ _ENV_KEYS = (
     "MOTO_EC2_LOAD_DEFAULT_AMIS",
 )
 
-# (source, detail-type) of the interruption rules; Karpenter's CloudFormation adds a fifth for
-# capacity reservations ("EC2 Capacity Reservation Instance Interruption Warning"), not used here.
+# (source, detail-type) of the interruption rules, as Karpenter's CloudFormation has them
 INTERRUPTION_RULES = (
     ("SpotInterruption", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
     ("Rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
     ("InstanceStateChange", "aws.ec2", "EC2 Instance State-change Notification"),
     ("ScheduledChange", "aws.health", "AWS Health Event"),
+    ("CapacityReservationInterruption", "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
 )
 
 

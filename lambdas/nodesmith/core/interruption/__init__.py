@@ -8,6 +8,7 @@ here.
 
 from nodesmith.core.interruption.messages import (
     ACTED_STATES,
+    DETAIL_CAPACITY_RESERVATION_INTERRUPTION,
     DETAIL_HEALTH,
     DETAIL_REBALANCE,
     DETAIL_SPOT_INTERRUPTION,
@@ -15,6 +16,7 @@ from nodesmith.core.interruption.messages import (
     SOURCE_EC2,
     SOURCE_HEALTH,
     SPOT_INTERRUPTION_NOTICE_SECONDS,
+    CapacityReservationInterruptionDetail,
     EventEnvelope,
     HealthAffectedEntity,
     HealthEventDetail,
@@ -44,6 +46,7 @@ from nodesmith.core.interruption.verdict import (
 
 __all__ = [
     "ACTED_STATES",
+    "DETAIL_CAPACITY_RESERVATION_INTERRUPTION",
     "DETAIL_HEALTH",
     "DETAIL_REBALANCE",
     "DETAIL_SPOT_INTERRUPTION",
@@ -56,6 +59,7 @@ __all__ = [
     "SOURCE_HEALTH",
     "SPOT_INTERRUPTION_NOTICE_SECONDS",
     "Action",
+    "CapacityReservationInterruptionDetail",
     "EventEnvelope",
     "HealthAffectedEntity",
     "HealthEventDetail",

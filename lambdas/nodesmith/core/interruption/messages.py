@@ -1,6 +1,6 @@
 """Interruption messages: parse the EventBridge events that reach the interruption queue into a message kind.
 
-Four event kinds arrive through EventBridge -> SQS (``karpenter-v1.md`` §4.1, §4.2; Karpenter
+Five event kinds arrive through EventBridge -> SQS (``karpenter-v1.md`` §4.1, §4.2; Karpenter
 ``[aws]:pkg/controllers/interruption/parser.go`` and ``messages/*``):
 
 ========================  ======================================  =========================================
@@ -14,6 +14,8 @@ source                    detail-type                             acted on
                           Notification``                          ``shutting-down``/``terminated`` only
 ``aws.health``            ``AWS Health Event``                    ``service == "EC2"`` and
                                                                   ``eventTypeCategory == "scheduledChange"``
+``aws.ec2``               ``EC2 Capacity Reservation Instance     always: the reservation's owner reclaims
+                          Interruption Warning``                  the instance (an interruptible ODCR)
 ========================  ======================================  =========================================
 
 Anything else (another source or detail-type, an envelope ``version`` other than ``"0"``, a state we
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTED_STATES",
+    "DETAIL_CAPACITY_RESERVATION_INTERRUPTION",
     "DETAIL_HEALTH",
     "DETAIL_REBALANCE",
     "DETAIL_SPOT_INTERRUPTION",
@@ -51,6 +54,7 @@ __all__ = [
     "SOURCE_EC2",
     "SOURCE_HEALTH",
     "SPOT_INTERRUPTION_NOTICE_SECONDS",
+    "CapacityReservationInterruptionDetail",
     "EventEnvelope",
     "HealthAffectedEntity",
     "HealthEventDetail",
@@ -69,6 +73,7 @@ DETAIL_SPOT_INTERRUPTION = "EC2 Spot Instance Interruption Warning"
 DETAIL_REBALANCE = "EC2 Instance Rebalance Recommendation"
 DETAIL_STATE_CHANGE = "EC2 Instance State-change Notification"
 DETAIL_HEALTH = "AWS Health Event"
+DETAIL_CAPACITY_RESERVATION_INTERRUPTION = "EC2 Capacity Reservation Instance Interruption Warning"
 
 SPOT_INTERRUPTION_NOTICE_SECONDS = 120.0
 """EC2 issues the spot interruption warning two minutes before it stops or terminates the instance."""
@@ -105,6 +110,7 @@ class MessageKind(StrEnum):
     INSTANCE_STOPPING = "instance_stopping"
     INSTANCE_TERMINATING = "instance_terminating"
     SCHEDULED_CHANGE = "scheduled_change"
+    CAPACITY_RESERVATION_INTERRUPTED = "capacity_reservation_interrupted"
     NO_OP = "no_op"
 
 
@@ -157,6 +163,16 @@ class StateChangeDetail(_Wire):
     state: str
 
 
+class CapacityReservationInterruptionDetail(_Wire):
+    """``EC2 Capacity Reservation Instance Interruption Warning`` detail (EC2 User Guide, "Interruptible Capacity
+    Reservations"; Karpenter ``messages/capacityreservationinterruption``): the instance the reservation's owner
+    reclaims. ``instance-action`` is what EC2 will do (``terminate``); its other fields (``instance-termination-time``,
+    ...) are the sender's word and not read."""
+
+    instance_id: str = Field(alias="instance-id", pattern=_INSTANCE_ID_PATTERN)
+    instance_action: str = Field(default="", alias="instance-action")
+
+
 class HealthAffectedEntity(_Wire):
     """One ``affectedEntities[]`` item; for EC2 events ``entityValue`` is the instance id."""
 
@@ -186,8 +202,8 @@ class InterruptionMessage:
     ``instance_ids`` is empty only for NO_OP. ``reason`` is a short machine-friendly code
     (``unsupported_event``, ``unhandled_state``, ``non_ec2_health``, ``not_scheduled_change``,
     ``no_instances``, ``unsupported_version``) for NO_OP and empty otherwise; ``description`` says
-    more in words. ``state`` is the EC2 state of a state-change event, ``instance_action`` the spot
-    warning's action, ``event_type_code`` the Health event type.
+    more in words. ``state`` is the EC2 state of a state-change event, ``instance_action`` the spot or capacity
+    reservation warning's action, ``event_type_code`` the Health event type.
     """
 
     kind: MessageKind
@@ -293,6 +309,16 @@ def _parse_state_change(envelope: EventEnvelope, base: dict[str, Any]) -> Interr
     return InterruptionMessage(kind=kind, instance_ids=(change.instance_id,), state=change.state, **base)
 
 
+def _parse_capacity_reservation(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
+    warning = _validate(CapacityReservationInterruptionDetail, envelope.detail, "detail")
+    return InterruptionMessage(
+        kind=MessageKind.CAPACITY_RESERVATION_INTERRUPTED,
+        instance_ids=(warning.instance_id,),
+        instance_action=warning.instance_action,
+        **base,
+    )
+
+
 def _parse_health(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
     health = _validate(HealthEventDetail, envelope.detail, "detail")
     if health.service != "EC2":
@@ -322,6 +348,7 @@ _PARSERS: dict[tuple[str, str], Callable[[EventEnvelope, dict[str, Any]], Interr
     (SOURCE_EC2, DETAIL_REBALANCE): _parse_rebalance,
     (SOURCE_EC2, DETAIL_STATE_CHANGE): _parse_state_change,
     (SOURCE_HEALTH, DETAIL_HEALTH): _parse_health,
+    (SOURCE_EC2, DETAIL_CAPACITY_RESERVATION_INTERRUPTION): _parse_capacity_reservation,
 }
 
 

@@ -21,7 +21,7 @@ from nodesmith.core.interruption.messages import (
     InterruptionMessage,
     MessageKind,
 )
-from nodesmith.core.model import CAPACITY_TYPE_SPOT
+from nodesmith.core.model import CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -69,8 +69,8 @@ _REBALANCE_ACTIONS: dict[str, Action] = {
 def action_for(kind: MessageKind, *, rebalance_action: RebalanceAction) -> Action:
     """The action for a message kind.
 
-    Spot interruption, scheduled change, stopping and terminating instances are CORDON_AND_DRAIN
-    (Karpenter ``[aws]:pkg/controllers/interruption/utils.go actionForMessage``). Karpenter only
+    Spot interruption, capacity reservation interruption, scheduled change, stopping and terminating instances are
+    CORDON_AND_DRAIN (Karpenter ``[aws]:pkg/controllers/interruption/utils.go actionForMessage``). Karpenter only
     publishes an event for a rebalance recommendation (issue aws#2813); NTH drains on every one in
     queue mode (NTH #786), which churns. We make it a setting: ``ignore`` -> NONE, ``event`` ->
     EVENT_ONLY, ``cordon`` -> CORDON (new pods stop landing on the node; running ones stay),
@@ -102,6 +102,7 @@ EVENT_REASONS: dict[MessageKind, tuple[str, str]] = {
     MessageKind.INSTANCE_STOPPING: ("InstanceStopping", "Warning"),
     MessageKind.INSTANCE_TERMINATING: ("InstanceTerminating", "Warning"),
     MessageKind.SCHEDULED_CHANGE: ("InstanceUnhealthy", "Warning"),
+    MessageKind.CAPACITY_RESERVATION_INTERRUPTED: ("CapacityReservationInstanceInterrupted", "Warning"),
 }
 """Kubernetes Event reason and type per message kind (Karpenter ``[aws]:pkg/controllers/interruption/events``);
 the reason is also the NodeClaim's termination reason (``NodeClaimsTerminated`` by ``Reason``)."""
@@ -112,6 +113,7 @@ REMOVING_KINDS = frozenset(
         MessageKind.SCHEDULED_CHANGE,
         MessageKind.INSTANCE_STOPPING,
         MessageKind.INSTANCE_TERMINATING,
+        MessageKind.CAPACITY_RESERVATION_INTERRUPTED,
     }
 )
 """Kinds whose CORDON_AND_DRAIN ends with the instance terminated and the NodeClaim deleted (Karpenter deletes
@@ -208,7 +210,8 @@ def judge_instance(
 
     Ignored: ``unknown_instance``; :func:`not_ours`' reasons; ``no_nodeclaim`` (not launched for this cluster's
     NodeClaims); ``not_spot`` (a spot warning or rebalance recommendation about an on-demand instance, which EC2
-    never sends); ``state_mismatch`` (a state-change event whose state EC2 does not confirm: a forged
+    never sends); ``not_reserved`` (a capacity reservation warning about an instance EC2 says runs in no capacity
+    reservation); ``state_mismatch`` (a state-change event whose state EC2 does not confirm: a forged
     ``terminated`` for a running instance must not skip its drain). A spot interruption's ``deadline`` is
     :func:`spot_deadline` of ``received_at`` (epoch seconds our queue received it).
     """
@@ -221,6 +224,12 @@ def judge_instance(
         why = "no_nodeclaim"
     if not why and message.kind in _SPOT_KINDS and instance.capacity_type != CAPACITY_TYPE_SPOT:
         why = "not_spot"
+    if (
+        not why
+        and message.kind is MessageKind.CAPACITY_RESERVATION_INTERRUPTED
+        and (instance.capacity_type != CAPACITY_TYPE_RESERVED or not instance.reservation_id)
+    ):
+        why = "not_reserved"
     if not why and message.kind in (MessageKind.INSTANCE_STOPPING, MessageKind.INSTANCE_TERMINATING):
         why = "" if instance.state in ACTED_STATES else "state_mismatch"
     if why:

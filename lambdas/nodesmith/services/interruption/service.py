@@ -439,4 +439,6 @@ def _describe(message: InterruptionMessage, instance_id: str) -> str:
         return f"EC2 rebalance recommendation for {instance_id}: elevated risk of spot interruption"
     if kind is MessageKind.SCHEDULED_CHANGE:
         return f"AWS Health scheduled change for {instance_id}: {message.event_type_code or 'scheduled change'}"
+    if kind is MessageKind.CAPACITY_RESERVATION_INTERRUPTED:
+        return f"Capacity reservation interruption warning for {instance_id} ({message.instance_action or 'terminate'})"
     return f"Instance {instance_id} is {message.state or kind.value}"
