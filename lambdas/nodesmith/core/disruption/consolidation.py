@@ -21,7 +21,10 @@ Follows Karpenter ``[core]:pkg/controllers/disruption/consolidation.go computeCo
   budget, at most 100; binary search for the largest prefix (of at least two) with a valid
   command; a replacement whose types include a candidate's own type keeps only types cheaper than
   the cheapest such candidate (``filterOutSameInstanceType``);
-* single-node: the same order interleaved across NodePools; the first valid candidate wins.
+* single-node: the same order interleaved across NodePools; the first valid candidate wins;
+* ``Balanced`` NodePools (:mod:`.balanced`): a move is carried out only when its score reaches 0.5 (a multi-node
+  prefix that does not is treated as invalid, a single node that does not is passed over); a node that could not
+  reach it even by being deleted is not simulated.
 
 Nodesmith adds one conservative knob: ``DisruptionSettings.min_savings_per_hour`` — a command
 must save at least that much (USD/hour; for a replace, judged at the replacement's worst-case
@@ -33,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from nodesmith.core.disruption.balanced import balanced_verdict, hopeless
 from nodesmith.core.disruption.simulation import simulate
 from nodesmith.core.disruption.types import METHOD_MULTI_NODE, METHOD_SINGLE_NODE, Decision, Rejection
 from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, NodeSelectorRequirement
@@ -185,14 +189,35 @@ def _describe(candidates: Sequence[Candidate]) -> str:
     )
 
 
-def compute_consolidation(  # noqa: PLR0911 - one return per way a consolidation can fail
+def compute_consolidation(
     ctx: SimulationContext,
     candidates: Sequence[Candidate],
     *,
     method: Method,
     settings: DisruptionSettings,
 ) -> Outcome:
-    """Try to consolidate ``candidates`` together (rules in the module docstring)."""
+    """Try to consolidate ``candidates`` together (rules in the module docstring), a move of a ``Balanced``
+    NodePool only when it scores at least 0.5, its reason then giving the score (:func:`~.balanced.balanced_verdict`).
+    """
+    outcome = _compute(ctx, candidates, method=method, settings=settings)
+    if outcome.decision is None or not ctx.pool_totals:
+        return outcome
+    approved, scores = balanced_verdict(outcome.decision, candidates, ctx.pool_totals)
+    if not approved:
+        return Outcome(None, scores)
+    if scores:
+        return Outcome(replace(outcome.decision, reason=f"{outcome.decision.reason}; {scores}"))
+    return outcome
+
+
+def _compute(  # noqa: PLR0911 - one return per way a consolidation can fail
+    ctx: SimulationContext,
+    candidates: Sequence[Candidate],
+    *,
+    method: Method,
+    settings: DisruptionSettings,
+) -> Outcome:
+    """:func:`compute_consolidation` before the ``Balanced`` score."""
     sim = simulate(ctx, candidates, consolidation=True)
     if not sim.all_scheduled:
         return Outcome(None, sim.explain_failures())
@@ -417,6 +442,10 @@ def single_node_consolidation(
             rejected.append(
                 Rejection(c.name, f'NodePool "{c.nodepool.name}" Underutilized budget exhausted', METHOD_SINGLE_NODE)
             )
+            continue
+        why = hopeless(c, ctx.pool_totals) if ctx.pool_totals else None
+        if why is not None:
+            rejected.append(Rejection(c.name, why, METHOD_SINGLE_NODE))
             continue
         outcome = compute_consolidation(ctx, [c], method=METHOD_SINGLE_NODE, settings=settings)
         if outcome.decision is not None:

@@ -40,7 +40,10 @@ for:
 
 The command reuses Karpenter's method names (``single-node-consolidation`` for one node,
 ``multi-node-consolidation`` for several; cause ``Underutilized``) so budgets, events and metrics
-read the same; its reason says it comes from this policy. Pure and deterministic; prices USD/hour.
+read the same; its reason says it comes from this policy. A ``Balanced`` NodePool's nodes are ranked as any other,
+but a set of nodes whose command does not score 0.5 for each Balanced NodePool among them (:mod:`.balanced`) is no
+command, and a node that could not score it even by being deleted is left out. Pure and deterministic; prices
+USD/hour.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from nodesmith.core.disruption.balanced import balanced_verdict, hopeless
 from nodesmith.core.disruption.consolidation import (
     cheaper_replacement,
     min_types_for_values,
@@ -166,6 +170,22 @@ def _spot_to_spot(
 
 
 def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: DisruptionSettings, method: str) -> _Trial:
+    """Taking ``chosen`` out and re-packing their pods (:func:`_priced`), no command when a ``Balanced`` NodePool
+    among them does not approve it (:func:`~.balanced.balanced_verdict`)."""
+    trial = _priced(ctx, chosen, settings=settings, method=method)
+    if trial.decision is None or not ctx.pool_totals:
+        return trial
+    approved, scores = balanced_verdict(trial.decision, chosen, ctx.pool_totals)
+    if not approved:
+        return _Trial(None, -_INF, scores)
+    if scores:
+        return replace(trial, decision=replace(trial.decision, reason=f"{trial.decision.reason}; {scores}"))
+    return trial
+
+
+def _priced(
+    ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: DisruptionSettings, method: str
+) -> _Trial:
     sim = simulate(ctx, chosen, consolidation=True, packing="nodesmith", skip_uninitialized=True)
     if not sim.all_scheduled:
         return _Trial(None, -_INF, sim.explain_failures())
@@ -307,6 +327,11 @@ def repack_consolidation(
     over); ``budgets`` the ``Underutilized`` disruptions allowed per NodePool; ``limits`` the
     cluster's PDBs. Rules in the module docstring.
     """
+    scored: list[Rejection] = []
+    if ctx.pool_totals:  # a node of a Balanced NodePool that even deleting would not score is left out
+        left_out = {c.name: why for c in candidates if (why := hopeless(c, ctx.pool_totals)) is not None}
+        scored = [Rejection(name, why, METHOD_REPACK) for name, why in left_out.items()]
+        candidates = [c for c in candidates if c.name not in left_out]
     ranked, rejected = _ranked(
         candidates,
         budgets=budgets,
@@ -314,6 +339,7 @@ def repack_consolidation(
         fair=FairPrices(ctx.instance_types),
         cap=settings.max_multi_node_candidates,
     )
+    rejected = [*scored, *rejected]
     if not ranked:
         return None, rejected
     trials: dict[int, _Trial] = {}

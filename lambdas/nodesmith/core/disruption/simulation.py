@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from nodesmith.core.disruption.balanced import PoolTotals, pool_totals
 from nodesmith.core.requirements import LABEL_HOSTNAME, RequirementError, Requirements
 from nodesmith.core.resources import add
 from nodesmith.core.scheduling import solve
@@ -69,7 +70,8 @@ class SimulationContext:
     passes derive from each destination, derived once for all of them. ``held_back``: destinations as the trials
     offer them when no pod may join them (``unschedulable``), each made once, so the trials share its base too.
     ``pod_data``: what the trials' scheduling passes derive from each pod (its constraints and requirements), made
-    for ``volume_requirements`` and derived once for all of them.
+    for ``volume_requirements`` and derived once for all of them. ``pool_totals``: each ``Balanced`` NodePool's
+    price and disruption totals, which its consolidation moves are scored against (:mod:`.balanced`).
     """
 
     destinations: Mapping[str, ExistingNode]
@@ -85,6 +87,7 @@ class SimulationContext:
     existing_bases: ExistingBases = field(default_factory=ExistingBases, compare=False, repr=False)
     held_back: dict[str, ExistingNode] = field(default_factory=dict, compare=False, repr=False)
     pod_data: PodDataCache = field(default_factory=PodDataCache, compare=False, repr=False)
+    pool_totals: Mapping[str, PoolTotals] = field(default_factory=dict)
 
 
 def _held_back(ctx: SimulationContext, name: str, node: ExistingNode) -> ExistingNode:
@@ -155,6 +158,7 @@ def build_context(
         volume_requirements=volumes,
         nodepool_instance_types=_usable_per_pool(snapshot.nodepool_instance_types or {}, dynamic),
         pod_data=PodDataCache(volumes),
+        pool_totals=pool_totals(nodes, facts=facts, nodepools=nodepools),
     )
 
 
