@@ -186,3 +186,18 @@ def test_budget_caps_how_many_nodes_multi_node_takes() -> None:
     ]
     cmd = decide(DisruptionSnapshot(nodes=cluster, nodepools=[pool], instance_types=TYPES), now=NOW).command
     assert cmd is not None and cmd.method == "multi-node-consolidation" and len(cmd.nodes) == 2
+
+
+def test_a_tight_budget_takes_the_node_that_saves_most_per_pod_disrupted_first() -> None:
+    """Karpenter v1.14 orders consolidation candidates by price per reschedule cost (``SavingsRatio``), highest
+    first: with room for one disruption, the dear node goes before the cheap one evicting as many pods."""
+    pool = make_nodepool(budgets=[{"nodes": "1"}])
+    cheap = make_node(
+        "a-cheap", instance_type="t3.medium", pods=(make_pod("web-a", cpu="500m", memory="1Gi", node="a-cheap"),)
+    )
+    dear = make_node(
+        "b-dear", instance_type="m5.xlarge", pods=(make_pod("web-b", cpu="500m", memory="1Gi", node="b-dear"),)
+    )
+    plan = decide(DisruptionSnapshot(nodes=[anchor(), cheap, dear], nodepools=[pool], instance_types=TYPES), now=NOW)
+    cmd = plan.command
+    assert cmd is not None and cmd.method == "single-node-consolidation" and cmd.nodes == ("b-dear",)

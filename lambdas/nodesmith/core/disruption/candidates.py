@@ -303,7 +303,8 @@ class Candidate:
     ``reschedulable_pods`` are the pods that would move (Karpenter ``IsReschedulable``);
     ``moving_pods`` those the simulation reschedules (minus pods with an active do-not-disrupt or a
     fully blocking PDB, ``IsCurrentlyReschedulable``). ``disruption_cost`` = Σ eviction cost of
-    all its pods x lifetime remaining (Karpenter's ordering key for consolidation). ``pod_block``
+    all its pods x lifetime remaining (Karpenter's ``DisruptionCost``; consolidation orders candidates by
+    price per reschedule cost instead, :func:`~.consolidation.sort_by_savings_ratio`). ``pod_block``
     says which pod blocks graceful disruption (None when nothing does).
     """
 

@@ -17,7 +17,8 @@ Follows Karpenter ``[core]:pkg/controllers/disruption/consolidation.go computeCo
   needs), so the launch cannot pick something consolidation would immediately replace again;
 * otherwise, a replacement that may be spot or on-demand is pinned to spot (so a spot shortage
   cannot turn into a pricier on-demand node);
-* multi-node: candidates by disruption cost ascending, pre-filtered by the ``Underutilized``
+* multi-node: candidates by price per unit of disruption, highest first (Karpenter v1.14's ``SavingsRatio``: the
+  node's price over 1 plus its moving pods' non-negative eviction costs), pre-filtered by the ``Underutilized``
   budget, at most 100; binary search for the largest prefix (of at least two) with a valid
   command; a replacement whose types include a candidate's own type keeps only types cheaper than
   the cheapest such candidate (``filterOutSameInstanceType``);
@@ -36,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from nodesmith.core.disruption.balanced import balanced_verdict, hopeless
+from nodesmith.core.disruption.balanced import balanced_verdict, hopeless, move_disruption_cost
 from nodesmith.core.disruption.simulation import simulate
 from nodesmith.core.disruption.types import METHOD_MULTI_NODE, METHOD_SINGLE_NODE, Decision, Rejection
 from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, NodeSelectorRequirement
@@ -372,9 +373,11 @@ def _filter_same_type(plan: NodeClaimPlan, candidates: Sequence[Candidate]) -> t
     return narrow(plan, types, plan.capacity_types), ""
 
 
-def sort_by_disruption_cost(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Ascending disruption cost, then name (Karpenter ≤ v1.13 consolidation order)."""
-    return sorted(candidates, key=lambda c: (c.disruption_cost, c.name))
+def sort_by_savings_ratio(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Highest price per unit of disruption first (:func:`~.balanced.move_disruption_cost` of the node alone), then
+    name: Karpenter's consolidation order since v1.14 (``consolidation.go sortCandidates``, ``SavingsRatio``), so a
+    budget-limited pass tries the moves worth most for the pods they disrupt."""
+    return sorted(candidates, key=lambda c: (-c.price / move_disruption_cost([c]), c.name))
 
 
 def multi_node_consolidation(
@@ -388,7 +391,7 @@ def multi_node_consolidation(
     rejected: list[Rejection] = []
     left = dict(budgets)
     allowed: list[Candidate] = []
-    for c in sort_by_disruption_cost(candidates):
+    for c in sort_by_savings_ratio(candidates):
         if left.get(c.nodepool.name, 0) <= 0:
             rejected.append(
                 Rejection(c.name, f'NodePool "{c.nodepool.name}" Underutilized budget exhausted', METHOD_MULTI_NODE)
@@ -437,7 +440,7 @@ def single_node_consolidation(
 ) -> tuple[Decision | None, list[Rejection]]:
     """The first candidate (cost order, interleaved by NodePool) that can be deleted or replaced."""
     rejected: list[Rejection] = []
-    for c in _interleave(sort_by_disruption_cost(candidates)):
+    for c in _interleave(sort_by_savings_ratio(candidates)):
         if budgets.get(c.nodepool.name, 0) <= 0:
             rejected.append(
                 Rejection(c.name, f'NodePool "{c.nodepool.name}" Underutilized budget exhausted', METHOD_SINGLE_NODE)
