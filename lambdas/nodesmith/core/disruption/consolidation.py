@@ -198,8 +198,8 @@ def compute_consolidation(
     settings: DisruptionSettings,
 ) -> Outcome:
     """Try to consolidate ``candidates`` together (rules in the module docstring), a move of a ``Balanced``
-    NodePool only when it scores at least 0.5, its reason then giving the score (:func:`~.balanced.balanced_verdict`).
-    """
+    NodePool only when it scores at least 0.5, its ``approval`` then giving the score
+    (:func:`~.balanced.balanced_verdict`)."""
     outcome = _compute(ctx, candidates, method=method, settings=settings)
     if outcome.decision is None or not ctx.pool_totals:
         return outcome
@@ -207,7 +207,7 @@ def compute_consolidation(
     if not approved:
         return Outcome(None, scores)
     if scores:
-        return Outcome(replace(outcome.decision, reason=f"{outcome.decision.reason}; {scores}"))
+        return Outcome(replace(outcome.decision, approval=scores))
     return outcome
 
 

@@ -179,7 +179,7 @@ def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: Dis
     if not approved:
         return _Trial(None, -_INF, scores)
     if scores:
-        return replace(trial, decision=replace(trial.decision, reason=f"{trial.decision.reason}; {scores}"))
+        return replace(trial, decision=replace(trial.decision, approval=scores))
     return trial
 
 

@@ -143,7 +143,8 @@ class Decision:
     ``rejected`` lists the
     candidates the method looked at and turned down, with why. ``drain_bound`` (seconds, repair only)
     bounds the nodes' drain from when their termination is requested; None leaves it to the NodeClaim's
-    ``terminationGracePeriod``.
+    ``terminationGracePeriod``. ``approval`` is, for a consolidation of a ``Balanced`` NodePool's nodes, the score
+    that approved it (:func:`~nodesmith.core.disruption.balanced.balanced_verdict`); empty otherwise.
     """
 
     method: Method
@@ -158,6 +159,7 @@ class Decision:
     placements: tuple[tuple[str, str], ...] = ()
     rejected: tuple[Rejection, ...] = ()
     drain_bound: float | None = None
+    approval: str = ""
 
     @property
     def replacement(self) -> NodeClaimPlan | None:

@@ -170,6 +170,8 @@ def _execute(run: DisruptionPass, cmd: Decision) -> None:
     run.out.decisions.append(explain(cmd, stage="executed"))
     verb = "replace" if cmd.replacements else "delete"
     for node in cmd.nodes:
+        if cmd.approval:  # Karpenter's Event for a Balanced NodePool's consolidation it scored worth making
+            run.event(node, "ConsolidationApproved", cmd.approval)
         run.event(
             node,
             "DisruptionLaunching" if cmd.replacements else "Disrupted",

@@ -52,11 +52,12 @@ class DisruptionOutcome:
 def explain(decision: Decision, *, stage: str) -> dict[str, Any]:
     """The JSON-safe record of ``decision`` at ``stage`` (``candidate``, ``executed``, ...): method,
     cause, nodes, replacements (first five instance types each), costs in USD/hour, pods, and the
-    first 50 rejected candidates with why (``rejected_total`` counts them all)."""
+    first 50 rejected candidates with why (``rejected_total`` counts them all), and the ``Balanced`` score that
+    approved it when there is one (``approval``)."""
     rejected = [
         {"node": r.node, "method": r.method, "reason": r.reason} for r in decision.rejected[:_MAX_LOGGED_REJECTIONS]
     ]
-    return {
+    record: dict[str, Any] = {
         "stage": stage,
         "method": decision.method,
         "cause": decision.cause,
@@ -74,6 +75,9 @@ def explain(decision: Decision, *, stage: str) -> dict[str, Any]:
         "rejected": rejected,
         "rejected_total": len(decision.rejected),
     }
+    if decision.approval:
+        record["approval"] = decision.approval
+    return record
 
 
 def tally(counts: dict[PoolKey, int], key: PoolKey) -> None:
