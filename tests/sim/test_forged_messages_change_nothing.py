@@ -5,7 +5,8 @@ Each case sends what a same-account principal allowed ``sqs:SendMessage`` could 
 or the termination queue, then checks that no node was cordoned, tainted or deleted, no pod evicted or deleted, no
 NodeClaim deleted and no instance terminated, that the record was acknowledged (nothing left on the queue, no
 failure), and that the ignore reason was logged and counted (``InterruptionMessagesIgnored`` /
-``TerminationRequestsIgnored`` by ``Reason``). The back-dated spot warning is about our own node, so it is acted
+``TerminationRequestsIgnored`` by ``Reason``); a capacity reservation interruption warning about a node that runs in
+no capacity reservation is one of them. The back-dated spot warning is about our own node, so it is acted
 on, but gracefully: its deadline is counted from our queue's receipt, so no pod behind a PodDisruptionBudget is
 deleted directly; delivered twice, it still sends one termination request."""
 
@@ -107,6 +108,14 @@ def test_a_forged_terminated_state_change_for_a_running_instance_skips_nothing(w
     _interrupt(world, event_body("state_change_terminated.json", {DOC: iid}))
     assert untouched(world, node, iid, claim) == []
     assert (reasons(world, "InterruptionMessagesIgnored") - before)["state_mismatch"] == 1
+
+
+def test_a_capacity_reservation_warning_for_an_instance_in_no_reservation_changes_nothing(world: EmbeddedWorld) -> None:
+    node, iid, claim = ours(world)  # a spot or on-demand node: EC2 says it runs in no capacity reservation
+    before = reasons(world, "InterruptionMessagesIgnored")
+    _interrupt(world, event_body("capacity_reservation_interruption_warning.json", {DOC: iid}))
+    assert untouched(world, node, iid, claim) == []
+    assert (reasons(world, "InterruptionMessagesIgnored") - before)["not_reserved"] == 1
 
 
 @pytest.mark.parametrize(
