@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum, unique
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -143,11 +144,15 @@ class EventEnvelope(_Wire):
     detail: dict[str, Any]
 
 
-class SpotInterruptionDetail(_Wire):
-    """``EC2 Spot Instance Interruption Warning`` detail. ``instance-action`` is hibernate, stop or terminate."""
+class _InstanceWarning(_Wire):
+    """The detail of an EC2 warning about one instance: its id and what EC2 will do to it (``instance-action``)."""
 
     instance_id: str = Field(alias="instance-id", pattern=_INSTANCE_ID_PATTERN)
     instance_action: str = Field(default="", alias="instance-action")
+
+
+class SpotInterruptionDetail(_InstanceWarning):
+    """``EC2 Spot Instance Interruption Warning`` detail. ``instance-action`` is hibernate, stop or terminate."""
 
 
 class RebalanceRecommendationDetail(_Wire):
@@ -163,14 +168,11 @@ class StateChangeDetail(_Wire):
     state: str
 
 
-class CapacityReservationInterruptionDetail(_Wire):
+class CapacityReservationInterruptionDetail(_InstanceWarning):
     """``EC2 Capacity Reservation Instance Interruption Warning`` detail (EC2 User Guide, "Interruptible Capacity
     Reservations"; Karpenter ``messages/capacityreservationinterruption``): the instance the reservation's owner
     reclaims. ``instance-action`` is what EC2 will do (``terminate``); its other fields (``instance-termination-time``,
     ...) are the sender's word and not read."""
-
-    instance_id: str = Field(alias="instance-id", pattern=_INSTANCE_ID_PATTERN)
-    instance_action: str = Field(default="", alias="instance-action")
 
 
 class HealthAffectedEntity(_Wire):
@@ -282,13 +284,13 @@ def _no_op(base: dict[str, Any], reason: str, description: str) -> InterruptionM
     return InterruptionMessage(kind=MessageKind.NO_OP, instance_ids=(), reason=reason, description=description, **base)
 
 
-def _parse_spot(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
-    spot = _validate(SpotInterruptionDetail, envelope.detail, "detail")
+def _parse_warning(
+    model: type[_InstanceWarning], kind: MessageKind, envelope: EventEnvelope, base: dict[str, Any]
+) -> InterruptionMessage:
+    """A warning about one instance (a spot interruption, a capacity reservation interruption) as ``kind``."""
+    warning = _validate(model, envelope.detail, "detail")
     return InterruptionMessage(
-        kind=MessageKind.SPOT_INTERRUPTED,
-        instance_ids=(spot.instance_id,),
-        instance_action=spot.instance_action,
-        **base,
+        kind=kind, instance_ids=(warning.instance_id,), instance_action=warning.instance_action, **base
     )
 
 
@@ -307,16 +309,6 @@ def _parse_state_change(envelope: EventEnvelope, base: dict[str, Any]) -> Interr
         acted = ", ".join(sorted(ACTED_STATES))
         return _no_op(base, "unhandled_state", f"instance {change.instance_id} is {change.state!r}; acted on: {acted}")
     return InterruptionMessage(kind=kind, instance_ids=(change.instance_id,), state=change.state, **base)
-
-
-def _parse_capacity_reservation(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
-    warning = _validate(CapacityReservationInterruptionDetail, envelope.detail, "detail")
-    return InterruptionMessage(
-        kind=MessageKind.CAPACITY_RESERVATION_INTERRUPTED,
-        instance_ids=(warning.instance_id,),
-        instance_action=warning.instance_action,
-        **base,
-    )
 
 
 def _parse_health(envelope: EventEnvelope, base: dict[str, Any]) -> InterruptionMessage:
@@ -344,11 +336,15 @@ def _parse_health(envelope: EventEnvelope, base: dict[str, Any]) -> Interruption
 
 
 _PARSERS: dict[tuple[str, str], Callable[[EventEnvelope, dict[str, Any]], InterruptionMessage]] = {
-    (SOURCE_EC2, DETAIL_SPOT_INTERRUPTION): _parse_spot,
+    (SOURCE_EC2, DETAIL_SPOT_INTERRUPTION): partial(
+        _parse_warning, SpotInterruptionDetail, MessageKind.SPOT_INTERRUPTED
+    ),
     (SOURCE_EC2, DETAIL_REBALANCE): _parse_rebalance,
     (SOURCE_EC2, DETAIL_STATE_CHANGE): _parse_state_change,
     (SOURCE_HEALTH, DETAIL_HEALTH): _parse_health,
-    (SOURCE_EC2, DETAIL_CAPACITY_RESERVATION_INTERRUPTION): _parse_capacity_reservation,
+    (SOURCE_EC2, DETAIL_CAPACITY_RESERVATION_INTERRUPTION): partial(
+        _parse_warning, CapacityReservationInterruptionDetail, MessageKind.CAPACITY_RESERVATION_INTERRUPTED
+    ),
 }
 
 
