@@ -22,7 +22,7 @@ nodes (emptiness), drift, expiration and repair are never scored. Pure; prices U
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from nodesmith.core.disruption.candidates import eviction_cost, is_reschedulable
@@ -40,7 +40,7 @@ __all__ = [
     "BALANCED_K",
     "PER_NODE_BASE_DISRUPTION_COST",
     "PoolTotals",
-    "balanced_verdict",
+    "balanced_approval",
     "hopeless",
     "move_disruption_cost",
     "pool_totals",
@@ -114,17 +114,20 @@ def _threshold() -> float:
     return 1.0 / BALANCED_K
 
 
-def balanced_verdict(
+def balanced_approval(
     decision: Decision, candidates: Sequence[Candidate], totals: Mapping[str, PoolTotals]
-) -> tuple[bool, str]:
-    """Whether ``decision`` (a consolidation of ``candidates``) is carried out under the ``Balanced`` policy of
-    their NodePools, and what the scores were: ``(True, "")`` when none of them is Balanced; else approved when
-    every Balanced NodePool among them scores it at least ``1 / BALANCED_K``, with the scores (or the first that
-    fell short) in words, as Karpenter's ``ConsolidationApproved`` Event gives them.
+) -> tuple[Decision | None, str]:
+    """``decision`` (a consolidation of ``candidates``) as the ``Balanced`` policy of their NodePools lets it be
+    carried out, or None and why not. Unchanged when none of them is Balanced (none is in ``totals``); else carried
+    out when every Balanced NodePool among them scores it at least ``1 / BALANCED_K``, with the scores in words in
+    its ``approval`` (as Karpenter's ``ConsolidationApproved`` Event gives them), and refused with the first score
+    that fell short.
 
     The savings are ``decision.cost_before - decision.cost_after``, shared among the NodePools by their nodes' price.
     """
     pools = sorted({c.nodepool.name for c in candidates if c.nodepool.name in totals})
+    if not pools:
+        return decision, ""
     before = sum(c.price for c in candidates)
     savings = decision.cost_before - decision.cost_after
     said: list[str] = []
@@ -136,9 +139,9 @@ def balanced_verdict(
         value = score(savings=savings * share, disruption=disruption, totals=t)
         text = _explain(name, value, savings * share, disruption, t)
         if value < _threshold():
-            return False, text
+            return None, text
         said.append(text)
-    return True, "; ".join(said)
+    return replace(decision, approval="; ".join(said)), ""
 
 
 def hopeless(candidate: Candidate, totals: Mapping[str, PoolTotals]) -> str | None:

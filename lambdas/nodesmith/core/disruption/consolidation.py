@@ -37,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from nodesmith.core.disruption.balanced import balanced_verdict, hopeless, move_disruption_cost
+from nodesmith.core.disruption.balanced import balanced_approval, hopeless, move_disruption_cost
 from nodesmith.core.disruption.simulation import simulate
 from nodesmith.core.disruption.types import METHOD_MULTI_NODE, METHOD_SINGLE_NODE, Decision, Rejection
 from nodesmith.core.model import CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, NodeSelectorRequirement
@@ -199,16 +199,12 @@ def compute_consolidation(
 ) -> Outcome:
     """Try to consolidate ``candidates`` together (rules in the module docstring), a move of a ``Balanced``
     NodePool only when it scores at least 0.5, its ``approval`` then giving the score
-    (:func:`~.balanced.balanced_verdict`)."""
+    (:func:`~.balanced.balanced_approval`)."""
     outcome = _compute(ctx, candidates, method=method, settings=settings)
-    if outcome.decision is None or not ctx.pool_totals:
+    if outcome.decision is None:
         return outcome
-    approved, scores = balanced_verdict(outcome.decision, candidates, ctx.pool_totals)
-    if not approved:
-        return Outcome(None, scores)
-    if scores:
-        return Outcome(replace(outcome.decision, approval=scores))
-    return outcome
+    decision, refusal = balanced_approval(outcome.decision, candidates, ctx.pool_totals)
+    return Outcome(decision, refusal)
 
 
 def _compute(  # noqa: PLR0911 - one return per way a consolidation can fail

@@ -51,7 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from nodesmith.core.disruption.balanced import balanced_verdict, hopeless
+from nodesmith.core.disruption.balanced import balanced_approval, hopeless
 from nodesmith.core.disruption.consolidation import (
     cheaper_replacement,
     min_types_for_values,
@@ -171,16 +171,12 @@ def _spot_to_spot(
 
 def _trial(ctx: SimulationContext, chosen: Sequence[Candidate], *, settings: DisruptionSettings, method: str) -> _Trial:
     """Taking ``chosen`` out and re-packing their pods (:func:`_priced`), no command when a ``Balanced`` NodePool
-    among them does not approve it (:func:`~.balanced.balanced_verdict`)."""
+    among them does not approve it (:func:`~.balanced.balanced_approval`)."""
     trial = _priced(ctx, chosen, settings=settings, method=method)
-    if trial.decision is None or not ctx.pool_totals:
+    if trial.decision is None:
         return trial
-    approved, scores = balanced_verdict(trial.decision, chosen, ctx.pool_totals)
-    if not approved:
-        return _Trial(None, -_INF, scores)
-    if scores:
-        return replace(trial, decision=replace(trial.decision, approval=scores))
-    return trial
+    decision, refusal = balanced_approval(trial.decision, chosen, ctx.pool_totals)
+    return replace(trial, decision=decision) if decision is not None else _Trial(None, -_INF, refusal)
 
 
 def _priced(

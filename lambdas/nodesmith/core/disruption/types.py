@@ -144,7 +144,7 @@ class Decision:
     candidates the method looked at and turned down, with why. ``drain_bound`` (seconds, repair only)
     bounds the nodes' drain from when their termination is requested; None leaves it to the NodeClaim's
     ``terminationGracePeriod``. ``approval`` is, for a consolidation of a ``Balanced`` NodePool's nodes, the score
-    that approved it (:func:`~nodesmith.core.disruption.balanced.balanced_verdict`); empty otherwise.
+    that approved it (:func:`~nodesmith.core.disruption.balanced.balanced_approval`); empty otherwise.
     """
 
     method: Method
