@@ -438,6 +438,17 @@ class FakeCloud:
 
 
 @dataclass
+class ListingCloud(FakeCloud):
+    """A :class:`FakeCloud` that records the clock (``now``) of every listing of the fleet."""
+
+    listings: list[float] = field(default_factory=list)
+
+    def list_instances(self) -> list[Instance]:
+        self.listings.append(self.now)
+        return super().list_instances()
+
+
+@dataclass
 class FakeQueue:
     """The TerminationQueue port: records every request sent; ``failing`` NodeClaim names are refused."""
 

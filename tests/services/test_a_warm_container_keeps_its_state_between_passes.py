@@ -4,35 +4,21 @@ the disruption pass's consolidation memory, the garbage collection cadence, and 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+from reconcile_fakes import FakeCloud, FakeCluster, ListingCloud, make_nodeclass, make_nodepool, make_pod, node_for
 
 from nodesmith.core.disruption import DisruptionSettings
 from nodesmith.services.ports import Ports
 from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVAL_SECONDS
 from nodesmith.services.reconciler.container import PassSettings, WarmContainer
 
-if TYPE_CHECKING:
-    from nodesmith.core.ports import Instance
-
 ON = PassSettings(disruption=DisruptionSettings())
 
 
-@dataclass
-class CountingCloud(FakeCloud):
-    listings: list[float] = field(default_factory=list)
-
-    def list_instances(self) -> list[Instance]:
-        self.listings.append(self.now)
-        return super().list_instances()
-
-
-def _one_busy_node(warm: WarmContainer) -> tuple[Ports, CountingCloud]:
+def _one_busy_node(warm: WarmContainer) -> tuple[Ports, ListingCloud]:
     """A NodeClaim the container launched at 1000 for one pod, registered by 1005 with the pod bound to it."""
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
-    cloud = CountingCloud()
+    cloud = ListingCloud()
     ports = Ports(cluster=cluster, cloud=cloud, cluster_name="test")
     cluster.pods = [make_pod("web", cpu="1")]
     warm.provision(ports=ports, settings=ON, now=1000.0)

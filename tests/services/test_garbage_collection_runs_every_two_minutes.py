@@ -6,11 +6,10 @@ and prices registered nodes by their labels."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 import pytest
-from reconcile_fakes import FakeCloud, FakeCluster, make_nodeclass, make_nodepool, make_pod, node_for
+from reconcile_fakes import FakeCluster, ListingCloud, make_nodeclass, make_nodepool, make_pod, node_for
 
 from nodesmith.handlers import wiring
 from nodesmith.handlers.settings import Settings
@@ -19,23 +18,11 @@ from nodesmith.services.provisioning.lifecycle import GARBAGE_COLLECTION_INTERVA
 from nodesmith.services.provisioning.reconcile import ReconcileOptions, reconcile
 from nodesmith.services.reconciler.container import WarmContainer
 
-if TYPE_CHECKING:
-    from nodesmith.core.ports import Instance
 
-
-@dataclass
-class CountingCloud(FakeCloud):
-    listings: list[float] = field(default_factory=list)
-
-    def list_instances(self) -> list[Instance]:
-        self.listings.append(self.now)
-        return super().list_instances()
-
-
-def _registered_node_and_an_orphan() -> tuple[FakeCluster, CountingCloud]:
+def _registered_node_and_an_orphan() -> tuple[FakeCluster, ListingCloud]:
     """One NodeClaim launched at 1000 and registered, and an instance of ours no NodeClaim claims."""
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
-    cloud = CountingCloud()
+    cloud = ListingCloud()
     cluster.pods = [make_pod("first", cpu="1")]
     reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     (claim,) = cluster.nodeclaims.values()
@@ -99,7 +86,7 @@ def test_a_nodeclaim_whose_instance_went_is_left_to_the_pass_that_lists_the_flee
 
 def test_liveness_still_runs_without_garbage_collection() -> None:
     cluster = FakeCluster(nodepools=[make_nodepool()], nodeclasses=[make_nodeclass()])
-    cloud = CountingCloud()
+    cloud = ListingCloud()
     cluster.pods = [make_pod("first", cpu="1")]
     reconcile(ports=Ports(cluster=cluster, cloud=cloud, cluster_name="test"), now=1000.0)
     (claim,) = cluster.nodeclaims.values()
@@ -208,7 +195,7 @@ def test_the_handler_collects_at_once_with_new_ports_or_when_the_clock_went_back
     try:
         assert handler.run_pass(now=2000.0).garbage_collected
         assert handler.run_pass(now=1990.0).garbage_collected  # earlier than the last collection: due
-        other = CountingCloud(instances=dict(cloud.instances))
+        other = ListingCloud(instances=dict(cloud.instances))
         wiring.set_ports(cloud=other)
         assert handler.run_pass(now=1991.0).garbage_collected  # another provider has listed nothing yet
         assert len(cloud.listings) == 2 and len(other.listings) == 1

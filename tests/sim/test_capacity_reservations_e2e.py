@@ -122,6 +122,17 @@ def _take_slot(world: EmbeddedWorld, reservation: str, zone: str) -> None:
     assert answer["Instances"], answer
 
 
+def _moved_off(world: EmbeddedWorld, instance_id: str, pod_node: str) -> bool:
+    """The instance is going or gone and the one app pod runs again, on another node."""
+    pods = app_pods(world)
+    return (
+        state(world, instance_id) in ("shutting-down", "terminated")
+        and len(pods) == 1
+        and (pods[0].get("status") or {}).get("phase") == "Running"
+        and pods[0]["spec"].get("nodeName") != pod_node
+    )
+
+
 def test_a_pod_lands_in_the_reservation_and_falls_back_to_spot_when_it_is_full(world: EmbeddedWorld) -> None:
     reservation = _odcr(world, count=2)
     _apply(world, [{"tags": {"team": "ml"}}])
@@ -163,16 +174,9 @@ def test_a_capacity_block_node_is_drained_before_the_block_ends(world: EmbeddedW
 
     set_end_time(block, datetime.now(UTC) + timedelta(minutes=35))  # the block is now within 40 minutes of its end
 
-    def moved() -> bool:
-        pods = app_pods(world)
-        return (
-            state(world, instance_id) in ("shutting-down", "terminated")
-            and len(pods) == 1
-            and (pods[0].get("status") or {}).get("phase") == "Running"
-            and pods[0]["spec"].get("nodeName") != pod_node
-        )
-
-    assert until(world, moved, timeout=90), "the block's node was not drained and replaced"
+    assert until(world, lambda: _moved_off(world, instance_id, pod_node), timeout=90), (
+        "the block's node was not drained and replaced"
+    )
     (replacement,) = _claims(world)
     assert _labels(replacement)[CAPACITY_TYPE] in ("spot", "on-demand")  # an expiring block takes no launch
 
@@ -192,15 +196,8 @@ def test_an_interruptible_reservations_node_is_drained_when_its_owner_reclaims_i
     put_event(world, event_body("capacity_reservation_interruption_warning.json", {"i-1234567890abcdef0": instance_id}))
     assert deliver(world) == (1, 0)
 
-    def moved() -> bool:
-        pods = app_pods(world)
-        return (
-            state(world, instance_id) in ("shutting-down", "terminated")
-            and len(pods) == 1
-            and (pods[0].get("status") or {}).get("phase") == "Running"
-            and pods[0]["spec"].get("nodeName") != pod_node
-        )
-
-    assert until(world, moved, timeout=90), "the reclaimed node was not drained and replaced"
+    assert until(world, lambda: _moved_off(world, instance_id, pod_node), timeout=90), (
+        "the reclaimed node was not drained and replaced"
+    )
     reasons = {e.get("reason") for e in world.store.objects("events")}
     assert {"CapacityReservationInstanceInterrupted", "TerminatingOnInterruption"} <= reasons
