@@ -62,7 +62,7 @@ synth: install cdk-cli  ## Synthesize the CloudFormation template with the pinne
 
 # The Lambda asset: runtime dependencies for Lambda's arm64 Python 3.11 plus the package. The
 # stack uses build/lambda when it exists (no Docker bundling needed).
-LAMBDA_DEPS := "aws-lambda-powertools[tracer]==3.37.0" "boto3==1.44.5" "kubernetes==37.0.1" "pydantic==2.14.3" "pyyaml==6.0.3"
+LAMBDA_DEPS := "aws-lambda-powertools[tracer]==3.37.0" "boto3==1.44.5" "kubernetes==37.0.1" "pydantic==2.14.3" "pyyaml==6.0.3" "tomli-w==1.2.0"
 lambda-asset: install  ## Build build/lambda for `cdk deploy`
 	rm -rf build/lambda && mkdir -p build/lambda
 	$(BIN)/python -m pip install -q --disable-pip-version-check --target build/lambda \

@@ -127,6 +127,17 @@ def test_kube_reserved_memory_keeps_eni_limited_pods_when_max_pods_is_set() -> N
     assert it.overhead["memory"] == (11 * 29 + 255 + 100) * MIB
 
 
+def test_bottlerocket_counts_its_pods_capacity_in_kube_reserved_memory_and_has_no_pods_per_core() -> None:
+    # Karpenter's Bottlerocket: UsesENILimitedMemoryOverhead and PodsPerCoreEnabled are false.
+    kubelet = KubeletSettings.from_kubelet({"maxPods": 110, "podsPerCore": 4}, ami_family="Bottlerocket")
+    it = build_instance_type(info=M5_LARGE, offerings=[], kubelet=kubelet)
+    assert it.capacity["pods"] == 110  # AL2023 would cap it at 4 x 2 vCPU
+    assert it.overhead["memory"] == (11 * 110 + 255 + 100) * MIB
+    al2023 = KubeletSettings.from_kubelet({"maxPods": 110, "podsPerCore": 4}, ami_family="AL2023")
+    assert build_instance_type(info=M5_LARGE, offerings=[], kubelet=al2023).capacity["pods"] == 8
+    assert hash(kubelet) != hash(KubeletSettings.from_kubelet({"maxPods": 110}, ami_family="AL2023"))
+
+
 def test_kubelet_reservations_and_eviction_hard_override_defaults() -> None:
     kubelet = KubeletSettings(
         system_reserved={"cpu": "100m", "memory": "200Mi"},

@@ -128,7 +128,7 @@ def _nodeclass_settings(nodeclass: EC2NodeClass | None) -> dict[str, Any]:
     spec = nodeclass.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     try:
         return {
-            "kubelet": KubeletSettings.from_kubelet(nodeclass.spec.kubelet),
+            "kubelet": KubeletSettings.from_kubelet(nodeclass.spec.kubelet, ami_family=nodeclass.ami_family),
             "root_volume_bytes": root_volume_bytes(spec),
             "instance_store_policy": nodeclass.spec.instance_store_policy,
         }

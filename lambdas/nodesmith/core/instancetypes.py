@@ -6,7 +6,8 @@ module returns a :class:`~nodesmith.core.model.InstanceType`.
 
 Every rule here follows Karpenter's AWS provider, ``pkg/providers/instancetype/types.go``
 (``computeRequirements``, ``computeCapacity``, ``memory``, ``pods``, ``ENILimitedPods``,
-``kubeReservedResources``, ``evictionThreshold``) for the AL2023 AMI family:
+``kubeReservedResources``, ``evictionThreshold``) for the AL2023 AMI family, and for Bottlerocket where its
+feature flags differ (:meth:`KubeletSettings.from_kubelet`):
 
 * ``cpu`` = ``VCpuInfo.DefaultVCpus`` (as millicores).
 * ``memory`` = ``MemoryInfo.SizeInMiB`` minus 64 MiB on arm64 (Graviton CMA), minus
@@ -14,18 +15,19 @@ Every rule here follows Karpenter's AWS provider, ``pkg/providers/instancetype/t
   default 7.5 %), in bytes.
 * ``pods`` = ``maxPods`` if set, else ENI-limited ``(ENIs - reserved ENIs) x (IPv4 per ENI - 1) + 2``
   (https://github.com/awslabs/amazon-eks-ami ``eni-max-pods.txt``); then at most
-  ``podsPerCore x vCPUs`` when ``podsPerCore`` is set.
+  ``podsPerCore x vCPUs`` when ``podsPerCore`` is set (not on Bottlerocket).
 * kube-reserved: cpu 6 % of the first core, 1 % of the second, 0.5 % of cores 3-4, 0.25 % of every
   core above 4 (each band truncated to whole millicores); memory ``11 MiB x pods + 255 MiB`` where,
   as in Karpenter for AL2/AL2023 (``UsesENILimitedMemoryOverhead``), *pods* is the ENI-limited
-  count even when ``maxPods`` is set; ephemeral-storage 1 GiB. ``kubeReserved`` entries replace
-  the computed ones.
+  count even when ``maxPods`` is set (Bottlerocket: the pods capacity); ephemeral-storage 1 GiB.
+  ``kubeReserved`` entries replace the computed ones.
 * system-reserved: ``systemReserved`` as given (nothing by default).
 * eviction threshold: memory 100 MiB, ephemeral-storage 10 % of the root volume (rounded up);
   ``evictionHard`` ``memory.available`` / ``nodefs.available`` replace them (percentages are of the
   capacity, ``100%`` disables). ``evictionSoft`` is ignored, as in Karpenter.
-* ``ephemeral-storage`` = the root volume size (EC2NodeClass ``blockDeviceMappings`` root volume,
-  default 20 GiB on AL2023), or the total local NVMe size with ``instanceStorePolicy: RAID0``.
+* ``ephemeral-storage`` = the size of the volume the kubelet's storage is on (EC2NodeClass
+  ``blockDeviceMappings``: the root volume, AL2023 ``/dev/xvda`` or Bottlerocket's data volume
+  ``/dev/xvdb``, 20 GiB by default), or the total local NVMe size with ``instanceStorePolicy: RAID0``.
 """
 
 from __future__ import annotations
@@ -121,6 +123,8 @@ class KubeletSettings:
 
     ``max_pods`` / ``pods_per_core`` are counts; the three maps hold Kubernetes quantity strings as
     written in the EC2NodeClass (``{"cpu": "100m", "memory": "1Gi"}``, ``{"memory.available": "5%"}``).
+    ``eni_limited_memory_overhead``: the AMI family's Karpenter ``UsesENILimitedMemoryOverhead`` flag, whether
+    kube-reserved memory counts the ENI-limited pods (AL2023) or the node's pods capacity (Bottlerocket).
     """
 
     max_pods: int | None = None
@@ -128,6 +132,7 @@ class KubeletSettings:
     system_reserved: Mapping[str, str] = field(default_factory=dict)
     kube_reserved: Mapping[str, str] = field(default_factory=dict)
     eviction_hard: Mapping[str, str] = field(default_factory=dict)
+    eni_limited_memory_overhead: bool = True
 
     def __hash__(self) -> int:
         """Hash by content (the maps are compared as sorted items), so settings can key caches."""
@@ -138,12 +143,17 @@ class KubeletSettings:
                 tuple(sorted(self.system_reserved.items())),
                 tuple(sorted(self.kube_reserved.items())),
                 tuple(sorted(self.eviction_hard.items())),
+                self.eni_limited_memory_overhead,
             )
         )
 
     @classmethod
-    def from_kubelet(cls, kubelet: Any) -> KubeletSettings | None:
+    def from_kubelet(cls, kubelet: Any, *, ami_family: str = "AL2023") -> KubeletSettings | None:
         """Read the settings from an EC2NodeClass ``spec.kubelet`` model (or a plain dict); None stays None.
+
+        ``ami_family`` is the EC2NodeClass's effective AMI family: for ``Bottlerocket`` (Karpenter's feature flags
+        ``PodsPerCoreEnabled`` and ``UsesENILimitedMemoryOverhead`` both false) ``podsPerCore`` is left out, as
+        Bottlerocket's settings cannot carry it, and kube-reserved memory counts the node's pods capacity.
 
         Attribute names are the snake_case ones of ``nodesmith.core.api.ec2nodeclass``
         (``max_pods``, ``pods_per_core``, ``system_reserved``, ``kube_reserved``, ``eviction_hard``);
@@ -163,12 +173,16 @@ class KubeletSettings:
 
         max_pods = get("max_pods", "maxPods")
         pods_per_core = get("pods_per_core", "podsPerCore")
+        bottlerocket = ami_family == "Bottlerocket"
+        if bottlerocket:
+            pods_per_core = None
         return cls(
             max_pods=max_pods if isinstance(max_pods, int) and not isinstance(max_pods, bool) else None,
             pods_per_core=None if pods_per_core is None else int(pods_per_core),
             system_reserved=as_map(get("system_reserved", "systemReserved")),
             kube_reserved=as_map(get("kube_reserved", "kubeReserved")),
             eviction_hard=as_map(get("eviction_hard", "evictionHard")),
+            eni_limited_memory_overhead=not bottlerocket,
         )
 
 
@@ -276,15 +290,23 @@ def _parse_map(values: Mapping[str, str], *, where: str) -> Resources:
     return out
 
 
-def kube_reserved(info: Mapping[str, Any], *, kubelet: KubeletSettings | None = None) -> Resources:
+def kube_reserved(
+    info: Mapping[str, Any], *, kubelet: KubeletSettings | None = None, reserved_enis: int = 0
+) -> Resources:
     """kube-reserved (cpu millicores, memory bytes, ephemeral-storage bytes), ``kubeReserved`` entries win.
 
-    Memory is ``11 MiB x ENI-limited pods + 255 MiB`` (AL2023, reserved ENIs not deducted), as in
-    Karpenter ``NewInstanceType`` for families with ``UsesENILimitedMemoryOverhead``.
+    Memory is ``11 MiB x pods + 255 MiB`` (Karpenter ``NewInstanceType``): *pods* is the ENI-limited count,
+    reserved ENIs not deducted, for families with ``UsesENILimitedMemoryOverhead`` (AL2023); otherwise
+    (Bottlerocket, ``kubelet.eni_limited_memory_overhead`` false) the node's pods capacity (:func:`max_pods`, with
+    ``reserved_enis``).
     """
+    if kubelet is None or kubelet.eni_limited_memory_overhead:
+        pods = eni_limited_pods(info)
+    else:
+        pods = max_pods(info, kubelet=kubelet, reserved_enis=reserved_enis)
     reserved: Resources = {
         CPU: kube_reserved_cpu_millicores(_vcpus(info)),
-        MEMORY: (11 * eni_limited_pods(info) + 255) * MIB,
+        MEMORY: (11 * pods + 255) * MIB,
         EPHEMERAL_STORAGE: GIB,
     }
     if kubelet and kubelet.kube_reserved:
@@ -482,7 +504,7 @@ def build_instance_type(
     )
     system = _parse_map(kubelet.system_reserved, where="kubelet.systemReserved") if kubelet else {}
     eviction = eviction_threshold(memory_bytes=cap[MEMORY], storage_bytes=cap[EPHEMERAL_STORAGE], kubelet=kubelet)
-    overhead = add(add(kube_reserved(info, kubelet=kubelet), system), eviction)
+    overhead = add(add(kube_reserved(info, kubelet=kubelet, reserved_enis=reserved_enis), system), eviction)
     return InstanceType(
         name=_name(info),
         labels=labels(info, region=region),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +63,9 @@ class SeededAws:
     cluster_ca: str
     node_role_arn: str
     instance_profile: str
+    bottlerocket_images: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """The Bottlerocket AMIs by (arch, ``standard`` | ``nvidia``), published for ``bottlerocket@latest`` and
+    ``bottlerocket@<SeedCluster.bottlerocket_version>``."""
 
 
 def _put_public_parameter(*, region: str, name: str, value: str) -> None:
@@ -86,10 +89,10 @@ def _put_public_parameter(*, region: str, name: str, value: str) -> None:
     )
 
 
-def _register_image(*, region: str, name: str, arch: str) -> str:
+def _register_image(*, region: str, name: str, arch: str, description: str = "EKS AL2023 node") -> str:
     from moto.ec2.models import ec2_backends
 
-    ami = ec2_backends[ACCOUNT_ID][region].register_image(name=name, description=f"EKS AL2023 node ({arch})")
+    ami = ec2_backends[ACCOUNT_ID][region].register_image(name=name, description=f"{description} ({arch})")
     ami.architecture = arch
     ami.owner_alias = "amazon"
     return str(ami.id)
@@ -114,6 +117,7 @@ class SeedCluster:
 
     kubernetes_version: str = "1.31"
     ami_version: str = "v20260101"
+    bottlerocket_version: str = "v1.46.0"
     cluster_cidr: str = "172.20.0.0/16"
     cluster_endpoint: str = "https://127.0.0.1:6443"
     cluster_ca: str = ""
@@ -175,6 +179,7 @@ def seed(
                     k8s_version=kubernetes_version, arch=arch, variant=variant, version=version
                 )
                 _put_public_parameter(region=region, name=parameter, value=image_id)
+    bottlerocket = _seed_bottlerocket(region=region, cluster=cluster)
     role_name = f"KarpenterNodeRole-{cluster_name}"
     trust = {
         "Version": "2012-10-17",
@@ -206,7 +211,31 @@ def seed(
         cluster_ca=cluster.cluster_ca,
         node_role_arn=role_arn,
         instance_profile=role_name,
+        bottlerocket_images=bottlerocket,
     )
+
+
+def _seed_bottlerocket(*, region: str, cluster: SeedCluster) -> dict[tuple[str, str], str]:
+    """Register the Bottlerocket AMIs of ``cluster``'s Kubernetes version (standard and NVIDIA, per architecture)
+    and publish them where ``bottlerocket@latest`` and ``bottlerocket@<bottlerocket_version>`` resolve
+    (``/aws/service/bottlerocket/aws-k8s-<minor>[-nvidia]/<arch>/<release>/image_id``); returns their ids."""
+    from nodesmith.adapters.aws.amis import bottlerocket_alias_parameters
+
+    k8s, release = cluster.kubernetes_version, cluster.bottlerocket_version
+    images: dict[tuple[str, str], str] = {}
+    for version in ("latest", release):
+        for parameter, boots in bottlerocket_alias_parameters(k8s_version=k8s, version=version).items():
+            arch, variant = boots[0]
+            if (arch, variant) not in images:
+                flavour = "aws-k8s-" + k8s + ("-nvidia" if variant == "nvidia" else "")
+                images[(arch, variant)] = _register_image(
+                    region=region,
+                    name=f"bottlerocket-{flavour}-{arch}-{release}-5f2ea9c1",
+                    arch=arch,
+                    description="Bottlerocket",
+                )
+            _put_public_parameter(region=region, name=parameter, value=images[(arch, variant)])
+    return images
 
 
 def write_price_table(

@@ -68,7 +68,7 @@ RESOLVED = ResolvedNodeClass(
         Image(id="ami-arm", arch="arm64", variant="standard"),
     ),
     instance_profile="NodeProfile",
-    spec={"tags": {"team": "payments"}},
+    spec={"amiFamily": "AL2023", "tags": {"team": "payments"}},
 )
 
 

@@ -64,3 +64,12 @@ def test_launch_and_status_agree_on_the_ami(it: InstanceType, variant: str, ami:
     assert chosen is not None
     assert chosen.id == ami
     assert status_choice(it) == [ami]
+
+
+def test_a1_instances_boot_bottlerocket_and_custom_images_but_not_al2023() -> None:
+    # Karpenter compatibility.go: AL2023 does not run on a1 (Graviton 1); Bottlerocket and Custom AMIs may.
+    a1 = instance_type("a1.large", arch="arm64")
+    assert AmiCompatibility(IMAGES, "AL2023").image_for(a1) is None
+    assert AmiCompatibility(IMAGES, "Bottlerocket").image_for(a1) == IMAGES[3]
+    assert AmiCompatibility(IMAGES, "Custom")(a1)
+    assert AmiCompatibility(IMAGES, "AL2023")(instance_type("m6g.large", arch="arm64"))

@@ -11,7 +11,7 @@ import boto3
 import yaml
 from ec2_support import CLUSTER, REGION
 
-from nodesmith.adapters.aws.launch_template import LaunchTemplates, LaunchTemplateSpec, NodeadmCluster, render_user_data
+from nodesmith.adapters.aws.launch_template import JoinCluster, LaunchTemplates, LaunchTemplateSpec, render_user_data
 from nodesmith.core.model import Taint
 
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nfake\n").decode()
@@ -40,7 +40,7 @@ def render(**overrides: Any) -> str:
         "taints": (Taint(key="dedicated", value="gpu", effect="NoSchedule"), Taint(key="startup", effect="NoExecute")),
     }
     args.update(overrides)
-    cluster = NodeadmCluster(
+    cluster = JoinCluster(
         name=CLUSTER, endpoint="https://ABC.gr7.us-east-1.eks.amazonaws.com", ca=CA, cidr="172.20.0.0/16"
     )
     return render_user_data(cluster, **args)
@@ -100,7 +100,7 @@ def spec(**overrides: Any) -> LaunchTemplateSpec:
         "security_group_ids": ("sg-0123456789abcdef0",),
         "user_data": render(),
         "capacity_type": "spot",
-        "spec": {},
+        "spec": {"amiFamily": "AL2023"},
         "tags": {"kubernetes.io/cluster/test-cluster": "owned", "team": "payments"},
     }
     args.update(overrides)

@@ -232,7 +232,7 @@ def test_resolution_of_a_class_that_does_not_resolve_keeps_the_parts_that_did(se
     assert len(found.images or ()) == 5
     assert [c.type for c in found.checks if not c.ok] == ["SubnetsReady"]
     unsupported = resolver(instance_profile=seeded.instance_profile).resolution(
-        nodeclass=nodeclass(ami_terms=[{"alias": "bottlerocket@latest"}])
+        nodeclass=nodeclass(ami_terms=[{"alias": "windows2022@latest"}])
     )
     assert unsupported.images is None  # not told: the status keeps its AMIs, as Karpenter's does
-    assert [(c.type, c.reason) for c in unsupported.checks if not c.ok] == [("AMIsReady", "UnsupportedAlias")]
+    assert [(c.type, c.reason) for c in unsupported.checks if not c.ok] == [("AMIsReady", "UnsupportedAMIFamily")]

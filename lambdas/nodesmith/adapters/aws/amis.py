@@ -1,7 +1,7 @@
 """EKS-optimised AMIs as Nodesmith sees them: :class:`Image` (defined in :mod:`nodesmith.core.nodeclass_parts`),
 which variant an instance type needs (:func:`required_variant`), the per-type AMI predicate
-(:class:`AmiCompatibility`) and the SSM parameter naming of AL2023 aliases (:func:`ssm_alias_parameter`, Karpenter
-``al2023.go``).
+(:class:`AmiCompatibility`) and the SSM parameter naming of AL2023 and Bottlerocket aliases
+(:func:`ssm_alias_parameter`, :func:`bottlerocket_alias_parameters`; Karpenter ``al2023.go``, ``bottlerocket.go``).
 
 :class:`AmiLookup` does the EC2/SSM lookups for :class:`~nodesmith.adapters.aws.nodeclass.NodeClassResolver`.
 """
@@ -28,6 +28,7 @@ __all__ = [
     "AmiCompatibility",
     "AmiLookup",
     "Image",
+    "bottlerocket_alias_parameters",
     "required_variant",
     "ssm_alias_parameter",
 ]
@@ -55,12 +56,19 @@ def required_variant(instance_type: InstanceType) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AmiCompatibility:
-    """Hashable predicate: does the node class have an AMI for this instance type (arch and variant)?"""
+    """Hashable predicate: does the node class have an AMI for this instance type (arch and variant)?
+
+    ``ami_family`` is the node class's effective AMI family: AL2023 does not run on ``a1`` instances (Karpenter
+    ``[aws]:pkg/providers/instancetype/compatibility/compatibility.go``); Bottlerocket and Custom AMIs may.
+    """
 
     images: tuple[Image, ...]
+    ami_family: str = "AL2023"
 
     def image_for(self, instance_type: InstanceType) -> Image | None:
         """The AMI to launch ``instance_type`` with, or None (Karpenter drops such types from a launch)."""
+        if self.ami_family == "AL2023" and instance_type.name.startswith("a1."):
+            return None
         arch = instance_type.labels.get("kubernetes.io/arch", "")
         variant = required_variant(instance_type)
         for image in self.images:
@@ -76,6 +84,33 @@ def ssm_alias_parameter(*, k8s_version: str, arch: str, variant: str, version: s
     """SSM parameter of an EKS AL2023 AMI (Karpenter ``AL2023.resolvePath``); ``arch`` is x86_64/arm64."""
     leaf = "recommended" if version == "latest" else f"amazon-eks-node-al2023-{arch}-{variant}-{k8s_version}-{version}"
     return f"/aws/service/eks/optimized-ami/{k8s_version}/amazon-linux-2023/{arch}/{variant}/{leaf}/image_id"
+
+
+def bottlerocket_alias_parameters(*, k8s_version: str, version: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The SSM parameters of a ``bottlerocket@<version>`` alias, each with the (architecture, variant) pairs its
+    image boots (Karpenter ``Bottlerocket.DescribeImageQuery``): ``aws-k8s-<minor>`` serves the standard variant
+    (and Neuron on x86_64), ``aws-k8s-<minor>-nvidia`` the NVIDIA one. ``version`` is ``latest`` or a Bottlerocket
+    release, with or without its leading ``v`` (``v1.46.0`` and ``1.46.0`` name the same parameter)."""
+    release = version.lstrip("v")
+    base = f"/aws/service/bottlerocket/aws-k8s-{k8s_version}"
+    return {
+        f"{base}/x86_64/{release}/image_id": (("x86_64", "standard"), ("x86_64", "neuron")),
+        f"{base}/arm64/{release}/image_id": (("arm64", "standard"),),
+        f"{base}-nvidia/x86_64/{release}/image_id": (("x86_64", "nvidia"),),
+        f"{base}-nvidia/arm64/{release}/image_id": (("arm64", "nvidia"),),
+    }
+
+
+def _alias_parameters(*, family: str, k8s_version: str, version: str) -> dict[str, tuple[tuple[str, str], ...]]:
+    """SSM parameter -> the (architecture, variant) pairs its image boots, for an ``al2023`` or ``bottlerocket``
+    alias."""
+    if family == "bottlerocket":
+        return bottlerocket_alias_parameters(k8s_version=k8s_version, version=version)
+    return {
+        ssm_alias_parameter(k8s_version=k8s_version, arch=arch, variant=variant, version=version): ((arch, variant),)
+        for arch, variants in _ALIAS_VARIANTS.items()
+        for variant in variants
+    }
 
 
 class AmiLookup:
@@ -107,23 +142,25 @@ class AmiLookup:
 
     def _alias_images(self, alias: str) -> list[Image]:
         family, _, version = alias.partition("@")
-        if family.lower() != "al2023" or not version:
-            message = f"amiSelectorTerms alias {alias!r}: only al2023@latest or al2023@vYYYYMMDD"
+        family = family.lower()
+        if family not in ("al2023", "bottlerocket") or not version:
+            message = (
+                f"amiSelectorTerms alias {alias!r}: only al2023@latest, al2023@vYYYYMMDD, bottlerocket@latest "
+                "or bottlerocket@vX.Y.Z"
+            )
             raise NodeClassNotReadyError(message, problems={AMIS_READY: ("UnsupportedAlias", message)})
         k8s = self._kubernetes_version()
         images: list[Image] = []
         tried: list[str] = []
-        for arch, variants in _ALIAS_VARIANTS.items():
-            for variant in variants:
-                parameter = ssm_alias_parameter(k8s_version=k8s, arch=arch, variant=variant, version=version)
-                tried.append(parameter)
-                try:
-                    image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
-                except Exception as exc:  # ParameterNotFound for variants EKS does not publish
-                    if error_code(exc) not in ("ParameterNotFound", "ParameterVersionNotFound"):
-                        LOG.warning("SSM %s: %s", parameter, exc)
-                    continue
-                images.append(Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant))
+        for parameter, boots in _alias_parameters(family=family, k8s_version=k8s, version=version).items():
+            tried.append(parameter)
+            try:
+                image_id = self._ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+            except Exception as exc:  # ParameterNotFound for variants the publisher does not publish
+                if error_code(exc) not in ("ParameterNotFound", "ParameterVersionNotFound"):
+                    LOG.warning("SSM %s: %s", parameter, exc)
+                continue
+            images += [Image(id=str(image_id), arch=_EC2_TO_ARCH[arch], variant=variant) for arch, variant in boots]
         if not images:
             raise NodeClassNotReadyError(
                 f"amiSelectorTerms alias {alias!r}: no SSM parameter for Kubernetes {k8s} "

@@ -62,7 +62,7 @@ class CatalogData:
 
 
 def _incompatible_with_al2023(name: str) -> bool:
-    # Karpenter compatibility.go: a1 instances are not supported by AL2023.
+    # Karpenter compatibility.go: a1 instances are not supported by AL2023, the family assumed without a node class.
     return name.startswith("a1.")
 
 
@@ -159,8 +159,9 @@ class InstanceTypeCatalog:
 
         ``zones``: zones the node class can launch into (None: every zone of the region).
         ``unavailable``: (type, zone, capacity type) keys recently marked unavailable.
-        ``launchable``: extra node-class compatibility (e.g. an AMI exists for the type's
-        architecture); a type failing it keeps its offerings, all unavailable.
+        ``launchable``: the node class's compatibility (an AMI of its family boots the type, e.g.
+        :class:`~nodesmith.adapters.aws.amis.AmiCompatibility`); a type failing it keeps its offerings, all
+        unavailable. Without one, AL2023's rule applies (no ``a1`` types).
 
         Built once per node-class shape and catalogue TTL with nothing blocked; each set of ``unavailable``
         keys is then laid over that build, copying only the types it names. In a burst of spot interruptions
@@ -221,7 +222,7 @@ class InstanceTypeCatalog:
             except InstanceTypeInfoError as exc:
                 LOG.warning("skipping instance type: %s", exc)
                 continue
-            compatible = not _incompatible_with_al2023(name) and (launchable is None or launchable(it))
+            compatible = launchable(it) if launchable is not None else not _incompatible_with_al2023(name)
             offerings = self._offerings(name, info, data=data, allowed=allowed, compatible=compatible)
             out.append(
                 InstanceType(

@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from nodesmith.adapters.aws.bootstrap import NodeUserData, node_user_data
 from nodesmith.adapters.aws.fleet import (
     FleetChoice,
     build_create_fleet_request,
@@ -27,8 +28,9 @@ from nodesmith.adapters.aws.fleet import (
     read_create_fleet_response,
 )
 from nodesmith.adapters.aws.instances import NODECLASS_TAG, NODEPOOL_TAG
-from nodesmith.adapters.aws.launch_template import LaunchTemplateSpec, NodeadmCluster, render_user_data
+from nodesmith.adapters.aws.launch_template import JoinCluster, LaunchTemplateSpec
 from nodesmith.adapters.aws.nodeclass import field_value
+from nodesmith.adapters.aws.nodeclass_spec import ami_family
 from nodesmith.adapters.aws.tags import launch_tags, static_tags
 from nodesmith.core.capacityreservations import reservation_labels
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError
@@ -271,19 +273,25 @@ class FleetLauncher:
                 interruptible=override.reservation_interruptible,
             )
         )
-        kubelet = field_value(resolved.spec, "kubelet") or {}
-        user_data = render_user_data(
-            NodeadmCluster(
-                name=cluster,
-                endpoint=self._bootstrap.cluster_endpoint,
-                ca=self._bootstrap.cluster_ca,
-                cidr=self._bootstrap.cluster_cidr(),
-            ),
-            labels=labels,
-            taints=(*request.taints, *request.startup_taints),
-            kubelet=kubelet,
-            custom_user_data=field_value(resolved.spec, "userData"),
-        )
+        try:
+            user_data = node_user_data(
+                ami_family(resolved.spec),
+                NodeUserData(
+                    cluster=JoinCluster(
+                        name=cluster,
+                        endpoint=self._bootstrap.cluster_endpoint,
+                        ca=self._bootstrap.cluster_ca,
+                        cidr=self._bootstrap.cluster_cidr(),
+                    ),
+                    labels=labels,
+                    taints=(*request.taints, *request.startup_taints),
+                    kubelet=field_value(resolved.spec, "kubelet") or {},
+                    custom_user_data=field_value(resolved.spec, "userData"),
+                    instance_store_policy=resolved.instance_store_policy,
+                ),
+            )
+        except ValueError as exc:
+            raise LaunchError(f"user data for EC2NodeClass {resolved.name}: {exc}", code="InvalidUserData") from exc
         spec = LaunchTemplateSpec(
             cluster_name=cluster,
             nodeclass_name=resolved.name,

@@ -1,4 +1,5 @@
-"""Launch templates for AL2023 nodes: nodeadm user data, IMDSv2, block devices, profile, security groups.
+"""Launch templates: user data (AL2023's nodeadm here; the others in :mod:`~nodesmith.adapters.aws.bootstrap`), IMDSv2,
+block devices, profile, security groups.
 
 One launch template per distinct content (node class x AMI x capacity type x node labels/taints):
 its name is ``nodesmith/<cluster>/<sha256 of the template data, 16 hex>``, so equal requests share
@@ -9,11 +10,12 @@ concurrent create is tolerated). Semantics follow Karpenter ``pkg/providers/laun
 * user data is a MIME multi-part archive; the node class's own ``userData`` parts come first, then
   a ``NodeConfig`` (``node.eks.aws/v1alpha1``) with cluster name, API endpoint, CA bundle and service
   CIDR, the kubelet configuration (``maxPods``, ``registerWithTaints`` for the NodeClaim's taints
-  and startup taints, and the EC2NodeClass ``kubelet`` fields) and the ``--node-labels`` flag;
+  and startup taints, and the EC2NodeClass ``kubelet`` fields), the ``--node-labels`` flag and, with
+  ``instanceStorePolicy: RAID0``, the local storage strategy;
 * labels in the ``kubernetes.io`` / ``k8s.io`` domains are left out of ``--node-labels`` (the
   NodeRestriction admission plugin rejects a kubelet that sets them);
 * metadata options default to IMDSv2 required, hop limit 1, IPv6 endpoint disabled, instance tags off;
-* block devices default to a 20Gi gp3 encrypted root volume on ``/dev/xvda``.
+* block devices default to the AMI family's (AL2023: a 20Gi gp3 encrypted root volume on ``/dev/xvda``).
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BOUNDARY",
+    "JoinCluster",
     "LaunchTemplateSpec",
     "LaunchTemplates",
-    "NodeadmCluster",
     "launch_template_data",
     "launch_template_name",
     "node_labels",
@@ -109,8 +111,9 @@ def _custom_parts(user_data: str) -> list[tuple[str, str]]:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeadmCluster:
-    """The ``spec.cluster`` of a nodeadm ``NodeConfig``: what a node needs to join the EKS cluster.
+class JoinCluster:
+    """What a node needs to join the EKS cluster (nodeadm's ``NodeConfig`` ``spec.cluster``, Bottlerocket's
+    ``settings.kubernetes``).
 
     ``name`` is the EKS cluster name, ``endpoint`` the API server URL, ``ca`` the base64 CA bundle as EKS
     DescribeCluster returns it (``certificateAuthority.data``), ``cidr`` the service IPv4 CIDR
@@ -125,20 +128,23 @@ class NodeadmCluster:
 
 
 def render_user_data(
-    cluster: NodeadmCluster,
+    cluster: JoinCluster,
     *,
     labels: Mapping[str, str],
     taints: Sequence[Taint] = (),
     kubelet: Mapping[str, Any] | None = None,
     max_pods: int | None = None,
     custom_user_data: str | None = None,
+    instance_store_policy: str | None = None,
 ) -> str:
     """AL2023 user data (plain text MIME multi-part, boundary ``//``) for nodeadm.
 
     ``cluster`` says which cluster the node joins; ``labels`` and ``taints`` are registered by the kubelet;
     ``kubelet`` is the EC2NodeClass ``spec.kubelet`` in Karpenter JSON; ``max_pods`` the pods capacity to
     register (overrides ``kubelet.maxPods``); ``custom_user_data`` the EC2NodeClass ``spec.userData``, whose
-    parts come first. Raises ``ValueError`` when ``cluster.ca`` is not base64.
+    parts come first; ``instance_store_policy`` ``RAID0`` has nodeadm assemble the local NVMe disks into the
+    node's ephemeral storage (``spec.instance.localStorage.strategy``), which the catalogue counts.
+    Raises ``ValueError`` when ``cluster.ca`` is not base64.
     """
     if cluster.ca:
         try:
@@ -157,7 +163,7 @@ def render_user_data(
     allowed = node_labels(labels)
     if allowed:
         kubelet_spec["flags"] = ["--node-labels=" + ",".join(f"{k}={v}" for k, v in allowed.items())]
-    node_config = {
+    node_config: dict[str, Any] = {
         "apiVersion": "node.eks.aws/v1alpha1",
         "kind": "NodeConfig",
         "spec": {
@@ -170,6 +176,8 @@ def render_user_data(
             "kubelet": kubelet_spec,
         },
     }
+    if instance_store_policy == "RAID0":
+        node_config["spec"]["instance"] = {"localStorage": {"strategy": "RAID0"}}
     document = "# Nodesmith generated NodeConfig\n" + yaml.safe_dump(node_config, sort_keys=True)
     parts = [*_custom_parts(custom_user_data or ""), (NODECONFIG_CONTENT_TYPE, document)]
     lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{BOUNDARY}"', ""]
@@ -260,10 +268,11 @@ def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
         "UserData": base64.b64encode(spec.user_data.encode()).decode(),
         "IamInstanceProfile": {"Name": spec.instance_profile},
         "MetadataOptions": _metadata_options(spec.spec),
-        "BlockDeviceMappings": _block_devices(spec.spec),
         "Monitoring": {"Enabled": bool(field_value(spec.spec, "detailedMonitoring"))},
         "TagSpecifications": data_tags,
     }
+    if devices := _block_devices(spec.spec):  # none for a Custom AMI: the image's own
+        data["BlockDeviceMappings"] = devices
     if spec.reservation_id:
         data["CapacityReservationSpecification"] = {
             "CapacityReservationPreference": "capacity-reservations-only",

@@ -44,10 +44,12 @@ from nodesmith.adapters.aws.amis import (
     required_variant,
     ssm_alias_parameter,
 )
+from nodesmith.adapters.aws.bootstrap import SUPPORTED_AMI_FAMILIES
 from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability, describe_capacity_reservations
 from nodesmith.adapters.aws.config import DEFAULT_LAUNCH, SYSTEM_CLOCKS, AwsClients, Clocks, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass_spec import (
     GIB,
+    ami_family,
     block_device_mappings,
     error_code,
     field_value,
@@ -114,7 +116,7 @@ class ResolvedNodeClass:
     @property
     def compatibility(self) -> AmiCompatibility:
         """The AMI predicate for the catalogue and launches."""
-        return AmiCompatibility(self.images)
+        return AmiCompatibility(self.images, ami_family(self.spec))
 
     @property
     def zones(self) -> frozenset[str]:
@@ -292,7 +294,7 @@ class NodeClassResolver:
             images=tuple(parts.images or ()),
             instance_profile=parts.profile or "",
             spec=dict(spec),
-            kubelet=KubeletSettings.from_kubelet(field_value(spec, "kubelet")),
+            kubelet=KubeletSettings.from_kubelet(field_value(spec, "kubelet"), ami_family=ami_family(spec)),
             root_volume_bytes=root_volume_bytes(spec),
             capacity_reservations=tuple(parts.reservations),
             selected_subnets=tuple(parts.subnets),
@@ -325,7 +327,16 @@ class NodeClassResolver:
                 f"securityGroupSelectorTerms {_terms_text(sg_terms)}",
             )
         parts.images = []
-        if ami_terms:
+        family = ami_family(spec)
+        if family not in SUPPORTED_AMI_FAMILIES:
+            message = (
+                f"amiFamily {family}: Nodesmith bootstraps {', '.join(SUPPORTED_AMI_FAMILIES)} nodes only, and a "
+                f"{family} node launched without its own bootstrap would never join the cluster"
+            )
+            parts.images = None
+            problems.append(message)
+            failed[AMIS_READY] = ("UnsupportedAMIFamily", message)
+        elif ami_terms:
             try:
                 parts.images = self.images(ami_terms)
             except NodeClassNotReadyError as exc:
