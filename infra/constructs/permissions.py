@@ -212,7 +212,10 @@ class NodesmithPermissions(Construct):
         eks_ami_parameters = iam.PolicyStatement(
             sid="ReadEksOptimizedAmiParameters",
             actions=["ssm:GetParameter"],
-            resources=[f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}::parameter/aws/service/eks/optimized-ami/*"],
+            resources=[
+                f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}::parameter/aws/service/eks/optimized-ami/*",
+                f"arn:{Aws.PARTITION}:ssm:{Aws.REGION}::parameter/aws/service/bottlerocket/*",
+            ],
         )
         profiles = f"arn:{Aws.PARTITION}:iam::{account}:instance-profile/{instance_profile_prefix(cluster_name)}*"
         create_profiles = iam.PolicyStatement(
@@ -293,9 +296,12 @@ class NodesmithPermissions(Construct):
                 "account (Karpenter's scoped instance access); it is only referenced, never created or modified.",
             ),
             (
-                ["Resource::arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/eks/optimized-ami/*"],
-                "Read-only access to the public EKS optimized AMI parameters of this region, one path prefix "
-                "whose leaves vary by Kubernetes version, AMI family and architecture.",
+                [
+                    "Resource::arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/eks/optimized-ami/*",
+                    "Resource::arn:<AWS::Partition>:ssm:<AWS::Region>::parameter/aws/service/bottlerocket/*",
+                ],
+                "Read-only access to the public EKS optimized and Bottlerocket AMI parameters of this region, two "
+                "path prefixes whose leaves vary by Kubernetes version, variant, architecture and release.",
             ),
             (
                 [

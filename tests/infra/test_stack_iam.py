@@ -217,7 +217,11 @@ def test_cluster_scoped_reads(synth: Synth) -> None:
     for statement in describe:
         assert statement["Resource"]["Fn::Join"][1][-1] == f":cluster/{CLUSTER}"
     ssm = [s for _, s in identity_statements(synth) if "ssm:GetParameter" in as_list(s["Action"])]
-    assert {s["Resource"]["Fn::Join"][1][-1] for s in ssm} == {"::parameter/aws/service/eks/optimized-ami/*"}
+    resources = [r for s in ssm for r in as_list(s["Resource"])]
+    assert {r["Fn::Join"][1][-1] for r in resources} == {
+        "::parameter/aws/service/eks/optimized-ami/*",
+        "::parameter/aws/service/bottlerocket/*",
+    }
 
 
 # --- EKS access ------------------------------------------------------------------------------
