@@ -5,14 +5,16 @@ Mirrors ``NodeClaim.FinalizeScheduling`` and ``NodeClaimTemplate.ToNodeClaim``
 are dropped; the smallest DaemonSet overhead among the groups that still have a type is added to
 the requests; instance types are ordered by their cheapest allowed available offering and cut to
 :data:`MAX_INSTANCE_TYPES` (minValues re-checked after the cut); ``node.kubernetes.io/instance-type``
-and ``karpenter.sh/capacity-type`` requirements list what is left; custom labels with a known value
-become NodeClaim labels.
+and ``karpenter.sh/capacity-type`` requirements list what is left; a NodeClaim holding capacity reservation slots
+is pinned to them; custom labels with a known value become NodeClaim labels.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nodesmith.core.capacityreservations import LABEL_CAPACITY_RESERVATION_ID
+from nodesmith.core.model import CAPACITY_TYPE_RESERVED
 from nodesmith.core.requirements import (
     LABEL_CAPACITY_TYPE,
     RESTRICTED_LABELS,
@@ -43,10 +45,21 @@ def _min_overhead(nc: SimNodeClaim) -> Resources:
     return {n: v for n, v in least.items() if v > 0}
 
 
-def to_plan(nc: SimNodeClaim) -> NodeClaimPlan | str:
-    """The launchable plan for ``nc``, or a reason (for its pods) when minValues fails after the cut."""
+def to_plan(nc: SimNodeClaim, *, reservations: frozenset[str] = frozenset()) -> NodeClaimPlan | str:
+    """The launchable plan for ``nc``, or a reason (for its pods) when minValues fails after the cut.
+
+    ``reservations`` are the capacity reservations ``nc`` holds a slot of in the pass
+    (:class:`~nodesmith.core.scheduling.reservations.ReservationLedger`): as Karpenter's ``FinalizeScheduling``, the
+    NodeClaim is then pinned to them (capacity type ``reserved``, ``capacity-reservation-id In`` them), so it never
+    launches elsewhere while holding their slots.
+    """
     tpl = nc.template
     reqs = nc.requirements.without(*SIMULATION_KEYS)
+    if reservations:
+        reqs.add(
+            Requirement(LABEL_CAPACITY_TYPE, complement=False, values=frozenset((CAPACITY_TYPE_RESERVED,))),
+            Requirement(LABEL_CAPACITY_RESERVATION_ID, complement=False, values=reservations),
+        )
     chosen = tpl.chosen(reqs, nc.mask, MAX_INSTANCE_TYPES)
     if reqs.has_min_values():
         short = min_values_shortfall(chosen.types, reqs)

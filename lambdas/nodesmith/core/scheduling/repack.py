@@ -13,7 +13,9 @@ What stays on the Karpenter path (its NodeClaims are kept as planned):
   (a selector of another pod's spread or affinity, or a running pod's anti-affinity, matches them):
   moving them would change domain counts those constraints were checked against;
 * pods with host ports (ports are per node);
-* NodeClaims with ``minValues`` requirements (each NodeClaim must keep enough distinct types).
+* NodeClaims with ``minValues`` requirements (each NodeClaim must keep enough distinct types);
+* NodeClaims of a NodePool offered capacity reservations (their slots are counted per NodeClaim,
+  :mod:`~nodesmith.core.scheduling.reservations`).
 
 Pooling by identical requirements keeps every constraint: a NodeClaim's requirements are the
 intersection of its NodePool's and all its pods' requirements, so any node meeting them meets
@@ -49,7 +51,7 @@ _SAVING = 1e-9
 
 def movable(nc: SimNodeClaim, topology: Topology) -> bool:
     """True when the NodeClaim's pods may be re-grouped freely (see the module docstring)."""
-    if nc.requirements.has_min_values():
+    if nc.requirements.has_min_values() or nc.template.reserved:
         return False
     return all(not d.has_topology and not d.host_ports and not topology.counts_pod(d) for d in nc.datas)
 

@@ -27,9 +27,10 @@ limits (any resource and ``nodes``), topology spread (any key the NodePools or n
 maxSkew, minDomains, matchLabelKeys, nodeAffinity/nodeTaints policies), required and preferred pod
 affinity/anti-affinity (incl. anti-affinity of running pods), reasons with numbers.
 Volume topology comes in as ``SchedulingInput.volume_requirements`` (:mod:`~nodesmith.core.scheduling.volumes`).
-Not modelled: reserved-capacity reservation accounting, DRA, the
-minValues BestEffort policy. Each NodePool schedules from its EC2NodeClass's catalogue when
-``SchedulingInput.nodepool_instance_types`` names it, else from ``instance_types``.
+Capacity reservations: a pass plans no more NodeClaims on a reservation than it can take
+(:mod:`~nodesmith.core.scheduling.reservations`). Not modelled: DRA, the minValues BestEffort policy.
+Each NodePool schedules from its EC2NodeClass's catalogue when ``SchedulingInput.nodepool_instance_types``
+names it, else from ``instance_types``.
 A podAffinity/podAntiAffinity term with a non-empty namespaceSelector makes the pod unschedulable
 with that reason instead of being ignored.
 """
@@ -39,7 +40,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from nodesmith.core.requirements import LABEL_HOSTNAME, LABEL_ZONE
+from nodesmith.core.capacityreservations import LABEL_CAPACITY_RESERVATION_ID
+from nodesmith.core.requirements import LABEL_HOSTNAME, LABEL_ZONE, Requirement
 from nodesmith.core.scheduling.claims import ClaimIndex
 from nodesmith.core.scheduling.daemonsets import daemon_infos
 from nodesmith.core.scheduling.existing import SimExistingNode
@@ -51,6 +53,7 @@ from nodesmith.core.scheduling.plan import to_plan
 from nodesmith.core.scheduling.pods import PodData, PodDataCache, is_provisionable, pod_id, queue_key
 from nodesmith.core.scheduling.reasons import Rejection
 from nodesmith.core.scheduling.repack import repack
+from nodesmith.core.scheduling.reservations import ReservationLedger
 from nodesmith.core.scheduling.topology import DomainNode, Topology
 from nodesmith.core.scheduling.types import PACKING_POLICIES, NodeClaimPlan, SchedulingInput, SchedulingResult
 
@@ -58,12 +61,18 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from nodesmith.core.model import Pod, Taint
+    from nodesmith.core.requirements import Requirements
     from nodesmith.core.scheduling.claims import Entry
     from nodesmith.core.scheduling.reasons import Explanation
 
 __all__ = ["solve"]
 
 HOSTNAME_PREFIX = "hostname-placeholder-"
+_RESERVATIONS_TAKEN = Rejection(
+    "offerings",
+    "capacity reservations",
+    "the NodePool's types that fit are offered only in capacity reservations this pass has no slot left of",
+)
 
 
 def solve(inp: SchedulingInput) -> SchedulingResult:
@@ -149,6 +158,7 @@ class _Pass:
             volumes=inp.volume_requirements,
         )
         self.traced = frozenset(inp.explain)
+        self.ledger = ReservationLedger(self.templates)
 
     def _universe(self, key: str) -> Mapping[str, Sequence[tuple[Taint, ...]]]:
         """Domains NodePools can create for ``key``, with the taints of the pools offering them (buildDomainGroups)."""
@@ -247,7 +257,8 @@ class _Pass:
                 nc = entry[2]
                 if filters and nc.excluded_by(filters):
                     continue
-                fit = nc.can_add(pod, data, topology)
+                can = nc.can_add(pod, data, topology)
+                fit = self._reserve(nc.template, nc.hostname, *can) if can is not None else None
                 if fit is not None:
                     if traced:
                         self.explainer.trace(
@@ -255,6 +266,7 @@ class _Pass:
                         )
                     zone = nc.single(LABEL_ZONE)
                     nc.add(pod, data, fit[0], fit[1], topology)
+                    self.ledger.hold(nc.hostname, fit[2])
                     self.index.remove(entry, zone)
                     self.index.add(nc)
                     return None
@@ -262,9 +274,11 @@ class _Pass:
         for tpl in self.templates:
             hostname = f"{HOSTNAME_PREFIX}{len(self.claims) + 1:04d}"
             claim, rejection = new_nodeclaim(tpl, pod, data, topology, seq=len(self.claims), hostname=hostname)
-            if claim is None:
-                rejections.append((tpl, rejection or Rejection("nodepool", "unknown", "refused")))
+            reserving = self._reserve(tpl, hostname, claim.requirements, claim.mask) if claim is not None else None
+            if claim is None or reserving is None:
+                rejections.append((tpl, rejection or _RESERVATIONS_TAKEN))
                 continue
+            claim.requirements, claim.mask, claim.charged = reserving[0], reserving[1], reserving[1]
             if traced:
                 self.explainer.trace(
                     pod,
@@ -275,11 +289,30 @@ class _Pass:
                     rejections=rejections,
                 )
             claim.add(pod, data, claim.requirements, claim.mask, topology)
+            self.ledger.hold(hostname, reserving[2])
             tpl.charge(claim.mask)
             self.claims.append(claim)
             self.index.add(claim)
             return None
         return rejections
+
+    def _reserve(
+        self, tpl: Template, hostname: str, reqs: Requirements, mask: int
+    ) -> tuple[Requirements, int, frozenset[str]] | None:
+        """A NodeClaim's requirements, instance types and the reservations it holds once capacity reservations are
+        accounted for (:mod:`~nodesmith.core.scheduling.reservations`): the reservations it can have a slot of, or
+        else the same NodeClaim without the reservations the pass has no slot left of; None when nothing is left
+        to launch it with then."""
+        if not tpl.reserved:
+            return reqs, mask, frozenset()
+        held = self.ledger.to_reserve(tpl, hostname=hostname, reqs=reqs, mask=mask)
+        exhausted = self.ledger.exhausted_in(tpl)
+        if held or not exhausted:
+            return reqs, mask, held
+        narrowed = reqs.copy()
+        narrowed.add(Requirement(LABEL_CAPACITY_RESERVATION_ID, complement=True, values=exhausted))
+        mask &= tpl.compatible_mask(narrowed)
+        return (narrowed, mask, held) if mask else None
 
     def _claim_candidates(
         self, pod: Pod, data: PodData, filters: Sequence[tuple[str, frozenset[str]]]
@@ -305,7 +338,7 @@ class _Pass:
     def _result(self, explanations: dict[str, Explanation]) -> SchedulingResult:
         plans: list[NodeClaimPlan] = []
         for nc in self.claims:
-            plan = to_plan(nc)
+            plan = to_plan(nc, reservations=self.ledger.held(nc.hostname))
             if isinstance(plan, str):
                 for pod in nc.pods:
                     explanations[pod.key] = self.explainer.unlaunchable(pod, plan, nc.template)

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from nodesmith.core.api.nodepool import NodePool
-    from nodesmith.core.model import Taint
+    from nodesmith.core.model import Offering, Taint
     from nodesmith.core.scheduling.daemonsets import DaemonInfo
     from nodesmith.core.scheduling.instancetypes import TypeInfo
     from nodesmith.core.scheduling.pods import HostPort, PodData
@@ -82,6 +82,9 @@ class Template:
         }
         self.error: str | None = None
         self.types: list[TypeInfo] = []
+        self.reserved: dict[int, tuple[Offering, ...]] = {}
+        """Type index -> its available reserved offerings the NodePool's requirements allow (none: the NodePool
+        has no capacity reservation to account for)."""
         self.groups: list[DaemonGroup] = []
         self.group_of: list[int] = []
         self.has_overhead = False
@@ -122,6 +125,9 @@ class Template:
             self.types = []
             return
         self.all_mask = (1 << len(self.types)) - 1
+        for i, t in enumerate(self.types):
+            if held := tuple(o for o in t.offerings if o.reservation_id and offers.allows(o)):
+                self.reserved[i] = held
         self.type_keys = frozenset(k for t in self.types for k in t.requirements)
         self.groups, self.group_of = build_overhead_groups(
             requirements=reqs, taints=self.taints, types=self.types, daemons=daemons
