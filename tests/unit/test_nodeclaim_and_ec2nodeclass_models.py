@@ -191,6 +191,10 @@ def test_nodeclass_round_trips_with_kubelet_and_block_devices() -> None:
         ({"capacityReservationSelectorTerms": [{"tags": {f"k{i}": "v" for i in range(21)}}]}, "at most 20"),
         ({"capacityReservationSelectorTerms": [{"instanceMatchCriteria": "any"}]}, "'open' or 'targeted'"),
         ({"capacityReservationSelectorTerms": [{"id": "cr-0a"}] * 31}, "at most 30"),
+        ({"connectionTracking": {}}, "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout"),
+        ({"connectionTracking": {"udpTimeout": 90}}, "less than or equal to 60"),
+        ({"connectionTracking": {"tcpEstablishedTimeout": 30}}, "greater than or equal to 60"),
+        ({"connectionTracking": {"tcpTimeout": 60}}, "Extra inputs"),
     ],
 )
 def test_invalid_nodeclasses_are_rejected(spec: dict[str, Any], fragment: str) -> None:

@@ -167,3 +167,31 @@ def test_ensure_is_idempotent_and_names_follow_content(aws: None) -> None:
     assert names == sorted([first, other])
     assert sorted(LaunchTemplates(ec2=ec2).delete_all(cluster_name=CLUSTER)) == names
     assert ec2.describe_launch_templates()["LaunchTemplates"] == []
+
+
+def test_the_primary_interface_carries_prefixes_connection_tracking_and_the_public_address(aws: None) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    nodeclass_spec = {
+        "amiFamily": "AL2023",
+        "ipPrefixCount": 2,
+        "connectionTracking": {"tcpEstablishedTimeout": 3600, "udpTimeout": 30},
+        "associatePublicIPAddress": False,
+    }
+    name = LaunchTemplates(ec2=ec2).ensure(spec=spec(spec=nodeclass_spec))
+    data = ec2.describe_launch_template_versions(LaunchTemplateName=name)["LaunchTemplateVersions"][0][
+        "LaunchTemplateData"
+    ]
+    [interface] = data["NetworkInterfaces"]
+    assert interface["DeviceIndex"] == 0
+    assert interface["Groups"] == ["sg-0123456789abcdef0"]
+    assert interface["AssociatePublicIpAddress"] is False
+    assert interface["Ipv4PrefixCount"] == 2
+    assert interface["ConnectionTrackingSpecification"] == {"TcpEstablishedTimeout": 3600, "UdpTimeout": 30}
+    assert "SecurityGroupIds" not in data
+
+    plain = LaunchTemplates(ec2=ec2).ensure(spec=spec())
+    plain_data = ec2.describe_launch_template_versions(LaunchTemplateName=plain)["LaunchTemplateVersions"][0][
+        "LaunchTemplateData"
+    ]
+    assert "NetworkInterfaces" not in plain_data
+    assert plain_data["SecurityGroupIds"] == ["sg-0123456789abcdef0"]

@@ -15,6 +15,8 @@ concurrent create is tolerated). Semantics follow Karpenter ``pkg/providers/laun
 * labels in the ``kubernetes.io`` / ``k8s.io`` domains are left out of ``--node-labels`` (the
   NodeRestriction admission plugin rejects a kubelet that sets them);
 * metadata options default to IMDSv2 required, hop limit 1, IPv6 endpoint disabled, instance tags off;
+* the primary network interface carries ``associatePublicIPAddress``, ``ipPrefixCount`` and ``connectionTracking``
+  when the EC2NodeClass sets them;
 * block devices default to the AMI family's (AL2023: a 20Gi gp3 encrypted root volume on ``/dev/xvda``).
 """
 
@@ -282,14 +284,40 @@ def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
             data["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
     elif not spec.open_reservations:
         data["CapacityReservationSpecification"] = {"CapacityReservationPreference": "none"}
-    public_ip = field_value(spec.spec, "associatePublicIPAddress")
-    if public_ip is None:
+    interface = _primary_interface(spec)
+    if interface is None:
         data["SecurityGroupIds"] = list(spec.security_group_ids)
     else:
-        data["NetworkInterfaces"] = [
-            {"DeviceIndex": 0, "AssociatePublicIpAddress": bool(public_ip), "Groups": list(spec.security_group_ids)}
-        ]
+        data["NetworkInterfaces"] = [interface]
     return data
+
+
+def _primary_interface(spec: LaunchTemplateSpec) -> dict[str, Any] | None:
+    """The primary network interface, when the EC2NodeClass configures it (Karpenter
+    ``generateNetworkInterfaces`` for an IPv4 cluster): ``associatePublicIPAddress``, ``ipPrefixCount`` (IPv4
+    prefixes assigned at launch) and ``connectionTracking`` (idle timeouts, seconds); None when it sets none of
+    them, so the template gives its security groups alone."""
+    public_ip = field_value(spec.spec, "associatePublicIPAddress")
+    prefixes = field_value(spec.spec, "ipPrefixCount")
+    tracking = {
+        dst: int(value)
+        for src, dst in (
+            ("tcpEstablishedTimeout", "TcpEstablishedTimeout"),
+            ("udpStreamTimeout", "UdpStreamTimeout"),
+            ("udpTimeout", "UdpTimeout"),
+        )
+        if (value := field_value(field_value(spec.spec, "connectionTracking") or {}, src)) is not None
+    }
+    if public_ip is None and prefixes is None and not tracking:
+        return None
+    interface: dict[str, Any] = {"DeviceIndex": 0, "Groups": list(spec.security_group_ids)}
+    if public_ip is not None:
+        interface["AssociatePublicIpAddress"] = bool(public_ip)
+    if prefixes is not None:
+        interface["Ipv4PrefixCount"] = int(prefixes)
+    if tracking:
+        interface["ConnectionTrackingSpecification"] = tracking
+    return interface
 
 
 def launch_template_name(*, cluster_name: str, data: Mapping[str, Any]) -> str:

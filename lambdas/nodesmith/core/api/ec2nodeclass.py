@@ -30,6 +30,7 @@ __all__ = [
     "BlockDeviceMapping",
     "CapacityReservationSelectorTerm",
     "CapacityReservationStatus",
+    "ConnectionTracking",
     "EC2NodeClass",
     "EC2NodeClassSpec",
     "EC2NodeClassStatus",
@@ -244,6 +245,22 @@ class MetadataOptions(SpecModel):
     http_tokens: Literal["required", "optional"] = "required"
 
 
+class ConnectionTracking(SpecModel):
+    """Idle connection tracking timeouts (seconds) of the ENIs the launch template configures (Karpenter
+    ``ConnectionTracking``; EC2 ``ConnectionTrackingSpecificationRequest``, Nitro instances only): established TCP
+    60-432000, UDP streams 60-180, other UDP flows 30-60; at least one must be set."""
+
+    tcp_established_timeout: int | None = Field(default=None, ge=60, le=432_000)
+    udp_stream_timeout: int | None = Field(default=None, ge=60, le=180)
+    udp_timeout: int | None = Field(default=None, ge=30, le=60)
+
+    @model_validator(mode="after")
+    def _one_set(self) -> ConnectionTracking:
+        if self.tcp_established_timeout is None and self.udp_stream_timeout is None and self.udp_timeout is None:
+            raise ValueError("at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set")
+        return self
+
+
 class EC2NodeClassSpec(SpecModel):
     """``EC2NodeClass.spec``. Exactly one of ``role``/``instance_profile``; ``ami_family`` is
     required unless an alias is used and must match the alias (or be ``Custom``)."""
@@ -270,7 +287,7 @@ class EC2NodeClassSpec(SpecModel):
     placement_group_selector: dict[str, str] | None = None
     network_interfaces: list[dict[str, Any]] = Field(default_factory=list, max_length=150, exclude_if=omit_empty)
     cpu_options: dict[str, str] | None = None
-    connection_tracking: dict[str, int] | None = None
+    connection_tracking: ConnectionTracking | None = None
 
     @field_validator("tags")
     @classmethod
