@@ -71,6 +71,9 @@ def test_a_pod_runs_on_a_bottlerocket_node(world: EmbeddedWorld) -> None:
     attribute = ec2.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
     settings = tomllib.loads(base64.b64decode(attribute["UserData"]["Value"]).decode())["settings"]["kubernetes"]
     assert settings["node-labels"]["karpenter.sh/nodepool"] == "default"
+    assert settings["node-labels"]["karpenter.k8s.aws/ec2nodeclass"] == "default"  # the nodeClassRef, as Karpenter
+    [node] = [n for n in world.store.objects("nodes") if n["spec"].get("providerID") == claim["status"]["providerID"]]
+    assert node["metadata"]["labels"]["karpenter.k8s.aws/ec2nodeclass"] == "default"
 
 
 def test_a_family_nodesmith_cannot_bootstrap_launches_nothing_and_says_why(world: EmbeddedWorld) -> None:
