@@ -1,8 +1,8 @@
 """Capacity reservations end to end, through the real reconcile and termination handlers on the embedded AWS and
 Kubernetes: a pod lands in the On-Demand Capacity Reservation its EC2NodeClass selects (labelled ``reserved`` with the
 reservation's id and type, the EC2NodeClass's ``status.capacityReservations`` written); when the reservation turns
-out full at launch (``ReservationCapacityExceeded``) the NodeClaim pinned to it fails and the next pass falls back to
-spot; a Capacity Block's node is
+out full at launch (``ReservationCapacityExceeded``) the NodeClaim pinned to it fails and the pass, solving again,
+falls back to spot; a Capacity Block's node is
 drained and terminated once the block is within 40 minutes of its end, its pod running again elsewhere; and a node in
 an interruptible ODCR is labelled so, and drained and removed when EC2 warns that the reservation's owner reclaims
 it."""
@@ -157,8 +157,8 @@ def test_a_pod_lands_in_the_reservation_and_falls_back_to_spot_when_it_is_full(w
     second = next(c for c in _claims(world) if c["metadata"]["name"] != claim["metadata"]["name"])
     assert _labels(second)[CAPACITY_TYPE] == "spot"
     assert RESERVATION_ID not in _labels(second)
-    # As Karpenter: the NodeClaim planned on the reservation's last slot was pinned to it, its launch found the
-    # reservation full, and the next pass, knowing it full, planned the pod on spot.
+    # The NodeClaim planned on the reservation's last slot was pinned to it (as Karpenter's), its launch found the
+    # reservation full, and the pass solved the pod again knowing the reservation full: on spot.
     failed = [e for e in world.store.objects("events") if e.get("reason") == "InsufficientCapacityError"]
     [pinned] = [e["involvedObject"]["name"] for e in failed]
     assert pinned not in (claim["metadata"]["name"], second["metadata"]["name"])
