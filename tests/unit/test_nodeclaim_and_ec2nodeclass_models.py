@@ -195,6 +195,7 @@ def test_nodeclass_round_trips_with_kubelet_and_block_devices() -> None:
         ({"connectionTracking": {"udpTimeout": 90}}, "less than or equal to 60"),
         ({"connectionTracking": {"tcpEstablishedTimeout": 30}}, "greater than or equal to 60"),
         ({"connectionTracking": {"tcpTimeout": 60}}, "Extra inputs"),
+        ({"cpuOptions": {"nestedVirtualization": "on"}}, "'enabled' or 'disabled'"),
     ],
 )
 def test_invalid_nodeclasses_are_rejected(spec: dict[str, Any], fragment: str) -> None:

@@ -511,4 +511,5 @@ def build_instance_type(
         capacity=cap,
         overhead=overhead,
         offerings=tuple(offerings),
+        processor_features=frozenset(str(f) for f in (info.get("ProcessorInfo") or {}).get("SupportedFeatures") or ()),
     )

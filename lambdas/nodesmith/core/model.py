@@ -370,7 +370,8 @@ class InstanceType:
     ...); zone and capacity type come from ``offerings``. ``capacity`` is the raw machine
     (cpu millicores, memory bytes, pods, GPUs, ephemeral-storage bytes); ``overhead`` is
     kube-reserved + system-reserved + eviction threshold as the EKS AMIs compute them, so
-    ``allocatable = capacity - overhead``.
+    ``allocatable = capacity - overhead``. ``processor_features`` are EC2's
+    ``ProcessorInfo.SupportedFeatures`` (``nested-virtualization``, ``amd-sev-snp``), which no label carries.
     """
 
     name: str
@@ -378,6 +379,7 @@ class InstanceType:
     capacity: Resources
     overhead: Resources
     offerings: tuple[Offering, ...]
+    processor_features: frozenset[str] = frozenset()
 
     @property
     def allocatable(self) -> Resources:

@@ -115,3 +115,27 @@ def test_a_bottlerocket_launch_boots_its_image_with_two_volumes_and_its_settings
     assert settings["max-pods"] == 58
     assert settings["node-labels"]["team"] == "search"
     assert settings["node-labels"]["karpenter.sh/capacity-type"] == "on-demand"
+
+
+def test_connection_tracking_and_nested_virtualization_narrow_the_types_a_class_launches(
+    seeded: SeededAws, tmp_path: Path
+) -> None:
+    cloud = seeded_provider(
+        seeded,
+        types=("m4.large", "m5.large", "c7i.large"),
+        price_table=write_price_table(path=tmp_path / "prices.json", source=None),
+    )
+
+    def launchable(nc: Any) -> set[str]:
+        return {it.name for it in cloud.instance_types(nodeclass=nc) if any(o.available for o in it.offerings)}
+
+    assert launchable(nodeclass()) == {"m4.large", "m5.large", "c7i.large"}
+    # Karpenter compatibility.go: connection tracking needs the Nitro System (m4 is Xen) ...
+    assert launchable(nodeclass(connectionTracking={"udpTimeout": 30})) == {"m5.large", "c7i.large"}
+    # ... and nested virtualization a processor that reports it (EC2 ProcessorInfo.SupportedFeatures).
+    assert launchable(nodeclass(cpuOptions={"nestedVirtualization": "enabled"})) == {"c7i.large"}
+    assert launchable(nodeclass(cpuOptions={"nestedVirtualization": "disabled"})) == {
+        "m4.large",
+        "m5.large",
+        "c7i.large",
+    }

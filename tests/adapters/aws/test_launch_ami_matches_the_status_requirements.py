@@ -5,6 +5,7 @@ drifted against the status at once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -73,3 +74,16 @@ def test_a1_instances_boot_bottlerocket_and_custom_images_but_not_al2023() -> No
     assert AmiCompatibility(IMAGES, "Bottlerocket").image_for(a1) == IMAGES[3]
     assert AmiCompatibility(IMAGES, "Custom")(a1)
     assert AmiCompatibility(IMAGES, "AL2023")(instance_type("m6g.large", arch="arm64"))
+
+
+def test_connection_tracking_needs_nitro_and_nested_virtualization_a_processor_that_has_it() -> None:
+    # Karpenter compatibility.go: connectionTrackingCheck and nestedVirtualizationCheck.
+    nitro = instance_type("m5.large", instance_hypervisor="nitro")
+    xen = instance_type("m4.large", instance_hypervisor="xen")
+    assert AmiCompatibility(IMAGES)(xen)
+    tracking = AmiCompatibility(IMAGES, nitro_only=True)
+    assert tracking(nitro) and not tracking(xen)
+
+    nested = AmiCompatibility(IMAGES, nested_virtualization=True)
+    capable = replace(instance_type("c8i.large"), processor_features=frozenset({"nested-virtualization"}))
+    assert nested(capable) and not nested(instance_type("c7i.large"))

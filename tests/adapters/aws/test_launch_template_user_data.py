@@ -195,3 +195,14 @@ def test_the_primary_interface_carries_prefixes_connection_tracking_and_the_publ
     ]
     assert "NetworkInterfaces" not in plain_data
     assert plain_data["SecurityGroupIds"] == ["sg-0123456789abcdef0"]
+
+
+def test_nested_virtualization_is_a_cpu_option_of_the_template(aws: None) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    name = LaunchTemplates(ec2=ec2).ensure(
+        spec=spec(spec={"amiFamily": "AL2023", "cpuOptions": {"nestedVirtualization": "enabled"}})
+    )
+    data = ec2.describe_launch_template_versions(LaunchTemplateName=name)["LaunchTemplateVersions"][0][
+        "LaunchTemplateData"
+    ]
+    assert data["CpuOptions"] == {"NestedVirtualization": "enabled"}

@@ -34,6 +34,9 @@ __all__ = [
 ]
 
 _ARCH_TO_EC2 = {"amd64": "x86_64", "arm64": "arm64"}
+LABEL_INSTANCE_HYPERVISOR = "karpenter.k8s.aws/instance-hypervisor"
+NESTED_VIRTUALIZATION = "nested-virtualization"
+"""EC2's ``ProcessorInfo.SupportedFeatures`` value of types that can run nested virtualization."""
 _EC2_TO_ARCH = {v: k for k, v in _ARCH_TO_EC2.items()}
 _ALIAS_VARIANTS = {"x86_64": ("standard", "nvidia", "neuron"), "arm64": ("standard", "nvidia")}
 
@@ -56,18 +59,28 @@ def required_variant(instance_type: InstanceType) -> str:
 
 @dataclass(frozen=True, slots=True)
 class AmiCompatibility:
-    """Hashable predicate: does the node class have an AMI for this instance type (arch and variant)?
+    """Hashable predicate: can the node class launch this instance type, and with which AMI (arch and variant)?
 
-    ``ami_family`` is the node class's effective AMI family: AL2023 does not run on ``a1`` instances (Karpenter
-    ``[aws]:pkg/providers/instancetype/compatibility/compatibility.go``); Bottlerocket and Custom AMIs may.
+    As Karpenter's ``IsCompatibleWithNodeClass`` (``[aws]:pkg/providers/instancetype/compatibility/compatibility.go``):
+    ``ami_family`` is the node class's effective AMI family (AL2023 does not run on ``a1`` instances; Bottlerocket
+    and Custom AMIs may); ``nitro_only`` (``connectionTracking`` set: its timeouts need the Nitro System) keeps the
+    types whose ``karpenter.k8s.aws/instance-hypervisor`` is ``nitro``; ``nested_virtualization``
+    (``cpuOptions.nestedVirtualization: enabled``) those whose processor supports it.
     """
 
     images: tuple[Image, ...]
     ami_family: str = "AL2023"
+    nitro_only: bool = False
+    nested_virtualization: bool = False
 
     def image_for(self, instance_type: InstanceType) -> Image | None:
-        """The AMI to launch ``instance_type`` with, or None (Karpenter drops such types from a launch)."""
+        """The AMI to launch ``instance_type`` with, or None when the node class cannot launch it (Karpenter drops
+        such types from a launch)."""
         if self.ami_family == "AL2023" and instance_type.name.startswith("a1."):
+            return None
+        if self.nitro_only and instance_type.labels.get(LABEL_INSTANCE_HYPERVISOR) != "nitro":
+            return None
+        if self.nested_virtualization and NESTED_VIRTUALIZATION not in instance_type.processor_features:
             return None
         arch = instance_type.labels.get("kubernetes.io/arch", "")
         variant = required_variant(instance_type)

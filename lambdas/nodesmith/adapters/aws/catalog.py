@@ -226,7 +226,12 @@ class InstanceTypeCatalog:
             offerings = self._offerings(name, info, data=data, allowed=allowed, compatible=compatible)
             out.append(
                 InstanceType(
-                    name=it.name, labels=it.labels, capacity=it.capacity, overhead=it.overhead, offerings=offerings
+                    name=it.name,
+                    labels=it.labels,
+                    capacity=it.capacity,
+                    overhead=it.overhead,
+                    offerings=offerings,
+                    processor_features=it.processor_features,
                 )
             )
         return out

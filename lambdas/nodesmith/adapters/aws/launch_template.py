@@ -15,6 +15,7 @@ concurrent create is tolerated). Semantics follow Karpenter ``pkg/providers/laun
 * labels in the ``kubernetes.io`` / ``k8s.io`` domains are left out of ``--node-labels`` (the
   NodeRestriction admission plugin rejects a kubelet that sets them);
 * metadata options default to IMDSv2 required, hop limit 1, IPv6 endpoint disabled, instance tags off;
+* ``cpuOptions.nestedVirtualization`` becomes the template's ``CpuOptions``;
 * the primary network interface carries ``associatePublicIPAddress``, ``ipPrefixCount`` and ``connectionTracking``
   when the EC2NodeClass sets them;
 * block devices default to the AMI family's (AL2023: a 20Gi gp3 encrypted root volume on ``/dev/xvda``).
@@ -275,6 +276,8 @@ def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
     }
     if devices := _block_devices(spec.spec):  # none for a Custom AMI: the image's own
         data["BlockDeviceMappings"] = devices
+    if nested := field_value(field_value(spec.spec, "cpuOptions") or {}, "nestedVirtualization"):
+        data["CpuOptions"] = {"NestedVirtualization": str(nested)}
     if spec.reservation_id:
         data["CapacityReservationSpecification"] = {
             "CapacityReservationPreference": "capacity-reservations-only",

@@ -115,8 +115,15 @@ class ResolvedNodeClass:
 
     @property
     def compatibility(self) -> AmiCompatibility:
-        """The AMI predicate for the catalogue and launches."""
-        return AmiCompatibility(self.images, ami_family(self.spec))
+        """The node class's compatibility predicate (AMIs, Nitro, nested virtualization) for the catalogue and
+        launches."""
+        cpu = field_value(self.spec, "cpuOptions") or {}
+        return AmiCompatibility(
+            self.images,
+            ami_family(self.spec),
+            nitro_only=field_value(self.spec, "connectionTracking") is not None,
+            nested_virtualization=field_value(cpu, "nestedVirtualization") == "enabled",
+        )
 
     @property
     def zones(self) -> frozenset[str]:

@@ -28,6 +28,7 @@ __all__ = [
     "AMISelectorTerm",
     "BlockDevice",
     "BlockDeviceMapping",
+    "CPUOptions",
     "CapacityReservationSelectorTerm",
     "CapacityReservationStatus",
     "ConnectionTracking",
@@ -261,6 +262,13 @@ class ConnectionTracking(SpecModel):
         return self
 
 
+class CPUOptions(SpecModel):
+    """CPU options of the launched instances (Karpenter ``CPUOptions``): ``nestedVirtualization`` ``enabled`` also
+    limits the instance types to those whose processor supports it."""
+
+    nested_virtualization: Literal["enabled", "disabled"] | None = None
+
+
 class EC2NodeClassSpec(SpecModel):
     """``EC2NodeClass.spec``. Exactly one of ``role``/``instance_profile``; ``ami_family`` is
     required unless an alias is used and must match the alias (or be ``Custom``)."""
@@ -286,7 +294,7 @@ class EC2NodeClassSpec(SpecModel):
     )
     placement_group_selector: dict[str, str] | None = None
     network_interfaces: list[dict[str, Any]] = Field(default_factory=list, max_length=150, exclude_if=omit_empty)
-    cpu_options: dict[str, str] | None = None
+    cpu_options: CPUOptions | None = None
     connection_tracking: ConnectionTracking | None = None
 
     @field_validator("tags")
