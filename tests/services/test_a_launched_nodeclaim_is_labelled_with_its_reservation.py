@@ -1,5 +1,5 @@
-"""A launched NodeClaim is labelled as Karpenter's launch labels it: instance type, zone and capacity type, and for an
-instance in a capacity reservation the reserved offering's labels, ``-interruptible`` included."""
+"""A launched NodeClaim is labelled as Karpenter's launch labels it: instance type, zone, capacity type and tenancy, and
+for an instance in a capacity reservation the reserved offering's labels, ``-interruptible`` included."""
 
 from __future__ import annotations
 
@@ -29,4 +29,7 @@ def test_an_instance_outside_any_reservation_has_no_reservation_labels() -> None
         "node.kubernetes.io/instance-type": "m5.large",
         "topology.kubernetes.io/zone": "us-east-1b",
         "karpenter.sh/capacity-type": "spot",
+        "karpenter.k8s.aws/instance-tenancy": "default",
     }
+    dedicated = launched_labels(LaunchResult(**BASE, capacity_type="on-demand", price=0.1, tenancy="dedicated"))
+    assert dedicated["karpenter.k8s.aws/instance-tenancy"] == "dedicated"

@@ -66,7 +66,8 @@ class LaunchRequest:
     are registered by the kubelet through user data. ``client_token`` makes the CreateFleet call
     idempotent (derived from the NodeClaim). ``price_overlaid`` is True when a NodeOverlay set the price of
     one of ``instance_types``: the offerings' prices are then the overlaid ones and CreateFleet launches by
-    them (Karpenter's AWS provider switches to the prioritized allocation strategies).
+    them (Karpenter's AWS provider switches to the prioritized allocation strategies). ``tenancy`` is the instance
+    tenancy to launch with (``default`` | ``dedicated``, :func:`nodesmith.core.tenancy.tenancy_of`).
     """
 
     nodeclaim_name: str
@@ -81,6 +82,7 @@ class LaunchRequest:
     client_token: str = ""
     tags: Mapping[str, str] = field(default_factory=dict)
     price_overlaid: bool = False
+    tenancy: str = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,8 @@ class LaunchResult:
     ``capacity_errors`` are the offerings the same CreateFleet answered a capacity error for while it launched
     this one (its ``Errors``): the provider has marked them unavailable, and the caller's pass should plan
     around them too. A ``reserved`` instance names its capacity reservation (``reservation_id``, ``reservation_type``
-    ``default`` | ``capacity-block``, and ``reservation_interruptible`` for an interruptible ODCR).
+    ``default`` | ``capacity-block``, and ``reservation_interruptible`` for an interruptible ODCR). ``tenancy`` is
+    the instance's tenancy (``default`` | ``dedicated``).
     """
 
     instance_id: str
@@ -104,6 +107,7 @@ class LaunchResult:
     reservation_id: str = ""
     reservation_type: str = ""
     reservation_interruptible: bool = False
+    tenancy: str = "default"
 
     @property
     def provider_id(self) -> str:

@@ -36,6 +36,7 @@ from nodesmith.core.capacityreservations import reservation_labels
 from nodesmith.core.errors import InsufficientCapacityError, LaunchError
 from nodesmith.core.model import CAPACITY_TYPE_RESERVED
 from nodesmith.core.ports import LaunchResult
+from nodesmith.core.tenancy import LABEL_INSTANCE_TENANCY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -240,6 +241,7 @@ class FleetLauncher:
             reservation_id=launched.reservation_id,
             reservation_type=launched.reservation_type,
             reservation_interruptible=launched.reservation_interruptible,
+            tenancy=request.tenancy,
         )
 
     def _reservations_full(self, choice: FleetChoice, errors: Sequence[UnavailableOffering]) -> None:
@@ -265,6 +267,7 @@ class FleetLauncher:
             NODEPOOL_TAG: request.nodepool_name,
             NODECLASS_TAG: resolved.name,
             CAPACITY_TYPE_LABEL: capacity_type,
+            LABEL_INSTANCE_TENANCY: request.tenancy,
         }
         labels.update(
             reservation_labels(
@@ -303,6 +306,7 @@ class FleetLauncher:
             reservation_id=override.reservation_id,
             reservation_type=override.reservation_type,
             open_reservations=not self._reserved_capacity,
+            tenancy=request.tenancy,
             spec=resolved.spec,
             tags=static_tags(
                 cluster_name=cluster, nodeclass_name=resolved.name, extra=field_value(resolved.spec, "tags") or {}

@@ -244,6 +244,7 @@ class LaunchTemplateSpec:
     requests for spot). ``reservation_id`` (with ``reservation_type`` ``default`` | ``capacity-block``) makes the
     template launch only into that capacity reservation; without one, ``open_reservations`` False keeps the
     instance out of open ODCRs (Karpenter ``[aws]:pkg/providers/launchtemplate/types.go`` with ``ReservedCapacity``).
+    ``tenancy`` ``dedicated`` puts the instance on single-tenant hardware (``Placement.Tenancy``).
     """
 
     cluster_name: str
@@ -258,6 +259,7 @@ class LaunchTemplateSpec:
     reservation_id: str = ""
     reservation_type: str = ""
     open_reservations: bool = True
+    tenancy: str = "default"
 
 
 def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
@@ -276,6 +278,8 @@ def launch_template_data(spec: LaunchTemplateSpec) -> dict[str, Any]:
     }
     if devices := _block_devices(spec.spec):  # none for a Custom AMI: the image's own
         data["BlockDeviceMappings"] = devices
+    if spec.tenancy != "default":
+        data["Placement"] = {"Tenancy": spec.tenancy}
     if nested := field_value(field_value(spec.spec, "cpuOptions") or {}, "nestedVirtualization"):
         data["CpuOptions"] = {"NestedVirtualization": str(nested)}
     if spec.reservation_id:

@@ -24,6 +24,7 @@ from nodesmith.core.requirements import (
     Requirement,
     Requirements,
 )
+from nodesmith.core.tenancy import TENANCIES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -101,6 +102,7 @@ class TypeInfo:
         self.offerings: tuple[Offering, ...] = tuple(o for o in it.offerings if o.available)
         reqs = Requirements.from_labels(it.labels)
         reqs.add(*(r for r in _ABSENT if r.key not in it.labels))
+        reqs.add(TENANCIES)  # any type can run on dedicated hardware (Karpenter's offering requirement)
         zones = frozenset(o.zone for o in self.offerings)
         reqs.add(Requirement(LABEL_ZONE, complement=False, values=zones))
         reqs.add(

@@ -33,6 +33,8 @@ from nodesmith.core.errors import (
 )
 from nodesmith.core.labels import LABEL_NODEPOOL
 from nodesmith.core.ports import CloudProvider, Cluster, Instance, LaunchResult
+from nodesmith.core.requirements import Requirements
+from nodesmith.core.tenancy import tenancy_of
 from nodesmith.core.termination import TERMINATION_FINALIZER
 from nodesmith.services.breakdown import Tally, pool_key
 from nodesmith.services.provisioning.capacity import offering_price
@@ -129,6 +131,7 @@ class Launcher:
                     reservation_id=inst.reservation_id,
                     reservation_type=inst.reservation_type,
                     reservation_interruptible=_interruptible(catalogue, inst.reservation_id),
+                    tenancy=tenancy_of(Requirements.from_node_selector_requirements(nodeclaim.requirements_core())),
                 )
         return None
 

@@ -62,6 +62,7 @@ from nodesmith.core.requirements import (
 )
 from nodesmith.core.resources import format_quantity
 from nodesmith.core.scheduling.instancetypes import OfferingFilter
+from nodesmith.core.tenancy import LABEL_INSTANCE_TENANCY, tenancy_of
 from nodesmith.core.termination import TERMINATION_FINALIZER
 from nodesmith.services.provisioning.capacity import to_rfc3339
 
@@ -307,6 +308,7 @@ def launch_request(
         startup_taints=nodeclaim.startup_taints_core(),
         client_token=client_token(name=nodeclaim.name, uid=nodeclaim.metadata.uid or ""),
         tags=instance_tags(nodeclaim=nodeclaim, nodeclass=nodeclass, cluster_name=cluster_name),
+        tenancy=tenancy_of(reqs),
     )
 
 
@@ -316,12 +318,14 @@ def _quantities(resources: Mapping[str, int]) -> dict[str, str]:
 
 def launched_labels(result: LaunchResult) -> dict[str, str]:
     """The labels a launched NodeClaim gets: its instance's type, zone and capacity type, as Karpenter's launch
-    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``), and for an
-    instance in a capacity reservation its id, type and ``-interruptible`` (the reserved offering's labels)."""
+    sets them (``[core]:pkg/controllers/nodeclaim/lifecycle/launch.go`` ``PopulateNodeClaimDetails``), its tenancy
+    (``karpenter.k8s.aws/instance-tenancy``, as the AWS provider labels it), and for an instance in a capacity
+    reservation its id, type and ``-interruptible`` (the reserved offering's labels)."""
     labels = {
         LABEL_INSTANCE_TYPE: result.instance_type,
         LABEL_ZONE: result.zone,
         LABEL_CAPACITY_TYPE: result.capacity_type,
+        LABEL_INSTANCE_TENANCY: result.tenancy,
     }
     labels.update(
         reservation_labels(
