@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nodesmith.core.scheduling.instancetypes import OfferingFilter
-from nodesmith.core.scheduling.typesets import iter_bits
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -64,8 +63,10 @@ class ReservationLedger:
         offers = OfferingFilter(reqs)
         held = self.held(hostname)
         out: set[str] = set()
-        for i in iter_bits(mask):
-            for o in tpl.reserved.get(i, ()):
+        for i, offerings in tpl.reserved.items():  # the few types with reservations, not every type in mask
+            if not mask >> i & 1:
+                continue
+            for o in offerings:
                 if offers.allows(o) and (o.reservation_id in held or self._left.get(o.reservation_id, 0) > 0):
                     out.add(o.reservation_id)
         return frozenset(out)
