@@ -15,7 +15,7 @@ from ec2_support import CLUSTER, REGION, nodeclass, seeded_provider
 
 from nodesmith.adapters.aws.config import AwsClients, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass import NodeClassResolver, root_volume_bytes
-from nodesmith.core.errors import NodeClassNotReadyError
+from nodesmith.core.errors import LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import LaunchRequest
 from nodesmith.sim.aws import SeededAws, write_price_table
 
@@ -139,3 +139,23 @@ def test_connection_tracking_and_nested_virtualization_narrow_the_types_a_class_
         "m5.large",
         "c7i.large",
     }
+
+
+def test_user_data_bottlerocket_cannot_read_fails_the_launch_naming_the_class(
+    seeded: SeededAws, tmp_path: Path
+) -> None:
+    cloud = seeded_provider(
+        seeded, types=("m5.large",), price_table=write_price_table(path=tmp_path / "prices.json", source=None)
+    )
+    nc = nodeclass(ami_terms=BOTTLEROCKET, userData="#!/bin/bash\necho not toml\n")
+    with pytest.raises(
+        LaunchError, match="user data for EC2NodeClass default: userData is not Bottlerocket TOML"
+    ) as failed:
+        cloud.create(
+            request=LaunchRequest(
+                nodeclaim_name="default-br002", nodepool_name="default", nodeclass=nc,
+                instance_types=tuple(cloud.instance_types(nodeclass=nc)), capacity_types=frozenset({"on-demand"}),
+                zones=frozenset({"us-east-1a"}), client_token="default-br002",
+            )
+        )  # fmt: skip
+    assert failed.value.code == "InvalidUserData"

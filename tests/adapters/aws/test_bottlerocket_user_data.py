@@ -115,6 +115,10 @@ def test_user_data_that_is_not_toml_is_refused_with_the_reason() -> None:
         render_bottlerocket_user_data(NodeUserData(cluster=CLUSTER, custom_user_data="#!/bin/bash\necho hi"))
     with pytest.raises(ValueError, match="TOML tables"):
         render_bottlerocket_user_data(NodeUserData(cluster=CLUSTER, custom_user_data='settings = "flat"'))
+    with pytest.raises(ValueError, match="node-labels must be a TOML table"):
+        render_bottlerocket_user_data(
+            NodeUserData(cluster=CLUSTER, custom_user_data="[settings.kubernetes]\nnode-labels = 5\n")
+        )
 
 
 def test_each_family_gets_its_own_bootstrap_and_the_others_are_refused() -> None:

@@ -159,7 +159,8 @@ def render_bottlerocket_user_data(bootstrap: NodeUserData) -> str:
     ``cpuCFSQuota``); keys Bottlerocket's Kubernetes settings lack are dropped. ``podsPerCore`` is not passed
     (Bottlerocket has no such setting; the catalogue ignores it too). With ``instanceStorePolicy: RAID0`` a
     bootstrap command assembles the NVMe disks and binds the kubelet's and containerd's directories to them.
-    Raises ``ValueError`` when ``userData`` is not TOML or its ``settings`` is not a table.
+    Raises ``ValueError`` when ``userData`` is not TOML, or its ``settings``, ``settings.kubernetes`` or
+    ``node-labels`` is not a table.
     """
     try:
         document: dict[str, Any] = tomllib.loads(bootstrap.custom_user_data or "")
@@ -177,7 +178,10 @@ def render_bottlerocket_user_data(bootstrap: NodeUserData) -> str:
     kubernetes["api-server"] = cluster.endpoint
     if cluster.ca:
         kubernetes["cluster-certificate"] = cluster.ca
-    labels = {**dict(kubernetes.get("node-labels") or {}), **node_labels(bootstrap.labels)}
+    given_labels = kubernetes.get("node-labels") or {}
+    if not isinstance(given_labels, dict):
+        raise ValueError("userData: settings.kubernetes.node-labels must be a TOML table")
+    labels = {**given_labels, **node_labels(bootstrap.labels)}
     if labels:
         kubernetes["node-labels"] = labels
     kubernetes.pop("node-taints", None)
