@@ -3,7 +3,8 @@
 Karpenter's ``nodeclass`` controller (``[aws]:pkg/controllers/nodeclass/{subnet,securitygroup,ami,instanceprofile,
 capacityreservation}.go``) resolves each part of the class and sets one dependent condition per part
 (``[aws]:pkg/apis/v1/ec2nodeclass_status.go``): ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``,
-``InstanceProfileReady`` and, with the ``ReservedCapacity`` gate, ``CapacityReservationsReady``. The root ``Ready``
+``InstanceProfileReady``, ``ValidationSucceeded`` (here: the ``kubelet`` settings the AMI family can apply,
+``validation.go``) and, with the ``ReservedCapacity`` gate, ``CapacityReservationsReady``. The root ``Ready``
 follows them as ``awslabs/operatorpkg`` ``status.ConditionSet`` computes it: ``True`` (reason ``Ready``) when every
 dependent is True, else ``False`` with reason ``UnhealthyDependents`` and a message listing the unhealthy ones
 (``SubnetsReady=False, AMIsReady=False``). A True condition's reason is its own type and its message empty; a
@@ -45,6 +46,7 @@ __all__ = [
     "READY",
     "SECURITY_GROUPS_READY",
     "SUBNETS_READY",
+    "VALIDATION_SUCCEEDED",
     "Check",
     "ResolvedParts",
     "ami_requirements",
@@ -60,6 +62,7 @@ SECURITY_GROUPS_READY: Final = "SecurityGroupsReady"
 AMIS_READY: Final = "AMIsReady"
 INSTANCE_PROFILE_READY: Final = "InstanceProfileReady"
 CAPACITY_RESERVATIONS_READY: Final = "CapacityReservationsReady"
+VALIDATION_SUCCEEDED: Final = "ValidationSucceeded"
 
 UNHEALTHY_DEPENDENTS: Final = "UnhealthyDependents"
 """The root condition's reason when a dependent is not True (``operatorpkg`` ``recomputeRootCondition``)."""

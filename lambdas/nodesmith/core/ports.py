@@ -281,8 +281,8 @@ class NodeClassReadiness(Protocol):
 
     def nodeclass_parts(self, *, nodeclass: EC2NodeClass) -> ResolvedParts:
         """One :class:`~nodesmith.core.nodeclass_status.Check` per dependent condition (``SubnetsReady``,
-        ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady``, and ``CapacityReservationsReady`` with the
-        ``ReservedCapacity`` gate) and what each part resolved to
+        ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady``, ``ValidationSucceeded``, and
+        ``CapacityReservationsReady`` with the ``ReservedCapacity`` gate) and what each part resolved to
         (:class:`~nodesmith.core.nodeclass_status.ResolvedParts`). A part that does not resolve is a failed
         check, never an error; raises ``NodesmithError`` only when EC2 could not be asked."""
         ...

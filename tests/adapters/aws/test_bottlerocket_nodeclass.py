@@ -159,3 +159,17 @@ def test_user_data_bottlerocket_cannot_read_fails_the_launch_naming_the_class(
             )
         )  # fmt: skip
     assert failed.value.code == "InvalidUserData"
+
+
+def test_kubelet_settings_bottlerocket_would_drop_leave_the_class_not_ready_and_say_which(seeded: SeededAws) -> None:
+    kubelet = {"maxPods": 58, "podsPerCore": 4, "containerLogMaxSize": "50Mi", "clusterDNS": ["10.0.0.10", "10.0.0.11"]}
+    parts = resolver().resolution(nodeclass=nodeclass(ami_terms=BOTTLEROCKET, kubelet=kubelet))
+    [(kind, reason, message)] = [(c.type, c.reason, c.message) for c in parts.checks if not c.ok]
+    assert (kind, reason) == ("ValidationSucceeded", "UnsupportedKubeletConfiguration")
+    assert "silently dropped: containerLogMaxSize, podsPerCore" in message
+    assert "clusterDNS" in message and "2 were set" in message
+
+    # AL2023 passes every kubelet field through; Bottlerocket takes the fields Karpenter maps.
+    assert all(c.ok for c in resolver().resolution(nodeclass=nodeclass(kubelet=kubelet)).checks)
+    mapped = {"maxPods": 58, "clusterDNS": ["10.0.0.10"], "evictionHard": {"memory.available": "5%"}}
+    assert all(c.ok for c in resolver().resolution(nodeclass=nodeclass(ami_terms=BOTTLEROCKET, kubelet=mapped)).checks)

@@ -163,6 +163,7 @@ def test_readiness_checks_name_the_part_that_did_not_resolve_with_karpenters_rea
         ("SecurityGroupsReady", True),
         ("AMIsReady", True),
         ("InstanceProfileReady", True),
+        ("ValidationSucceeded", True),
         ("CapacityReservationsReady", True),
     ]
     broken = resolver(instance_profile=seeded.instance_profile).checks(
@@ -189,7 +190,13 @@ def test_readiness_checks_leave_out_capacity_reservations_with_the_gate_off(seed
         launch=NodeLaunchSettings(instance_profile=seeded.instance_profile, reserved_capacity=False),
     )
     checks = gate_off.checks(nodeclass=nodeclass(sg_terms=[{"id": "sg-0000000000000000"}]))
-    assert [c.type for c in checks] == ["SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady"]
+    assert [c.type for c in checks] == [
+        "SubnetsReady",
+        "SecurityGroupsReady",
+        "AMIsReady",
+        "InstanceProfileReady",
+        "ValidationSucceeded",
+    ]
     [failed] = [c for c in checks if not c.ok]
     assert (failed.type, failed.reason) == ("SecurityGroupsReady", "SecurityGroupsNotFound")
 

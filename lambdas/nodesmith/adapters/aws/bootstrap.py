@@ -29,11 +29,13 @@ if TYPE_CHECKING:
     from nodesmith.core.model import Taint
 
 __all__ = [
+    "MANAGED_KUBELET_FIELDS",
     "SUPPORTED_AMI_FAMILIES",
     "NodeUserData",
     "UnsupportedAmiFamilyError",
     "node_user_data",
     "render_bottlerocket_user_data",
+    "unsupported_kubelet",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -96,6 +98,25 @@ _BOTTLEROCKET_KUBERNETES_KEYS: Final = frozenset(
 )
 """The ``settings.kubernetes`` keys Karpenter's ``BottlerocketKubernetes`` knows; others in ``userData`` are dropped
 (and logged), as Karpenter drops them when it writes the settings back."""
+
+MANAGED_KUBELET_FIELDS: Final = frozenset(
+    {
+        "clusterDNS",
+        "maxPods",
+        "podsPerCore",
+        "systemReserved",
+        "kubeReserved",
+        "evictionHard",
+        "evictionSoft",
+        "evictionSoftGracePeriod",
+        "evictionMaxPodGracePeriod",
+        "imageGCHighThresholdPercent",
+        "imageGCLowThresholdPercent",
+        "cpuCFSQuota",
+    }
+)
+"""The ``kubelet`` fields Karpenter maps into every family's bootstrap (``ParsedKubeletConfig``); AL2023 also
+passes the others through."""
 
 _RAID0_DIRS: Final = ("/var/lib/containerd", "/var/lib/kubelet", "/var/log/pods")
 
@@ -233,3 +254,30 @@ def _bottlerocket_kubelet(kubelet: Mapping[str, Any]) -> dict[str, Any]:
     if (quota := kubelet.get("cpuCFSQuota")) is not None:
         out["cpu-cfs-quota-enforced"] = bool(quota)
     return out
+
+
+def unsupported_kubelet(ami_family: str, kubelet: Mapping[str, Any] | None) -> str | None:
+    """Why the EC2NodeClass ``kubelet`` (Karpenter JSON) cannot be applied by ``ami_family``, or None.
+
+    Karpenter's ``validateKubeletFieldsSupported`` (``[aws]:pkg/controllers/nodeclass/validation.go``): AL2023 passes
+    every field through and a Custom AMI ignores them all; any other family applies only
+    :data:`MANAGED_KUBELET_FIELDS`, Bottlerocket without ``podsPerCore``, and a single ``clusterDNS`` entry, so a
+    node would silently launch without the rest.
+    """
+    if not kubelet or ami_family in ("AL2023", "Custom"):
+        return None
+    messages = []
+    dropped = set(kubelet) - MANAGED_KUBELET_FIELDS
+    if ami_family == "Bottlerocket" and kubelet.get("podsPerCore") is not None:
+        dropped.add("podsPerCore")
+    if dropped:
+        messages.append(
+            f"spec.kubelet has fields not applied by the {ami_family} AMI family that would be silently dropped: "
+            + ", ".join(sorted(dropped))
+        )
+    if len(kubelet.get("clusterDNS") or ()) > 1:
+        messages.append(
+            f"spec.kubelet.clusterDNS: the {ami_family} AMI family doesn't accept multiple entries, only one, "
+            f"but {len(kubelet['clusterDNS'])} were set"
+        )
+    return "; ".join(messages) or None

@@ -44,7 +44,7 @@ from nodesmith.adapters.aws.amis import (
     required_variant,
     ssm_alias_parameter,
 )
-from nodesmith.adapters.aws.bootstrap import SUPPORTED_AMI_FAMILIES
+from nodesmith.adapters.aws.bootstrap import SUPPORTED_AMI_FAMILIES, unsupported_kubelet
 from nodesmith.adapters.aws.capacity_reservations import ReservationAvailability, describe_capacity_reservations
 from nodesmith.adapters.aws.config import DEFAULT_LAUNCH, SYSTEM_CLOCKS, AwsClients, Clocks, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass_spec import (
@@ -66,6 +66,7 @@ from nodesmith.core.nodeclass_status import (
     INSTANCE_PROFILE_READY,
     SECURITY_GROUPS_READY,
     SUBNETS_READY,
+    VALIDATION_SUCCEEDED,
     Check,
     ResolvedParts,
 )
@@ -245,14 +246,15 @@ class NodeClassResolver:
 
     def checks(self, *, nodeclass: Any) -> list[Check]:
         """One readiness check per part of ``nodeclass`` (model or manifest dict), in Karpenter's condition types:
-        ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady`` and, with the
-        ``ReservedCapacity`` gate, ``CapacityReservationsReady`` (:mod:`nodesmith.core.nodeclass_status`): the
+        ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``, ``InstanceProfileReady``, ``ValidationSucceeded``
+        (the ``kubelet`` settings the AMI family can apply) and, with the ``ReservedCapacity`` gate,
+        ``CapacityReservationsReady`` (:mod:`nodesmith.core.nodeclass_status`): the
         checks of :meth:`resolution`, which raises what this raises.
         """
         return list(self.resolution(nodeclass=nodeclass).checks)
 
     def _checks(self, failed: Mapping[str, tuple[str, str]]) -> tuple[Check, ...]:
-        types = [SUBNETS_READY, SECURITY_GROUPS_READY, AMIS_READY, INSTANCE_PROFILE_READY]
+        types = [SUBNETS_READY, SECURITY_GROUPS_READY, AMIS_READY, INSTANCE_PROFILE_READY, VALIDATION_SUCCEEDED]
         if self._reserved_capacity:
             types.append(CAPACITY_RESERVATIONS_READY)
         out = []
@@ -356,6 +358,9 @@ class NodeClassResolver:
                 "AMINotFound",
                 f"AMISelector did not match any AMIs: amiSelectorTerms {_terms_text(ami_terms)}",
             )
+        if kubelet_problem := unsupported_kubelet(family, field_value(spec, "kubelet")):
+            problems.append(kubelet_problem)
+            failed[VALIDATION_SUCCEEDED] = ("UnsupportedKubeletConfiguration", kubelet_problem)
         try:
             parts.profile = self.instance_profile(spec)
         except NodeClassNotReadyError as exc:

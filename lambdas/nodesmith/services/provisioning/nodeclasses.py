@@ -9,9 +9,9 @@ deletes the class. A deleting EC2NodeClass provisions nothing meanwhile (its Nod
 
 Its status (:func:`update_nodeclass_status`) is that of Karpenter's ``nodeclass`` controller
 (``[aws]:pkg/controllers/nodeclass``): the conditions ``SubnetsReady``, ``SecurityGroupsReady``, ``AMIsReady``,
-``InstanceProfileReady`` (and ``CapacityReservationsReady`` with the ``ReservedCapacity`` gate) from resolving the
-class against EC2 and ``Ready`` over them, and beside them what each part resolved to: ``subnets``,
-``securityGroups``, ``amis`` and ``instanceProfile`` (:mod:`nodesmith.core.nodeclass_status`;
+``InstanceProfileReady``, ``ValidationSucceeded`` (and ``CapacityReservationsReady`` with the ``ReservedCapacity``
+gate) from resolving the class against EC2 and ``Ready`` over them, and beside them what each part resolved to:
+``subnets``, ``securityGroups``, ``amis`` and ``instanceProfile`` (:mod:`nodesmith.core.nodeclass_status`;
 ``capacityReservations`` is written by :mod:`nodesmith.services.provisioning.reservations`). The status reports; it
 does not decide: a class that does not resolve gets no offerings, so nothing launches from it whatever it says.
 """
