@@ -144,6 +144,26 @@ def test_missing_price_table_exits_2(pool: Path, tmp_path: Path, fake_catalogue:
     assert "prices.json" in err
 
 
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ("  amiFamily: AL2\n  amiSelectorTerms: [{id: ami-0123456789abcdef0}]\n", "amiFamily AL2"),
+        (
+            "  amiSelectorTerms: [{alias: bottlerocket@latest}]\n  kubelet: {podsPerCore: 4}\n",
+            "not applied by the Bottlerocket AMI family that would be silently dropped: podsPerCore",
+        ),
+    ],
+)
+def test_a_nodeclass_the_reconcile_function_would_refuse_exits_2_saying_why(
+    write: Write, fake_catalogue: list[object], change: str, reason: str
+) -> None:
+    manifest = NODEPOOL.replace("  amiSelectorTerms: [{alias: al2023@latest}]\n", change)
+    code, out, err = _invoke("-f", str(write("nodepool.yaml", manifest)), "-o", "json")
+    assert (code, out) == (2, "")
+    assert "EC2NodeClass default would not be ready" in err
+    assert reason in err
+
+
 # ---------------------------------------------------------------------------------------- output
 
 

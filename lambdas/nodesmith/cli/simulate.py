@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from nodesmith.adapters.manifests import ManifestBundle
     from nodesmith.cli.simulate_static import StaticView
+    from nodesmith.core.api.ec2nodeclass import EC2NodeClass
     from nodesmith.core.model import DaemonSet, InstanceType, Node, NodeSelectorRequirement, Pod
     from nodesmith.core.overlay import OverlayResult
     from nodesmith.core.resources import Resources
@@ -223,6 +224,22 @@ def _env_price_table() -> Path | None:
 # --------------------------------------------------------------------------------------- catalogue
 
 
+def _refuse_unlaunchable(nodeclass: EC2NodeClass) -> None:
+    """Raise ``BadInput`` naming ``nodeclass`` and why when the reconcile function would launch nothing from it: an
+    AMI family without a bootstrap (``AMIsReady=False``) or kubelet settings the family would drop
+    (``ValidationSucceeded=False``), so a simulation never plans nodes the real function would not launch."""
+    from nodesmith.adapters.aws.bootstrap import SUPPORTED_AMI_FAMILIES, unsupported_kubelet
+
+    family = nodeclass.ami_family
+    if family not in SUPPORTED_AMI_FAMILIES:
+        reason = f"amiFamily {family}: Nodesmith bootstraps {', '.join(SUPPORTED_AMI_FAMILIES)} nodes only"
+    else:
+        spec = nodeclass.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+        reason = unsupported_kubelet(family, spec.get("kubelet")) or ""
+    if reason:
+        raise BadInput(f"EC2NodeClass {nodeclass.name} would not be ready, so nothing would launch from it: {reason}")
+
+
 def load_nodepool_catalogues(
     bundle: ManifestBundle, *, region: str, price_table: Path | None, use_aws: bool
 ) -> tuple[list[InstanceType], dict[str, list[InstanceType]]]:
@@ -234,10 +251,13 @@ def load_nodepool_catalogues(
     none) and ``per_nodepool`` is empty. With several, ``per_nodepool`` maps each NodePool whose
     node class is in the manifests to that class's catalogue (classes with identical specs share
     one list), and ``shared`` is the first class's (by name): existing nodes' prices and NodePools
-    whose node class is missing use it. Raises what :func:`load_catalogue` raises.
+    whose node class is missing use it. Raises ``BadInput`` for a node class in use that the reconcile function
+    would leave not ready (:func:`_refuse_unlaunchable`), and what :func:`load_catalogue` raises.
     """
     classes = {nc.name: nc for nc in bundle.ec2nodeclasses}
     used = sorted({np.spec.template.spec.node_class_ref.name for np in bundle.nodepools} & set(classes))
+    for name in used:
+        _refuse_unlaunchable(classes[name])
     if len(used) <= 1:
         nodeclass = classes[used[0]] if used else None
         return load_catalogue(region=region, price_table=price_table, use_aws=use_aws, nodeclass=nodeclass), {}
