@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import tomli_w
 
 from nodesmith.adapters.aws.launch_template import JoinCluster, node_labels, render_user_data
+from nodesmith.core.api.kubelet import PARSED_KUBELET_FIELDS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -99,22 +100,7 @@ _BOTTLEROCKET_KUBERNETES_KEYS: Final = frozenset(
 """The ``settings.kubernetes`` keys Karpenter's ``BottlerocketKubernetes`` knows; others in ``userData`` are dropped
 (and logged), as Karpenter drops them when it writes the settings back."""
 
-MANAGED_KUBELET_FIELDS: Final = frozenset(
-    {
-        "clusterDNS",
-        "maxPods",
-        "podsPerCore",
-        "systemReserved",
-        "kubeReserved",
-        "evictionHard",
-        "evictionSoft",
-        "evictionSoftGracePeriod",
-        "evictionMaxPodGracePeriod",
-        "imageGCHighThresholdPercent",
-        "imageGCLowThresholdPercent",
-        "cpuCFSQuota",
-    }
-)
+MANAGED_KUBELET_FIELDS: Final = frozenset(PARSED_KUBELET_FIELDS)
 """The ``kubelet`` fields Karpenter maps into every family's bootstrap (``ParsedKubeletConfig``); AL2023 also
 passes the others through."""
 

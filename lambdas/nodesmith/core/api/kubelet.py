@@ -8,12 +8,14 @@ names). Karpenter parses 12 of them for scheduling; those are typed here.
 
 from __future__ import annotations
 
+from typing import Final
+
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from nodesmith.core.api.common import SpecModel, parse_duration
 from nodesmith.core.resources import QuantityError, parse_quantity
 
-__all__ = ["UPSTREAM_KUBELET_FIELDS", "KubeletConfiguration"]
+__all__ = ["PARSED_KUBELET_FIELDS", "UPSTREAM_KUBELET_FIELDS", "KubeletConfiguration"]
 
 _EVICTION_SIGNALS = (
     "memory.available",
@@ -264,3 +266,8 @@ def _check_threshold(key: str, threshold: str) -> None:
         parse_quantity(threshold)
     except QuantityError as exc:
         raise ValueError(f"{key}: {threshold!r} must be a percentage or a resource quantity") from exc
+
+
+PARSED_KUBELET_FIELDS: Final = tuple(f.alias or name for name, f in KubeletConfiguration.model_fields.items())
+"""The JSON names of the fields Karpenter parses (``ParsedKubeletConfig``, the typed fields of
+:class:`KubeletConfiguration`, in their order): the ones it maps into every AMI family's bootstrap."""

@@ -21,6 +21,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+from nodesmith.core.api.kubelet import PARSED_KUBELET_FIELDS
 from nodesmith.core.convert.fields import Fields, canonical, quantity_map
 
 if TYPE_CHECKING:
@@ -28,20 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ClassSlot", "PoolSlot", "convert_kubelet", "place_kubelets"]
 
-_KUBELET_FIELDS: Final = (
-    "clusterDNS",
-    "maxPods",
-    "podsPerCore",
-    "systemReserved",
-    "kubeReserved",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMaxPodGracePeriod",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "cpuCFSQuota",
-)
 _QUANTITY_MAPS: Final = ("systemReserved", "kubeReserved", "evictionHard", "evictionSoft", "evictionSoftGracePeriod")
 
 
@@ -52,7 +39,7 @@ def convert_kubelet(kubelet: Fields) -> dict[str, Any] | None:
     with a note, as is any unknown field.
     """
     out: dict[str, Any] = {}
-    for key in _KUBELET_FIELDS:
+    for key in PARSED_KUBELET_FIELDS:
         if key not in kubelet:
             continue
         value = kubelet.take(key)
