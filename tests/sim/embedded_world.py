@@ -12,6 +12,9 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
+from nodesmith.cli.world import MANIFESTS
 from nodesmith.sim.kube.errors import ApiError
 
 if TYPE_CHECKING:
@@ -248,3 +251,16 @@ def claim_instance(world: EmbeddedWorld, name: str, instance: dict[str, Any], no
         obj["status"] = {"providerID": f"aws:///{zone}/{instance['InstanceId']}", "nodeName": node_name}
 
     world.store.mutate("nodeclaims.karpenter.sh", name, status)
+
+
+def demo_nodeclass() -> dict[str, Any]:
+    """The demo's EC2NodeClass ``default`` (``nodepool.yaml`` among the embedded manifests), as a fresh dict."""
+    return next(
+        d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d and d["kind"] == "EC2NodeClass"
+    )
+
+
+def nodeclass_conditions(world: EmbeddedWorld, name: str = "default") -> dict[str, dict[str, Any]]:
+    """The ``status.conditions`` of EC2NodeClass ``name``, by type."""
+    found = world.store.get("ec2nodeclasses.karpenter.k8s.aws", name)
+    return {c["type"]: c for c in (found.get("status") or {}).get("conditions", [])}

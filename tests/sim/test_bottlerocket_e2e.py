@@ -6,13 +6,11 @@ bootstrap is not ready, says why, and launches nothing."""
 from __future__ import annotations
 
 import base64
-import copy
 import tomllib
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
-from embedded_world import running, until
+from embedded_world import demo_nodeclass, nodeclass_conditions, running, until
 
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
 
@@ -26,10 +24,7 @@ NODECLAIMS = "nodeclaims.karpenter.sh"
 
 
 def nodeclass(**spec: Any) -> dict[str, Any]:
-    demo = next(
-        d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d and d["kind"] == "EC2NodeClass"
-    )
-    changed = copy.deepcopy(demo)
+    changed = demo_nodeclass()
     changed["spec"].pop("amiFamily", None)
     changed["spec"].update(spec)
     return changed
@@ -46,11 +41,6 @@ def world() -> Iterator[EmbeddedWorld]:
 def images(world: EmbeddedWorld, name: str) -> set[str]:
     found = world.client("ec2").describe_images(Filters=[{"Name": "name", "Values": [name]}])["Images"]
     return {i["ImageId"] for i in found}
-
-
-def conditions(world: EmbeddedWorld) -> dict[str, dict[str, Any]]:
-    found = world.store.get(NODECLASSES, "default")
-    return {c["type"]: c for c in (found.get("status") or {}).get("conditions", [])}
 
 
 def test_a_pod_runs_on_a_bottlerocket_node(world: EmbeddedWorld) -> None:
@@ -83,7 +73,7 @@ def test_a_family_nodesmith_cannot_bootstrap_launches_nothing_and_says_why(world
 
     world.reconcile()
 
-    got = conditions(world)
+    got = nodeclass_conditions(world)
     assert (got["AMIsReady"]["status"], got["AMIsReady"]["reason"]) == ("False", "UnsupportedAMIFamily")
     assert "AL2" in got["AMIsReady"]["message"]
     assert got["Ready"]["status"] == "False"

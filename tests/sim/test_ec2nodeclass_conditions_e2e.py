@@ -6,11 +6,10 @@ writes nothing; once the selector is fixed the class turns ``Ready`` and the pen
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
-import yaml
-from embedded_world import until
+from embedded_world import demo_nodeclass, nodeclass_conditions, until
 
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
 
@@ -24,23 +23,12 @@ NODECLAIMS = "nodeclaims.karpenter.sh"
 NODEPOOLS = "nodepools.karpenter.sh"
 
 
-def demo_nodeclass() -> dict[str, Any]:
-    return next(
-        d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d and d["kind"] == "EC2NodeClass"
-    )
-
-
 @pytest.fixture
 def world() -> Iterator[EmbeddedWorld]:
     with EmbeddedWorld(ready_delay=0.0) as w:
         w.apply_file(MANIFESTS / "nodepool.yaml")
         w.apply_file(MANIFESTS / "inflate.yaml")
         yield w
-
-
-def conditions(world: EmbeddedWorld) -> dict[str, dict[str, Any]]:
-    found = world.store.get(NODECLASSES, "default")
-    return {c["type"]: c for c in (found.get("status") or {}).get("conditions", [])}
 
 
 def test_a_selector_matching_nothing_is_reported_on_the_class_and_blocks_launches_until_fixed(
@@ -53,7 +41,7 @@ def test_a_selector_matching_nothing_is_reported_on_the_class_and_blocks_launche
 
     world.reconcile()
 
-    got = conditions(world)
+    got = nodeclass_conditions(world)
     assert (got["SubnetsReady"]["status"], got["SubnetsReady"]["reason"]) == ("False", "SubnetsNotFound")
     assert "no-such-cluster" in got["SubnetsReady"]["message"]
     for part in ("SecurityGroupsReady", "AMIsReady", "InstanceProfileReady", "CapacityReservationsReady"):
@@ -73,8 +61,10 @@ def test_a_selector_matching_nothing_is_reported_on_the_class_and_blocks_launche
     assert pool["NodeClassReady"]["message"] == "SubnetsReady=False"
 
     world.store.apply(demo_nodeclass())
-    assert until(world, lambda: conditions(world)["Ready"]["status"] == "True", timeout=30, terminations=False)
-    fixed = conditions(world)
+    assert until(
+        world, lambda: nodeclass_conditions(world)["Ready"]["status"] == "True", timeout=30, terminations=False
+    )
+    fixed = nodeclass_conditions(world)
     assert (fixed["SubnetsReady"]["status"], fixed["SubnetsReady"]["reason"]) == ("True", "SubnetsReady")
     assert fixed["AMIsReady"]["lastTransitionTime"] == got["AMIsReady"]["lastTransitionTime"]
     assert until(world, lambda: len(world.store.objects(NODECLAIMS)) > 0, timeout=30, terminations=False)

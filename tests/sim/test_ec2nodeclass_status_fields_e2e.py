@@ -9,7 +9,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
+from embedded_world import demo_nodeclass
 
 from nodesmith.adapters.aws.amis import ssm_alias_parameter
 from nodesmith.cli.world import MANIFESTS, EmbeddedWorld
@@ -21,12 +21,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("embedded-world")]
 
 NODECLASSES = "ec2nodeclasses.karpenter.k8s.aws"
 ALIAS_VARIANTS = {"x86_64": ("standard", "nvidia", "neuron"), "arm64": ("standard", "nvidia")}
-
-
-def demo_nodeclass() -> dict[str, Any]:
-    return next(
-        d for d in yaml.safe_load_all((MANIFESTS / "nodepool.yaml").read_text()) if d and d["kind"] == "EC2NodeClass"
-    )
 
 
 @pytest.fixture

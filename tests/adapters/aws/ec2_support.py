@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import boto3
+
 from nodesmith.adapters.aws.config import (
     DEFAULT_LAUNCH,
     NO_CLIENTS,
@@ -18,6 +20,7 @@ from nodesmith.adapters.aws.config import (
     ClusterConfig,
     NodeLaunchSettings,
 )
+from nodesmith.adapters.aws.nodeclass import NodeClassResolver
 from nodesmith.adapters.aws.provider import Ec2CloudProvider
 from nodesmith.core.api.ec2nodeclass import EC2NodeClass
 
@@ -99,6 +102,21 @@ def ec2_provider(
         cloud.nodeclasses = FixedNodeClasses(resolved)  # type: ignore[assignment]
         cloud.launch_templates = RecordingTemplates()  # type: ignore[assignment]
     return cloud
+
+
+def resolver(*, instance_profile: str | None = None, role_for_profile: str | None = None) -> NodeClassResolver:
+    """A :class:`NodeClassResolver` for the seeded cluster (Kubernetes 1.31) on boto3 clients of the embedded AWS;
+    ``instance_profile`` and ``role_for_profile`` are the launch settings of those names."""
+    return NodeClassResolver(
+        cluster_name=CLUSTER,
+        kubernetes_version="1.31",
+        clients=AwsClients(
+            ec2=boto3.client("ec2", region_name=REGION),
+            ssm=boto3.client("ssm", region_name=REGION),
+            iam=boto3.client("iam", region_name=REGION),
+        ),
+        launch=NodeLaunchSettings(instance_profile=instance_profile, node_role=role_for_profile),
+    )
 
 
 def seeded_provider(

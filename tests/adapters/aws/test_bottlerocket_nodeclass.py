@@ -9,12 +9,10 @@ import base64
 import tomllib
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
-from ec2_support import CLUSTER, REGION, nodeclass, seeded_provider
+from ec2_support import CLUSTER, nodeclass, resolver, seeded_provider
 
-from nodesmith.adapters.aws.config import AwsClients, NodeLaunchSettings
-from nodesmith.adapters.aws.nodeclass import NodeClassResolver, root_volume_bytes
+from nodesmith.adapters.aws.nodeclass import root_volume_bytes
 from nodesmith.core.errors import LaunchError, NodeClassNotReadyError
 from nodesmith.core.ports import LaunchRequest
 from nodesmith.sim.aws import SeededAws, write_price_table
@@ -24,19 +22,6 @@ if TYPE_CHECKING:
 
 GIB = 2**30
 BOTTLEROCKET = [{"alias": "bottlerocket@latest"}]
-
-
-def resolver() -> NodeClassResolver:
-    return NodeClassResolver(
-        cluster_name=CLUSTER,
-        kubernetes_version="1.31",
-        clients=AwsClients(
-            ec2=boto3.client("ec2", region_name=REGION),
-            ssm=boto3.client("ssm", region_name=REGION),
-            iam=boto3.client("iam", region_name=REGION),
-        ),
-        launch=NodeLaunchSettings(),
-    )
 
 
 @pytest.mark.parametrize("version", ["latest", "v1.46.0", "1.46.0"])

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from ec2_support import CLUSTER, REGION, nodeclass
+from ec2_support import CLUSTER, REGION, nodeclass, resolver
 
 from nodesmith.adapters.aws.config import AwsClients, Clocks, NodeLaunchSettings
 from nodesmith.adapters.aws.nodeclass import NodeClassResolver, root_volume_bytes, ssm_alias_parameter
@@ -15,19 +15,6 @@ from nodesmith.core.errors import NodeClassNotReadyError
 
 if TYPE_CHECKING:
     from nodesmith.sim.aws import SeededAws
-
-
-def resolver(*, instance_profile: str | None = None, role_for_profile: str | None = None) -> NodeClassResolver:
-    return NodeClassResolver(
-        cluster_name=CLUSTER,
-        kubernetes_version="1.31",
-        clients=AwsClients(
-            ec2=boto3.client("ec2", region_name=REGION),
-            ssm=boto3.client("ssm", region_name=REGION),
-            iam=boto3.client("iam", region_name=REGION),
-        ),
-        launch=NodeLaunchSettings(instance_profile=instance_profile, node_role=role_for_profile),
-    )
 
 
 def test_discovery_tags_select_one_subnet_per_zone_the_group_and_alias_amis(seeded: SeededAws) -> None:
