@@ -57,6 +57,9 @@ def _edit_deployment(store: Store, name: str, edit: Callable[[dict[str, Any]], N
 
 # Each entry changes the cluster as a user, the scheduler, Nodesmith or a vanishing instance would; the
 # controllers step after each one.
+CLOCK = 1_800_000_000.0
+"""Epoch seconds both stores read."""
+
 HISTORY: list[Callable[[Store], None]] = [
     lambda s: (_deployment(s, "web", 3), _deployment(s, "api", 2), _deployment(s, "batch", 1)),
     lambda s: None,  # the step after creating the ReplicaSets creates nothing new
@@ -101,7 +104,12 @@ def _state(store: Store) -> dict[str, Any]:
 
 @pytest.mark.parametrize("graceful", [False, True])
 def test_acting_on_changes_ends_every_step_where_reconciling_everything_does(graceful: bool) -> None:
-    full_store, store = Store(seed=11, graceful_pod_deletion=graceful), Store(seed=11, graceful_pod_deletion=graceful)
+    # One fixed clock for both stores: pods are ranked by creationTimestamp (whole seconds), and two wall-clock
+    # stores could stamp the same pod on either side of a second.
+    full_store, store = (
+        Store(seed=11, graceful_pod_deletion=graceful, clock=lambda: CLOCK),
+        Store(seed=11, graceful_pod_deletion=graceful, clock=lambda: CLOCK),
+    )
     everything = SimControllers(store=full_store, resync_seconds=0.0)
     on_changes = SimControllers(store=store, resync_seconds=3600.0)  # no resync within the history
 
